@@ -1,0 +1,3 @@
+from fedlab.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""The algorithm contract: federated methods as pure vector math on flat parameter vectors.
+
+An algorithm never touches an ``nn.Module``, a DataLoader or a device. It sees
+
+* θ ∈ R^d, the model as one flat tensor (see :mod:`fedlab.models.functional`);
+* ``grad_fn(θ, batch) -> (∇f(θ; batch), f(θ; batch))``, the minibatch gradient oracle of the plain
+  cross-entropy loss (no weight decay);
+* dictionaries of tensors for its server state, per-client state, the message it broadcasts and the
+  upload each client sends back.
+
+One round, as the engine drives it (DESIGN.md, "The algorithm contract")::
+
+    msg          = broadcast(server, info)                       # counted as downlink floats (× m)
+    for each sampled client i (sequentially, or vmapped over a chunk of clients):
+        θ_{i,0}  = client_start(msg, c_i, info)
+        θ_{i,k+1}, c_i, loss = local_step(θ_{i,k}, c_i, msg, batch_k, grad_fn, step)   k = 0..K-1
+        up_i, c_i = upload(θ_{i,0}, θ_{i,K}, c_i, msg, info, K)  # counted as uplink floats
+    server       = aggregate(server, stack(up_i), info)
+
+Sign convention (every reference code base agrees): Δ_i = θ_{i,K} − θ_{i,0} is a *descent*
+displacement (≈ −η Σ_k g), the server applies θ^{t+1} = θ^t + η_g · mean Δ_i, and the
+pseudo-gradient is −mean Δ_i / (η K).
+
+``local_step`` must be vmappable: no ``.item()``, no Python branching on tensor values, no in-place
+updates of its inputs. Weight decay and gradient clipping act on the final descent direction, never on
+a SAM ascent direction (:func:`descend`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from fedlab.models.functional import Batch, GradFn
+
+State = dict[str, Tensor]
+"""Server state, client state, message or upload: a flat dict of tensors."""
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What every party knows about round t."""
+
+    round: int  # t, 0-based
+    lr: float  # η_t, the local learning rate of this round
+    prev_lr: float  # η_{t-1} (= η_t in round 0); MoFedSAM/FedCM rescale the last update with it
+    local_steps: int  # K, the nominal number of local steps
+    n_clients: int  # N, all clients
+    n_sampled: int  # m = |S_t|
+    weight_decay: float
+    clip_norm: float | None
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a client knows at its local step k of K."""
+
+    k: int
+    K: int
+    lr: float
+    weight_decay: float
+    clip_norm: float | None
+    round: int = 0  # t, for methods with round-dependent local behaviour (warm-ups)
+
+
+def clip_by_norm(v: Tensor, max_norm: float | None) -> Tensor:
+    """Global-norm clipping v · min(1, C / (‖v‖ + 1e-6)), as ``torch.nn.utils.clip_grad_norm_``.
+
+    Vmappable (no branching). ``max_norm=None`` returns v unchanged.
+    """
+    if max_norm is None or math.isinf(max_norm):
+        return v
+    scale = torch.clamp(max_norm / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + 1e-6), max=1.0)
+    return v * scale
+
+
+def normalized(v: Tensor, eps: float) -> Tensor:
+    """v / (‖v‖ + eps); the zero vector maps to zero (no NaN), which switches a perturbation off."""
+    return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + eps)
+
+
+def descend(
+    theta: Tensor,
+    direction: Tensor,
+    step: StepInfo,
+    *,
+    unclipped: Tensor | None = None,
+    lr: float | None = None,
+) -> Tensor:
+    """One SGD step θ ← θ − η (clip(d, C) + u + wd·θ), the update every reference code performs.
+
+    ``direction`` is clipped (FL-Simulator clips the whole accumulated gradient before the optimizer
+    adds weight decay); ``unclipped`` holds terms that the reference codes apply through the
+    optimizer's weight decay (e.g. FedDyn's λθ) and therefore outside the clip.
+    """
+    d = clip_by_norm(direction, step.clip_norm)
+    if unclipped is not None:
+        d = d + unclipped
+    if step.weight_decay:
+        d = d + step.weight_decay * theta
+    return theta - (step.lr if lr is None else lr) * d
+
+
+def stacked_mean(uploads: State, key: str) -> Tensor:
+    """Mean over the client dimension (dim 0) of one upload field."""
+    return uploads[key].mean(dim=0)
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Base class of every algorithm's hyperparameter dataclass."""
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], *, algorithm: str = "") -> "HParams":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            allowed = ", ".join(sorted(names)) or "(none)"
+            raise ValueError(
+                f"algorithm_params: unknown hyperparameter(s) {unknown} for '{algorithm}'; allowed: {allowed}"
+            )
+        hp = cls(**dict(values))
+        hp.validate()
+        return hp
+
+    def validate(self) -> None:
+        """Raise ValueError naming the field when a value is out of range (override per method)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None,
+                *, lo_open: bool = False, hi_open: bool = False) -> None:
+    """Raise ``ValueError("name must be in ... (got v)")`` if value lies outside the interval."""
+    ok = math.isfinite(value)
+    if lo is not None:
+        ok = ok and (value > lo if lo_open else value >= lo)
+    if hi is not None:
+        ok = ok and (value < hi if hi_open else value <= hi)
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise ValueError(f"{name} must be in {left}{lo_s}, {hi_s}{right} (got {value!r})")
+
+
+class Algorithm:
+    """Base class. Subclasses set the class attributes and override the contract methods.
+
+    Class attributes (they feed ``python -m fedlab algorithms``):
+    ``name``, ``paper`` (short citation), ``hparams_cls``, ``grad_evals_per_step``,
+    ``state_where`` (where persistent state lives), ``presets`` (named hyperparameter sets).
+    """
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    hparams_cls: ClassVar[type[HParams]] = HParams
+    grad_evals_per_step: ClassVar[int] = 1
+    state_where: ClassVar[str] = "server: θ"
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, hparams: HParams | Mapping[str, Any] | None = None, **overrides: Any) -> None:
+        if isinstance(hparams, HParams):
+            if overrides:
+                hparams = dataclasses.replace(hparams, **overrides)
+                hparams.validate()
+            self.hp = hparams
+        else:
+            values = dict(hparams or {})
+            values.update(overrides)
+            preset = values.pop("preset", None)
+            if preset is not None:
+                if preset not in self.presets:
+                    allowed = ", ".join(sorted(self.presets)) or "(none)"
+                    raise ValueError(f"preset '{preset}' unknown for '{self.name}'; allowed: {allowed}")
+                values = {**self.presets[preset], **values}
+            self.hp = self.hparams_cls.from_dict(values, algorithm=self.name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.hp})"
+
+    # --- contract -------------------------------------------------------------------------------
+    def server_init(self, theta0: Tensor) -> State:
+        return {"theta": theta0.clone()}
+
+    def client_init(self, theta0: Tensor) -> State:
+        """Persistent state kept *on* client i between its participations (empty if stateless)."""
+        return {}
+
+    def broadcast(self, server: State, info: RoundInfo) -> State:
+        return {"theta": server["theta"]}
+
+    def client_start(self, msg: State, cstate: State, info: RoundInfo) -> Tensor:
+        """θ_{i,0}, the point local training starts from (a look-ahead point in FedACG/FedNSAM)."""
+        return msg["theta"]
+
+    def local_step(
+        self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn, step: StepInfo
+    ) -> tuple[Tensor, State, Tensor]:
+        """One local step; returns (θ_{k+1}, client state, loss at θ_k on the batch)."""
+        raise NotImplementedError
+
+    def upload(
+        self, theta0: Tensor, thetaK: Tensor, cstate: State, msg: State, info: RoundInfo, K: int
+    ) -> tuple[State, State]:
+        """What client i sends up, and its updated persistent state. Default: Δ_i = θ_{i,K} − θ_{i,0}."""
+        return {"delta": thetaK - theta0}, cstate
+
+    def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
+        raise NotImplementedError
+
+    def global_model(self, server: State) -> Tensor:
+        """The model that is evaluated and whose distance Δ_D to the clients is measured."""
+        return server["theta"]
+
+    def round_metrics(self, server: State) -> dict[str, float]:
+        """Extra per-round scalars an algorithm wants logged (e.g. adaptive ρ_k)."""
+        return {}

@@ -1,0 +1,28 @@
+"""The one SAM step every sharpness-aware method in fedlab shares.
+
+SAM (Foret et al., ICLR 2021) minimises max_{‖ε‖≤ρ} f(θ + ε) by the first-order solution
+ε̂ = ρ · v / ‖v‖ with v = ∇f(θ; ξ), then descends along ∇f(θ + ε̂; ξ) on the *same* minibatch ξ.
+Federated variants differ only in the direction v they perturb along: the local minibatch gradient
+(FedSAM), a corrected gradient (FedSMOO), the global momentum (FedNSAM), the server's EMA direction
+mixed with the local gradient (FedVSSAM), the last global update (FedLESAM). So the helper takes the
+direction as an argument. The ascent never includes weight decay or correction terms unless the
+method says so.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from fedlab.algorithms.base import normalized
+from fedlab.models.functional import Batch, GradFn
+
+
+def sam_perturbation(direction: Tensor, rho: float, eps: float = 1e-12) -> Tensor:
+    """ε̂ = ρ · v / (‖v‖ + eps). ρ = 0 gives exactly the zero vector."""
+    return rho * normalized(direction, eps)
+
+
+def sam_gradient(
+    theta: Tensor, direction: Tensor, rho: float, batch: Batch, grad_fn: GradFn, eps: float = 1e-12
+) -> tuple[Tensor, Tensor]:
+    """(∇f(θ + ε̂; ξ), f(θ + ε̂; ξ)) with ε̂ = ρ v/‖v‖ along ``direction`` v, on the same batch ξ."""
+    return grad_fn(theta + sam_perturbation(direction, rho, eps), batch)

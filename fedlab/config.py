@@ -1,0 +1,172 @@
+"""Experiment configuration: one frozen dataclass, validated with errors that name the field.
+
+``Config.hash()`` is a stable digest of everything that changes the numbers (not of where results
+are stored or how often checkpoints are written); together with the partition fingerprint and the
+fedlab version it names the run directory (:mod:`fedlab.results`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedlab import __version__
+
+DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic")
+PARTITIONS = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
+SAMPLINGS = ("uniform", "bernoulli", "schedule")
+LR_SCHEDULES = ("exponential", "cosine", "constant")
+
+# Fields that do not change any number a run produces.
+_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name"})
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One federated experiment. Defaults: a laptop-sized Fashion-MNIST run (FL-Simulator's rules)."""
+
+    # what is trained
+    algorithm: str = "fedavg"
+    algorithm_params: dict[str, Any] = field(default_factory=dict)  # hyperparameters (+ "preset")
+    dataset: str = "fmnist"
+    model: str = "cnn"
+    train_size: int | None = None  # class-balanced subset of the training set (None = all)
+    test_size: int | None = None  # class-balanced subset of the test set (None = all)
+    as_cifar_shape: bool = False  # pad 28×28 → 32×32 and repeat channels (lenet5/ResNets on FMNIST)
+    augment: bool | None = None  # None = the dataset's default (crop+flip for CIFAR)
+    # how data is split
+    partition: str = "dirichlet"
+    alpha: float | None = 0.1  # Dirichlet concentration (see fedlab.data.partition for its meaning)
+    classes_per_client: int | None = None  # pathological c
+    shards_per_client: int = 2
+    partition_params: dict[str, Any] = field(default_factory=dict)  # min_size, balance_cap, ...
+    n_clients: int = 100
+    # who takes part
+    participation: float = 0.1  # fraction of clients per round (m = round(p·N) for "uniform")
+    sampling: str = "uniform"  # uniform: exactly m without replacement; bernoulli: FL-Simulator's
+    schedule_path: str | None = None  # JSON list of per-round client-id lists (sampling="schedule")
+    # local work
+    rounds: int = 50
+    local_steps: int = 10  # K
+    local_epochs: int | None = None  # if set, K_i = E·⌈n_i/B⌉ (the reference codes' epoch mode)
+    batch_size: int = 32
+    lr: float = 0.1
+    lr_schedule: str = "exponential"
+    lr_decay: float = 0.998  # per round, for "exponential" (FL-Simulator)
+    weight_decay: float = 1e-3
+    clip_norm: float | None = 10.0
+    # measurement and execution
+    eval_every: int = 1
+    eval_subsample: int | None = None  # evaluate on a fixed class-balanced subset of the test set
+    seed: int = 0
+    device: str = "cpu"
+    parallel_clients: int = 1  # clients vmapped together (1 = sequential reference path)
+    checkpoint_every: int = 10
+    runs_dir: str | None = None  # default <repo>/runs
+    name: str | None = None  # a label for plots; not hashed
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        from fedlab.algorithms import algorithm_class
+        from fedlab.models import MODELS
+
+        def bad(name: str, allowed: str) -> ConfigError:
+            return ConfigError(f"{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+
+        if self.dataset not in DATASETS:
+            raise bad("dataset", ", ".join(DATASETS))
+        if self.model not in MODELS:
+            raise bad("model", ", ".join(MODELS))
+        if self.partition not in PARTITIONS:
+            raise bad("partition", ", ".join(PARTITIONS))
+        if self.sampling not in SAMPLINGS:
+            raise bad("sampling", ", ".join(SAMPLINGS))
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise bad("lr_schedule", ", ".join(LR_SCHEDULES))
+        try:
+            algorithm_class(self.algorithm)(self.algorithm_params)
+        except ValueError as err:
+            raise ConfigError(f"algorithm: {err}") from None
+        if self.partition in ("dirichlet", "dirichlet_client"):
+            if self.alpha is None or not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha)) \
+                    or self.alpha <= 0:
+                raise bad("alpha", "a finite number > 0 for Dirichlet partitions")
+        if self.partition == "pathological":
+            if not isinstance(self.classes_per_client, int) or self.classes_per_client < 1:
+                raise bad("classes_per_client", "an integer ≥ 1 for the pathological partition")
+        if self.partition == "file" and not self.partition_params.get("path"):
+            raise ConfigError("partition_params['path'] is required for partition='file'")
+        if self.partition == "natural" and self.dataset != "synthetic":
+            raise bad("partition", "'natural' only for dataset='synthetic'")
+        if self.sampling == "schedule" and not self.schedule_path:
+            raise ConfigError("schedule_path is required for sampling='schedule'")
+        for name in ("n_clients", "rounds", "local_steps", "batch_size", "eval_every",
+                     "checkpoint_every", "shards_per_client", "parallel_clients"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, "an integer ≥ 1")
+        for name in ("train_size", "test_size", "eval_subsample", "local_epochs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise bad(name, "None or an integer ≥ 1")
+        if not (isinstance(self.participation, (int, float)) and 0 < self.participation <= 1):
+            raise bad("participation", "a number in (0, 1]")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise bad("lr", "a finite number > 0")
+        if not (isinstance(self.lr_decay, (int, float)) and 0 < self.lr_decay <= 1):
+            raise bad("lr_decay", "a number in (0, 1]")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise bad("weight_decay", "a number ≥ 0")
+        if self.clip_norm is not None and not (isinstance(self.clip_norm, (int, float)) and self.clip_norm > 0):
+            raise bad("clip_norm", "None (no clipping) or a number > 0")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise bad("seed", "an integer ≥ 0")
+        if not (self.device == "cpu" or self.device.startswith("cuda") or self.device == "mps"):
+            raise bad("device", "cpu, cuda, cuda:N or mps")
+        if self.local_epochs is not None and self.parallel_clients > 1:
+            raise ConfigError("parallel_clients > 1 needs a fixed number of local steps; "
+                              "set local_epochs=None or parallel_clients=1")
+
+    # ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown}; allowed: {', '.join(sorted(names))}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+    def hashed_fields(self) -> dict[str, Any]:
+        """The fields that determine the numbers, with algorithm hyperparameters fully resolved."""
+        from fedlab.algorithms import get_algorithm
+
+        values = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        values["algorithm_params"] = get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
+        return values
+
+    def hash(self, extra: str = "") -> str:
+        """12 hex digits of SHA-256 over the hashed fields, ``extra`` (partition fingerprint) and version."""
+        payload = json.dumps({"config": self.hashed_fields(), "extra": extra, "version": __version__},
+                             sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+    @property
+    def clients_per_round(self) -> int:
+        """m for uniform sampling: round(p·N), at least 1."""
+        return max(1, round(self.participation * self.n_clients))

@@ -1,0 +1,74 @@
+"""Local training of the sampled clients of one round — the sequential reference path.
+
+A :class:`ClientJob` holds everything one client needs in one round: its id, its minibatch index
+lists and its augmentation generator. :func:`run_clients_sequential` trains the jobs one by one with
+the algorithm's pure ``local_step``; the vectorised executor (``fedlab.engine.vectorised``) must give
+the same numbers.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedlab.algorithms.base import Algorithm, RoundInfo, State, StepInfo
+from fedlab.data.augment import apply_augment
+from fedlab.models.functional import GradFn
+
+
+@dataclass
+class ClientJob:
+    client: int
+    batches: Sequence[Tensor]  # K index tensors (a (K, B) tensor in fixed-step mode)
+    aug_generator: torch.Generator | None
+
+
+@dataclass
+class ClientResult:
+    client: int
+    theta_final: Tensor  # θ_{i,K}
+    upload: State
+    state: State  # the client's persistent state after the round
+    mean_loss: Tensor  # mean of the K minibatch losses at the unperturbed iterates (0-d tensor)
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """The training tensors (on the run's device) and the augmentation applied to each batch."""
+
+    x: Tensor
+    y: Tensor
+    augment: str | None
+
+    def batch(self, idx: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        x = self.x[idx]
+        if self.augment is not None:
+            x = apply_augment(self.augment, x, generator)
+        return x, self.y[idx]
+
+
+def step_info(info: RoundInfo, k: int, K: int) -> StepInfo:
+    return StepInfo(k=k, K=K, lr=info.lr, weight_decay=info.weight_decay, clip_norm=info.clip_norm,
+                    round=info.round)
+
+
+def run_clients_sequential(
+    algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
+    data: LocalData, grad_fn: GradFn, info: RoundInfo,
+) -> list[ClientResult]:
+    """Train every job one after another; ``states[j]`` is job j's persistent client state."""
+    results = []
+    for job, cstate in zip(jobs, states):
+        theta0 = algorithm.client_start(msg, cstate, info)
+        theta = theta0
+        K = len(job.batches)
+        losses = []
+        for k in range(K):
+            batch = data.batch(job.batches[k], job.aug_generator)
+            theta, cstate, loss = algorithm.local_step(theta, cstate, msg, batch, grad_fn, step_info(info, k, K))
+            losses.append(loss.detach())
+        upload, cstate = algorithm.upload(theta0, theta, cstate, msg, info, K)
+        results.append(ClientResult(job.client, theta.detach(), upload, cstate, torch.stack(losses).mean()))
+    return results
