@@ -9,9 +9,30 @@ from .datasets import (
     pad_to_cifar_shape,
 )
 
-# Slot for the lead: partitioner re-exports (e.g. `from .partition import *`) go here.
+from .partition import (
+    PARTITIONERS,
+    Partition,
+    PartitionStats,
+    dirichlet,
+    dirichlet_client,
+    from_file,
+    iid,
+    make_partition,
+    pathological,
+    shards,
+)
 
 __all__ = [
+    "PARTITIONERS",
+    "Partition",
+    "PartitionStats",
+    "dirichlet",
+    "dirichlet_client",
+    "from_file",
+    "iid",
+    "make_partition",
+    "pathological",
+    "shards",
     "DATASETS",
     "Dataset",
     "DatasetNotFoundError",
