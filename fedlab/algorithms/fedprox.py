@@ -1,0 +1,60 @@
+"""FedProx (Li et al., MLSys 2020), as in FL-Simulator ``client/fedprox.py`` (ALGORITHMS.md §13).
+
+Client i minimises f_i(θ) + (μ/2)‖θ − θ^t‖², so every local step (minibatch ξ) is
+
+    g = ∇f_i(θ; ξ)
+    θ ← θ − η_t ( clip(g − μ θ^t, C) + μ θ + wd·θ )
+
+i.e. the effective gradient is g + μ(θ − θ^t) + wd·θ. The split of the proximal gradient across the
+clip follows FL-Simulator: its loss carries the linear term −μ⟨θ, θ^t⟩ (clipped together with the
+data gradient) and the optimiser adds μθ through SGD's weight decay (outside the clip). Without
+clipping the split is invisible.
+
+Server: θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i, Δ_i = θ_{i,K} − θ^t (a descent displacement; the
+pseudo-gradient is −mean Δ_i/(η_t K)).
+
+State: server θ; clients stateless. Communication per round: down 1·d (θ^t), up 1·d (Δ_i).
+Gradient evaluations per step: 1.
+
+Defaults: μ = 0.01. FL-Simulator's ``--lamb`` (gradient convention μ(θ − θ^t), no factor 2) has the
+parser default 0.1, shared with FedDyn; its README / issue #7 quote 0.1 and 0.01 for the proxy
+coefficient; fedlab takes the smaller one, the usual FedProx range being 0.001–0.1. The preset
+``flsim_default`` gives μ = 0.1. FedACG's code puts μ on Σ(θ − θ^t)² (gradient 2μ(θ − θ^t)): use
+twice its value here. Liu's code adds the prox term through ``.item()`` so it has no effect
+(known bug; not reproduced). With μ = 0 FedProx is FedAvg bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from fedlab.algorithms._registry import register
+from fedlab.algorithms.base import State, StepInfo, check_range, descend
+from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
+from fedlab.models.functional import Batch, GradFn
+
+
+@dataclass(frozen=True)
+class FedProxParams(FedAvgParams):
+    mu: float = 0.01  # proximal weight μ, gradient μ(θ − θ^t) (FL-Sim `--lamb` convention; README 0.1 / 0.01)
+
+    def validate(self) -> None:
+        super().validate()
+        check_range("mu", self.mu, 0.0)
+
+
+@register
+class FedProx(FedAvg):
+    name = "fedprox"
+    paper = "Li et al., MLSys 2020"
+    hparams_cls = FedProxParams
+    grad_evals_per_step = 1
+    state_where = "server: θ"
+    presets = {"flsim_default": {"mu": 0.1}}
+
+    def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
+                   step: StepInfo) -> tuple[Tensor, State, Tensor]:
+        g, loss = grad_fn(theta, batch)
+        mu = self.hp.mu
+        return descend(theta, g - mu * msg["theta"], step, unclipped=mu * theta), cstate, loss
