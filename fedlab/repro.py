@@ -40,3 +40,120 @@ def torch_generator(seed: int, *purpose: object, device: str | torch.device = "c
 def numpy_generator(seed: int, *purpose: object) -> np.random.Generator:
     """A fresh ``numpy.random.Generator`` (PCG64) for one purpose."""
     return np.random.default_rng(derive_seed(seed, *purpose))
+
+
+# --- figures with provenance -------------------------------------------------------------------
+FIGURES_DIR: Path = REPO_ROOT / "figures"
+CITABLE_PROFILES = ("cpu", "paper")
+
+
+def git_commit() -> str:
+    """The repository's HEAD commit (``unknown`` outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    import matplotlib
+    import pandas
+
+    from fedlab import __version__
+
+    return {"fedlab": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "pandas": pandas.__version__, "matplotlib": matplotlib.__version__}
+
+
+def save_figure(
+    fig: "matplotlib.figure.Figure",  # noqa: F821
+    name: str,
+    *,
+    notebook: str,
+    profile: str,
+    caption: str,
+    parameters: dict | None = None,
+    config_hashes: list[str] | None = None,
+    out_dir: str | Path | None = None,
+) -> dict[str, Path]:
+    """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
+
+    Figures of the citable profiles (``cpu``, ``paper``) go to ``figures/`` and are indexed in
+    ``figures/README.md``; ``ci``-profile figures go to ``figures/_scratch/`` (not committed), so a
+    quick check never overwrites a citable figure.
+    """
+    import datetime
+    import json
+    import re
+
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_\-]*", name):
+        raise ValueError(f"figure name {name!r} must be lower-case letters, digits, '_' or '-'")
+    if out_dir is None:
+        out_dir = FIGURES_DIR if profile in CITABLE_PROFILES else FIGURES_DIR / "_scratch"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"png": out / f"{name}.png", "pdf": out / f"{name}.pdf", "json": out / f"{name}.json"}
+    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None,
+                                                             "Producer": None})
+    nb = Path(notebook).stem
+    params_file = f"notebooks/params/{nb}.{profile}.yaml"
+    command = (f"papermill notebooks/{nb}.ipynb runs/figures/{nb}.ipynb -k python3 --cwd notebooks"
+               + (f" -f {params_file}" if profile in CITABLE_PROFILES else ""))
+    meta = {
+        "figure": name,
+        "caption": caption,
+        "notebook": f"notebooks/{nb}.ipynb",
+        "profile": profile,
+        "parameters": parameters or {},
+        "seed": (parameters or {}).get("seed"),
+        "config_hashes": config_hashes or [],
+        "git_commit": git_commit(),
+        "packages": package_versions(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+    }
+    paths["json"].write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    if out.resolve() == FIGURES_DIR.resolve():
+        write_figure_index(FIGURES_DIR)
+    return paths
+
+
+def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
+    """Regenerate ``figures/README.md`` (the citation index) from the JSON sidecars."""
+    import json
+
+    entries = []
+    for sidecar in sorted(Path(figures_dir).glob("*.json")):
+        try:
+            meta = json.loads(sidecar.read_text())
+        except json.JSONDecodeError:
+            continue
+        if "figure" in meta:
+            entries.append(meta)
+    entries.sort(key=lambda m: (m["notebook"], m["figure"]))
+    lines = [
+        "# Figures",
+        "",
+        "Every figure here was made by a notebook through `fedlab.repro.save_figure`, which writes a PNG,",
+        "a PDF and a JSON sidecar with the provenance (parameters, seed, run config hashes, git commit,",
+        "package versions, date). Rebuild all of them with `make figures`, or one with its command below.",
+        "To cite a figure, cite the repository (`CITATION.cff`) and give the figure name and git commit",
+        "from its sidecar.",
+        "",
+        "| figure | caption | notebook | profile | command |",
+        "|---|---|---|---|---|",
+    ]
+    for m in entries:
+        caption = str(m.get("caption", "")).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| [{m['figure']}]({m['figure']}.png) ([pdf]({m['figure']}.pdf), [json]({m['figure']}.json))"
+                     f" | {caption} | `{m['notebook']}` | {m['profile']} | `{m['command']}` |")
+    path = Path(figures_dir) / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,67 @@
+# fedlab — every target creates or reuses the virtual environment by itself.
+# The README's two commands:  `make run`  (the notebooks at their default size)  and  `make test`.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+export PYTHONHASHSEED := 0
+NB_OUT := runs/notebooks
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+FMNIST_DEB := /usr/share/datasets/fashion-mnist
+
+.PHONY: venv data run test test-unit test-notebooks figures bench bench-speed clean-runs
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[notebooks,test]"
+	@rm -f $(VENV)/.installed-* && touch $@
+
+# Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root).
+data:
+	@if [ -d $(FMNIST_DEB) ] || [ -f data/FashionMNIST/raw/train-images-idx3-ubyte ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing dataset-fashion-mnist"; apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
+	else echo "note: Fashion-MNIST not on disk; install the Debian package dataset-fashion-mnist or let torchvision download it"; fi
+
+# The main job: every notebook at its default (ci) size, executed with papermill.
+run: venv data
+	@mkdir -p $(NB_OUT)
+	@for nb in $(NOTEBOOKS); do \
+	  echo "== $$nb"; \
+	  $(PY) -m papermill $$nb $(NB_OUT)/$$(basename $$nb) -k python3 --cwd notebooks \
+	    --execution-timeout 1800 --no-progress-bar --log-level WARNING || exit 1; \
+	done
+	@$(PY) -m fedlab run --algorithm fedavg --dataset fmnist --n-clients 100 --participation 0.1 \
+	  --partition dirichlet --alpha 0.1 --rounds 20 --no-progress --name "FedAvg (summary run)"
+	@$(PY) -m fedlab run --algorithm fedsam --dataset fmnist --n-clients 100 --participation 0.1 \
+	  --partition dirichlet --alpha 0.1 --rounds 20 --no-progress --name "FedSAM (summary run)"
+	@echo "executed notebooks: $(NB_OUT)/   figures (ci size): figures/_scratch/   runs: runs/"
+
+test: venv data test-unit test-notebooks
+
+test-unit: venv
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q tests
+
+test-notebooks: venv
+	@if [ -n "$(NOTEBOOKS)" ]; then \
+	  OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadscope -q -p no:randomly --nbval-lax --nbval-current-env \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600 notebooks/; \
+	else echo "no notebooks yet"; fi
+
+# Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients).
+figures: venv data
+	@for nb in $(NOTEBOOKS); do \
+	  base=$$(basename $$nb .ipynb); params=notebooks/params/$$base.cpu.yaml; \
+	  echo "== $$nb ($$params)"; \
+	  $(PY) -m papermill $$nb runs/figures/$$base.ipynb -f $$params -k python3 --cwd notebooks \
+	    --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
+	done
+
+bench: venv data
+	$(PY) -m fedlab bench --algorithms all
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,76 @@
+"""The house plot style and a few plotting helpers shared by the notebooks.
+
+One colour per method, fixed across every figure, so a reader can follow FedVSSAM from notebook to
+notebook; light grid, no top/right spines, labelled axes.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+METHOD_ORDER = ("fedavg", "fedprox", "scaffold", "feddyn", "fedacg", "fedsam", "mofedsam", "fedgamma",
+                "fedspeed", "fedsmoo", "fedsmoo_adaptive", "fedlesam", "fedswa", "fedmoswa", "fednsam",
+                "fedvssam")
+METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "feddyn": "FedDyn",
+                 "fedacg": "FedACG", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
+                 "fedspeed": "FedSpeed", "fedsmoo": "FedSMOO", "fedsmoo_adaptive": "FedSMOO (adaptive)",
+                 "fedlesam": "FedLESAM", "fedswa": "FedSWA", "fedmoswa": "FedMoSWA", "fednsam": "FedNSAM",
+                 "fedvssam": "FedVSSAM"}
+_PALETTE = ["#4d4d4d", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
+            "#e377c2", "#2ca02c", "#98df8a", "#7f7f7f", "#aec7e8", "#393b79", "#ffbb78", "#d62728"]
+METHOD_COLORS = dict(zip(METHOD_ORDER, _PALETTE))
+
+
+def use_house_style() -> None:
+    """Apply fedlab's matplotlib defaults (call once at the top of a notebook)."""
+    mpl.rcParams.update({
+        "figure.figsize": (6.4, 4.0), "figure.dpi": 100, "savefig.dpi": 150,
+        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+        "grid.alpha": 0.3, "grid.linewidth": 0.6, "axes.titlesize": 11, "axes.labelsize": 10,
+        "legend.fontsize": 8, "legend.frameon": False, "xtick.labelsize": 9, "ytick.labelsize": 9,
+        "lines.linewidth": 1.6, "font.family": "DejaVu Sans",
+    })
+
+
+def method_label(name: str) -> str:
+    return METHOD_LABELS.get(name, name)
+
+
+def method_color(name: str) -> str:
+    return METHOD_COLORS.get(name, "#333333")
+
+
+def plot_curves(ax: plt.Axes, results: Iterable[Any], metric: str = "test_acc", *,
+                labels: Sequence[str] | None = None, smooth: int = 1) -> plt.Axes:
+    """One line per RunResult of ``metric`` against round (NaN rows, i.e. rounds without eval, dropped)."""
+    for j, res in enumerate(results):
+        df = res.metrics[["round", metric]].dropna()
+        y = df[metric].rolling(smooth, min_periods=1).mean() if smooth > 1 else df[metric]
+        label = labels[j] if labels else method_label(res.label)
+        ax.plot(df["round"], y, label=label, color=method_color(res.config.algorithm))
+    ax.set_xlabel("round")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.legend()
+    return ax
+
+
+def heatmap(ax: plt.Axes, table: pd.DataFrame, *, cmap: str = "viridis", label: str = "",
+            annotate: bool = False, fmt: str = "{:.0f}") -> plt.Axes:
+    """A labelled heatmap of a DataFrame (rows × columns) with a colour bar."""
+    values = table.to_numpy(dtype=float)
+    im = ax.imshow(values, aspect="auto", cmap=cmap, interpolation="nearest")
+    ax.set_xticks(range(values.shape[1]), [str(c) for c in table.columns])
+    step = max(1, values.shape[0] // 20)
+    ax.set_yticks(range(0, values.shape[0], step), [str(i) for i in table.index[::step]])
+    ax.grid(False)
+    ax.figure.colorbar(im, ax=ax, label=label)
+    if annotate:
+        for (r, c), v in np.ndenumerate(values):
+            ax.text(c, r, fmt.format(v), ha="center", va="center", fontsize=7,
+                    color="white" if v < values.mean() else "black")
+    return ax
