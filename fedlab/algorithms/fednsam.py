@@ -1,0 +1,145 @@
+"""FedNSAM — SAM steered by global Nesterov momentum (Liu et al., MM 2025, arXiv 2602.23827), §9.
+
+The server keeps a global momentum m of the aggregated updates. Clients use it (a) to extrapolate
+(a Nesterov look-ahead along γm) and, in the paper, (b) as the SAM perturbation direction instead of
+the local minibatch gradient, so local flat regions are searched along the global trajectory.
+
+Server, every variant (Δ̄ = mean_{i∈S_t} Δ_i, Δ_i = θ_{i,K} − θ_{i,0} relative to the client's start)::
+
+    m^t     = γ m^{t−1} + Δ̄^t          (m^{−1} = 0, so m^0 = Δ̄^0)
+    θ^{t+1} = θ^t + m^t                 (= θ_{i,0} + Δ̄ = mean_S θ_{i,K} with round-start extrapolation)
+
+``variant="code"`` (default; junkangLiu0/FedNSAM ``update_NSAM`` + the FedSWA repo's server)::
+
+    θ_{i,0} = θ^t + γ m^{t−1}           extrapolate once; the server sends this point (down 1·d)
+    each step:  g = ∇f_i(θ; ξ);  g̃ = ∇f_i(θ + ρ g/‖g‖; ξ);  θ ← θ − η_t (clip(g̃, C) + wd·θ)
+
+    ordinary local-gradient SAM: 2 gradient evaluations per step. With γ = 0 this is FedSAM exactly.
+
+``variant="paper"`` (abstract and paper description)::
+
+    δ = ρ (−m^{t−1}) / ‖m^{t−1}‖        uphill is −m, since m accumulates descent displacements
+    each step:  g̃ = ∇f_i(θ + δ; ξ);  θ ← θ − η_t (clip(g̃, C) + wd·θ)       1 gradient per step
+
+    the client needs m itself: down 2·d (θ_{i,0} and m). δ = 0 while m = 0 (round 0).
+
+Where the extrapolation happens (``extrapolation``): ``"round_start"`` (default, both variants) moves
+the starting point once, θ_{i,0} = θ^t + γm — the code, and the paper's "the local update starts with
+a Nesterov extrapolation step". ``"every_step"`` reads the paper's θ_{i,k+1/4} = θ_{i,k} + γm as a
+look-ahead *gradient*: clients start at θ^t and evaluate every gradient at θ_{i,k} + γm (+ δ) without
+moving the iterate (no public code does this; moving the iterate by γm at every step would shift it
+by Kγm per round). The server rule above is the Nesterov update in both cases. Down 2·d (θ^t, m).
+
+State: server θ, m (2·d); clients stateless. Up 1·d (Δ_i).
+Gradient evaluations per step: 2 (code) / 1 (paper); the class attribute gives the maximum (2), an
+instance reports its variant's count.
+
+Reported loss: code variant — the loss at the (extrapolated) unperturbed iterate; paper variant —
+the only gradient call is at the perturbed point, so that loss is reported (the unperturbed loss
+while m = 0).
+
+Defaults: γ = 0.85, ρ = 0.05 — both hard-coded in the official client (CLI ``--rho``/``--gamma`` are
+ignored there); ε = 1e-12.
+
+Known bug of the official repo (junkangLiu0/FedNSAM ``apply_weights_avgACG``): the server loop
+overwrites m with γΔ̄ + Δ̄ = (1+γ)Δ̄ and never reads the old m, so nothing accumulates:
+θ^{t+1} = θ^t + (1+γ)Δ̄^t while clients start from θ^t + γ(1+γ)Δ̄^{t−1}. fedlab implements the
+accumulating form (as the FedSWA repo and the CUMTzgq re-implementation do); the official behaviour is
+available with ``momentum_overwrite_bug=True`` (preset ``official_repo``). The code also extrapolates
+BatchNorm buffers; fedlab's models have none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fedlab.algorithms._registry import register
+from fedlab.algorithms.base import (
+    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+)
+from fedlab.algorithms.sam import sam_gradient
+from fedlab.models.functional import Batch, GradFn
+
+VARIANTS = ("code", "paper")
+EXTRAPOLATIONS = ("round_start", "every_step")
+
+
+@dataclass(frozen=True)
+class FedNSAMParams(HParams):
+    rho: float = 0.05  # SAM radius (hard-coded 0.05 in the official client)
+    gamma: float = 0.85  # global momentum / extrapolation coefficient (hard-coded 0.85)
+    eps: float = 1e-12  # added to the norm of the perturbation direction
+    variant: str = "code"  # "code": local-gradient SAM; "paper": perturb along −m (1 grad/step)
+    extrapolation: str = "round_start"  # "round_start" (code) or "every_step" (look-ahead gradients)
+    momentum_overwrite_bug: bool = False  # True: official repo's m ← (1+γ)Δ̄ (no accumulation)
+
+    def validate(self) -> None:
+        check_range("rho", self.rho, 0.0)
+        check_range("gamma", self.gamma, 0.0, 1.0, hi_open=True)
+        check_range("eps", self.eps, 0.0)
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)} (got {self.variant!r})")
+        if self.extrapolation not in EXTRAPOLATIONS:
+            raise ValueError(
+                f"extrapolation must be one of {', '.join(EXTRAPOLATIONS)} (got {self.extrapolation!r})"
+            )
+        if not isinstance(self.momentum_overwrite_bug, bool):
+            raise ValueError(f"momentum_overwrite_bug must be a bool (got {self.momentum_overwrite_bug!r})")
+
+
+@register
+class FedNSAM(Algorithm):
+    name = "fednsam"
+    paper = "Liu et al., MM 2025 (arXiv 2602.23827)"
+    hparams_cls = FedNSAMParams
+    grad_evals_per_step = 2  # maximum over the variants; instances report their own
+    state_where = "server: θ, m"
+    presets = {
+        "code": {"variant": "code", "extrapolation": "round_start"},
+        "paper": {"variant": "paper", "extrapolation": "round_start"},
+        "official_repo": {"variant": "code", "extrapolation": "round_start", "momentum_overwrite_bug": True},
+    }
+
+    def __init__(self, hparams: Any = None, **overrides: Any) -> None:
+        super().__init__(hparams, **overrides)
+        self.grad_evals_per_step = 2 if self.hp.variant == "code" else 1  # type: ignore[misc]
+
+    @property
+    def _every_step(self) -> bool:
+        return self.hp.extrapolation == "every_step"
+
+    def server_init(self, theta0: Tensor) -> State:
+        return {"theta": theta0.clone(), "m": torch.zeros_like(theta0)}
+
+    def _start(self, server: State) -> Tensor:
+        """θ_{i,0}: θ^t + γ m^{t−1} with round-start extrapolation, else θ^t."""
+        if self._every_step:
+            return server["theta"]
+        return server["theta"] + self.hp.gamma * server["m"]
+
+    def broadcast(self, server: State, info: RoundInfo) -> State:
+        msg = {"theta": self._start(server)}
+        if self.hp.variant == "paper" or self._every_step:
+            msg["m"] = server["m"]
+        return msg
+
+    def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
+                   step: StepInfo) -> tuple[Tensor, State, Tensor]:
+        point = theta + self.hp.gamma * msg["m"] if self._every_step else theta
+        if self.hp.variant == "code":
+            g, loss = grad_fn(point, batch)
+            g_sam, _ = sam_gradient(point, g, self.hp.rho, batch, grad_fn, self.hp.eps)
+        else:
+            g_sam, loss = sam_gradient(point, -msg["m"], self.hp.rho, batch, grad_fn, self.hp.eps)
+        return descend(theta, g_sam, step), cstate, loss
+
+    def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
+        delta_bar = stacked_mean(uploads, "delta")
+        if self.hp.momentum_overwrite_bug:
+            m = self.hp.gamma * delta_bar + delta_bar  # the old m is never read
+        else:
+            m = self.hp.gamma * server["m"] + delta_bar
+        return {**server, "theta": server["theta"] + m, "m": m}

@@ -1,0 +1,82 @@
+"""MoFedSAM — FedSAM with client-side global momentum (Qu et al., ICML 2022), ALGORITHMS.md §4.
+
+Reference: FL-Simulator ``server/MoFedSAM.py`` + ``client/mofedsam.py`` (Liu's ``FedMoSAM`` path
+crashes and is not used). The server turns last round's mean update into a gradient-like vector and
+sends it with the model; every local step mixes it with the client's SAM gradient.
+
+Round t, server → clients::
+
+    m^t = −Δ̄^{t−1} / (K η_{t−1})            (m^0 = 0: no update exists before round 0)
+
+Client i, each local step with minibatch ξ (θ_{i,0} = θ^t)::
+
+    g  = ∇f_i(θ; ξ)                           raw gradient; its loss is the one reported
+    g̃  = ∇f_i(θ + ρ g/(‖g‖ + ε); ξ)            the shared SAM step (fedlab.algorithms.sam)
+    d  = α g̃ + (1 − α) m^t                    α weights the fresh SAM gradient
+    θ ← θ − η_t (clip(d, C) + wd·θ)            clip acts on the whole mixed direction (FL-Simulator)
+
+upload Δ_i = θ_{i,K} − θ^t. Server: Δ̄^t = mean_{i∈S_t} Δ_i, θ^{t+1} = θ^t + η_g Δ̄^t, keep Δ̄^t.
+
+Sign: Δ̄ is a descent displacement (≈ −η K ∇F), so m = −Δ̄/(Kη) is gradient-like and enters d with a
+plus sign, like g̃. The server keeps Δ̄ (unscaled by η_g) and divides by K·η_{t−1} when it sends it, so
+a per-round learning-rate schedule rescales it with the lr that produced it (``RoundInfo.prev_lr``).
+
+State: server θ, Δ̄ (2·d). Communication per round: down 2·d (θ^t, m^t), up 1·d (Δ_i).
+Gradient evaluations per step: 2. Clients are stateless.
+
+Defaults: α = 0.1 (FL-Simulator ``--alpha``; its README also uses 0.05), ρ = 0.1 (FL-Simulator README
+SAM radius for MoFedSAM), ε = 1e-12, η_g = 1.
+
+Reference-code notes: in round 0, m = 0, so the effective step is α·η_t (10× smaller with α = 0.1) —
+fedlab keeps this behaviour. FL-Simulator takes K from client 0's data size (E·n_0/B, a float); fedlab
+uses the nominal K of the round (``RoundInfo.local_steps``), which is the same for balanced splits.
+With α = 1 the momentum term is multiplied by exactly 0 and MoFedSAM is FedSAM bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedlab.algorithms._registry import register
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend, stacked_mean
+from fedlab.algorithms.fedsam import FedSAM, FedSAMParams
+from fedlab.algorithms.sam import sam_gradient
+from fedlab.models.functional import Batch, GradFn
+
+
+@dataclass(frozen=True)
+class MoFedSAMParams(FedSAMParams):
+    alpha: float = 0.1  # weight of the SAM gradient in d = α g̃ + (1 − α) m (FL-Simulator --alpha 0.1)
+
+    def validate(self) -> None:
+        super().validate()
+        check_range("alpha", self.alpha, 0.0, 1.0)
+
+
+@register
+class MoFedSAM(FedSAM):
+    name = "mofedsam"
+    paper = "Qu et al., ICML 2022 (MoFedSAM); FL-Simulator implementation"
+    hparams_cls = MoFedSAMParams
+    grad_evals_per_step = 2
+    state_where = "server: θ, Δ̄ (last mean update)"
+
+    def server_init(self, theta0: Tensor) -> State:
+        return {"theta": theta0.clone(), "delta_bar": torch.zeros_like(theta0)}
+
+    def broadcast(self, server: State, info: RoundInfo) -> State:
+        m = server["delta_bar"] / (-(info.local_steps * info.prev_lr))
+        return {"theta": server["theta"], "m": m}
+
+    def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
+                   step: StepInfo) -> tuple[Tensor, State, Tensor]:
+        g, loss = grad_fn(theta, batch)
+        g_sam, _ = sam_gradient(theta, g, self.hp.rho, batch, grad_fn, self.hp.eps)
+        d = self.hp.alpha * g_sam + (1.0 - self.hp.alpha) * msg["m"]
+        return descend(theta, d, step), cstate, loss
+
+    def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
+        delta_bar = stacked_mean(uploads, "delta")
+        return {**server, "theta": server["theta"] + self.hp.server_lr * delta_bar, "delta_bar": delta_bar}
