@@ -1,0 +1,100 @@
+"""Notebook hygiene: pairing, parameters, kernelspec, normalised outputs, params files."""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
+
+
+def _read(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def _parameter_names(nb: nbformat.NotebookNode) -> set[str]:
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    tree = ast.parse(cell.source)
+    return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+            if isinstance(t, ast.Name)}
+
+
+def test_there_are_notebooks_with_unique_ordered_prefixes():
+    assert NOTEBOOKS, "no notebooks found"
+    prefixes = [p.name[:2] for p in NOTEBOOKS]
+    assert len(set(prefixes)) == len(prefixes)
+    assert [int(p) for p in prefixes] == list(range(len(prefixes))), prefixes
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_kernelspec_and_parameters_cell(path):
+    nb = _read(path)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert first_code is tagged[0], "the parameters cell must be the first code cell"
+    assert not any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
+    # every knob is documented with a comment, and 'profile' says where figures go
+    for line in tagged[0].source.splitlines():
+        if re.match(r"^\w+\s*=", line):
+            assert "#" in line, f"parameter without a comment: {line}"
+    assert "profile" in _parameter_names(nb)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_paired_script_in_sync(path):
+    script = path.with_suffix(".py")
+    assert script.exists(), f"{script.name} missing (jupytext pairing)"
+    from_py = jupytext.read(script)
+    nb = _read(path)
+    py_cells = [(c.cell_type, c.source.strip()) for c in from_py.cells]
+    nb_cells = [(c.cell_type, c.source.strip()) for c in nb.cells]
+    assert py_cells == nb_cells, "notebook and .py differ: run `python -m fedlab._nbtools build NN`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_committed_with_clean_outputs(path):
+    nb = _read(path)
+    assert "papermill" not in nb.metadata
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "notebook not executed (ci outputs missing)"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run top to bottom once"
+    checked = 0
+    for c in code:
+        assert "papermill" not in c.metadata and "execution" not in c.metadata
+        for out in c.outputs:
+            assert out.output_type != "error", f"error output in {path.name}"
+            if out.output_type == "stream" and out.name == "stderr":
+                assert "Warning" not in out.text, f"warning in outputs of {path.name}: {out.text[:200]}"
+            if out.output_type in ("execute_result",):
+                text = out.data.get("text/plain", "")
+                assert not re.search(r"<[\w.]+ object at 0x", text), "object repr in outputs"
+        if "NBVAL_CHECK_OUTPUT" in c.source:
+            checked += 1
+            assert any(o.output_type == "stream" and o.name == "stdout" for o in c.outputs)
+    assert checked >= 1, "at least one # NBVAL_CHECK_OUTPUT cell"
+    proc = subprocess.run([sys.executable, "-m", "nbstripout", "--verify", "--keep-output", "--keep-count",
+                           "--extra-keys", "metadata.papermill cell.metadata.papermill", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"not normalised: {proc.stdout}{proc.stderr}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+@pytest.mark.parametrize("profile", ["cpu", "paper"])
+def test_params_files(path, profile):
+    params = NB_DIR / "params" / f"{path.stem}.{profile}.yaml"
+    assert params.exists(), f"missing {params.relative_to(NB_DIR.parent)}"
+    values = yaml.safe_load(params.read_text())
+    assert isinstance(values, dict) and values.get("profile") == profile
+    unknown = set(values) - _parameter_names(_read(path))
+    assert not unknown, f"{params.name} sets names the notebook does not have: {sorted(unknown)}"
