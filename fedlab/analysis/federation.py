@@ -1,0 +1,383 @@
+"""A federation seen by the analysis tools: one flat model plus each client's data, and its losses.
+
+Every analysis in :mod:`fedlab.analysis` works on a *federation view*: a :class:`~fedlab.models.FlatModel`
+and a list ``clients = [(x_1, y_1), ..., (x_N, y_N)]`` of per-client training tensors on the model's
+device (:data:`ClientData`). The objective is the one the papers write down,
+
+    F(θ) = (1/N) Σ_i F_i(θ),      F_i(θ) = (1/n_i) Σ_{s ∈ client i} ℓ(θ; x_s, y_s),
+
+an *unweighted* mean over clients (FedVSSAM, FedSMOO, FedNSAM all define F this way), with ℓ the
+cross-entropy. ``F_i`` is the client's full-data loss; passing ``batches=b`` estimates it from b
+seeded minibatches of ``batch_size`` samples instead (the same samples on every call, so the loss is
+a deterministic function of θ and can be differentiated twice, fed to an eigensolver, and so on).
+
+:class:`EmpiricalLoss` is that function. Because the model treats samples independently (GroupNorm,
+no BatchNorm), F is a weighted sum of per-sample losses, F(θ) = Σ_s w_s ℓ_s(θ) with
+w_s = 1/(N n_i) for a sample of client i, so it can be cut into chunks of samples at will: gradients
+and Hessian-vector products are accumulated chunk by chunk, which bounds the memory of a
+double-backward pass by ``chunk_size`` samples instead of the whole federation.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.func import grad_and_value
+
+from fedlab.engine.batches import fixed_step_batches
+from fedlab.models.functional import FlatModel
+from fedlab.repro import numpy_generator, torch_generator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedlab.config import Config
+    from fedlab.data import Dataset
+    from fedlab.data.partition import Partition
+
+__all__ = [
+    "ClientData",
+    "EmpiricalLoss",
+    "LossFn",
+    "check_clients",
+    "client_data",
+    "client_loss_fn",
+    "evaluate_affine",
+    "evaluate_points",
+    "federation_from_config",
+    "global_loss_fn",
+    "sample_batches",
+]
+
+ClientData = list[tuple[Tensor, Tensor]]
+"""Per-client training data ``[(x_i, y_i), ...]``, on the model's device."""
+
+LossFn = Callable[[Tensor], Tensor]
+"""θ ↦ scalar loss, differentiable (twice) with ``torch.func``."""
+
+DEFAULT_CHUNK = 2048
+"""Samples per forward pass inside :class:`EmpiricalLoss` (bounds activation memory)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# building a federation view
+# ------------------------------------------------------------------------------------------------
+def check_clients(clients: Sequence[tuple[Tensor, Tensor]], name: str = "clients") -> None:
+    """Raise ``ValueError`` naming ``name`` unless every client holds ≥ 1 sample with matching x, y."""
+    if not isinstance(clients, Sequence) or len(clients) == 0:
+        raise ValueError(f"{name} must be a non-empty list of (x, y) tensor pairs")
+    for i, pair in enumerate(clients):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ValueError(f"{name}[{i}] must be an (x, y) pair of tensors")
+        x, y = pair
+        if not (isinstance(x, Tensor) and isinstance(y, Tensor)):
+            raise ValueError(f"{name}[{i}] must hold tensors, got {type(x).__name__}, {type(y).__name__}")
+        if x.shape[0] == 0:
+            raise ValueError(f"{name}[{i}] is empty (no samples)")
+        if y.ndim != 1 or y.shape[0] != x.shape[0]:
+            raise ValueError(f"{name}[{i}] has {x.shape[0]} inputs but labels of shape {tuple(y.shape)}")
+
+
+def client_data(
+    dataset: "Dataset",
+    partition: "Partition",
+    max_per_client: int | None = None,
+    seed: int = 0,
+    *,
+    drop_empty: bool = True,
+) -> ClientData:
+    """Each client's training tensors ``(x_train[idx_i], y_train[idx_i])`` on the dataset's device.
+
+    Args:
+        dataset: a :class:`fedlab.data.Dataset`.
+        partition: a :class:`fedlab.data.partition.Partition` of ``dataset``'s training set.
+        max_per_client: keep at most this many samples per client, a uniform random subset drawn
+            from ``numpy_generator(seed, "analysis-subset", i)`` (sorted); ``None`` keeps all.
+        seed: seeds the subsets.
+        drop_empty: clients without samples have no F_i; they are left out (with a warning) when
+            ``True``, and cause a ``ValueError`` when ``False``.
+    """
+    if max_per_client is not None and (isinstance(max_per_client, bool) or int(max_per_client) < 1):
+        raise ValueError(f"max_per_client must be None or an integer >= 1, got {max_per_client!r}")
+    device = dataset.x_train.device
+    out: ClientData = []
+    empty = []
+    for i, idx in enumerate(partition.client_indices):
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0:
+            empty.append(i)
+            continue
+        if max_per_client is not None and idx.size > max_per_client:
+            rng = numpy_generator(seed, "analysis-subset", i)
+            idx = np.sort(rng.choice(idx, size=int(max_per_client), replace=False))
+        ix = torch.tensor(idx, dtype=torch.long, device=device)
+        out.append((dataset.x_train[ix], dataset.y_train[ix]))
+    if empty:
+        if not drop_empty:
+            raise ValueError(f"partition has empty clients {empty}; pass drop_empty=True to leave them out")
+        warnings.warn(f"client_data: left out {len(empty)} empty client(s): {empty[:10]}", stacklevel=2)
+    if not out:
+        raise ValueError("partition: every client is empty")
+    return out
+
+
+def federation_from_config(
+    config: "Config",
+    *,
+    max_per_client: int | None = None,
+    seed: int = 0,
+    dataset: "Dataset | None" = None,
+) -> tuple[FlatModel, ClientData, tuple[Tensor, Tensor]]:
+    """``(model, clients, (x_test, y_test))`` exactly as :class:`fedlab.engine.Simulation` builds them.
+
+    The model holds the run's initial weights (``model.theta0()`` is θ⁰ of the run); the clients are
+    the run's partition (:func:`client_data`, empty clients left out). Nothing is trained or written.
+    """
+    from fedlab.engine.loop import Simulation
+
+    sim = Simulation.build(config, dataset)
+    clients = client_data(sim.dataset, sim.partition, max_per_client, seed)
+    return sim.model, clients, (sim.dataset.x_test, sim.dataset.y_test)
+
+
+def sample_batches(n: int, batches: int, batch_size: int, generator: torch.Generator) -> Tensor:
+    """``(batches, batch_size)`` indices into ``range(n)``, by consecutive random permutations.
+
+    The same rule as the engine's local minibatches (:func:`fedlab.engine.batches.fixed_step_batches`):
+    batches are disjoint while the data last, and a client smaller than ``batch_size`` repeats samples,
+    so every batch has exactly ``batch_size`` samples.
+    """
+    if batches < 1:
+        raise ValueError(f"batches must be >= 1, got {batches}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return fixed_step_batches(torch.arange(n), batches, batch_size, generator)
+
+
+# ------------------------------------------------------------------------------------------------
+# the loss as a function of θ
+# ------------------------------------------------------------------------------------------------
+class EmpiricalLoss:
+    """F(θ) = Σ_s w_s ℓ(θ; x_s, y_s) on a fixed sample, evaluated in chunks of samples.
+
+    Each sample belongs to a *group* (a client); ``group_losses(θ)`` returns the per-group mean
+    losses F_i, and ``F = Σ_i c_i F_i`` with group weights ``c_i`` (1/N for the federated objective).
+    Calling the object returns F(θ) and is differentiable with ``torch.func`` and vmappable over θ.
+    ``parts()`` yields one function per chunk whose sum is F; :func:`fedlab.analysis.hessian.hvp`
+    and :meth:`value_and_grad` accumulate over them to keep double-backward memory bounded.
+    """
+
+    def __init__(
+        self,
+        model: FlatModel,
+        x: Tensor,
+        y: Tensor,
+        groups: Tensor,
+        group_weights: Tensor,
+        *,
+        chunk_size: int = DEFAULT_CHUNK,
+    ) -> None:
+        if x.shape[0] != y.shape[0] or x.shape[0] != groups.shape[0]:
+            raise ValueError(f"x, y and groups must have the same length; got {x.shape[0]}, {y.shape[0]}, "
+                             f"{groups.shape[0]}")
+        if x.shape[0] == 0:
+            raise ValueError("x: the loss needs at least one sample")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.model = model
+        self.x, self.y = x, y
+        self.groups = groups.to(device=x.device, dtype=torch.long)
+        self.n_groups = int(group_weights.numel())
+        counts = torch.bincount(self.groups, minlength=self.n_groups)
+        if bool((counts == 0).any()):
+            raise ValueError(f"group {int(torch.nonzero(counts == 0)[0])} has no samples")
+        self.group_sizes = counts
+        wdtype = x.dtype if x.is_floating_point() else torch.float32
+        self.group_weights = group_weights.to(device=x.device, dtype=wdtype)
+        # w_s = c_{g(s)} / n_{g(s)}: the weight of sample s in F; 1/n_{g(s)} in its group's mean.
+        self._mean_weight = (1.0 / counts.to(wdtype))[self.groups]
+        self._weight = self.group_weights[self.groups] * self._mean_weight
+        self.chunk_size = int(chunk_size)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.x.shape[0])
+
+    def _chunks(self) -> Iterator[slice]:
+        for start in range(0, self.n_samples, self.chunk_size):
+            yield slice(start, min(start + self.chunk_size, self.n_samples))
+
+    def _chunk_loss(self, theta: Tensor, sl: slice) -> Tensor:
+        logits = self.model.forward(theta, self.x[sl])
+        per_sample = F.cross_entropy(logits, self.y[sl], reduction="none")
+        return (per_sample * self._weight[sl].to(per_sample.dtype)).sum()
+
+    def __call__(self, theta: Tensor) -> Tensor:
+        total = None
+        for sl in self._chunks():
+            part = self._chunk_loss(theta, sl)
+            total = part if total is None else total + part
+        assert total is not None
+        return total
+
+    def parts(self) -> list[LossFn]:
+        """Functions θ ↦ (chunk's share of F); their sum is F."""
+        return [lambda theta, sl=sl: self._chunk_loss(theta, sl) for sl in self._chunks()]
+
+    def group_losses(self, theta: Tensor) -> Tensor:
+        """``[n_groups]`` tensor of per-group mean losses F_i(θ) (vmappable over θ)."""
+        out = None
+        for sl in self._chunks():
+            logits = self.model.forward(theta, self.x[sl])
+            per_sample = F.cross_entropy(logits, self.y[sl], reduction="none")
+            scaled = per_sample * self._mean_weight[sl].to(per_sample.dtype)
+            zero = torch.zeros(self.n_groups, dtype=per_sample.dtype, device=per_sample.device)
+            part = zero.index_add(0, self.groups[sl], scaled)
+            out = part if out is None else out + part
+        assert out is not None
+        return out
+
+    def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``(F(θ), ∇F(θ))``, accumulated chunk by chunk (detached)."""
+        value = torch.zeros((), dtype=theta.dtype, device=theta.device)
+        grad = torch.zeros_like(theta)
+        for part in self.parts():
+            g, v = grad_and_value(part)(theta)
+            grad = grad + g.detach()
+            value = value + v.detach()
+        return value, grad
+
+
+def _loss_from_clients(
+    model: FlatModel,
+    clients: Sequence[tuple[Tensor, Tensor]],
+    batches: int | None,
+    batch_size: int,
+    seed: int,
+    chunk_size: int,
+    name: str,
+) -> EmpiricalLoss:
+    check_clients(clients, name)
+    xs, ys, gs = [], [], []
+    for i, (x, y) in enumerate(clients):
+        if batches is not None:
+            gen = torch_generator(seed, "analysis-loss-batches", i)
+            idx = sample_batches(x.shape[0], batches, batch_size, gen).reshape(-1).to(x.device)
+            x, y = x[idx], y[idx]
+        xs.append(x)
+        ys.append(y)
+        gs.append(torch.full((x.shape[0],), i, dtype=torch.long, device=x.device))
+    n = len(clients)
+    weights = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    return EmpiricalLoss(model, torch.cat(xs), torch.cat(ys), torch.cat(gs), weights, chunk_size=chunk_size)
+
+
+def global_loss_fn(
+    model: FlatModel,
+    clients: Sequence[tuple[Tensor, Tensor]],
+    batches: int | None = None,
+    batch_size: int = 64,
+    seed: int = 0,
+    *,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> EmpiricalLoss:
+    """The global objective F(θ) = (1/N) Σ_i F_i(θ) as a deterministic function of θ.
+
+    ``batches=None`` uses each client's full data; ``batches=b`` estimates F_i on b minibatches of
+    ``batch_size`` samples drawn once from ``torch_generator(seed, "analysis-loss-batches", i)``.
+    """
+    if batches is not None and batches < 1:
+        raise ValueError(f"batches must be None or >= 1, got {batches}")
+    return _loss_from_clients(model, clients, batches, batch_size, seed, chunk_size, "clients")
+
+
+def client_loss_fn(
+    model: FlatModel,
+    client: tuple[Tensor, Tensor],
+    batches: int | None = None,
+    batch_size: int = 64,
+    seed: int = 0,
+    *,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> EmpiricalLoss:
+    """One client's loss F_i(θ) (full data, or ``batches`` seeded minibatches), as for the global one."""
+    if batches is not None and batches < 1:
+        raise ValueError(f"batches must be None or >= 1, got {batches}")
+    return _loss_from_clients(model, [client], batches, batch_size, seed, chunk_size, "client")
+
+
+# ------------------------------------------------------------------------------------------------
+# many points at once
+# ------------------------------------------------------------------------------------------------
+def resolve_chunk(vmap_chunk: int | None, theta: Tensor) -> int:
+    """``vmap_chunk=None`` → 16 points per ``vmap`` call on CUDA, 1 (a plain loop) elsewhere.
+
+    On CPU, ``vmap`` over parameters turns convolutions into grouped convolutions, which measured
+    slower than a loop; on a GPU batching the points pays.
+    """
+    if vmap_chunk is None:
+        return 16 if theta.is_cuda else 1
+    if vmap_chunk < 1:
+        raise ValueError(f"vmap_chunk must be None or >= 1, got {vmap_chunk}")
+    return int(vmap_chunk)
+
+
+@torch.no_grad()
+def evaluate_points(
+    fn: Callable[[Tensor], Tensor],
+    thetas: Tensor,
+    *,
+    vmap_chunk: int | None = None,
+    progress: bool = False,
+    desc: str = "points",
+) -> Tensor:
+    """``stack([fn(θ) for θ in thetas])`` — by ``torch.func.vmap`` in chunks of ``vmap_chunk`` points."""
+    from tqdm import tqdm
+
+    if thetas.ndim != 2:
+        raise ValueError(f"thetas must be a (points, d) tensor, got shape {tuple(thetas.shape)}")
+    chunk = resolve_chunk(vmap_chunk, thetas)
+    outs = []
+    starts = range(0, thetas.shape[0], chunk)
+    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        block = thetas[start:start + chunk]
+        if chunk == 1:
+            outs.append(torch.stack([fn(t) for t in block]))
+        else:
+            outs.append(torch.func.vmap(fn)(block))
+    return torch.cat(outs)
+
+
+@torch.no_grad()
+def evaluate_affine(
+    fn: Callable[[Tensor], Tensor],
+    base: Tensor,
+    coeffs: Tensor,
+    directions: Tensor,
+    *,
+    vmap_chunk: int | None = None,
+    progress: bool = False,
+    desc: str = "points",
+) -> Tensor:
+    """``fn(base + Σ_k coeffs[p, k] · directions[k])`` for every row p of ``coeffs``.
+
+    The points are built one chunk at a time, so memory stays at ``chunk × d`` however many points
+    there are (a 21×21 landscape of an 11M-parameter ResNet would need 19 GB if built at once).
+    A zero coefficient row gives ``base`` exactly.
+    """
+    from tqdm import tqdm
+
+    if directions.ndim != 2 or directions.shape[1] != base.numel() or coeffs.ndim != 2 \
+            or coeffs.shape[1] != directions.shape[0]:
+        raise ValueError(f"directions must be (k, d) and coeffs (points, k); got {tuple(directions.shape)}, "
+                         f"{tuple(coeffs.shape)} for d={base.numel()}")
+    chunk = resolve_chunk(vmap_chunk, base)
+    c = coeffs.to(device=base.device, dtype=base.dtype)
+    outs = []
+    for start in tqdm(range(0, c.shape[0], chunk), desc=desc, disable=not progress, leave=False):
+        block = base[None] + c[start:start + chunk] @ directions
+        outs.append(torch.stack([fn(t) for t in block]) if chunk == 1 else torch.func.vmap(fn)(block))
+    return torch.cat(outs)

@@ -1,0 +1,127 @@
+"""Client gradients at one point θ: full-batch ∇F_i, minibatch g_{i,b}, and the global ∇F.
+
+These are the raw material of the flatness-incompatibility and friendly-adversary analyses
+(FedVSSAM, arXiv 2605.09144): for client i and minibatch b,
+
+    g_{i,b} = ∇f(θ; batch b of client i),   ∇F_i = gradient of the client's full-data loss,
+    ∇F = (1/N) Σ_i ∇F_i  (the unweighted federated objective).
+
+:func:`client_gradients` computes them once, so several reports can share them. Memory is
+O((N·B + N)·d) floats: pick ``batches`` and the number of clients accordingly for big models.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.func import vmap
+from tqdm import tqdm
+
+from fedlab.analysis.federation import check_clients, client_loss_fn, resolve_chunk, sample_batches
+from fedlab.models.functional import FlatModel
+from fedlab.repro import torch_generator
+
+__all__ = ["ClientGradients", "client_gradients", "check_rho"]
+
+
+def check_rho(rho: float) -> float:
+    """ρ as a float; ``ValueError`` naming ``rho`` unless it is a finite number > 0."""
+    try:
+        value = float(rho)
+    except (TypeError, ValueError):
+        raise ValueError(f"rho must be a number > 0, got {rho!r}") from None
+    if not (value > 0) or value == float("inf"):
+        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    return value
+
+
+@dataclass
+class ClientGradients:
+    """Gradients of every client at θ (all detached, on θ's device).
+
+    ``batch[i, b]`` is g_{i,b}, ``full[i]`` is ∇F_i, ``global_grad`` is ∇F; ``batch_indices[i]`` are the
+    ``(B, batch_size)`` sample indices of client i's minibatches and ``batch_losses[i, b]`` their losses
+    f_{i,b}(θ); ``full_losses[i]`` = F_i(θ).
+    """
+
+    theta: Tensor
+    full: Tensor  # (N, d)
+    batch: Tensor  # (N, B, d)
+    global_grad: Tensor  # (d,)
+    batch_indices: list[Tensor]
+    batch_losses: Tensor  # (N, B)
+    full_losses: Tensor  # (N,)
+    batch_size: int
+    seed: int
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.full.shape[0])
+
+    @property
+    def n_batches(self) -> int:
+        return int(self.batch.shape[1])
+
+    @property
+    def global_loss(self) -> float:
+        """F(θ) = mean_i F_i(θ)."""
+        return float(self.full_losses.mean())
+
+
+def _batch_grads(model: FlatModel, theta: Tensor, xb: Tensor, yb: Tensor, chunk: int) -> tuple[Tensor, Tensor]:
+    """(grads (B, d), losses (B,)) of each minibatch ``(xb[b], yb[b])``; ``vmap`` over batches."""
+    if chunk == 1:
+        pairs = [model.grad_fn(theta, (xb[b], yb[b])) for b in range(xb.shape[0])]
+        return torch.stack([g for g, _ in pairs]).detach(), torch.stack([v for _, v in pairs]).detach()
+    gs, ls = [], []
+    for s in range(0, xb.shape[0], chunk):
+        g, v = vmap(model.grad_fn, in_dims=(None, (0, 0)))(theta, (xb[s:s + chunk], yb[s:s + chunk]))
+        gs.append(g.detach())
+        ls.append(v.detach())
+    return torch.cat(gs), torch.cat(ls)
+
+
+def client_gradients(
+    model: FlatModel,
+    clients: Sequence[tuple[Tensor, Tensor]],
+    theta: Tensor,
+    *,
+    batches: int = 4,
+    batch_size: int = 32,
+    seed: int = 0,
+    vmap_chunk: int | None = None,
+    progress: bool = False,
+) -> ClientGradients:
+    """Full-batch and minibatch gradients of every client at θ.
+
+    Client i's ``batches`` minibatches of ``batch_size`` samples come from
+    ``torch_generator(seed, "analysis-batches", i)`` (disjoint while the client's data last, see
+    :func:`~fedlab.analysis.federation.sample_batches`). Minibatch gradients are computed together
+    with ``torch.func.vmap`` in chunks of ``vmap_chunk`` batches (default: all of a client's batches
+    at once; here vmap runs over data, not parameters, and pays on CPU too).
+    """
+    check_clients(clients)
+    if theta.ndim != 1 or theta.numel() != model.dim:
+        raise ValueError(f"theta must be a 1-D tensor of the model's {model.dim} parameters, got {tuple(theta.shape)}")
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"batches must be an integer >= 1, got {batches!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    chunk = batches if vmap_chunk is None else resolve_chunk(vmap_chunk, theta)
+    theta = theta.detach()
+    full, full_losses, batch, batch_losses, indices = [], [], [], [], []
+    for i, (x, y) in enumerate(tqdm(clients, desc="client gradients", disable=not progress, leave=False)):
+        value, g = client_loss_fn(model, (x, y)).value_and_grad(theta)
+        full.append(g)
+        full_losses.append(value)
+        idx = sample_batches(x.shape[0], batches, batch_size, torch_generator(seed, "analysis-batches", i))
+        idx = idx.to(x.device)
+        gb, lb = _batch_grads(model, theta, x[idx], y[idx], chunk)
+        batch.append(gb)
+        batch_losses.append(lb)
+        indices.append(idx)
+    full_t = torch.stack(full)
+    return ClientGradients(theta, full_t, torch.stack(batch), full_t.mean(dim=0), indices,
+                           torch.stack(batch_losses), torch.stack(full_losses), batch_size, seed)

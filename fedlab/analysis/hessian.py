@@ -1,0 +1,376 @@
+"""Curvature of a loss θ ↦ L(θ) on flat parameter vectors: Hessian-vector products, top eigenvalues,
+the Hessian trace and SAM sharpness.
+
+Nothing here forms the d×d Hessian H = ∇²L(θ) except :func:`hessian_matrix` (for small d, in tests
+and teaching). Everything else needs only products Hv:
+
+* :func:`hvp` — Hv = ∇_θ⟨∇L(θ), v⟩ ("reverse over reverse", Pearlmutter 1994) or the directional
+  derivative of ∇L along v, d/dt ∇L(θ + t v)|₀ ("forward over reverse", ``torch.func.jvp``).
+  Both are exact (no finite differences) and cost a small multiple of one gradient.
+* :func:`top_eigenvalues` — power iteration with deflation (as PyHessian, Yao et al. 2020), or
+  Lanczos with full reorthogonalisation; λ_max is the usual scalar "sharpness".
+* :func:`hessian_trace` — Hutchinson's estimator (Hutchinson 1989): for Rademacher v (entries ±1),
+  E[vᵀHv] = tr(H); the mean of vᵀHv over samples, with its standard error.
+* :func:`sam_sharpness` — the quantity SAM minimises (Foret et al., ICLR 2021):
+  max_{‖ε‖≤ρ} L(θ+ε) − L(θ) ≈ L(θ + ρ∇L/‖∇L‖) − L(θ) (the first-order inner maximiser).
+
+A loss is any function θ ↦ scalar that ``torch.func`` can differentiate twice; the federated
+objectives come from :func:`global_loss_fn` / :func:`client_loss_fn`, whose
+:class:`~fedlab.analysis.federation.EmpiricalLoss` lets products be accumulated chunk by chunk.
+Random start vectors come from an explicit ``torch.Generator`` (default: derived from seed 0), drawn
+on the generator's device and moved to θ's, so results do not depend on the global RNG.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+from torch import Tensor
+from torch.func import grad, jvp, vmap
+from tqdm import tqdm
+
+from fedlab.analysis.federation import (
+    EmpiricalLoss,
+    LossFn,
+    client_loss_fn,
+    global_loss_fn,
+    resolve_chunk,
+)
+from fedlab.repro import torch_generator
+
+__all__ = [
+    "HessianEigen",
+    "TraceEstimate",
+    "client_loss_fn",
+    "global_loss_fn",
+    "hessian_matrix",
+    "hessian_trace",
+    "hvp",
+    "sam_sharpness",
+    "top_eigenvalues",
+]
+
+HVP_MODES = ("rev", "fwd")
+
+
+def _check_theta(theta: Tensor, name: str = "theta") -> None:
+    if not isinstance(theta, Tensor) or theta.ndim != 1 or theta.numel() == 0:
+        shape = tuple(theta.shape) if isinstance(theta, Tensor) else type(theta).__name__
+        raise ValueError(f"{name} must be a non-empty 1-D tensor, got {shape}")
+    if not theta.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {theta.dtype}")
+
+
+def _check_like(theta: Tensor, v: Tensor, name: str) -> None:
+    if not isinstance(v, Tensor) or v.shape != theta.shape:
+        shape = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
+        raise ValueError(f"{name} must have theta's shape {tuple(theta.shape)}, got {shape}")
+
+
+def _parts(loss_fn: LossFn) -> list[LossFn]:
+    return loss_fn.parts() if isinstance(loss_fn, EmpiricalLoss) else [loss_fn]
+
+
+def _hvp_one(fn: LossFn, theta: Tensor, v: Tensor, mode: str) -> Tensor:
+    if mode == "rev":
+        return grad(lambda t: torch.dot(grad(fn)(t), v))(theta)
+    return jvp(grad(fn), (theta,), (v,))[1]
+
+
+def _hvp_sum(loss_fn: LossFn, theta: Tensor, v: Tensor, mode: str) -> Tensor:
+    out = None
+    for part in _parts(loss_fn):
+        hv = _hvp_one(part, theta, v, mode)
+        out = hv if out is None else out + hv
+    assert out is not None
+    return out
+
+
+def hvp(loss_fn: LossFn, theta: Tensor, v: Tensor, *, mode: str = "rev") -> Tensor:
+    """The Hessian-vector product ∇²L(θ) v, exactly, without forming the Hessian.
+
+    ``mode="rev"``: Hv = ∇_θ ⟨∇L(θ), v⟩ (double backward). ``mode="fwd"``: Hv = J_{∇L}(θ) v by
+    forward-mode differentiation of the gradient (``torch.func.jvp(grad(L))``); often faster, but
+    every operation in the model needs a forward-mode rule for its backward. The result is detached.
+    """
+    _check_theta(theta)
+    _check_like(theta, v, "v")
+    if mode not in HVP_MODES:
+        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
+    return _hvp_sum(loss_fn, theta.detach(), v.detach(), mode).detach()
+
+
+def _hvp_batch(loss_fn: LossFn, theta: Tensor, vs: Tensor, mode: str, chunk: int) -> Tensor:
+    """H v for each row of ``vs``; rows batched with ``vmap`` ``chunk`` at a time."""
+    if chunk == 1:
+        return torch.stack([_hvp_sum(loss_fn, theta, v, mode) for v in vs])
+    out = [vmap(lambda v: _hvp_sum(loss_fn, theta, v, mode))(vs[i:i + chunk]) for i in range(0, len(vs), chunk)]
+    return torch.cat(out)
+
+
+def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode: str = "rev") -> Tensor:
+    """The full Hessian ∇²L(θ) (d×d), column by column from :func:`hvp` — for small d only.
+
+    Raises ``ValueError`` if d exceeds ``max_dim`` (a d×d matrix needs d² floats and d products).
+    """
+    _check_theta(theta)
+    d = theta.numel()
+    if d > max_dim:
+        raise ValueError(f"theta has d={d} entries, above max_dim={max_dim}; use hvp/top_eigenvalues instead")
+    eye = torch.eye(d, dtype=theta.dtype, device=theta.device)
+    cols = _hvp_batch(loss_fn, theta.detach(), eye, mode, chunk=min(d, 64) if theta.is_cuda else 1)
+    return cols.T.contiguous().detach()  # column j is H e_j
+
+
+def _unit_random(d: int, generator: torch.Generator, like: Tensor) -> Tensor:
+    v = torch.randn(d, generator=generator, device=generator.device, dtype=like.dtype).to(like.device)
+    return v / torch.linalg.vector_norm(v)
+
+
+@dataclass
+class HessianEigen:
+    """Top eigenpairs of a Hessian: ``values[j]`` with unit eigenvector ``vectors[j]``."""
+
+    values: Tensor  # (k,), in the order found (power) or descending (lanczos)
+    vectors: Tensor  # (k, d)
+    iterations: list[int]  # products used per eigenvalue (power) or in total (lanczos, one entry)
+    converged: list[bool]
+    method: str
+    n_hvp: int = 0
+    history: list[list[float]] = field(default_factory=list)  # eigenvalue estimate per iteration
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per eigenvalue: ``index, eigenvalue, iterations, converged``."""
+        its = self.iterations if len(self.iterations) == len(self.values) else self.iterations * len(self.values)
+        return pd.DataFrame({
+            "index": range(1, len(self.values) + 1),
+            "eigenvalue": self.values.detach().cpu().double().numpy(),
+            "iterations": its,
+            "converged": self.converged,
+        })
+
+
+def top_eigenvalues(
+    loss_fn: LossFn,
+    theta: Tensor,
+    k: int = 1,
+    *,
+    iters: int = 100,
+    tol: float = 1e-4,
+    method: str = "power",
+    generator: torch.Generator | None = None,
+    mode: str = "rev",
+    progress: bool = False,
+) -> HessianEigen:
+    """The k leading eigenvalues of H = ∇²L(θ) and their eigenvectors.
+
+    ``method="power"`` (default): power iteration, one eigenpair at a time; after eigenpair j is found
+    the iterate is kept orthogonal to u_1..u_j (projection deflation), so the next run converges to
+    the next eigenvalue. Power iteration finds the largest eigenvalue *in magnitude*; near a minimum
+    (and in practice for trained networks) that is the largest one. The estimate is the Rayleigh
+    quotient vᵀHv; iteration stops when it changes by less than ``tol`` relative to its size, or
+    after ``iters`` products.
+
+    ``method="lanczos"``: Lanczos with full reorthogonalisation over at most ``iters`` steps; returns
+    the k algebraically largest Ritz values (descending), stopping once their residual bounds
+    β_m |y_m| fall below ``tol``·|λ|. Stores ``iters`` vectors of length d.
+
+    Args:
+        k: how many eigenpairs (≥ 1). iters: products per eigenpair (power) or Lanczos steps (≥ 1).
+        tol: relative tolerance (> 0). generator: start vectors (default ``torch_generator(0, "hessian-eig")``).
+        mode: :func:`hvp` mode. progress: show a tqdm bar.
+    """
+    _check_theta(theta)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if k > theta.numel():
+        raise ValueError(f"k={k} exceeds the dimension d={theta.numel()}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters must be an integer >= 1, got {iters!r}")
+    if not (tol > 0):
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+    if method not in ("power", "lanczos"):
+        raise ValueError(f"method={method!r} is invalid; allowed: power, lanczos")
+    if mode not in HVP_MODES:
+        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
+    gen = generator if generator is not None else torch_generator(0, "hessian-eig")
+    theta = theta.detach()
+    if method == "power":
+        return _power(loss_fn, theta, k, iters, tol, gen, mode, progress)
+    return _lanczos(loss_fn, theta, k, iters, tol, gen, mode, progress)
+
+
+def _orthogonalise(v: Tensor, basis: list[Tensor]) -> Tensor:
+    for _ in range(2):  # twice is enough (Kahan–Parlett "twice is enough")
+        for u in basis:
+            v = v - torch.dot(u, v) * u
+    return v
+
+
+def _power(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen: torch.Generator,
+           mode: str, progress: bool) -> HessianEigen:
+    values: list[Tensor] = []
+    vectors: list[Tensor] = []
+    its: list[int] = []
+    conv: list[bool] = []
+    history: list[list[float]] = []
+    bar = tqdm(total=k * iters, desc="power iteration", disable=not progress, leave=False)
+    for _ in range(k):
+        v = _orthogonalise(_unit_random(theta.numel(), gen, theta), vectors)
+        v = v / torch.linalg.vector_norm(v)
+        lam = None
+        done = False
+        hist: list[float] = []
+        n = 0
+        for n in range(1, iters + 1):
+            hv = _hvp_sum(loss_fn, theta, v, mode).detach()
+            hv = _orthogonalise(hv, vectors)
+            new = torch.dot(v, hv)  # Rayleigh quotient vᵀHv (‖v‖ = 1)
+            hist.append(float(new))
+            bar.update(1)
+            norm = torch.linalg.vector_norm(hv)
+            if float(norm) == 0.0:  # v lies in the null space: eigenvalue 0
+                lam, done = new, True
+                break
+            if lam is not None and abs(float(new - lam)) <= tol * (abs(float(lam)) + 1e-12):
+                lam, done = new, True
+                v = hv / norm
+                break
+            lam = new
+            v = hv / norm
+        assert lam is not None
+        # Report the Rayleigh quotient of the final (normalised) iterate, consistent with the vector.
+        values.append(lam)
+        vectors.append(v)
+        its.append(n)
+        conv.append(done)
+        history.append(hist)
+    bar.close()
+    return HessianEigen(torch.stack(values), torch.stack(vectors), its, conv, "power", sum(its), history)
+
+
+def _lanczos(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen: torch.Generator,
+             mode: str, progress: bool) -> HessianEigen:
+    d = theta.numel()
+    m_max = min(iters, d)
+    q = _unit_random(d, gen, theta)
+    Q: list[Tensor] = [q]
+    alphas: list[float] = []
+    betas: list[float] = []
+    history: list[list[float]] = [[] for _ in range(k)]
+    converged = False
+    evals = evecs = None
+    bar = tqdm(total=m_max, desc="lanczos", disable=not progress, leave=False)
+    for j in range(m_max):
+        w = _hvp_sum(loss_fn, theta, Q[j], mode).detach()
+        a = float(torch.dot(Q[j], w))
+        alphas.append(a)
+        w = w - a * Q[j] - (betas[-1] * Q[j - 1] if j > 0 else 0.0)
+        w = _orthogonalise(w, Q)  # full reorthogonalisation
+        b = float(torch.linalg.vector_norm(w))
+        bar.update(1)
+        T = torch.diag(torch.tensor(alphas, dtype=torch.float64))
+        if j > 0:
+            off = torch.tensor(betas, dtype=torch.float64)
+            T = T + torch.diag(off, 1) + torch.diag(off, -1)
+        evals, evecs = torch.linalg.eigh(T)
+        top = min(k, j + 1)
+        for i in range(top):
+            history[i].append(float(evals[-1 - i]))
+        if j + 1 >= k:
+            resid = (b * evecs[-1, -k:].abs()).max()
+            scale = evals[-k:].abs().max().clamp_min(1e-12)
+            if float(resid) <= tol * float(scale):
+                converged = True
+                break
+        if b <= 1e-10 * max(1.0, max(abs(x) for x in alphas)):  # invariant subspace found
+            converged = j + 1 >= k
+            break
+        betas.append(b)
+        Q.append(w / b)
+    bar.close()
+    assert evals is not None and evecs is not None
+    m = len(alphas)
+    basis = torch.stack(Q[:m])
+    order = torch.argsort(evals, descending=True)[:k]
+    if len(order) < k:
+        raise ValueError(f"Lanczos found only {len(order)} Ritz values; raise iters (k={k})")
+    vals = evals[order].to(theta.dtype).to(theta.device)
+    ritz = (evecs[:, order].T.to(theta.dtype).to(theta.device) @ basis)
+    ritz = ritz / torch.linalg.vector_norm(ritz, dim=1, keepdim=True)
+    return HessianEigen(vals, ritz, [m], [converged] * k, "lanczos", m, history)
+
+
+@dataclass
+class TraceEstimate:
+    """Hutchinson estimate of tr(H): ``mean`` ± ``stderr`` from ``samples`` Rademacher probes."""
+
+    mean: float
+    stderr: float
+    samples: int
+    values: Tensor  # vᵀHv for each probe
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([{"trace": self.mean, "trace_stderr": self.stderr, "samples": self.samples}])
+
+
+def hessian_trace(
+    loss_fn: LossFn,
+    theta: Tensor,
+    samples: int = 100,
+    *,
+    generator: torch.Generator | None = None,
+    batch: int | None = None,
+    mode: str = "rev",
+    progress: bool = False,
+) -> TraceEstimate:
+    """Hutchinson's trace estimator: tr(H) ≈ (1/S) Σ_s v_sᵀ H v_s with v_s ∈ {−1, +1}^d.
+
+    Unbiased because E[v vᵀ] = I for Rademacher v; its variance is 2 Σ_{i≠j} H_ij², so the error
+    depends on the off-diagonal mass, and ``stderr`` (sample std / √S) reports it. ``batch`` probes
+    are evaluated together with ``torch.func.vmap`` (default: 8 on CUDA, 1 on CPU).
+    """
+    _check_theta(theta)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if mode not in HVP_MODES:
+        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
+    chunk = resolve_chunk(batch, theta) if batch is not None else (8 if theta.is_cuda else 1)
+    gen = generator if generator is not None else torch_generator(0, "hessian-trace")
+    theta = theta.detach()
+    d = theta.numel()
+    quads: list[Tensor] = []
+    bar = tqdm(total=samples, desc="hutchinson", disable=not progress, leave=False)
+    done = 0
+    while done < samples:
+        n = min(chunk, samples - done)
+        signs = torch.randint(0, 2, (n, d), generator=gen, device=gen.device).to(theta.device)
+        vs = signs.to(theta.dtype) * 2 - 1
+        hvs = _hvp_batch(loss_fn, theta, vs, mode, chunk).detach()
+        quads.append((vs * hvs).sum(dim=1))
+        done += n
+        bar.update(n)
+    bar.close()
+    vals = torch.cat(quads)
+    mean = float(vals.mean())
+    stderr = float(vals.std(unbiased=True) / math.sqrt(samples)) if samples > 1 else float("nan")
+    return TraceEstimate(mean, stderr, samples, vals)
+
+
+def sam_sharpness(loss_fn: LossFn, theta: Tensor, rho: float) -> float:
+    """SAM's sharpness L(θ + ρ∇L/‖∇L‖) − L(θ) (Foret et al. 2021), the first-order worst case in the ρ-ball."""
+    _check_theta(theta)
+    if not (rho > 0):
+        raise ValueError(f"rho must be > 0, got {rho!r}")
+    theta = theta.detach()
+    if isinstance(loss_fn, EmpiricalLoss):
+        base, g = loss_fn.value_and_grad(theta)
+    else:
+        g, base = torch.func.grad_and_value(loss_fn)(theta)
+    norm = torch.linalg.vector_norm(g)
+    if float(norm) == 0.0:
+        return 0.0
+    with torch.no_grad():
+        return float(loss_fn(theta + rho * g / norm) - base)

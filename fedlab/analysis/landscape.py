@@ -1,0 +1,366 @@
+"""Loss landscapes: 1-D interpolations and slices, 2-D slices, filter-normalised directions, plots.
+
+A landscape is the loss along a low-dimensional affine slice of parameter space:
+
+* :func:`interpolate` — L((1−α)θ_a + αθ_b) for α on a grid covering [0, 1] and a margin beyond
+  (Goodfellow et al. 2015's linear path between two models, e.g. two clients' θ_{i,K});
+* :func:`slice_1d` — L(θ + α d);  :func:`slice_2d` — L(θ + α d₁ + β d₂);
+* :func:`filter_normalized_direction` — the random direction of Li et al., "Visualizing the Loss
+  Landscape of Neural Nets" (NeurIPS 2018): Gaussian entries, then each *filter* rescaled to the
+  norm of the same filter of θ, d_f ← d_f ‖θ_f‖ / ‖d_f‖. A filter is one slice along dim 0 of a
+  parameter tensor with ≥ 2 dims (an output channel of a convolution, an output row of a linear
+  layer). This removes the scale invariance of ReLU networks with normalisation layers, so that
+  landscapes of different models are comparable. One-dimensional tensors (biases, GroupNorm scales
+  and shifts) get a zero direction by default, as in Li et al.'s ``ignore="biasbn"`` setting;
+  ``one_dim="copy"`` uses d = θ for them (their other setting) and ``"normalize"`` treats the whole
+  vector as one filter.
+
+Grids are symmetric with the centre exactly at 0 (so the centre of a slice is L(θ) bit for bit) and
+points are evaluated with ``torch.func.vmap`` in chunks where it pays (CUDA; a plain loop on CPU,
+see :func:`fedlab.analysis.federation.resolve_chunk`). Plots use matplotlib only.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from fedlab.analysis.federation import (
+    EmpiricalLoss,
+    LossFn,
+    check_clients,
+    evaluate_affine,
+    global_loss_fn,
+)
+from fedlab.models.functional import FlatModel, ParamSpec, param_spec
+
+__all__ = [
+    "ClientSlices",
+    "Slice1D",
+    "Slice2D",
+    "client_slices_1d",
+    "filter_normalized_direction",
+    "interpolate",
+    "plot_client_slices",
+    "plot_contour",
+    "plot_slice_1d",
+    "plot_surface",
+    "slice_1d",
+    "slice_2d",
+]
+
+ONE_DIM = ("zero", "copy", "normalize")
+
+
+# ------------------------------------------------------------------------------------------------
+# directions
+# ------------------------------------------------------------------------------------------------
+def _spec_of(model_or_spec: FlatModel | nn.Module | ParamSpec) -> ParamSpec:
+    if isinstance(model_or_spec, ParamSpec):
+        return model_or_spec
+    if isinstance(model_or_spec, FlatModel):
+        return model_or_spec.spec
+    if isinstance(model_or_spec, nn.Module):
+        return param_spec(model_or_spec)
+    raise ValueError(f"model_or_spec must be a FlatModel, nn.Module or ParamSpec, got {type(model_or_spec).__name__}")
+
+
+def filter_normalized_direction(
+    model_or_spec: FlatModel | nn.Module | ParamSpec,
+    theta: Tensor,
+    generator: torch.Generator,
+    *,
+    one_dim: str = "zero",
+    eps: float = 1e-10,
+) -> Tensor:
+    """A random filter-normalised direction d (Li et al. 2018), flat like θ.
+
+    d ~ N(0, I); for every parameter tensor W with ≥ 2 dims and each filter f (``W[f]``):
+    d_f ← d_f · ‖θ_f‖ / (‖d_f‖ + ``eps``). One-dimensional tensors: ``one_dim="zero"`` (default) sets
+    d = 0, ``"copy"`` sets d = θ, ``"normalize"`` rescales the random d to ‖θ‖ of that tensor.
+    The Gaussian draw uses ``generator`` on its own device, so the same seed gives the same direction
+    on any device.
+    """
+    spec = _spec_of(model_or_spec)
+    if theta.ndim != 1 or theta.numel() != spec.dim:
+        raise ValueError(f"theta must be a 1-D tensor of the model's {spec.dim} parameters, got {tuple(theta.shape)}")
+    if one_dim not in ONE_DIM:
+        raise ValueError(f"one_dim={one_dim!r} is invalid; allowed: {', '.join(ONE_DIM)}")
+    raw = torch.randn(spec.dim, generator=generator, device=generator.device, dtype=theta.dtype)
+    raw = raw.to(theta.device)
+    out = []
+    for d_part, t_part in zip(spec.unflatten(raw).values(), spec.unflatten(theta.detach()).values()):
+        if d_part.ndim >= 2:
+            d_rows = d_part.reshape(d_part.shape[0], -1)
+            t_rows = t_part.reshape(t_part.shape[0], -1)
+            scale = torch.linalg.vector_norm(t_rows, dim=1, keepdim=True) / (
+                torch.linalg.vector_norm(d_rows, dim=1, keepdim=True) + eps)
+            out.append((d_rows * scale).reshape(-1))
+        elif one_dim == "zero":
+            out.append(torch.zeros_like(d_part).reshape(-1))
+        elif one_dim == "copy":
+            out.append(t_part.clone().reshape(-1))
+        else:
+            scale = torch.linalg.vector_norm(t_part) / (torch.linalg.vector_norm(d_part) + eps)
+            out.append((d_part * scale).reshape(-1))
+    return torch.cat(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# grids
+# ------------------------------------------------------------------------------------------------
+def _symmetric_grid(span: float, n: int) -> np.ndarray:
+    """n points from −span to span; for odd n the centre is exactly 0."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    if not (span > 0):
+        raise ValueError(f"span must be > 0, got {span!r}")
+    half = (n - 1) / 2
+    return (np.arange(n) - half) / half * float(span)
+
+
+def _check_direction(theta: Tensor, d: Tensor, name: str) -> None:
+    if theta.ndim != 1:
+        raise ValueError(f"theta must be a 1-D tensor, got shape {tuple(theta.shape)}")
+    if not isinstance(d, Tensor) or d.shape != theta.shape:
+        shape = tuple(d.shape) if isinstance(d, Tensor) else type(d).__name__
+        raise ValueError(f"{name} must have theta's shape {tuple(theta.shape)}, got {shape}")
+
+
+@dataclass
+class Slice1D:
+    """Losses along a line: ``losses[j]`` at coordinate ``alphas[j]``."""
+
+    alphas: np.ndarray
+    losses: np.ndarray
+    kind: str = "slice"  # "slice" (θ + αd) or "interpolation" ((1−α)θ_a + αθ_b)
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"alpha": self.alphas, "loss": self.losses})
+
+
+@dataclass
+class Slice2D:
+    """Losses on a plane: ``losses[i, j]`` at (α = ``alphas[j]``, β = ``betas[i]``).
+
+    Rows follow β and columns α, the layout ``matplotlib``'s ``contour(alphas, betas, losses)`` expects.
+    """
+
+    alphas: np.ndarray
+    betas: np.ndarray
+    losses: np.ndarray
+
+    @property
+    def center(self) -> float:
+        """The loss at the grid point nearest to (0, 0) — exactly L(θ) for odd n."""
+        return float(self.losses[int(np.abs(self.betas).argmin()), int(np.abs(self.alphas).argmin())])
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long format: one row per grid point (``alpha, beta, loss``)."""
+        aa, bb = np.meshgrid(self.alphas, self.betas)
+        return pd.DataFrame({"alpha": aa.ravel(), "beta": bb.ravel(), "loss": self.losses.ravel()})
+
+
+def _as_numpy(t: Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+def interpolate(
+    loss_fn: LossFn,
+    theta_a: Tensor,
+    theta_b: Tensor,
+    n: int = 21,
+    extend: float = 0.25,
+    *,
+    vmap_chunk: int | None = None,
+    progress: bool = False,
+) -> Slice1D:
+    """L((1−α)θ_a + αθ_b) on a grid with ``n`` points on [0, 1] (step h = 1/(n−1)), extended by
+    ⌊``extend``/h⌋ steps beyond each end. α = 0 and α = 1 are grid points and give θ_a and θ_b
+    exactly, so the end values equal L(θ_a) and L(θ_b)."""
+    _check_direction(theta_a, theta_b, "theta_b")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    if not (extend >= 0):
+        raise ValueError(f"extend must be >= 0, got {extend!r}")
+    extra = int(np.floor(extend * (n - 1) + 1e-9))
+    alphas = np.arange(-extra, n + extra) / (n - 1)
+    a = torch.as_tensor(alphas, dtype=theta_a.dtype)[:, None]
+    ends = torch.stack([theta_a.detach(), theta_b.detach()])
+    losses = evaluate_affine(loss_fn, torch.zeros_like(theta_a), torch.cat([1 - a, a], dim=1), ends,
+                             vmap_chunk=vmap_chunk, progress=progress, desc="interpolate")
+    return Slice1D(alphas, _as_numpy(losses), "interpolation")
+
+
+def slice_1d(
+    loss_fn: LossFn,
+    theta: Tensor,
+    direction: Tensor,
+    span: float = 1.0,
+    n: int = 21,
+    *,
+    vmap_chunk: int | None = None,
+    progress: bool = False,
+) -> Slice1D:
+    """L(θ + α d) for ``n`` values of α evenly spaced in [−span, span] (α = 0 exact for odd n)."""
+    _check_direction(theta, direction, "direction")
+    alphas = _symmetric_grid(span, n)
+    a = torch.as_tensor(alphas, dtype=theta.dtype)[:, None]
+    losses = evaluate_affine(loss_fn, theta.detach(), a, direction.detach()[None], vmap_chunk=vmap_chunk,
+                             progress=progress, desc="slice 1-D")
+    return Slice1D(alphas, _as_numpy(losses))
+
+
+def slice_2d(
+    loss_fn: LossFn,
+    theta: Tensor,
+    d1: Tensor,
+    d2: Tensor,
+    span: float = 1.0,
+    n: int = 21,
+    *,
+    vmap_chunk: int | None = None,
+    progress: bool = True,
+) -> Slice2D:
+    """L(θ + α d₁ + β d₂) on an n×n grid over [−span, span]²; n² loss evaluations.
+
+    Points are evaluated row by row in chunks (``vmap`` on CUDA); ``progress`` shows a tqdm bar.
+    """
+    _check_direction(theta, d1, "d1")
+    _check_direction(theta, d2, "d2")
+    grid = _symmetric_grid(span, n)
+    a = torch.as_tensor(grid, dtype=theta.dtype)
+    aa = a[None, :].expand(n, n).reshape(-1, 1)  # α varies along columns
+    bb = a[:, None].expand(n, n).reshape(-1, 1)  # β along rows
+    dirs = torch.stack([d1.detach(), d2.detach()])
+    losses = evaluate_affine(loss_fn, theta.detach(), torch.cat([aa, bb], dim=1), dirs, vmap_chunk=vmap_chunk,
+                             progress=progress, desc="slice 2-D")
+    return Slice2D(grid, grid.copy(), _as_numpy(losses).reshape(n, n))
+
+
+@dataclass
+class ClientSlices:
+    """Each client's loss along one line: ``losses[i, j]`` = F_i(θ + α_j d); ``global_losses`` = mean."""
+
+    alphas: np.ndarray
+    losses: np.ndarray  # (n_clients, n)
+    global_losses: np.ndarray  # (n,)
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long format ``alpha, client, loss`` (client ``-1`` is the global mean F)."""
+        rows = [pd.DataFrame({"alpha": self.alphas, "client": i, "loss": row}) for i, row in enumerate(self.losses)]
+        rows.append(pd.DataFrame({"alpha": self.alphas, "client": -1, "loss": self.global_losses}))
+        return pd.concat(rows, ignore_index=True)
+
+    def minimisers(self) -> np.ndarray:
+        """α at which each client's loss is smallest on the grid (spread = local flat regions disagree)."""
+        return self.alphas[self.losses.argmin(axis=1)]
+
+
+def client_slices_1d(
+    model: FlatModel,
+    clients: Sequence[tuple[Tensor, Tensor]],
+    theta: Tensor,
+    direction: Tensor,
+    span: float = 1.0,
+    n: int = 21,
+    *,
+    batches: int | None = None,
+    batch_size: int = 64,
+    seed: int = 0,
+    vmap_chunk: int | None = None,
+    progress: bool = False,
+) -> ClientSlices:
+    """F_i(θ + α d) for every client i along one direction, all clients in one pass per point.
+
+    ``batches``/``batch_size``/``seed`` choose the samples as in :func:`global_loss_fn`.
+    """
+    check_clients(clients)
+    _check_direction(theta, direction, "direction")
+    loss: EmpiricalLoss = global_loss_fn(model, clients, batches, batch_size, seed)
+    alphas = _symmetric_grid(span, n)
+    a = torch.as_tensor(alphas, dtype=theta.dtype)[:, None]
+    per_client = evaluate_affine(loss.group_losses, theta.detach(), a, direction.detach()[None],
+                                 vmap_chunk=vmap_chunk, progress=progress, desc="client slices")  # (n, N)
+    values = _as_numpy(per_client).T
+    return ClientSlices(alphas, values, values.mean(axis=0))
+
+
+# ------------------------------------------------------------------------------------------------
+# plots (matplotlib only; imported lazily so the analysis code runs without a display)
+# ------------------------------------------------------------------------------------------------
+def _clean(ax: Any) -> None:
+    for side in ("top", "right"):
+        if side in ax.spines:
+            ax.spines[side].set_visible(False)
+
+
+def plot_slice_1d(ax: Any, result: Slice1D, *, label: str | None = None, xlabel: str | None = None,
+                  ylabel: str = "loss", **kwargs: Any) -> Any:
+    """Draw a 1-D slice or interpolation on ``ax``; marks α = 0 (and α = 1 for an interpolation)."""
+    line, = ax.plot(result.alphas, result.losses, label=label, **kwargs)
+    marks = [0.0, 1.0] if result.kind == "interpolation" else [0.0]
+    for m in marks:
+        ax.axvline(m, color="0.7", lw=0.8, ls="--", zorder=0)
+    ax.set_xlabel(xlabel or ("interpolation α (θ_a → θ_b)" if result.kind == "interpolation" else "α"))
+    ax.set_ylabel(ylabel)
+    _clean(ax)
+    if label is not None:
+        ax.legend(frameon=False)
+    return line
+
+
+def plot_client_slices(ax: Any, result: ClientSlices, *, show_clients: int | None = 10,
+                       cmap: str = "viridis") -> Any:
+    """Per-client loss curves (thin) and the global mean F (thick black) along one direction."""
+    import matplotlib.pyplot as plt
+
+    n = result.losses.shape[0] if show_clients is None else min(show_clients, result.losses.shape[0])
+    colours = plt.get_cmap(cmap)(np.linspace(0, 1, max(n, 1)))
+    for i in range(n):
+        ax.plot(result.alphas, result.losses[i], color=colours[i], lw=0.8, alpha=0.8)
+    ax.plot(result.alphas, result.global_losses, color="black", lw=2.0, label="global F")
+    ax.axvline(0.0, color="0.7", lw=0.8, ls="--", zorder=0)
+    ax.set_xlabel("α")
+    ax.set_ylabel("client loss F_i")
+    ax.legend(frameon=False)
+    _clean(ax)
+    return ax
+
+
+def plot_contour(ax: Any, result: Slice2D, *, levels: int | Sequence[float] = 20, log: bool = False,
+                 cmap: str = "viridis", colorbar: bool = True, filled: bool = True) -> Any:
+    """Contour plot of a 2-D slice with a colorbar; ``log`` plots log10 of the loss. The centre θ is marked."""
+    z = np.log10(np.maximum(result.losses, 1e-12)) if log else result.losses
+    draw = ax.contourf if filled else ax.contour
+    cs = draw(result.alphas, result.betas, z, levels=levels, cmap=cmap)
+    if filled:
+        ax.contour(result.alphas, result.betas, z, levels=cs.levels, colors="k", linewidths=0.3, alpha=0.5)
+    ax.plot([0.0], [0.0], marker="*", color="white", markeredgecolor="black", markersize=10)
+    ax.set_xlabel("α (direction 1)")
+    ax.set_ylabel("β (direction 2)")
+    ax.set_aspect("equal")
+    if colorbar:
+        cb = ax.figure.colorbar(cs, ax=ax)
+        cb.set_label("log10 loss" if log else "loss")
+    return cs
+
+
+def plot_surface(fig_or_ax3d: Any, result: Slice2D, *, cmap: str = "viridis", log: bool = False,
+                 **kwargs: Any) -> Any:
+    """3-D surface of a 2-D slice on a 3-D axes (or on a new one added to the given figure)."""
+    ax = fig_or_ax3d
+    if not hasattr(ax, "plot_surface"):
+        ax = fig_or_ax3d.add_subplot(projection="3d")
+    z = np.log10(np.maximum(result.losses, 1e-12)) if log else result.losses
+    aa, bb = np.meshgrid(result.alphas, result.betas)
+    surf = ax.plot_surface(aa, bb, z, cmap=cmap, linewidth=0, antialiased=True, **kwargs)
+    ax.set_xlabel("α")
+    ax.set_ylabel("β")
+    ax.set_zlabel("log10 loss" if log else "loss")
+    return surf
