@@ -21,7 +21,8 @@ SAMPLINGS = ("uniform", "bernoulli", "schedule")
 LR_SCHEDULES = ("exponential", "cosine", "constant")
 
 # Fields that do not change any number a run produces.
-_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name"})
+# memory_budget_mb only bounds the chunk parallel_clients="auto" may pick (itself hashed).
+_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb"})
 
 
 class ConfigError(ValueError):
@@ -67,7 +68,9 @@ class Config:
     eval_subsample: int | None = None  # evaluate on a fixed class-balanced subset of the test set
     seed: int = 0
     device: str = "cpu"
-    parallel_clients: int = 1  # clients vmapped together (1 = sequential reference path)
+    parallel_clients: int | str = 1  # clients vmapped together (1 = sequential; "auto" = measured)
+    memory_budget_mb: float | None = None  # MiB a vmapped chunk may use ("auto"; None = device default)
+    amp: bool = False  # bf16 autocast of the local steps (CUDA only)
     checkpoint_every: int = 10
     runs_dir: str | None = None  # default <repo>/runs
     name: str | None = None  # a label for plots; not hashed
@@ -111,7 +114,7 @@ class Config:
         if self.sampling == "schedule" and not self.schedule_path:
             raise ConfigError("schedule_path is required for sampling='schedule'")
         for name in ("n_clients", "rounds", "local_steps", "batch_size", "eval_every",
-                     "checkpoint_every", "shards_per_client", "parallel_clients"):
+                     "checkpoint_every", "shards_per_client"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "an integer ≥ 1")
@@ -133,8 +136,21 @@ class Config:
             raise bad("seed", "an integer ≥ 0")
         if not (self.device == "cpu" or self.device.startswith("cuda") or self.device == "mps"):
             raise bad("device", "cpu, cuda, cuda:N or mps")
-        if self.local_epochs is not None and self.parallel_clients > 1:
-            raise ConfigError("parallel_clients > 1 needs a fixed number of local steps; "
+        if self.parallel_clients != "auto" and (not isinstance(self.parallel_clients, int)
+                                                 or isinstance(self.parallel_clients, bool)
+                                                 or self.parallel_clients < 1):
+            raise bad("parallel_clients", "an integer ≥ 1 or 'auto'")
+        if self.memory_budget_mb is not None and (
+                isinstance(self.memory_budget_mb, bool) or not isinstance(self.memory_budget_mb, (int, float))
+                or not math.isfinite(self.memory_budget_mb) or self.memory_budget_mb <= 0):
+            raise bad("memory_budget_mb", "None (device default) or a number of MiB > 0")
+        if not isinstance(self.amp, bool):
+            raise bad("amp", "True or False")
+        if self.amp and not self.device.startswith("cuda"):
+            raise ConfigError(f"amp=True (bf16 autocast) needs a CUDA device, got device={self.device!r}; "
+                              "leave amp=False on CPU")
+        if self.local_epochs is not None and self.parallel_clients != 1:
+            raise ConfigError("parallel_clients > 1 or 'auto' needs a fixed number of local steps; "
                               "set local_epochs=None or parallel_clients=1")
 
     # ------------------------------------------------------------------------------------------
@@ -157,6 +173,8 @@ class Config:
         from fedlab.algorithms import get_algorithm
 
         values = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        if not values.get("amp"):
+            values.pop("amp", None)  # hashed only when on: runs hashed before the field existed keep their hash
         values["algorithm_params"] = get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
         return values
 

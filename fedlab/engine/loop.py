@@ -7,10 +7,11 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,8 @@ class Simulation:
     algorithm: Algorithm
     store: RunStore
     config_hash: str
+    # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
+    chunk_choice: Any = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None) -> "Simulation":
@@ -129,12 +132,24 @@ class Simulation:
 
     def run_clients(self, msg: State, jobs: list[ClientJob], states: list[State], data: LocalData,
                     info: RoundInfo) -> list[ClientResult]:
-        if self.config.parallel_clients > 1:
-            from fedlab.engine.vectorised import run_clients_vectorised
+        amp = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.config.amp
+               else contextlib.nullcontext())
+        with amp:
+            chunk = self.config.parallel_clients
+            if chunk == "auto":
+                from fedlab.engine.vectorised import choose_chunk
 
-            return run_clients_vectorised(self.algorithm, msg, jobs, states, data, self.model.grad_fn,
-                                          info, chunk=self.config.parallel_clients)
-        return run_clients_sequential(self.algorithm, msg, jobs, states, data, self.model.grad_fn, info)
+                if self.chunk_choice is None:
+                    self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data,
+                                                     self.model.grad_fn, info,
+                                                     budget_mb=self.config.memory_budget_mb)
+                chunk = self.chunk_choice.chunk
+            if chunk > 1:
+                from fedlab.engine.vectorised import run_clients_vectorised
+
+                return run_clients_vectorised(self.algorithm, msg, jobs, states, data, self.model.grad_fn,
+                                              info, chunk=chunk)
+            return run_clients_sequential(self.algorithm, msg, jobs, states, data, self.model.grad_fn, info)
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
