@@ -180,30 +180,13 @@ def fedlab_round_seconds(sim: Any, rounds: int) -> list[float]:
     Each round is what ``Simulation.run`` does before evaluating: sample, broadcast, local work
     (``sim.run_clients``: sequential, vectorised or auto), upload, aggregate.
     """
-    from fedlab.engine.clients import LocalData
-    from fedlab.engine.sampling import sample_clients
-
-    c, alg = sim.config, sim.algorithm
-    device = torch.device(c.device)
-    theta0 = sim.model.theta0()
-    server = alg.server_init(theta0)
-    client_states: dict[int, Any] = {}
-    client_idx = [torch.tensor(ix, dtype=torch.long, device=device) for ix in sim.partition.client_indices]
-    data = LocalData(sim.dataset.x_train, sim.dataset.y_train, sim.augment_kind)
+    device = torch.device(sim.config.device)
+    state = sim.initial_state()
     walls = []
     for t in range(rounds):
         _sync(device)
         t0 = time.perf_counter()
-        clients = sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling)
-        info = sim.round_info(t, len(clients))
-        msg = alg.broadcast(server, info)
-        states = [client_states.get(i) or alg.client_init(theta0) for i in clients.tolist()]
-        results = sim.run_clients(msg, sim.client_jobs(t, clients, client_idx), states, data, info)
-        uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
-        server = alg.aggregate(server, uploads, info)
-        for r in results:
-            if r.state:
-                client_states[r.client] = r.state
+        sim.train_round(state, t)
         _sync(device)
         walls.append(time.perf_counter() - t0)
     return walls

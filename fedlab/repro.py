@@ -10,9 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 """The repository root (notebooks resolve every path from here, never from the cwd)."""
@@ -72,7 +76,7 @@ def package_versions() -> dict[str, str]:
 
 
 def save_figure(
-    fig: "matplotlib.figure.Figure",  # noqa: F821
+    fig: Figure,
     name: str,
     *,
     notebook: str,

@@ -141,9 +141,7 @@ def one_round_updates(
     a full run. ``all_clients=True`` trains every client instead of the round's sampled ones (the
     returned θ^{t+1} then aggregates all of them). Nothing is written to ``config.runs_dir``.
     """
-    from fedlab.engine.clients import LocalData
     from fedlab.engine.loop import Simulation
-    from fedlab.engine.sampling import load_schedule, sample_clients
 
     if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
         raise ValueError(f"round_ must be an integer >= 0, got {round_!r}")
@@ -151,40 +149,25 @@ def one_round_updates(
         raise ValueError(f"round_={round_} is beyond the run's rounds (0..{config.rounds - 1})")
     with tempfile.TemporaryDirectory(prefix="fedlab-round-") as tmp:
         sim = Simulation.build(config.replace(runs_dir=tmp), dataset)
-        c, alg = sim.config, sim.algorithm
-        dev = torch.device(c.device)
-        client_states: dict[int, Any] = {}
         if round_ == 0:
-            theta0 = sim.model.theta0()
-            server = alg.server_init(theta0)
+            state = sim.initial_state()
         else:
             sim.run(progress=progress, stop_after_rounds=round_)
             ckpt = sim.store.load_checkpoint(sim.config_hash)
             if ckpt is None or int(ckpt["next_round"]) != round_:
                 raise RuntimeError(f"the run stopped before round {round_} (diverged?)")
-            server = {k: v.to(dev) for k, v in ckpt["server"].items()}
-            client_states = {int(i): {k: v.to(dev) for k, v in s.items()} for i, s in ckpt["clients"].items()}
-            theta0 = ckpt["theta0"].to(dev)
-    if all_clients:
-        clients = np.arange(c.n_clients, dtype=np.int64)
-    else:
-        schedule = load_schedule(c.schedule_path, c.n_clients, c.rounds) if c.sampling == "schedule" else None
-        clients = sample_clients(round_, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
-                                 schedule=schedule)
-    client_idx = [torch.tensor(ix, dtype=torch.long, device=dev) for ix in sim.partition.client_indices]
-    data = LocalData(sim.dataset.x_train, sim.dataset.y_train, sim.augment_kind)
-    info = sim.round_info(round_, len(clients))
-    msg = alg.broadcast(server, info)
-    states = [client_states.get(i) or alg.client_init(theta0) for i in clients.tolist()]
-    results = sim.run_clients(msg, sim.client_jobs(round_, clients, client_idx), states, data, info)
-    uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
-    server_next = alg.aggregate(server, uploads, info)
+            state = sim.state_from_checkpoint(ckpt)
+    alg = sim.algorithm
+    theta_start = alg.global_model(state.server).detach()
+    clients = np.arange(config.n_clients, dtype=np.int64) if all_clients else None
+    outcome = sim.train_round(state, round_, clients)
+    results = outcome.results
     return RoundUpdates(
         round=round_,
-        clients=clients,
-        theta_start=alg.global_model(server).detach(),
+        clients=outcome.clients,
+        theta_start=theta_start,
         thetas_final=torch.stack([r.theta_final for r in results]).detach(),
-        theta_next=alg.global_model(server_next).detach(),
+        theta_next=alg.global_model(state.server).detach(),
         mean_losses=np.array([float(r.mean_loss) for r in results]),
     )
 

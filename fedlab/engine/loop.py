@@ -12,7 +12,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,24 @@ def build_partition(config: Config, dataset: Dataset) -> Partition:
 
 
 @dataclass
+class TrainingState:
+    """Everything that evolves during a run (and is checkpointed): server and client states."""
+
+    server: State
+    client_states: dict[int, State]
+    theta0: Tensor  # the initial global model (stateful methods initialise client state from it)
+    next_round: int = 0
+
+
+@dataclass
+class RoundOutcome:
+    clients: np.ndarray
+    info: RoundInfo
+    msg: State
+    results: list[ClientResult]
+
+
+@dataclass
 class Simulation:
     """Everything a run needs, built once from a Config."""
 
@@ -101,6 +119,60 @@ class Simulation:
                    config.hash(partition.fingerprint))
 
     # -----------------------------------------------------------------------------------------
+    def initial_state(self) -> TrainingState:
+        theta0 = self.model.theta0()
+        return TrainingState(self.algorithm.server_init(theta0), {}, theta0, 0)
+
+    def state_from_checkpoint(self, ckpt: dict[str, Any]) -> TrainingState:
+        dev = torch.device(self.config.device)
+        return TrainingState(
+            server={k: v.to(dev) for k, v in ckpt["server"].items()},
+            client_states={int(i): {k: v.to(dev) for k, v in s.items()} for i, s in ckpt["clients"].items()},
+            theta0=ckpt["theta0"].to(dev),
+            next_round=int(ckpt["next_round"]),
+        )
+
+    @cached_property
+    def client_indices(self) -> list[Tensor]:
+        """Each client's training-sample indices, as tensors on the run's device."""
+        dev = torch.device(self.config.device)
+        return [torch.tensor(ix, dtype=torch.long, device=dev) for ix in self.partition.client_indices]
+
+    @cached_property
+    def local_data(self) -> LocalData:
+        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind)
+
+    @cached_property
+    def schedule(self) -> list[list[int]] | None:
+        c = self.config
+        return load_schedule(c.schedule_path, c.n_clients, c.rounds) if c.sampling == "schedule" else None
+
+    def sample(self, t: int) -> np.ndarray:
+        """The ids of the clients taking part in round t."""
+        c = self.config
+        return sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
+                              schedule=self.schedule)
+
+    def train_round(self, state: TrainingState, t: int, clients: np.ndarray | None = None) -> RoundOutcome:
+        """Round t: broadcast, local work of the sampled (or given) clients, upload, aggregate.
+
+        Updates ``state`` in place (server, client states, next round) and returns what happened.
+        """
+        alg = self.algorithm
+        clients = self.sample(t) if clients is None else clients
+        info = self.round_info(t, len(clients))
+        msg = alg.broadcast(state.server, info)
+        states = [state.client_states.get(i) or alg.client_init(state.theta0) for i in clients.tolist()]
+        jobs = self.client_jobs(t, clients, self.client_indices)
+        results = self.run_clients(msg, jobs, states, self.local_data, info)
+        uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
+        state.server = alg.aggregate(state.server, uploads, info)
+        for r in results:
+            if r.state:
+                state.client_states[r.client] = r.state
+        state.next_round = t + 1
+        return RoundOutcome(clients, info, msg, results)
+
     def round_info(self, t: int, m: int) -> RoundInfo:
         c = self.config
         lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
@@ -163,32 +235,23 @@ class Simulation:
                 return RunResult(c, store.read_metrics(), theta, summary["status"], store.dir, summary,
                                  self.partition)
 
-        dev = torch.device(c.device)
         ckpt = store.load_checkpoint(self.config_hash)
         if ckpt is None:
-            theta0 = self.model.theta0()
-            server = alg.server_init(theta0)
-            client_states: dict[int, State] = {}
+            state = self.initial_state()
             rows: list[dict[str, Any]] = []
-            start = 0
             store.write_config(c, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
                                    "fedlab_version": __version__,
                                    "partition_summary": self.partition.stats.summary()})
         else:
-            server = {k: v.to(dev) for k, v in ckpt["server"].items()}
-            client_states = {int(i): {k: v.to(dev) for k, v in s.items()} for i, s in ckpt["clients"].items()}
+            state = self.state_from_checkpoint(ckpt)
             rows = list(ckpt["rows"])
-            start = int(ckpt["next_round"])
-            theta0 = ckpt["theta0"].to(dev)
+        start = state.next_round
 
-        client_idx = [torch.tensor(ix, dtype=torch.long, device=dev) for ix in self.partition.client_indices]
-        data = LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind)
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
         if c.eval_subsample is not None and c.eval_subsample < x_test.shape[0]:
             keep = torch.as_tensor(balanced_subset(y_test.cpu().numpy(), c.eval_subsample, seed=c.seed,
                                                    purpose="eval"), device=x_test.device)
             x_test, y_test = x_test[keep], y_test[keep]
-        schedule = (load_schedule(c.schedule_path, c.n_clients, c.rounds) if c.sampling == "schedule" else None)
 
         status = "running"
         end = c.rounds if stop_after_rounds is None else min(c.rounds, start + stop_after_rounds)
@@ -197,17 +260,9 @@ class Simulation:
         last_acc = next((r["test_acc"] for r in reversed(rows) if not math.isnan(r["test_acc"])), float("nan"))
         for t in range(start, end):
             t0 = time.perf_counter()
-            clients = sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
-                                     schedule=schedule)
-            info = self.round_info(t, len(clients))
-            msg = alg.broadcast(server, info)
-            states = [client_states.get(i) or alg.client_init(theta0) for i in clients.tolist()]
-            results = self.run_clients(msg, self.client_jobs(t, clients, client_idx), states, data, info)
-            uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
-            server = alg.aggregate(server, uploads, info)
-            for r in results:
-                if r.state:
-                    client_states[r.client] = r.state
+            outcome = self.train_round(state, t)
+            clients, info, msg, results = outcome.clients, outcome.info, outcome.msg, outcome.results
+            server = state.server
             theta = alg.global_model(server)
             thetas_k = torch.stack([r.theta_final for r in results])
             train_loss = float(torch.stack([r.mean_loss for r in results]).mean())
@@ -241,8 +296,8 @@ class Simulation:
             if boundary:
                 ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
                             "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()}
-                                        for i, s in sorted(client_states.items())},
-                            "rows": rows, "config_hash": self.config_hash, "theta0": theta0.cpu(),
+                                        for i, s in sorted(state.client_states.items())},
+                            "rows": rows, "config_hash": self.config_hash, "theta0": state.theta0.cpu(),
                             "version": __version__}
                 store.write_checkpoint(ckpt_obj)
                 store.write_progress(rows, self._summary(rows, status))
@@ -253,7 +308,7 @@ class Simulation:
 
         if not rows:
             raise RuntimeError("no round was run")
-        return RunResult(c, pd.DataFrame(rows), alg.global_model(server).detach(), status, store.dir,
+        return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
                          self._summary(rows, status), self.partition)
 
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
