@@ -37,7 +37,7 @@ run: venv data
 	@$(PY) -m fedlab run --algorithm fedavg --dataset fmnist --n-clients 100 --participation 0.1 \
 	  --partition dirichlet --alpha 0.1 --rounds 20 --no-progress --name "FedAvg (summary run)"
 	@$(PY) -m fedlab run --algorithm fedsam --dataset fmnist --n-clients 100 --participation 0.1 \
-	  --partition dirichlet --alpha 0.1 --rounds 20 --no-progress --name "FedSAM (summary run)"
+	  --partition dirichlet --alpha 0.1 --rounds 20 --param rho=0.02 --no-progress --name "FedSAM (summary run)"
 	@echo "executed notebooks: $(NB_OUT)/   figures (ci size): figures/_scratch/   runs: runs/"
 
 test: venv data test-unit test-notebooks

@@ -19,15 +19,16 @@
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 dataset = "fmnist"  # any of fedlab.DATASETS
 model = "cnn"  # any of fedlab.MODELS
-train_size = 3000  # class-balanced training subset (None = all 60 000 images)
-test_size = 1000  # class-balanced test subset (None = all 10 000)
+train_size = 3000  # class-balanced training subset (None: all 60 000 images)
+test_size = 1000  # class-balanced test subset (None: all 10 000)
 n_clients = 20  # N
 participation = 0.25  # fraction of clients per round
-alpha = 0.1  # Dirichlet concentration (small = heterogeneous)
+alpha = 0.1  # Dirichlet concentration (small: heterogeneous)
 rounds = 12  # communication rounds
 local_steps = 5  # K
 batch_size = 32  # B
 lr = 0.05  # local learning rate η_l
+sam_rho = 0.02  # FedSAM's radius ρ on this small CNN
 seed = 0  # drives partition, init, sampling, batches
 
 # %% [markdown]
@@ -69,14 +70,15 @@ print(f"mean effective number of classes per client: {stats['mean_effective_clas
 # %% [markdown]
 # ## 3. Train FedAvg, FedSAM and FedVSSAM
 # Each call returns a `RunResult` and stores the run under `runs/` (a second call with the same
-# configuration loads it from disk instead of training again). FedSAM uses radius ρ = 0.1 as in
-# FL-Simulator; FedVSSAM uses the paper's ρ = 0.05 with its "high heterogeneity" mixing
-# (γ_l, γ_g) = (0.1, 0.6).
+# configuration loads it from disk instead of training again). FedSAM's default radius ρ = 0.1 is
+# FL-Simulator's choice for ResNet-18 on CIFAR; on this small CNN such a radius drives the clients to
+# nearly input-independent models, so we use ρ = `sam_rho` (notebook 04 shows the effect). FedVSSAM
+# uses the paper's ρ = 0.05 with its "high heterogeneity" mixing (γ_l, γ_g) = (0.1, 0.6).
 
 # %%
 runs = {
     "fedavg": fedlab.run(base.replace(algorithm="fedavg"), progress=False),
-    "fedsam": fedlab.run(base.replace(algorithm="fedsam"), progress=False),
+    "fedsam": fedlab.run(base.replace(algorithm="fedsam", algorithm_params={"rho": sam_rho}), progress=False),
     "fedvssam": fedlab.run(base.replace(algorithm="fedvssam", algorithm_params={"preset": "high"}),
                            progress=False),
 }

@@ -98,3 +98,14 @@ def test_params_files(path, profile):
     assert isinstance(values, dict) and values.get("profile") == profile
     unknown = set(values) - _parameter_names(_read(path))
     assert not unknown, f"{params.name} sets names the notebook does not have: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_papermill_understands_every_parameter(path):
+    """`papermill --help-notebook` documents each knob; a comment containing '=' breaks its parser."""
+    from papermill.translators import PythonTranslator
+
+    nb = _read(path)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    parsed = {p.name for p in PythonTranslator.inspect(cell)}
+    assert parsed == _parameter_names(nb), sorted(_parameter_names(nb) - parsed)
