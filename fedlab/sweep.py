@@ -1,0 +1,185 @@
+"""Grids of experiments and the tables the papers print from them.
+
+A *sweep* is the cartesian product of a few :class:`~fedlab.config.Config` fields, repeated over
+seeds::
+
+    from fedlab.sweep import sweep, summary_table
+    base = fedlab.Config(dataset="fmnist", rounds=50, partition="dirichlet", alpha=0.1)
+    runs = sweep(base, {"algorithm": ["fedavg", "fedsam", "fedvssam"]}, seeds=[0, 1, 2])
+    summary_table(runs, target=0.75)
+
+Every run goes through :func:`fedlab.run`, so it is cached under ``runs/`` by its config hash: a second
+call loads the finished runs from disk, and an interrupted sweep resumes where it stopped. Grid values
+for ``algorithm_params`` may be dicts (``{"algorithm_params": [{}, {"preset": "high"}]}``). Fields that
+must change *together* (a partition scheme and its parameter, a method and its hyperparameters) belong
+in separate sweeps over different ``base`` configs; the results of several sweeps can be concatenated
+and summarised in one table.
+
+:func:`summary_table` groups runs that differ only in their seed and reports, per group, what the
+FedVSSAM / FedSWA tables report: final test accuracy mean ± std over seeds, best accuracy, rounds to
+reach a target accuracy, the uplink cost per client and round in units of the model size d (FedAvg = 1),
+the mean wall time per round and the runs' status.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedlab.config import Config, ConfigError
+from fedlab.results import RunResult
+
+__all__ = ["expand_grid", "rounds_to_target", "summary_table", "sweep"]
+
+# Config fields that never identify a group of runs: the seed is averaged over, the rest does not
+# change any number (see fedlab.config._NOT_HASHED).
+_NOT_GROUPED = frozenset({"seed", "runs_dir", "checkpoint_every", "name", "memory_budget_mb"})
+
+
+def _field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(Config))
+
+
+def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,)) -> list[Config]:
+    """The configs of a sweep, in order: grid combinations (first key slowest), then seeds.
+
+    Raises :class:`~fedlab.config.ConfigError` naming the key for a grid key that is not a Config
+    field (or is ``seed``: pass ``seeds=`` instead), for a value that is not a non-empty list, and —
+    through ``Config`` validation — for any invalid combination, before anything is run.
+    """
+    names = _field_names()
+    for key, values in grid.items():
+        if key == "seed":
+            raise ConfigError("grid key 'seed' is not allowed: pass the seeds as sweep(..., seeds=[...]) so that "
+                              "summary_table can average over them")
+        if key not in names:
+            raise ConfigError(f"grid key {key!r} is not a Config field; allowed: {', '.join(sorted(names))}")
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence) or len(values) == 0:
+            raise ConfigError(f"grid[{key!r}] must be a non-empty list of values, got {values!r}")
+    seeds = list(seeds)
+    if not seeds:
+        raise ConfigError("seeds must be a non-empty list of integers ≥ 0")
+    keys = list(grid)
+    configs = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        changes = dict(zip(keys, combo))
+        for seed in seeds:
+            try:
+                configs.append(base.replace(**changes, seed=seed))
+            except ConfigError as err:
+                raise ConfigError(f"grid combination {changes} (seed {seed}): {err}") from None
+    return configs
+
+
+def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noqa: B006 — read-only default
+          progress: bool = True) -> list[RunResult]:
+    """Run (or load from ``runs/``) every combination of ``grid`` × ``seeds`` on top of ``base``.
+
+    ``grid`` maps Config field names to lists of values (``{"algorithm": ["fedavg", "fedsam"],
+    "lr": [0.05, 0.1]}``); the sweep runs their cartesian product, each combination once per seed.
+    Results come back in the order of :func:`expand_grid`. ``progress`` shows one bar over the runs
+    (the runs themselves train silently). Diverged runs are returned like finished ones; check
+    ``RunResult.status`` (or the ``status`` column of :func:`summary_table`).
+    """
+    from tqdm import tqdm
+
+    from fedlab.engine import run
+
+    configs = expand_grid(base, grid, seeds)
+    results = []
+    bar = tqdm(configs, desc="sweep", disable=not progress, file=sys.stderr, dynamic_ncols=True, leave=False)
+    for cfg in bar:
+        bar.set_postfix_str(f"{cfg.algorithm} seed {cfg.seed}", refresh=False)
+        results.append(run(cfg, progress=False))
+    bar.close()
+    return results
+
+
+def rounds_to_target(metrics: pd.DataFrame, target: float) -> float:
+    """The first evaluated round whose ``test_acc`` is ≥ ``target``; NaN if no round reaches it.
+
+    ``target`` is a fraction in [0, 1] like the ``test_acc`` column (0.75, not 75). Rounds without
+    evaluation (NaN accuracy) are skipped, so with ``eval_every = 5`` the answer is a multiple of 5 —
+    an upper bound on the true first round, as in the papers, which evaluate every few rounds too.
+    """
+    if not (isinstance(target, (int, float)) and math.isfinite(target) and 0 <= target <= 1):
+        raise ValueError(f"target must be an accuracy in [0, 1] (test_acc is a fraction), got {target!r}")
+    evaluated = metrics[["round", "test_acc"]].dropna()
+    hit = evaluated[evaluated["test_acc"] >= target]
+    return float(hit["round"].iloc[0]) if len(hit) else float("nan")
+
+
+def _group_key(config: Config) -> str:
+    values = {k: v for k, v in config.to_dict().items() if k not in _NOT_GROUPED}
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def _short(value: Any) -> Any:
+    """A table-friendly form of a config value (dicts as compact ``k=v`` strings)."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) if value else "defaults"
+    return value
+
+
+def _uplink_per_client(res: RunResult, column: str) -> float:
+    """Mean floats one client sends (or receives) per round, in units of the model size d."""
+    d = int(res.theta.numel())
+    m = res.metrics
+    return float((m[column] / (m["n_sampled"] * d)).mean())
+
+
+def summary_table(results: Iterable[RunResult], target: float | None = None) -> pd.DataFrame:
+    """One row per group of runs that differ only in their seed, in order of first appearance.
+
+    Columns: the config fields that vary between groups (always ``algorithm``), then
+
+    * ``n_seeds``; ``final_acc_mean`` and ``final_acc_std`` — the last evaluated test accuracy, mean
+      and sample standard deviation (ddof = 1; NaN with a single seed) over seeds;
+    * ``best_acc`` — the best evaluated test accuracy, averaged over seeds;
+    * ``rounds_to_target`` — mean over seeds of :func:`rounds_to_target` (NaN if *any* seed never
+      reaches ``target``; the papers' "–"), and ``reached`` — how many seeds did (only with ``target``);
+    * ``uplink_x_d`` / ``downlink_x_d`` — floats one client sends / receives per round divided by the
+      model size d (FedAvg: 1 and 1; SCAFFOLD: 2 and 2), taken from the metrics;
+    * ``sec_per_round`` — mean wall seconds per round (as measured when the run was trained);
+    * ``status`` — ``finished`` if every seed finished, else the statuses of the seeds joined by ``/``.
+
+    Accuracies are fractions in [0, 1], as in the metrics.
+    """
+    results = list(results)
+    if not results:
+        raise ValueError("summary_table needs at least one RunResult")
+    groups: dict[str, list[RunResult]] = {}
+    for res in results:
+        groups.setdefault(_group_key(res.config), []).append(res)
+    configs = [grp[0].config.to_dict() for grp in groups.values()]
+    varying = [name for name in _field_names() if name not in _NOT_GROUPED
+               and len({json.dumps(c[name], sort_keys=True, default=str) for c in configs}) > 1]
+    if "algorithm" not in varying:
+        varying.insert(0, "algorithm")
+    rows = []
+    for grp, cfg in zip(groups.values(), configs):
+        finals = np.array([r.final_accuracy for r in grp], dtype=float)
+        bests = np.array([r.metrics["test_acc"].max() for r in grp], dtype=float)
+        row: dict[str, Any] = {name: _short(cfg[name]) for name in varying}
+        row["n_seeds"] = len(grp)
+        row["final_acc_mean"] = float(finals.mean())
+        row["final_acc_std"] = float(finals.std(ddof=1)) if len(grp) > 1 else float("nan")
+        row["best_acc"] = float(bests.mean())
+        if target is not None:
+            hits = np.array([rounds_to_target(r.metrics, target) for r in grp], dtype=float)
+            row["rounds_to_target"] = float(hits.mean()) if not np.isnan(hits).any() else float("nan")
+            row["reached"] = int((~np.isnan(hits)).sum())
+        row["uplink_x_d"] = float(np.mean([_uplink_per_client(r, "uplink_floats") for r in grp]))
+        row["downlink_x_d"] = float(np.mean([_uplink_per_client(r, "downlink_floats") for r in grp]))
+        row["sec_per_round"] = float(np.mean([r.metrics["wall_seconds"].mean() for r in grp]))
+        statuses = [r.status for r in grp]
+        row["status"] = "finished" if all(s == "finished" for s in statuses) else "/".join(statuses)
+        rows.append(row)
+    return pd.DataFrame(rows)
