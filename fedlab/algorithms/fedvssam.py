@@ -28,7 +28,8 @@ it back; with γ_l = γ_g = 1 and β = 1 it is FedAvg's θ^t + Δ̄ bit for bit,
 FedSAM exactly.
 
 State: server θ, h (2·d); clients stateless. Communication per round: down 2·d (θ^t, h^t), or 1·d
-when lf = lu = False (clients then never read h); up 1·d. Gradient evaluations per step: 2.
+when clients never read h (lf = lu = False, or γ_l = 1 as in the "base" preset and the plain-FedSAM
+round 0 of h_init="first_round"); up 1·d. Gradient evaluations per step: 2.
 
 Ablation switches (all True by default; False = the un-suppressed choice, as in the paper's
 ablation): ``lf`` perturb along g instead of h_i; ``lu`` step along g̃ instead of u; ``gu`` server
@@ -111,9 +112,9 @@ class FedVSSAM(Algorithm):
         "base": {"gamma_l": 1.0, "gamma_g": 1.0},
     }
 
-    @property
-    def _clients_need_h(self) -> bool:
-        return self.hp.lf or self.hp.lu
+    def _clients_need_h(self, round_: int) -> bool:
+        """Clients read h only when they mix it in (γ_l < 1 with LF or LU on); otherwise h stays home."""
+        return (self.hp.lf or self.hp.lu) and self.local_gamma(round_) != 1.0
 
     def _warmup(self, round_: int) -> bool:
         """True in the plain-FedSAM round 0 of ``h_init="first_round"``."""
@@ -129,7 +130,7 @@ class FedVSSAM(Algorithm):
         return {"theta": theta0.clone(), "h": torch.zeros_like(theta0)}
 
     def broadcast(self, server: State, info: RoundInfo) -> State:
-        if self._clients_need_h:
+        if self._clients_need_h(info.round):
             return {"theta": server["theta"], "h": server["h"]}
         return {"theta": server["theta"]}
 
