@@ -123,6 +123,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     result = run(config, progress=not args.no_progress)
     s = result.summary
+    print(f"method    {config.name or config.algorithm} on {config.dataset} ({config.partition}, "
+          f"{config.n_clients} clients)")
     print(f"run       {result.run_dir}")
     print(f"status    {result.status} after {s['rounds_done']}/{s['rounds']} rounds")
     fin = s["final_test_acc"]
