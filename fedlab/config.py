@@ -173,8 +173,6 @@ class Config:
         from fedlab.algorithms import get_algorithm
 
         values = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
-        if not values.get("amp"):
-            values.pop("amp", None)  # hashed only when on: runs hashed before the field existed keep their hash
         values["algorithm_params"] = get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
         return values
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 from tqdm import tqdm
@@ -304,8 +305,6 @@ class Simulation:
             if status != "running":
                 break
         bar.close()
-        import pandas as pd
-
         if not rows:
             raise RuntimeError("no round was run")
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
