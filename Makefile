@@ -63,5 +63,10 @@ figures: venv data
 bench: venv data
 	$(PY) -m fedlab bench --algorithms all
 
+# Execution modes side by side (conventional loop, sequential, vmap, auto, client threads); JSON in runs/bench/.
+bench-speed: venv data
+	@mkdir -p runs/bench
+	$(PY) -m fedlab bench --speed --models cnn --json runs/bench/speed_cnn.json
+
 clean-runs:
 	rm -rf runs

@@ -8,7 +8,9 @@ B = 32.
 
 ``python -m fedlab bench --speed`` (or ``--quick``, a seconds-long version for CI) compares execution
 modes instead: the conventional loop of :mod:`fedlab.bench_conventional` (FedAvg/FedSAM only),
-fedlab's sequential path, and fedlab's vectorised path (chunk = m, and ``parallel_clients="auto"``),
+fedlab's sequential path, fedlab's vectorised path (chunk = m, and ``parallel_clients="auto"``) and,
+on CPU, fedlab's client threads (``client_threads`` = the usable cores, one client per core),
+alone and with ``channels_last=True``,
 for FedAvg, FedSAM, SCAFFOLD and FedVSSAM (those registered), on Fashion-MNIST ``cnn`` and on a
 CIFAR-shaped ``resnet18_gn_imagenet_stem`` fed with random 3×32×32 tensors, at 10 and 20 clients per
 round. Rounds are timed without evaluation (sampling, local work, upload, aggregation); the first
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -92,10 +95,14 @@ def machine_description() -> str:
 SPEED_ALGORITHMS: tuple[str, ...] = ("fedavg", "fedsam", "scaffold", "fedvssam")
 """Algorithms the speed comparison times (those registered at run time)."""
 
-MODES: tuple[str, ...] = ("conventional", "sequential", "vectorised", "auto")
+MODES: tuple[str, ...] = ("conventional", "sequential", "vectorised", "auto", "threads", "threads_cl")
 """conventional = :mod:`fedlab.bench_conventional` (FedAvg/FedSAM only); sequential =
 ``parallel_clients=1``; vectorised = ``parallel_clients=m`` (one vmapped chunk); auto =
-``parallel_clients="auto"``."""
+``parallel_clients="auto"``; threads = ``client_threads=--client-threads``; threads_cl = the same
+with ``channels_last=True`` (the last two CPU only)."""
+
+FEDLAB_MODES: tuple[str, ...] = MODES[1:]
+CPU_ONLY_MODES: tuple[str, ...] = ("threads", "threads_cl")
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,14 @@ def tune_malloc() -> bool:
         return False
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask), the default of the threads modes."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _release_memory(device: torch.device) -> None:
     import gc
 
@@ -240,7 +255,10 @@ def speed_main(args: argparse.Namespace) -> int:
     rounds = args.rounds or 4
     if rounds < 4:
         raise ValueError("--rounds must be at least 4 with --speed (one warm-up, at least 3 timed)")
-    modes = args.modes or list(MODES)
+    modes = args.modes or [md for md in MODES if not (gpu and md in CPU_ONLY_MODES)]
+    if gpu and set(modes) & set(CPU_ONLY_MODES):
+        raise ValueError(f"--modes {' '.join(CPU_ONLY_MODES)} are CPU execution modes; drop them with --device cuda")
+    client_threads = args.client_threads or usable_cores()
     registered = set(algorithm_names())
     wanted = SPEED_ALGORITHMS if args.algorithms is None else (
         algorithm_names() if args.algorithms == ["all"] else tuple(args.algorithms))
@@ -253,7 +271,8 @@ def speed_main(args: argparse.Namespace) -> int:
     tuned = tune_malloc() if args.tune_malloc else False
     print(f"machine: {machine_description()}" + (", glibc malloc tuned (no mmap per large tensor)" if tuned else ""))
     print(f"speed comparison{' (quick)' if quick else ''}: device {device}, K={K}, B={B}, "
-          f"{rounds} rounds per cell (first = warm-up, not timed; median of {rounds - 1})")
+          f"{rounds} rounds per cell (first = warm-up, not timed; median of {rounds - 1})"
+          + (f"; threads modes: {client_threads} client threads" if set(modes) & set(CPU_ONLY_MODES) else ""))
     print(f"algorithms: {' '.join(names)}" + (f"  (not registered, skipped: {' '.join(missing)})" if missing else ""))
     matmul = matmul_flops_per_second(device, n=1024 if quick else None, repeats=3 if quick else 5)
     print(f"float32 matmul reference: {matmul / 1e9:.1f} GFLOP/s")
@@ -279,13 +298,16 @@ def speed_main(args: argparse.Namespace) -> int:
                 for mode in modes:
                     if mode == "conventional" and name not in CONVENTIONAL_ALGORITHMS:
                         continue
-                    parallel: Any = {"conventional": 1, "sequential": 1, "vectorised": m, "auto": "auto"}[mode]
+                    parallel: Any = {"vectorised": m, "auto": "auto"}.get(mode, 1)
+                    threads = client_threads if mode in CPU_ONLY_MODES else 1
+                    channels_last = mode == "threads_cl"
                     with tempfile.TemporaryDirectory() as tmp:
                         cfg = Config(algorithm=name, dataset="fmnist" if setting.data == "fmnist" else "cifar10",
                                      model=setting.model, n_clients=setting.n_clients,
                                      participation=m / setting.n_clients, partition="iid", rounds=rounds,
                                      local_steps=K, batch_size=B, device=str(device), augment=False,
                                      parallel_clients=parallel, memory_budget_mb=args.memory_budget_mb,
+                                     client_threads=threads, channels_last=channels_last,
                                      eval_every=rounds, runs_dir=tmp)
                         sim = Simulation.build(cfg, dataset=dataset)
                         if mode == "conventional":
@@ -298,6 +320,7 @@ def speed_main(args: argparse.Namespace) -> int:
                     row = {"setting": setting.key, "label": setting.label, "model": setting.model, "m": m,
                            "algorithm": name, "mode": mode,
                            "chunk": choice.chunk if choice is not None else parallel,
+                           "client_threads": threads, "channels_last": channels_last,
                            "ms_per_round": 1000 * sec, "ms_min": 1000 * min(timed),
                            "rounds_per_second": 1.0 / sec, "rounds_timed": len(timed),
                            "warmup_ms": 1000 * walls[0], "grads_per_step": grads,
@@ -345,7 +368,7 @@ def speed_main(args: argparse.Namespace) -> int:
         for m in ms_values:
             for alg in CONVENTIONAL_ALGORITHMS:
                 conv = cell(s.key, m, alg, "conventional")
-                ours = [r for r in (cell(s.key, m, alg, md) for md in ("sequential", "vectorised", "auto")) if r]
+                ours = [r for r in (cell(s.key, m, alg, md) for md in FEDLAB_MODES) if r]
                 if conv and ours:
                     best = min(ours, key=lambda r: r["ms_per_round"])
                     speedups.append({"setting": s.key, "m": m, "algorithm": alg, "best_mode": best["mode"],
@@ -368,7 +391,8 @@ def speed_main(args: argparse.Namespace) -> int:
         settings_out = {"device": str(device), "local_steps": K, "batch_size": B, "rounds": rounds,
                         "clients_per_round": ms_values, "modes": modes, "algorithms": names, "quick": quick,
                         "settings": [asdict(s) for s in settings],
-                        "memory_budget_mb": args.memory_budget_mb, "malloc_tuned": tuned}
+                        "memory_budget_mb": args.memory_budget_mb, "malloc_tuned": tuned,
+                        "client_threads": client_threads if set(modes) & set(CPU_ONLY_MODES) else None}
         args.json.write_text(json.dumps({
             "machine": machine_description(), "settings": settings_out, "matmul_flops_per_s": matmul,
             "memory_method": mem_method, "rows": rows, "sam_fedavg_ratio": ratios,
@@ -409,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="settings to run (default: all)")
     speed.add_argument("--clients-per-round", type=int, nargs="+", default=None, help="m values (default: 10 20)")
     speed.add_argument("--modes", nargs="+", default=None, choices=MODES, help="execution modes (default: all)")
+    speed.add_argument("--client-threads", type=int, default=None,
+                       help="threads of the threads modes (default: the cores this process may use)")
     speed.add_argument("--memory-budget-mb", type=float, default=None,
                        help="memory budget (MiB) for the auto mode's chunk choice (default: the device's)")
     speed.add_argument("--tune-malloc", action="store_true",

@@ -45,6 +45,9 @@ _HELP = {
     "parallel_clients": "clients trained together with torch.func.vmap (1 = sequential reference path, "
                         "'auto' = chosen by a short measurement)",
     "memory_budget_mb": "MiB a vmapped chunk may use when --parallel-clients auto (default: device-dependent)",
+    "client_threads": "CPU: train this many clients at once, one per thread with one intra-op thread each "
+                      "(bit-identical to the sequential path at one thread)",
+    "channels_last": "run convolutions in NHWC memory layout (faster kernels; same function, last-bit differences)",
     "amp": "bf16 autocast of the local steps (CUDA only)",
     "checkpoint_every": "write a checkpoint every this many rounds",
     "runs_dir": "where run directories live (default: <repo>/runs)",

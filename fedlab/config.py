@@ -21,8 +21,10 @@ SAMPLINGS = ("uniform", "bernoulli", "schedule")
 LR_SCHEDULES = ("exponential", "cosine", "constant")
 
 # Fields that do not change any number a run produces.
-# memory_budget_mb only bounds the chunk parallel_clients="auto" may pick (itself hashed).
-_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb"})
+# memory_budget_mb only bounds the chunk parallel_clients="auto" may pick (itself hashed);
+# client_threads gives the sequential path's numbers bit for bit (at one intra-op thread, and the
+# intra-op thread count is not hashed either).
+_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb", "client_threads"})
 
 
 class ConfigError(ValueError):
@@ -70,7 +72,9 @@ class Config:
     device: str = "cpu"
     parallel_clients: int | str = 1  # clients vmapped together (1 = sequential; "auto" = measured)
     memory_budget_mb: float | None = None  # MiB a vmapped chunk may use ("auto"; None = device default)
+    client_threads: int = 1  # CPU: clients trained concurrently, one per thread (fedlab.engine.threads)
     amp: bool = False  # bf16 autocast of the local steps (CUDA only)
+    channels_last: bool = False  # run convolutions in NHWC layout (faster kernels; last-bit differences)
     checkpoint_every: int = 10
     runs_dir: str | None = None  # default <repo>/runs
     name: str | None = None  # a label for plots; not hashed
@@ -144,8 +148,20 @@ class Config:
                 isinstance(self.memory_budget_mb, bool) or not isinstance(self.memory_budget_mb, (int, float))
                 or not math.isfinite(self.memory_budget_mb) or self.memory_budget_mb <= 0):
             raise bad("memory_budget_mb", "None (device default) or a number of MiB > 0")
+        if not isinstance(self.client_threads, int) or isinstance(self.client_threads, bool) \
+                or self.client_threads < 1:
+            raise bad("client_threads", "an integer ≥ 1 (1 = one client at a time)")
+        if self.client_threads > 1 and self.device != "cpu":
+            raise ConfigError(f"client_threads={self.client_threads} is a CPU execution mode, got "
+                              f"device={self.device!r}; use parallel_clients (vmap) on accelerators")
+        if self.client_threads > 1 and self.parallel_clients != 1:
+            raise ConfigError(f"client_threads={self.client_threads} and parallel_clients="
+                              f"{self.parallel_clients!r} are two execution modes; choose one "
+                              "(client_threads > 1 with parallel_clients=1, or client_threads=1)")
         if not isinstance(self.amp, bool):
             raise bad("amp", "True or False")
+        if not isinstance(self.channels_last, bool):
+            raise bad("channels_last", "True or False")
         if self.amp and not self.device.startswith("cuda"):
             raise ConfigError(f"amp=True (bf16 autocast) needs a CUDA device, got device={self.device!r}; "
                               "leave amp=False on CPU")

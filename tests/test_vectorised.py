@@ -225,11 +225,17 @@ def test_bench_quick_prints_the_tables(tmp_path):
                  "SAM / FedAvg cost ratio", "Speed-up of fedlab's best mode over the conventional loop",
                  "Peak memory of the vectorised path per chunk size", "<- chosen"):
         assert line in text, line
-    for mode in ("conventional", "sequential", "vectorised", "auto"):
+    modes = {"conventional", "sequential", "vectorised", "auto", "threads", "threads_cl"}
+    for mode in modes:
         assert f"fedavg     {mode}" in text, mode
     report = json.loads(out.read_text())
     rows = report["rows"]
-    assert {r["mode"] for r in rows} == {"conventional", "sequential", "vectorised", "auto"}
+    assert {r["mode"] for r in rows} == modes
+    n_threads = report["settings"]["client_threads"]
+    assert n_threads == len(os.sched_getaffinity(0))
+    assert all(r["client_threads"] == (n_threads if r["mode"].startswith("threads") else 1)
+               for r in rows if r["mode"] != "conventional")
+    assert all(r["channels_last"] == (r["mode"] == "threads_cl") for r in rows if r["mode"] != "conventional")
     assert {r["algorithm"] for r in rows} >= {"fedavg", "fedsam"}
     assert all(r["rounds_timed"] >= 3 and r["ms_per_round"] > 0 and 0 < r["matmul_fraction"] for r in rows)
     assert not any(r["mode"] == "conventional" and r["algorithm"] not in ("fedavg", "fedsam") for r in rows)

@@ -112,7 +112,7 @@ class Simulation:
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
-        model = FlatModel(module.to(config.device))
+        model = FlatModel(module.to(config.device), channels_last=config.channels_last)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
         store = RunStore.for_config(config, partition.fingerprint, root)
@@ -138,6 +138,11 @@ class Simulation:
         """Each client's training-sample indices, as tensors on the run's device."""
         dev = torch.device(self.config.device)
         return [torch.tensor(ix, dtype=torch.long, device=dev) for ix in self.partition.client_indices]
+
+    @cached_property
+    def thread_models(self) -> list[FlatModel]:
+        """One model per client thread (``client_threads``): the run's own, then replicas."""
+        return [self.model] + [self.model.replica() for _ in range(self.config.client_threads - 1)]
 
     @cached_property
     def local_data(self) -> LocalData:
@@ -205,24 +210,35 @@ class Simulation:
 
     def run_clients(self, msg: State, jobs: list[ClientJob], states: list[State], data: LocalData,
                     info: RoundInfo) -> list[ClientResult]:
+        """Local training of the round's jobs: threaded, vectorised (chunk > 1 or "auto") or sequential.
+
+        The sequential and threaded paths take the cheaper plain-autograd gradient oracle; vmap needs
+        the functorch one (``FlatModel.autograd_grad_fn`` vs ``grad_fn``).
+        """
+        model = self.model
         amp = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.config.amp
                else contextlib.nullcontext())
         with amp:
+            if self.config.client_threads > 1:
+                from fedlab.engine.threads import run_clients_threaded
+
+                return run_clients_threaded(self.algorithm, msg, jobs, states, data,
+                                            [m.autograd_grad_fn for m in self.thread_models], info)
             chunk = self.config.parallel_clients
             if chunk == "auto":
                 from fedlab.engine.vectorised import choose_chunk
 
                 if self.chunk_choice is None:
-                    self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data,
-                                                     self.model.grad_fn, info,
-                                                     budget_mb=self.config.memory_budget_mb)
+                    self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
+                                                     info, budget_mb=self.config.memory_budget_mb,
+                                                     sequential_grad_fn=model.autograd_grad_fn)
                 chunk = self.chunk_choice.chunk
             if chunk > 1:
                 from fedlab.engine.vectorised import run_clients_vectorised
 
-                return run_clients_vectorised(self.algorithm, msg, jobs, states, data, self.model.grad_fn,
+                return run_clients_vectorised(self.algorithm, msg, jobs, states, data, model.grad_fn,
                                               info, chunk=chunk)
-            return run_clients_sequential(self.algorithm, msg, jobs, states, data, self.model.grad_fn, info)
+            return run_clients_sequential(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:

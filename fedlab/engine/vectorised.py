@@ -338,7 +338,7 @@ def candidate_chunks(m: int) -> list[int]:
 def choose_chunk(
     algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State], data: LocalData,
     grad_fn: GradFn, info: RoundInfo, *, budget_mb: float | None = None,
-    candidates: Sequence[int] | None = None,
+    candidates: Sequence[int] | None = None, sequential_grad_fn: GradFn | None = None,
 ) -> ChunkChoice:
     """Choose how many clients to vmap together, by measurement, within a memory budget.
 
@@ -350,7 +350,9 @@ def choose_chunk(
     the chunk with the smallest ⌈m/c⌉ · t(c) wins. If not even c = 1 fits, 1 is returned with a
     warning. No job's generators or states are changed.
 
-    ``budget_mb`` (MiB) defaults to :func:`default_budget_bytes`.
+    ``budget_mb`` (MiB) defaults to :func:`default_budget_bytes`. ``sequential_grad_fn`` is the
+    oracle the engine's sequential path would use for c = 1 (default ``grad_fn``), so that c = 1 is
+    timed as it would run.
     """
     t_start = time.perf_counter()
     m = len(jobs)
@@ -371,7 +373,8 @@ def choose_chunk(
                 choice.measurements.append(ChunkMeasurement(c, None, predicted, "predicted over budget"))
                 continue
         try:
-            seconds, peak = measure_chunk(algorithm, msg, jobs, states, data, grad_fn, info, c)
+            fn = sequential_grad_fn if (c == 1 and sequential_grad_fn is not None) else grad_fn
+            seconds, peak = measure_chunk(algorithm, msg, jobs, states, data, fn, info, c)
         except torch.OutOfMemoryError:
             if device.type == "cuda":
                 torch.cuda.empty_cache()

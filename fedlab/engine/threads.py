@@ -1,0 +1,73 @@
+"""Client-parallel local training on CPU threads: one client per core, one core per client.
+
+On a CPU with few cores the convolutions of a small model are too small to keep several cores busy
+inside one operator (intra-op parallelism), and ``vmap`` turns them into grouped convolutions that
+oneDNN runs slowly. Clients of a round are independent, so :func:`run_clients_threaded` instead
+trains several clients at once, each on its own Python thread with a single intra-op thread.
+PyTorch releases the GIL inside every operator, so the threads overlap almost perfectly.
+
+``functional_call`` briefly swaps parameters into the module it is given, so every worker thread
+owns a gradient oracle over its own module replica (``FlatModel.replica``).
+
+Each client's arithmetic is exactly the sequential path's (:func:`run_clients_sequential` on one job)
+computed with one intra-op thread, and results are collected in job order, so the output is
+bit-identical to the sequential path run under ``torch.set_num_threads(1)`` — whatever the number of
+threads and however the operating system schedules them. (The sequential path with *several*
+intra-op threads differs from both in the last bits, as any PyTorch computation does across thread
+counts.) ``tests/test_threads.py`` checks this for every registered algorithm.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from fedlab.algorithms.base import Algorithm, RoundInfo, State
+from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
+from fedlab.models.functional import GradFn
+
+
+def run_clients_threaded(
+    algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
+    data: LocalData, grad_fns: Sequence[GradFn], info: RoundInfo,
+) -> list[ClientResult]:
+    """Train the jobs on ``len(grad_fns)`` worker threads; results in job order.
+
+    Worker w uses ``grad_fns[w]``, which must not share a module with any other entry (see the
+    module docstring). ``states[j]`` is job j's persistent client state. CPU only: kernels on one
+    CUDA stream serialise anyway, so use the vectorised executor there. The caller's intra-op
+    thread count is restored on return.
+    """
+    threads = len(grad_fns)
+    if threads < 1:
+        raise ValueError("grad_fns must hold one gradient oracle per worker thread (got none)")
+    if len(jobs) != len(states):
+        raise ValueError(f"{len(jobs)} jobs but {len(states)} client states")
+    if data.x.device.type != "cpu":
+        raise ValueError(f"client threads are a CPU execution mode; the data lives on {data.x.device}")
+    if not jobs:
+        return []
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        if threads == 1 or len(jobs) == 1:
+            return run_clients_sequential(algorithm, msg, jobs, states, data, grad_fns[0], info)
+        slot = threading.local()
+        numbers = itertools.count()  # next() on a count is atomic under the GIL
+
+        def start_worker() -> None:
+            slot.index = next(numbers)
+            torch.set_num_threads(1)  # the OpenMP thread count is per thread: set it in every worker
+
+        def train(job: ClientJob, state: State) -> ClientResult:
+            return run_clients_sequential(algorithm, msg, [job], [state], data, grad_fns[slot.index], info)[0]
+
+        with ThreadPoolExecutor(max_workers=min(threads, len(jobs)), initializer=start_worker,
+                                thread_name_prefix="fedlab-client") as pool:
+            futures = [pool.submit(train, job, state) for job, state in zip(jobs, states)]
+            return [f.result() for f in futures]
+    finally:
+        torch.set_num_threads(previous)
