@@ -51,15 +51,23 @@ FIGURES_DIR: Path = REPO_ROOT / "figures"
 CITABLE_PROFILES = ("cpu", "paper")
 
 
-def git_commit() -> str:
-    """The repository's HEAD commit (``unknown`` outside a git checkout)."""
+def git_commit(root: Path | None = None) -> str:
+    """The HEAD commit of the checkout at ``root`` (default: this repository), ``+dirty`` when tracked
+    files outside ``figures/`` have uncommitted changes; ``unknown`` outside a git checkout.
+
+    ``figures/`` is left out of the check because a figure run rewrites ``figures/README.md`` (and
+    earlier figures) itself: without the exclusion every figure after the first of a ``make figures``
+    run would be stamped dirty although the code that made it is exactly HEAD.
+    """
     import subprocess
 
+    root = REPO_ROOT if root is None else Path(root)
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)figures"], cwd=root, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
