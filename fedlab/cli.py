@@ -48,7 +48,7 @@ _HELP = {
     "client_threads": "CPU: train this many clients at once, one per thread with one intra-op thread each "
                       "(bit-identical to the sequential path at one thread)",
     "channels_last": "run convolutions in NHWC memory layout (faster kernels; same function, last-bit differences)",
-    "amp": "bf16 autocast of the local steps (CUDA only)",
+    "amp": "bf16 autocast of the local gradients (CUDA, or a CPU with native bf16); evaluation stays float32",
     "checkpoint_every": "write a checkpoint every this many rounds",
     "runs_dir": "where run directories live (default: <repo>/runs)",
     "name": "label for plots and summaries",

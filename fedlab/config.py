@@ -73,7 +73,7 @@ class Config:
     parallel_clients: int | str = 1  # clients vmapped together (1 = sequential; "auto" = measured)
     memory_budget_mb: float | None = None  # MiB a vmapped chunk may use ("auto"; None = device default)
     client_threads: int = 1  # CPU: clients trained concurrently, one per thread (fedlab.engine.threads)
-    amp: bool = False  # bf16 autocast of the local steps (CUDA only)
+    amp: bool = False  # bf16 autocast of the local gradients (CUDA; CPUs with native bf16, e.g. AVX512-BF16/AMX)
     channels_last: bool = False  # run convolutions in NHWC layout (faster kernels; last-bit differences)
     checkpoint_every: int = 10
     runs_dir: str | None = None  # default <repo>/runs
@@ -162,9 +162,6 @@ class Config:
             raise bad("amp", "True or False")
         if not isinstance(self.channels_last, bool):
             raise bad("channels_last", "True or False")
-        if self.amp and not self.device.startswith("cuda"):
-            raise ConfigError(f"amp=True (bf16 autocast) needs a CUDA device, got device={self.device!r}; "
-                              "leave amp=False on CPU")
         if self.local_epochs is not None and self.parallel_clients != 1:
             raise ConfigError("parallel_clients > 1 or 'auto' needs a fixed number of local steps; "
                               "set local_epochs=None or parallel_clients=1")

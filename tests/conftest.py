@@ -20,3 +20,23 @@ def tiny(tmp_path):
         return Config(**values)
 
     return make
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for the test (what each client thread uses), restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fmnist_or_skip():
+    """Skip (with the loader's message) where the Fashion-MNIST files are not installed."""
+    from fedlab.data import DatasetNotFoundError, load_dataset
+
+    try:
+        load_dataset("fmnist", train_size=100, test_size=100, download=False)
+    except DatasetNotFoundError as err:
+        pytest.skip(str(err))

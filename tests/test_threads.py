@@ -17,15 +17,6 @@ from fedlab.engine import threads as threads_mod
 from fedlab.models import FlatModel, build_model
 
 
-@pytest.fixture
-def one_thread():
-    """The sequential reference at one intra-op thread (what each client thread uses)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def assert_identical(a: fedlab.RunResult, b: fedlab.RunResult) -> None:
     cols = [c for c in a.metrics.columns if c != "wall_seconds"]
     assert cols == [c for c in b.metrics.columns if c != "wall_seconds"]
@@ -161,16 +152,10 @@ def test_to_channels_last_strides_even_for_one_channel():
     assert to_channels_last(v) is v
 
 
-def test_same_accuracy_curve_on_fashion_mnist(tmp_path, one_thread):
+def test_same_accuracy_curve_on_fashion_mnist(tmp_path, one_thread, fmnist_or_skip):
     """The issue's claim on real data: sequential, vectorised and threaded execution of FedSAM on
     Fashion-MNIST (Dirichlet 0.1) give the same accuracy curve — threads bit for bit, vmap to within
     one test image per evaluation and 1e-5 relative in the losses."""
-    from fedlab.data import DatasetNotFoundError
-
-    try:
-        fedlab.data.load_dataset("fmnist", train_size=100, test_size=100, download=False)
-    except DatasetNotFoundError as err:
-        pytest.skip(str(err))
     cfg = Config(algorithm="fedsam", algorithm_params={"rho": 0.02}, dataset="fmnist", train_size=3000,
                  test_size=500, n_clients=20, participation=0.25, alpha=0.1, rounds=6, local_steps=5,
                  batch_size=32, lr=0.05, eval_every=1)

@@ -7,7 +7,6 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
@@ -112,7 +111,7 @@ class Simulation:
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
-        model = FlatModel(module.to(config.device), channels_last=config.channels_last)
+        model = FlatModel(module.to(config.device), channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
         store = RunStore.for_config(config, partition.fingerprint, root)
@@ -216,29 +215,26 @@ class Simulation:
         the functorch one (``FlatModel.autograd_grad_fn`` vs ``grad_fn``).
         """
         model = self.model
-        amp = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if self.config.amp
-               else contextlib.nullcontext())
-        with amp:
-            if self.config.client_threads > 1:
-                from fedlab.engine.threads import run_clients_threaded
+        if self.config.client_threads > 1:
+            from fedlab.engine.threads import run_clients_threaded
 
-                return run_clients_threaded(self.algorithm, msg, jobs, states, data,
-                                            [m.autograd_grad_fn for m in self.thread_models], info)
-            chunk = self.config.parallel_clients
-            if chunk == "auto":
-                from fedlab.engine.vectorised import choose_chunk
+            return run_clients_threaded(self.algorithm, msg, jobs, states, data,
+                                        [m.autograd_grad_fn for m in self.thread_models], info)
+        chunk = self.config.parallel_clients
+        if chunk == "auto":
+            from fedlab.engine.vectorised import choose_chunk
 
-                if self.chunk_choice is None:
-                    self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
-                                                     info, budget_mb=self.config.memory_budget_mb,
-                                                     sequential_grad_fn=model.autograd_grad_fn)
-                chunk = self.chunk_choice.chunk
-            if chunk > 1:
-                from fedlab.engine.vectorised import run_clients_vectorised
+            if self.chunk_choice is None:
+                self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
+                                                 info, budget_mb=self.config.memory_budget_mb,
+                                                 sequential_grad_fn=model.autograd_grad_fn)
+            chunk = self.chunk_choice.chunk
+        if chunk > 1:
+            from fedlab.engine.vectorised import run_clients_vectorised
 
-                return run_clients_vectorised(self.algorithm, msg, jobs, states, data, model.grad_fn,
-                                              info, chunk=chunk)
-            return run_clients_sequential(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
+            return run_clients_vectorised(self.algorithm, msg, jobs, states, data, model.grad_fn,
+                                          info, chunk=chunk)
+        return run_clients_sequential(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
