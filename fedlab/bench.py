@@ -10,13 +10,15 @@ B = 32.
 modes instead: the conventional loop of :mod:`fedlab.bench_conventional` (FedAvg/FedSAM only),
 fedlab's sequential path, fedlab's vectorised path (chunk = m, and ``parallel_clients="auto"``) and,
 on CPU, fedlab's client threads (``client_threads`` = the usable cores, one client per core),
-alone and with ``channels_last=True``,
+alone and with ``channels_last=True``; and, as a separate precision, bf16 autocast (``amp=True``) for
+the conventional loop and fedlab's best CPU mode (``threads_cl_bf16``; on CUDA ``auto_bf16``),
 for FedAvg, FedSAM, SCAFFOLD and FedVSSAM (those registered), on Fashion-MNIST ``cnn`` and on a
 CIFAR-shaped ``resnet18_gn_imagenet_stem`` fed with random 3×32×32 tensors, at 10 and 20 clients per
 round. Rounds are timed without evaluation (sampling, local work, upload, aggregation); the first
 round is a warm-up (it also holds ``auto``'s measurement) and is excluded; the median over the
 remaining ≥ 3 rounds is reported. It also prints the SAM/FedAvg cost ratio per mode, the speed-up of
-fedlab's best mode over the conventional loop, the fraction of a plain float32 matmul's FLOP rate
+fedlab's best mode over the conventional loop (float32 against float32, bf16 against bf16, and bf16
+against the float32 loop, labelled as such), the fraction of a plain float32 matmul's FLOP rate
 that each mode achieves (model FLOPs from ``torch.utils.flop_counter.FlopCounterMode``), and the peak
 memory of the vectorised path per chunk size (see :mod:`fedlab.engine.vectorised`).
 """
@@ -95,14 +97,47 @@ def machine_description() -> str:
 SPEED_ALGORITHMS: tuple[str, ...] = ("fedavg", "fedsam", "scaffold", "fedvssam")
 """Algorithms the speed comparison times (those registered at run time)."""
 
-MODES: tuple[str, ...] = ("conventional", "sequential", "vectorised", "auto", "threads", "threads_cl")
+@dataclass(frozen=True)
+class Mode:
+    """One execution mode of the speed comparison: how the same rounds are run."""
+
+    name: str
+    conventional: bool = False  # the loop of fedlab.bench_conventional instead of fedlab's engine
+    parallel: str = "one"  # fedlab: "one" (parallel_clients=1), "m" (one vmapped chunk), "auto"
+    threads: bool = False  # client_threads = --client-threads (CPU only)
+    channels_last: bool = False
+    amp: bool = False  # bf16 autocast of the gradients (a precision change: compare with the _bf16 baseline)
+    cpu_only: bool = False
+    default_on: tuple[str, ...] = ("cpu", "cuda")  # devices whose default mode list includes it
+
+
+_MODES: tuple[Mode, ...] = (
+    Mode("conventional", conventional=True),
+    Mode("sequential"),
+    Mode("vectorised", parallel="m"),
+    Mode("auto", parallel="auto"),
+    Mode("threads", threads=True, cpu_only=True),
+    Mode("threads_cl", threads=True, channels_last=True, cpu_only=True),
+    Mode("conventional_bf16", conventional=True, amp=True),
+    Mode("threads_cl_bf16", threads=True, channels_last=True, amp=True, cpu_only=True),
+    Mode("auto_bf16", parallel="auto", amp=True, default_on=("cuda",)),
+)
+MODE_SPECS: dict[str, Mode] = {md.name: md for md in _MODES}
+MODES: tuple[str, ...] = tuple(MODE_SPECS)
 """conventional = :mod:`fedlab.bench_conventional` (FedAvg/FedSAM only); sequential =
 ``parallel_clients=1``; vectorised = ``parallel_clients=m`` (one vmapped chunk); auto =
 ``parallel_clients="auto"``; threads = ``client_threads=--client-threads``; threads_cl = the same
-with ``channels_last=True`` (the last two CPU only)."""
+with ``channels_last=True`` (the threads modes are CPU only). The ``_bf16`` modes add ``amp=True``
+(bf16 autocast of the gradients; the conventional loop autocasts its forward passes): a different
+precision, so their speed-ups are reported against ``conventional_bf16`` as well as ``conventional``."""
 
-FEDLAB_MODES: tuple[str, ...] = MODES[1:]
-CPU_ONLY_MODES: tuple[str, ...] = ("threads", "threads_cl")
+FEDLAB_MODES: tuple[str, ...] = tuple(md.name for md in _MODES if not md.conventional)
+CPU_ONLY_MODES: tuple[str, ...] = tuple(md.name for md in _MODES if md.cpu_only)
+
+
+def default_modes(device: torch.device) -> list[str]:
+    """The modes ``--speed`` runs on ``device`` when ``--modes`` is not given."""
+    return [md.name for md in _MODES if device.type in md.default_on and not (md.cpu_only and device.type != "cpu")]
 
 
 @dataclass(frozen=True)
@@ -255,7 +290,7 @@ def speed_main(args: argparse.Namespace) -> int:
     rounds = args.rounds or 4
     if rounds < 4:
         raise ValueError("--rounds must be at least 4 with --speed (one warm-up, at least 3 timed)")
-    modes = args.modes or [md for md in MODES if not (gpu and md in CPU_ONLY_MODES)]
+    modes = args.modes or default_modes(device)
     if gpu and set(modes) & set(CPU_ONLY_MODES):
         raise ValueError(f"--modes {' '.join(CPU_ONLY_MODES)} are CPU execution modes; drop them with --device cuda")
     client_threads = args.client_threads or usable_cores()
@@ -296,21 +331,22 @@ def speed_main(args: argparse.Namespace) -> int:
                 grads = algorithm_class(name).grad_evals_per_step
                 flops_round = flops_fb * K * m * grads
                 for mode in modes:
-                    if mode == "conventional" and name not in CONVENTIONAL_ALGORITHMS:
+                    spec = MODE_SPECS[mode]
+                    if spec.conventional and name not in CONVENTIONAL_ALGORITHMS:
                         continue
-                    parallel: Any = {"vectorised": m, "auto": "auto"}.get(mode, 1)
-                    threads = client_threads if mode in CPU_ONLY_MODES else 1
-                    channels_last = mode == "threads_cl"
+                    parallel: Any = {"m": m, "auto": "auto"}.get(spec.parallel, 1)
+                    threads = client_threads if spec.threads else 1
+                    channels_last = spec.channels_last
                     with tempfile.TemporaryDirectory() as tmp:
                         cfg = Config(algorithm=name, dataset="fmnist" if setting.data == "fmnist" else "cifar10",
                                      model=setting.model, n_clients=setting.n_clients,
                                      participation=m / setting.n_clients, partition="iid", rounds=rounds,
                                      local_steps=K, batch_size=B, device=str(device), augment=False,
                                      parallel_clients=parallel, memory_budget_mb=args.memory_budget_mb,
-                                     client_threads=threads, channels_last=channels_last,
+                                     client_threads=threads, channels_last=channels_last, amp=spec.amp,
                                      eval_every=rounds, runs_dir=tmp)
                         sim = Simulation.build(cfg, dataset=dataset)
-                        if mode == "conventional":
+                        if spec.conventional:
                             walls = ConventionalFL.from_simulation(sim).timed_rounds(rounds)
                         else:
                             walls = fedlab_round_seconds(sim, rounds)
@@ -320,7 +356,7 @@ def speed_main(args: argparse.Namespace) -> int:
                     row = {"setting": setting.key, "label": setting.label, "model": setting.model, "m": m,
                            "algorithm": name, "mode": mode,
                            "chunk": choice.chunk if choice is not None else parallel,
-                           "client_threads": threads, "channels_last": channels_last,
+                           "client_threads": threads, "channels_last": channels_last, "amp": spec.amp,
                            "ms_per_round": 1000 * sec, "ms_min": 1000 * min(timed),
                            "rounds_per_second": 1.0 / sec, "rounds_timed": len(timed),
                            "warmup_ms": 1000 * walls[0], "grads_per_step": grads,
@@ -328,7 +364,7 @@ def speed_main(args: argparse.Namespace) -> int:
                            "matmul_fraction": flops_round / sec / matmul}
                     rows.append(row)
                     extra = f" (auto chose chunk {choice.chunk}, probe {choice.probe_seconds:.1f} s)" if choice else ""
-                    print(f"  m={m:<3} {name:<10} {mode:<13} {row['ms_per_round']:9.1f} ms/round{extra}", flush=True)
+                    print(f"  m={m:<3} {name:<10} {mode:<18} {row['ms_per_round']:9.1f} ms/round{extra}", flush=True)
                     if choice is not None:
                         for c in choice.measurements:
                             memory.append({"setting": setting.key, "m": m, "algorithm": name, "chunk": c.chunk,
@@ -345,10 +381,10 @@ def speed_main(args: argparse.Namespace) -> int:
         return next((r for r in rows if (r["setting"], r["m"], r["algorithm"], r["mode"]) == (setting, m, alg, mode)),
                     None)
 
-    print(f"\n{'setting':<10}{'m':>4}  {'algorithm':<11}{'mode':<14}{'chunk':>6}{'ms/round':>11}{'rounds/s':>10}"
+    print(f"\n{'setting':<10}{'m':>4}  {'algorithm':<11}{'mode':<19}{'chunk':>6}{'ms/round':>11}{'rounds/s':>10}"
           f"{'% matmul':>10}")
     for r in rows:
-        print(f"{r['setting']:<10}{r['m']:>4}  {r['algorithm']:<11}{r['mode']:<14}{str(r['chunk']):>6}"
+        print(f"{r['setting']:<10}{r['m']:>4}  {r['algorithm']:<11}{r['mode']:<19}{str(r['chunk']):>6}"
               f"{r['ms_per_round']:>11.1f}{r['rounds_per_second']:>10.2f}{100 * r['matmul_fraction']:>9.1f}%")
 
     ratios = []
@@ -360,22 +396,31 @@ def speed_main(args: argparse.Namespace) -> int:
                 if a and b:
                     ratios.append({"setting": s.key, "m": m, "mode": mode,
                                    "ratio": a["ms_per_round"] / b["ms_per_round"]})
-                    print(f"  {s.key:<10} m={m:<3} {mode:<13} {ratios[-1]['ratio']:.2f}")
+                    print(f"  {s.key:<10} m={m:<3} {mode:<18} {ratios[-1]['ratio']:.2f}")
 
     speedups = []
-    print("\nSpeed-up of fedlab's best mode over the conventional loop")
+    comparisons = (  # (label, fedlab modes, baseline mode)
+        ("float32", [md for md in FEDLAB_MODES if not MODE_SPECS[md].amp], "conventional"),
+        ("bf16 vs bf16", [md for md in FEDLAB_MODES if MODE_SPECS[md].amp], "conventional_bf16"),
+        ("bf16 vs float32", [md for md in FEDLAB_MODES if MODE_SPECS[md].amp], "conventional"),
+    )
+    print("\nSpeed-up of fedlab's best mode over the conventional loop (same precision first; the bf16 modes\n"
+          "round the gradients to 8 mantissa bits, so 'bf16 vs float32' is not a like-for-like comparison)")
     for s in settings:
         for m in ms_values:
             for alg in CONVENTIONAL_ALGORITHMS:
-                conv = cell(s.key, m, alg, "conventional")
-                ours = [r for r in (cell(s.key, m, alg, md) for md in FEDLAB_MODES) if r]
-                if conv and ours:
-                    best = min(ours, key=lambda r: r["ms_per_round"])
-                    speedups.append({"setting": s.key, "m": m, "algorithm": alg, "best_mode": best["mode"],
-                                     "conventional_ms": conv["ms_per_round"], "best_ms": best["ms_per_round"],
-                                     "speedup": conv["ms_per_round"] / best["ms_per_round"]})
-                    print(f"  {s.key:<10} m={m:<3} {alg:<8} {speedups[-1]['speedup']:.2f}x  "
-                          f"({best['mode']} {best['ms_per_round']:.1f} ms vs {conv['ms_per_round']:.1f} ms)")
+                for label, ours_modes, base_mode in comparisons:
+                    conv = cell(s.key, m, alg, base_mode)
+                    ours = [r for r in (cell(s.key, m, alg, md) for md in ours_modes) if r]
+                    if conv and ours:
+                        best = min(ours, key=lambda r: r["ms_per_round"])
+                        speedups.append({"setting": s.key, "m": m, "algorithm": alg, "precision": label,
+                                         "baseline_mode": base_mode, "best_mode": best["mode"],
+                                         "conventional_ms": conv["ms_per_round"], "best_ms": best["ms_per_round"],
+                                         "speedup": conv["ms_per_round"] / best["ms_per_round"]})
+                        print(f"  {s.key:<10} m={m:<3} {alg:<8} {label:<16} {speedups[-1]['speedup']:.2f}x  "
+                              f"({best['mode']} {best['ms_per_round']:.1f} ms vs {base_mode} "
+                              f"{conv['ms_per_round']:.1f} ms)")
 
     print(f"\nPeak memory of the vectorised path per chunk size ({mem_method}; from the auto mode's probe)")
     if not memory:
@@ -432,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--models", nargs="+", default=None, choices=sorted(SPEED_SETTINGS),
                        help="settings to run (default: all)")
     speed.add_argument("--clients-per-round", type=int, nargs="+", default=None, help="m values (default: 10 20)")
-    speed.add_argument("--modes", nargs="+", default=None, choices=MODES, help="execution modes (default: all)")
+    speed.add_argument("--modes", nargs="+", default=None, choices=MODES,
+                       help="execution modes (default: all of the device's; auto_bf16 only on CUDA)")
     speed.add_argument("--client-threads", type=int, default=None,
                        help="threads of the threads modes (default: the cores this process may use)")
     speed.add_argument("--memory-budget-mb", type=float, default=None,

@@ -9,7 +9,9 @@ here is the textbook ``nn.Module`` route that fedlab's engine deliberately avoid
   ``torch.optim.SGD(lr, weight_decay=wd)``, ``clip_grad_norm_`` before each step;
 * FedSAM as the usual two-pass SAM: backward, ε = ρ g/(‖g‖ + eps), ``p.add_(ε)``, second backward
   on the same batch, ``p.sub_(ε)``, clip, ``optimizer.step()``;
-* the server averaging the clients' ``state_dict``s.
+* the server averaging the clients' ``state_dict``s;
+* with ``amp=True``, the usual mixed-precision recipe: each forward pass and loss under
+  ``torch.autocast(device, torch.bfloat16)``, backward outside it (bf16 needs no loss scaler).
 
 Same hyperparameters as fedlab (lr schedule, wd, clip, K, B, ρ, eps) and the same client sampling.
 The sampler generator of client i is reseeded at round t with fedlab's batch-order seed
@@ -49,7 +51,7 @@ class ConventionalFL:
         algorithm: str = "fedavg", participation: float = 0.1, local_steps: int = 10, batch_size: int = 32,
         lr: float = 0.1, lr_schedule: str = "exponential", lr_decay: float = 0.998, rounds: int = 1,
         weight_decay: float = 1e-3, clip_norm: float | None = 10.0, rho: float = 0.1, eps: float = 1e-12,
-        seed: int = 0, device: str | torch.device = "cpu",
+        seed: int = 0, device: str | torch.device = "cpu", amp: bool = False,
     ) -> None:
         if algorithm not in CONVENTIONAL_ALGORITHMS:
             raise ValueError(f"conventional baseline has {', '.join(CONVENTIONAL_ALGORITHMS)}; got {algorithm!r}")
@@ -59,6 +61,7 @@ class ConventionalFL:
         self.participation, self.K, self.B = participation, local_steps, batch_size
         self.lr0, self.lr_schedule, self.lr_decay, self.rounds = lr, lr_schedule, lr_decay, rounds
         self.wd, self.clip, self.rho, self.eps, self.seed = weight_decay, clip_norm, rho, eps, seed
+        self.amp = amp
         dataset = TensorDataset(x.cpu(), y.cpu())
         self.samplers: list[RandomSampler] = []
         self.loaders: list[DataLoader] = []
@@ -71,7 +74,8 @@ class ConventionalFL:
 
     @classmethod
     def from_simulation(cls, sim, algorithm: str | None = None) -> "ConventionalFL":
-        """The baseline with a fedlab ``Simulation``'s data, partition, initial model and hyperparameters."""
+        """The baseline with a fedlab ``Simulation``'s data, partition, initial model and hyperparameters
+        (``amp`` included)."""
         from fedlab.models import build_model
 
         c = sim.config
@@ -82,11 +86,18 @@ class ConventionalFL:
                    algorithm=name, participation=c.participation, local_steps=c.local_steps,
                    batch_size=c.batch_size, lr=c.lr, lr_schedule=c.lr_schedule, lr_decay=c.lr_decay,
                    rounds=c.rounds, weight_decay=c.weight_decay, clip_norm=c.clip_norm,
-                   rho=getattr(hp, "rho", 0.1), eps=getattr(hp, "eps", 1e-12), seed=c.seed, device=c.device)
+                   rho=getattr(hp, "rho", 0.1), eps=getattr(hp, "eps", 1e-12), seed=c.seed, device=c.device,
+                   amp=c.amp)
 
     # --------------------------------------------------------------------------------------------
+    def _loss(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        if not self.amp:
+            return F.cross_entropy(model(x), y)
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+            return F.cross_entropy(model(x), y)
+
     def _sam_step(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        loss = F.cross_entropy(model(x), y)
+        loss = self._loss(model, x, y)
         loss.backward()
         params = [p for p in model.parameters() if p.grad is not None]
         with torch.no_grad():
@@ -98,7 +109,7 @@ class ConventionalFL:
                 p.add_(e)
                 perturbations.append(e)
         model.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        self._loss(model, x, y).backward()
         with torch.no_grad():
             for p, e in zip(params, perturbations):
                 p.sub_(e)
@@ -123,7 +134,7 @@ class ConventionalFL:
             if self.algorithm == "fedsam":
                 loss = self._sam_step(local, x, y)
             else:
-                loss = F.cross_entropy(local(x), y)
+                loss = self._loss(local, x, y)
                 loss.backward()
                 loss = loss.detach()
             if self.clip is not None:

@@ -188,7 +188,8 @@ def test_config_accepts_auto_and_budget_and_rejects_bad_values():
     with pytest.raises(ConfigError, match="memory_budget_mb"):
         Config(memory_budget_mb=0)
     with pytest.raises(ConfigError, match="amp"):
-        Config(amp=True)  # bf16 autocast is CUDA only
+        Config(amp="yes")
+    assert Config(amp=True).hash() != Config().hash()  # bf16 changes the numbers
     with pytest.raises(ConfigError, match="fixed number of local steps"):
         Config(parallel_clients="auto", local_epochs=1)
 
@@ -225,17 +226,24 @@ def test_bench_quick_prints_the_tables(tmp_path):
                  "SAM / FedAvg cost ratio", "Speed-up of fedlab's best mode over the conventional loop",
                  "Peak memory of the vectorised path per chunk size", "<- chosen"):
         assert line in text, line
-    modes = {"conventional", "sequential", "vectorised", "auto", "threads", "threads_cl"}
+    modes = {"conventional", "sequential", "vectorised", "auto", "threads", "threads_cl", "conventional_bf16",
+             "threads_cl_bf16"}  # auto_bf16 is in the default list on CUDA only
     for mode in modes:
-        assert f"fedavg     {mode}" in text, mode
+        assert f"fedavg     {mode} " in text, mode
+    for label in ("float32", "bf16 vs bf16", "bf16 vs float32"):
+        assert f"fedsam   {label}" in text, label
     report = json.loads(out.read_text())
     rows = report["rows"]
     assert {r["mode"] for r in rows} == modes
+    conventional = {"conventional", "conventional_bf16"}
     n_threads = report["settings"]["client_threads"]
     assert n_threads == len(os.sched_getaffinity(0))
     assert all(r["client_threads"] == (n_threads if r["mode"].startswith("threads") else 1)
-               for r in rows if r["mode"] != "conventional")
-    assert all(r["channels_last"] == (r["mode"] == "threads_cl") for r in rows if r["mode"] != "conventional")
+               for r in rows if r["mode"] not in conventional)
+    assert all(r["channels_last"] == r["mode"].startswith("threads_cl") for r in rows if r["mode"] not in conventional)
+    assert all(r["amp"] == r["mode"].endswith("_bf16") for r in rows)
+    assert {(s["precision"], s["baseline_mode"]) for s in report["speedup_over_conventional"]} == {
+        ("float32", "conventional"), ("bf16 vs bf16", "conventional_bf16"), ("bf16 vs float32", "conventional")}
     assert {r["algorithm"] for r in rows} >= {"fedavg", "fedsam"}
     assert all(r["rounds_timed"] >= 3 and r["ms_per_round"] > 0 and 0 < r["matmul_fraction"] for r in rows)
     assert not any(r["mode"] == "conventional" and r["algorithm"] not in ("fedavg", "fedsam") for r in rows)
