@@ -14,8 +14,9 @@ alone and with ``channels_last=True``; and, as a separate precision, bf16 autoca
 the conventional loop and fedlab's best CPU mode (``threads_cl_bf16``; on CUDA ``auto_bf16``),
 for FedAvg, FedSAM, SCAFFOLD and FedVSSAM (those registered), on Fashion-MNIST ``cnn`` and on a
 CIFAR-shaped ``resnet18_gn_imagenet_stem`` fed with random 3×32×32 tensors, at 10 and 20 clients per
-round. Rounds are timed without evaluation (sampling, local work, upload, aggregation); the first
-round is a warm-up (it also holds ``auto``'s measurement) and is excluded; the median over the
+round. Rounds are timed without evaluation (sampling, local work, upload, aggregation), the modes of
+one algorithm taking turns round by round (so a drift of the machine's speed hits them alike); the
+first round is a warm-up (it also holds ``auto``'s measurement) and is excluded; the median over the
 remaining ≥ 3 rounds is reported. It also prints the SAM/FedAvg cost ratio per mode, the speed-up of
 fedlab's best mode over the conventional loop (float32 against float32, bf16 against bf16, and bf16
 against the float32 loop, labelled as such), the fraction of a plain float32 matmul's FLOP rate
@@ -25,12 +26,14 @@ memory of the vectorised path per chunk size (see :mod:`fedlab.engine.vectorised
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -216,21 +219,38 @@ def model_flops(model_name: str, input_shape: tuple[int, ...], batch_size: int, 
     return int(counter.get_total_flops())
 
 
-def fedlab_round_seconds(sim: Any, rounds: int) -> list[float]:
-    """Wall seconds of each round of ``sim`` through the engine, without evaluation or checkpoints.
+def fedlab_round_runner(sim: Any) -> Callable[[int], None]:
+    """``run(t)`` = round t of ``sim`` through the engine, without evaluation or checkpoints.
 
     Each round is what ``Simulation.run`` does before evaluating: sample, broadcast, local work
-    (``sim.run_clients``: sequential, vectorised or auto), upload, aggregate.
+    (``sim.run_clients``: sequential, vectorised, auto or threads), upload, aggregate.
     """
-    device = torch.device(sim.config.device)
     state = sim.initial_state()
-    walls = []
-    for t in range(rounds):
-        _sync(device)
-        t0 = time.perf_counter()
+
+    def run(t: int) -> None:
         sim.train_round(state, t)
-        _sync(device)
-        walls.append(time.perf_counter() - t0)
+
+    return run
+
+
+def interleaved_round_seconds(runners: dict[str, Callable[[int], None]], rounds: int,
+                              device: torch.device) -> dict[str, list[float]]:
+    """Wall seconds of rounds 0 … rounds−1 of every runner, the runners taking turns round by round.
+
+    Round t runs every runner once, starting at a different runner each round. Timing one mode for
+    all its rounds and then the next would let slow drifts of the machine (a VM's CPU changing speed,
+    another process waking up) land on one mode; taking turns spreads them over all modes alike.
+    """
+    names = list(runners)
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    for t in range(rounds):
+        shift = t % len(names)
+        for n in names[shift:] + names[:shift]:
+            _sync(device)
+            t0 = time.perf_counter()
+            runners[n](t)
+            _sync(device)
+            walls[n].append(time.perf_counter() - t0)
     return walls
 
 
@@ -330,36 +350,38 @@ def speed_main(args: argparse.Namespace) -> int:
             for name in names:
                 grads = algorithm_class(name).grad_evals_per_step
                 flops_round = flops_fb * K * m * grads
-                for mode in modes:
-                    spec = MODE_SPECS[mode]
-                    if spec.conventional and name not in CONVENTIONAL_ALGORITHMS:
-                        continue
-                    parallel: Any = {"m": m, "auto": "auto"}.get(spec.parallel, 1)
-                    threads = client_threads if spec.threads else 1
-                    channels_last = spec.channels_last
-                    with tempfile.TemporaryDirectory() as tmp:
+                cells = [md for md in modes if not (MODE_SPECS[md].conventional and name not in CONVENTIONAL_ALGORITHMS)]
+                sims: dict[str, Any] = {}
+                runners: dict[str, Callable[[int], None]] = {}
+                with contextlib.ExitStack() as stack:
+                    for mode in cells:
+                        spec = MODE_SPECS[mode]
                         cfg = Config(algorithm=name, dataset="fmnist" if setting.data == "fmnist" else "cifar10",
                                      model=setting.model, n_clients=setting.n_clients,
                                      participation=m / setting.n_clients, partition="iid", rounds=rounds,
                                      local_steps=K, batch_size=B, device=str(device), augment=False,
-                                     parallel_clients=parallel, memory_budget_mb=args.memory_budget_mb,
-                                     client_threads=threads, channels_last=channels_last, amp=spec.amp,
-                                     eval_every=rounds, runs_dir=tmp)
-                        sim = Simulation.build(cfg, dataset=dataset)
-                        if spec.conventional:
-                            walls = ConventionalFL.from_simulation(sim).timed_rounds(rounds)
-                        else:
-                            walls = fedlab_round_seconds(sim, rounds)
-                    choice = sim.chunk_choice
-                    timed = walls[1:]
+                                     parallel_clients={"m": m, "auto": "auto"}.get(spec.parallel, 1),
+                                     memory_budget_mb=args.memory_budget_mb,
+                                     client_threads=client_threads if spec.threads else 1,
+                                     channels_last=spec.channels_last, amp=spec.amp, eval_every=rounds,
+                                     runs_dir=stack.enter_context(tempfile.TemporaryDirectory()))
+                        sims[mode] = Simulation.build(cfg, dataset=dataset)
+                        runners[mode] = (ConventionalFL.from_simulation(sims[mode]).run_round if spec.conventional
+                                         else fedlab_round_runner(sims[mode]))
+                    print(f"  m={m:<3} {name:<10} timing {len(cells)} modes, taking turns for {rounds} rounds ...",
+                          flush=True)
+                    walls = interleaved_round_seconds(runners, rounds, device)
+                for mode in cells:
+                    spec, cfg, choice = MODE_SPECS[mode], sims[mode].config, sims[mode].chunk_choice
+                    timed = walls[mode][1:]
                     sec = statistics.median(timed)
                     row = {"setting": setting.key, "label": setting.label, "model": setting.model, "m": m,
                            "algorithm": name, "mode": mode,
-                           "chunk": choice.chunk if choice is not None else parallel,
-                           "client_threads": threads, "channels_last": channels_last, "amp": spec.amp,
-                           "ms_per_round": 1000 * sec, "ms_min": 1000 * min(timed),
+                           "chunk": choice.chunk if choice is not None else cfg.parallel_clients,
+                           "client_threads": cfg.client_threads, "channels_last": cfg.channels_last,
+                           "amp": cfg.amp, "ms_per_round": 1000 * sec, "ms_min": 1000 * min(timed),
                            "rounds_per_second": 1.0 / sec, "rounds_timed": len(timed),
-                           "warmup_ms": 1000 * walls[0], "grads_per_step": grads,
+                           "warmup_ms": 1000 * walls[mode][0], "grads_per_step": grads,
                            "flops_per_round": flops_round, "achieved_flops_per_s": flops_round / sec,
                            "matmul_fraction": flops_round / sec / matmul}
                     rows.append(row)
@@ -372,8 +394,8 @@ def speed_main(args: argparse.Namespace) -> int:
                                            "ms_per_step": None if c.seconds_per_step is None
                                            else 1000 * c.seconds_per_step,
                                            "status": c.status, "chosen": c.chunk == choice.chunk})
-                    del sim
-                    _release_memory(device)
+                del sims, runners
+                _release_memory(device)
         del dataset
         _release_memory(device)
 
@@ -386,6 +408,8 @@ def speed_main(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['setting']:<10}{r['m']:>4}  {r['algorithm']:<11}{r['mode']:<19}{str(r['chunk']):>6}"
               f"{r['ms_per_round']:>11.1f}{r['rounds_per_second']:>10.2f}{100 * r['matmul_fraction']:>9.1f}%")
+    print("(% matmul: the model's FLOPs per second as a share of the float32 matmul reference; the bf16 modes\n"
+          " are measured against the same float32 reference)")
 
     ratios = []
     print("\nSAM / FedAvg cost ratio (FedSAM ms per round ÷ FedAvg ms per round)")

@@ -23,7 +23,6 @@ Data tensors stay on the CPU and batches are copied to the device, as usual.
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -155,16 +154,3 @@ class ConventionalFL:
                    for k in states[0]}
         self.model.load_state_dict(average)
         return float(torch.stack(losses).mean())
-
-    def timed_rounds(self, rounds: int, start: int = 0) -> list[float]:
-        """Wall seconds of each of ``rounds`` rounds (synchronised on CUDA)."""
-        out = []
-        for t in range(start, start + rounds):
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            t0 = time.perf_counter()
-            self.run_round(t)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            out.append(time.perf_counter() - t0)
-        return out
