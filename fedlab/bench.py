@@ -510,7 +510,23 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--tune-malloc", action="store_true",
                        help="CPU: stop glibc from mmap-ing (and page-faulting) every large tensor; applies to "
                             "all modes alike (see fedlab.bench.tune_malloc)")
+    check = p.add_argument_group("bf16 accuracy check (--amp-check; with --quick a seconds-long version; "
+                                 "--rounds, --client-threads and --json apply)")
+    check.add_argument("--amp-check", action="store_true",
+                       help="FedAvg and FedSAM in float32, bf16 and float32 with another seed on Fashion-MNIST "
+                            "(see fedlab.bench_amp)")
     args = p.parse_args(argv)
+    if args.amp_check:
+        from fedlab.bench_amp import amp_check_main
+
+        t0 = time.perf_counter()
+        print(f"machine: {machine_description()}")
+        rows = amp_check_main(args.quick, args.rounds, args.client_threads or usable_cores())
+        print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+        if args.json:
+            args.json.write_text(json.dumps({"machine": machine_description(), "rows": rows}, indent=2))
+            print(f"wrote {args.json}")
+        return 0
     if args.speed or args.quick:
         return speed_main(args)
     args.batch_size = 32 if args.batch_size is None else args.batch_size

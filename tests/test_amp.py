@@ -9,6 +9,12 @@ training stays close to float32's (closer than a change of seed).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -122,3 +128,28 @@ def test_amp_accuracy_curve_on_fashion_mnist(tmp_path, one_thread, fmnist_or_ski
     assert not np.array_equal(bf16.metrics["train_loss"].to_numpy(), f32.metrics["train_loss"].to_numpy())
     gap = np.abs(bf16.metrics["test_acc"].to_numpy() - acc)
     assert gap.max() <= 0.05 and gap.mean() <= 0.025, gap
+
+
+def test_curve_gap():
+    from fedlab.bench_amp import curve_gap
+
+    assert curve_gap([0.5, 0.6, 0.7], [0.5, 0.5, 0.8]) == pytest.approx((0.1, 2 * 0.1 / 3))
+    assert curve_gap([0.3], [0.3]) == (0.0, 0.0)
+
+
+def test_bench_amp_check_quick_prints_the_table(tmp_path):
+    out = tmp_path / "amp.json"
+    proc = subprocess.run([sys.executable, "-m", "fedlab", "bench", "--amp-check", "--quick", "--json", str(out)],
+                          cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "bf16 accuracy check (quick)" in proc.stdout and "|seed1-seed0| max/mean" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["algorithm"] for r in rows] == ["fedavg", "fedsam"]
+    for r in rows:
+        curves = r["curves"]
+        assert set(curves) == {"float32 seed 0", "bf16 seed 0", "float32 seed 1"}
+        assert len({len(c) for c in curves.values()}) == 1 and len(curves["bf16 seed 0"]) == 4
+        assert curves["float32 seed 0"] != curves["float32 seed 1"]  # the seed really changed
+        assert all(0.0 <= a <= 1.0 for c in curves.values() for a in c)
+        assert 0.0 <= r["bf16_gap"][1] <= r["bf16_gap"][0] <= 1.0
