@@ -10,7 +10,7 @@ NB_OUT := runs/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
 
-.PHONY: venv data run test test-unit test-notebooks figures bench bench-speed clean-runs
+.PHONY: venv data run test test-unit test-notebooks figures bench bench-speed bench-amp clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -51,22 +51,30 @@ test-notebooks: venv
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600 notebooks/; \
 	else echo "no notebooks yet"; fi
 
-# Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients).
+# Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients), training one
+# client per core where a notebook trains (client_threads: same numbers as one client at a time).
+CORES ?= $(shell nproc 2>/dev/null || echo 1)
 figures: venv data
 	@for nb in $(NOTEBOOKS); do \
 	  base=$$(basename $$nb .ipynb); params=notebooks/params/$$base.cpu.yaml; \
-	  echo "== $$nb ($$params)"; \
-	  $(PY) -m papermill $$nb runs/figures/$$base.ipynb -f $$params -k python3 --cwd notebooks \
+	  threads=$$(grep -q '^client_threads = ' notebooks/$$base.py && echo "-p client_threads $(CORES)"); \
+	  echo "== $$nb ($$params $$threads)"; \
+	  $(PY) -m papermill $$nb runs/figures/$$base.ipynb -f $$params $$threads -k python3 --cwd notebooks \
 	    --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
 	done
 
 bench: venv data
 	$(PY) -m fedlab bench --algorithms all
 
-# Execution modes side by side (conventional loop, sequential, vmap, auto, client threads); JSON in runs/bench/.
+# Execution modes side by side (conventional loop, sequential, vmap, auto, client threads, NHWC, bf16);
+# JSON in runs/bench/. bench-amp: what bf16 does to accuracy (FedAvg, FedSAM; 50 rounds on Fashion-MNIST).
 bench-speed: venv data
 	@mkdir -p runs/bench
-	$(PY) -m fedlab bench --speed --models cnn --json runs/bench/speed_cnn.json
+	$(PY) -m fedlab bench --speed --models cnn --rounds 6 --json runs/bench/speed_cnn.json
+
+bench-amp: venv data
+	@mkdir -p runs/bench
+	$(PY) -m fedlab bench --amp-check --json runs/bench/amp_check.json
 
 clean-runs:
 	rm -rf runs

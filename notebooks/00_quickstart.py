@@ -30,6 +30,7 @@ batch_size = 32  # B
 lr = 0.05  # local learning rate η_l
 sam_rho = 0.02  # FedSAM's radius ρ on this small CNN
 seed = 0  # drives partition, init, sampling, batches
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 
 # %% [markdown]
 # ## 1. Is this the right `fedlab`?
@@ -59,7 +60,8 @@ print("registered algorithms:", len(fedlab.ALGORITHMS))
 # %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, seed=seed)
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, seed=seed,
+                     client_threads=client_threads)
 data = fedlab.engine.build_dataset(base)
 split = fedlab.engine.build_partition(base, data)
 print(data.describe())

@@ -32,6 +32,7 @@
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 seed = 0  # drives partition, init, sampling, batches and the analysis samples
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 # --- part 1: the 2-D toy federation (closed form; the same at every profile) ---
 toy_rounds = 60  # communication rounds in the toy
 toy_local_steps = 20  # K in the toy
@@ -348,7 +349,8 @@ plt.show()
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
-                     eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, device=device)
+                     eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, device=device,
+                     client_threads=client_threads)
 fedavg_run = fedlab.run(base.replace(algorithm="fedavg"), progress=False)
 theta = fedavg_run.theta
 net, all_clients, _ = federation_from_config(base, max_per_client=max_per_client, seed=seed)

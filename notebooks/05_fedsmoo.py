@@ -47,6 +47,7 @@ eval_subsample = None  # evaluate on a fixed class-balanced subset of the test s
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" measures the best chunk on a GPU)
 seed = 0  # drives partition, init, sampling, batches
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 
 # %%
 import math
@@ -192,7 +193,8 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      n_clients=n_clients, participation=participation, partition=partition, alpha=alpha,
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
-                     parallel_clients=parallel_clients, seed=seed)
+                     parallel_clients=parallel_clients, seed=seed,
+                     client_threads=client_threads)
 data = fedlab.engine.build_dataset(base)
 split = fedlab.engine.build_partition(base, data)
 print(data.describe())

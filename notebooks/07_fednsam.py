@@ -66,6 +66,7 @@ check_rounds = 2  # rounds of the exact check that FedNSAM with γ 0 is FedSAM
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
 seed = 0  # drives partition, init, sampling, batches
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 
 # %%
 import matplotlib.pyplot as plt
@@ -201,7 +202,8 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
                      lr_schedule=lr_schedule, eval_every=eval_every, eval_subsample=eval_subsample,
-                     device=device, parallel_clients=parallel_clients, seed=seed)
+                     device=device, parallel_clients=parallel_clients, seed=seed,
+                     client_threads=client_threads)
 short = base.replace(rounds=check_rounds, eval_every=1)
 sam_short = fedlab.run(short.replace(algorithm="fedsam", algorithm_params={"rho": rho}), progress=False)
 nsam0_short = fedlab.run(short.replace(algorithm="fednsam", algorithm_params={"rho": rho, "gamma": 0.0}),

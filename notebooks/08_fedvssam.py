@@ -55,6 +55,7 @@ check_rounds = 2  # rounds of the exact identity and communication checks
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
 seed = 0  # drives partition, init, sampling, batches, the variance sample
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 
 # %%
 import itertools
@@ -77,7 +78,8 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
-                     parallel_clients=parallel_clients, seed=seed)
+                     parallel_clients=parallel_clients, seed=seed,
+                     client_threads=client_threads)
 full_params = {"rho": rho, "gamma_l": gamma_l, "gamma_g": gamma_g}
 
 # %% [markdown]

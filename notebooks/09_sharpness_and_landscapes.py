@@ -27,6 +27,7 @@
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 seed = 0  # drives partition, init, sampling, batches and the measurement samples
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 dataset = "fmnist"  # any of fedlab.DATASETS
 model = "cnn"  # any of fedlab.MODELS
 train_size = 2000  # class-balanced training subset (None: all 60 000 images)
@@ -87,7 +88,8 @@ warnings.filterwarnings("ignore", message="client_data: left out", category=User
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
-                     eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, device=device)
+                     eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, device=device,
+                     client_threads=client_threads)
 
 
 def method_config(name):

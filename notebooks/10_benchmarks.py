@@ -57,6 +57,7 @@ n_seeds = 1  # seeds per configuration: seed, seed + 1, ... (mean ± std over th
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
 seed = 0  # first seed (drives partition, init, sampling, batches)
+client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 
 # %%
 import math
@@ -92,7 +93,7 @@ for ds, mdl, target, c in zip(datasets, models, targets, pathological_classes):
     common = dict(dataset=ds, model=mdl, train_size=train_size, test_size=test_size, n_clients=n_clients,
                   participation=participation, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
                   lr=lr, lr_schedule=lr_schedule, eval_every=eval_every, eval_subsample=eval_subsample,
-                  device=device, parallel_clients=parallel_clients)
+                  device=device, parallel_clients=parallel_clients, client_threads=client_threads)
     for a in dirichlet_alphas:
         benchmarks.append((ds, f"Dir {a}", fedlab.Config(partition=partition, alpha=a, **common), target))
     benchmarks.append((ds, f"Path c={c}", fedlab.Config(partition="pathological", classes_per_client=c,
