@@ -12,7 +12,7 @@ This is *not* the unrelated PyPI package of the same import name (SMILELab FedLa
 """
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 FEDLAB_SAM_MARKER = "fedlab-sam: sharpness-aware federated learning notebooks"
 
 from fedlab.algorithms import ALGORITHMS, Algorithm, get_algorithm  # noqa: E402
