@@ -7,10 +7,28 @@ from torch import Tensor
 
 from fedlab.models.functional import FlatModel
 
+CPU_EVAL_BATCH = 128
+"""Evaluation batch on CPU. The activations of a batch should stay in cache: on the ``cnn`` the
+first block's output is 100 KiB per image, so 1000 images (100 MB) evaluate ~2× slower than 128
+(Fashion-MNIST test set: 3.2 s vs 1.5 s on 2 cores). Accelerators prefer large batches."""
+ACCELERATOR_EVAL_BATCH = 1000
+
+
+def eval_batch_size(device: torch.device) -> int:
+    """The default evaluation batch for ``device``: :data:`CPU_EVAL_BATCH` on CPU, else 1000."""
+    return CPU_EVAL_BATCH if device.type == "cpu" else ACCELERATOR_EVAL_BATCH
+
 
 @torch.no_grad()
-def evaluate(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor, batch_size: int = 1000) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of θ on (x, y), in chunks of ``batch_size``."""
+def evaluate(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor,
+             batch_size: int | None = None) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of θ on (x, y), in chunks of ``batch_size``.
+
+    Samples are independent (GroupNorm, no batch statistics), so the batch size changes the
+    accuracy not at all and the mean loss only in its last bits (the order of a float sum).
+    ``batch_size=None`` picks :func:`eval_batch_size` for the device of ``x``.
+    """
+    batch_size = batch_size or eval_batch_size(x.device)
     correct = 0
     total_loss = 0.0
     for start in range(0, x.shape[0], batch_size):
