@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ def amp_check_config(*, quick: bool, rounds: int | None, client_threads: int) ->
                   client_threads=client_threads, channels_last=True)
 
 
-def curve_gap(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+def curve_gap(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """(max, mean) of |a − b| over two accuracy curves of equal length."""
     gap = np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
     return float(gap.max()), float(gap.mean())

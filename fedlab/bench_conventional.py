@@ -90,9 +90,7 @@ class ConventionalFL:
 
     # --------------------------------------------------------------------------------------------
     def _loss(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        if not self.amp:
-            return F.cross_entropy(model(x), y)
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             return F.cross_entropy(model(x), y)
 
     def _sam_step(self, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:

@@ -28,7 +28,8 @@ def evaluate(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor,
     accuracy not at all and the mean loss only in its last bits (the order of a float sum).
     ``batch_size=None`` picks :func:`eval_batch_size` for the device of ``x``.
     """
-    batch_size = batch_size or eval_batch_size(x.device)
+    if batch_size is None:
+        batch_size = eval_batch_size(x.device)
     correct = 0
     total_loss = 0.0
     for start in range(0, x.shape[0], batch_size):
