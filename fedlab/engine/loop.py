@@ -165,10 +165,12 @@ class Simulation:
         """
         alg = self.algorithm
         clients = self.sample(t) if clients is None else clients
-        info = self.round_info(t, len(clients))
+        # The jobs fix every client's K_i (E·⌈n_i/B⌉ in epoch mode) before anything is sent, so the
+        # round's info carries the steps the clients really run.
+        jobs = self.client_jobs(t, clients, self.client_indices)
+        info = self.round_info(t, tuple(len(job.batches) for job in jobs))
         msg = alg.broadcast(state.server, info)
         states = [state.client_states.get(i) or alg.client_init(state.theta0) for i in clients.tolist()]
-        jobs = self.client_jobs(t, clients, self.client_indices)
         results = self.run_clients(msg, jobs, states, self.local_data, info)
         uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
         state.server = alg.aggregate(state.server, uploads, info)
@@ -178,12 +180,13 @@ class Simulation:
         state.next_round = t + 1
         return RoundOutcome(clients, info, msg, results)
 
-    def round_info(self, t: int, m: int) -> RoundInfo:
+    def round_info(self, t: int, client_steps: tuple[int, ...]) -> RoundInfo:
+        """Round t's info; ``client_steps`` are the K_i of the sampled clients, in job order."""
         c = self.config
         lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
         prev = learning_rate(t - 1, c.lr, c.lr_schedule, c.rounds, c.lr_decay) if t > 0 else lr
-        return RoundInfo(round=t, lr=lr, prev_lr=prev, local_steps=c.local_steps, n_clients=c.n_clients,
-                         n_sampled=m, weight_decay=c.weight_decay, clip_norm=c.clip_norm)
+        return RoundInfo(round=t, lr=lr, prev_lr=prev, client_steps=client_steps, n_clients=c.n_clients,
+                         weight_decay=c.weight_decay, clip_norm=c.clip_norm)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
         c = self.config
@@ -191,7 +194,7 @@ class Simulation:
         jobs = []
         for i in clients.tolist():
             gen = torch_generator(c.seed, "batches", t, i, device="cpu")
-            if c.local_epochs is None:
+            if c.local_steps is not None:
                 batches: Any = fixed_step_batches(client_idx[i], c.local_steps, c.batch_size, gen)
             else:
                 batches = epoch_batches(client_idx[i], c.local_epochs, c.batch_size, gen)
