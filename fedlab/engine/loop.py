@@ -145,7 +145,9 @@ class Simulation:
 
     @cached_property
     def local_data(self) -> LocalData:
-        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind)
+        c = self.config
+        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind, crop_prob=c.crop_prob,
+                         crop_padding=c.crop_padding, flip_prob=c.flip_prob)
 
     @cached_property
     def schedule(self) -> list[list[int]] | None:
