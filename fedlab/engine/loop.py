@@ -29,7 +29,7 @@ from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
-from fedlab.engine.sampling import load_schedule, sample_clients
+from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
@@ -115,8 +115,9 @@ class Simulation:
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
         store = RunStore.for_config(config, partition.fingerprint, root)
-        return cls(config, dataset, partition, model, algorithm, store,
-                   config.hash(partition.fingerprint))
+        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(partition.fingerprint))
+        sim.check_sampling()
+        return sim
 
     # -----------------------------------------------------------------------------------------
     def initial_state(self) -> TrainingState:
@@ -150,15 +151,31 @@ class Simulation:
                          crop_padding=c.crop_padding, flip_prob=c.flip_prob)
 
     @cached_property
+    def eligible(self) -> np.ndarray:
+        """Ids of the clients holding data: the only ones ever sampled (empty clients never are)."""
+        return eligible_clients(self.partition.sizes)
+
+    @cached_property
     def schedule(self) -> list[list[int]] | None:
         c = self.config
-        return load_schedule(c.schedule_path, c.n_clients, c.rounds) if c.sampling == "schedule" else None
+        if c.sampling != "schedule":
+            return None
+        return load_schedule(c.schedule_path, c.n_clients, c.rounds, eligible=self.eligible)
+
+    def check_sampling(self) -> None:
+        """ConfigError, before anything is written, when no valid round can be drawn (empty clients)."""
+        c = self.config
+        try:
+            check_sampling(c.n_clients, c.participation, c.sampling, self.eligible)
+            _ = self.schedule
+        except ValueError as err:
+            raise ConfigError(f"sampling: {err}") from None
 
     def sample(self, t: int) -> np.ndarray:
         """The ids of the clients taking part in round t."""
         c = self.config
         return sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
-                              schedule=self.schedule)
+                              schedule=self.schedule, eligible=self.eligible)
 
     def train_round(self, state: TrainingState, t: int, clients: np.ndarray | None = None) -> RoundOutcome:
         """Round t: broadcast, local work of the sampled (or given) clients, upload, aggregate.
