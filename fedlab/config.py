@@ -15,7 +15,8 @@ from typing import Any
 
 from fedlab import __version__
 
-DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic")
+# fedlab.data's datasets, plus "custom": tensors the user hands to fedlab.run(cfg, dataset=...)
+DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic", "custom")
 PARTITIONS = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
 SAMPLINGS = ("uniform", "bernoulli", "schedule")
 LR_SCHEDULES = ("exponential", "cosine", "constant")
@@ -38,7 +39,7 @@ class Config:
     # what is trained
     algorithm: str = "fedavg"
     algorithm_params: dict[str, Any] = field(default_factory=dict)  # hyperparameters (+ "preset")
-    dataset: str = "fmnist"
+    dataset: str = "fmnist"  # "custom": your own tensors, fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))
     model: str = "cnn"
     train_size: int | None = None  # class-balanced subset of the training set (None = all)
     test_size: int | None = None  # class-balanced subset of the test set (None = all)

@@ -7,6 +7,7 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 import time
@@ -74,6 +75,25 @@ def build_partition(config: Config, dataset: Dataset) -> Partition:
         raise ConfigError(f"partition: {err}") from None
 
 
+def _load_theta0(module: torch.nn.Module, theta0: Tensor, model_name: str, dataset: Dataset) -> str:
+    """Copy a user θ₀ into ``module`` (so ``FlatModel.theta0()`` returns it); its SHA-256 for the key."""
+    from fedlab.models.functional import load_flat_, param_spec
+
+    d = param_spec(module).dim
+    if not isinstance(theta0, Tensor):
+        raise ConfigError(f"theta0 must be a torch.Tensor, a flat vector of {d} parameters "
+                          f"(got {type(theta0).__name__})")
+    if theta0.ndim != 1 or theta0.numel() != d:
+        raise ConfigError(f"theta0 has shape {tuple(theta0.shape)} but model {model_name!r} for input "
+                          f"{dataset.input_shape} and {dataset.n_classes} classes has d={d} parameters; pass a "
+                          "flat vector of shape (d,) (fedlab.models.functional.flatten_params(module))")
+    if not theta0.is_floating_point() or not bool(torch.isfinite(theta0).all()):
+        raise ConfigError(f"theta0 must hold finite floating-point values (dtype {theta0.dtype})")
+    load_flat_(module, theta0.detach())
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters() if p.requires_grad])
+    return hashlib.sha256(flat.cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
+
+
 @dataclass
 class TrainingState:
     """Everything that evolves during a run (and is checkpointed): server and client states."""
@@ -103,19 +123,37 @@ class Simulation:
     algorithm: Algorithm
     store: RunStore
     config_hash: str
+    theta0_digest: str | None = None  # SHA-256 of a user-supplied θ₀ (None: θ₀ from the config's seed)
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
 
     @classmethod
-    def build(cls, config: Config, dataset: Dataset | None = None) -> "Simulation":
+    def build(cls, config: Config, dataset: Dataset | None = None, theta0: Tensor | None = None) -> "Simulation":
+        """Everything a run needs. ``dataset``: tensors to train on instead of the config's dataset
+        (required for ``dataset="custom"``, see :func:`fedlab.data.from_tensors`); ``theta0``: the
+        initial global model as a flat vector of the model's d parameters (default: the model's
+        seeded initialisation).
+
+        The run key is ``Config.hash`` over the partition fingerprint, the dataset's
+        :attr:`~fedlab.data.Dataset.digest` and, if given, a digest of θ₀, so a stored run is only
+        returned for the same data and the same start.
+        """
+        if dataset is None and config.dataset == "custom":
+            raise ConfigError("dataset='custom' trains on tensors you supply: "
+                              "fedlab.run(cfg, dataset=fedlab.data.from_tensors(x_train, y_train, x_test, y_test))")
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
-        model = FlatModel(module.to(config.device), channels_last=config.channels_last, amp=config.amp)
+        module = module.to(config.device)
+        theta0_digest = None
+        if theta0 is not None:
+            theta0_digest = _load_theta0(module, theta0, config.model, dataset)
+        model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
-        store = RunStore.for_config(config, partition.fingerprint, root)
-        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(partition.fingerprint))
+        key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
+        store = RunStore.for_config(config, key, root)
+        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(key), theta0_digest)
         sim.check_sampling()
         return sim
 
@@ -275,6 +313,7 @@ class Simulation:
             state = self.initial_state()
             rows: list[dict[str, Any]] = []
             store.write_config(c, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
+                                   "dataset_digest": self.dataset.digest, "theta0_digest": self.theta0_digest,
                                    "fedlab_version": __version__,
                                    "partition_summary": self.partition.stats.summary()})
         else:
@@ -364,10 +403,12 @@ class Simulation:
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
-        dataset: Dataset | None = None, **overrides: Any) -> RunResult:
+        dataset: Dataset | None = None, theta0: Tensor | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
-    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``.
+    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. Your own data and
+    start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
+    theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    return Simulation.build(config, dataset).run(progress=progress, stop_after_rounds=stop_after_rounds)
+    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds)
