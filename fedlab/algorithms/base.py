@@ -17,6 +17,11 @@ One round, as the engine drives it (DESIGN.md, "The algorithm contract")::
         up_i, c_i = upload(θ_{i,0}, θ_{i,K}, c_i, msg, info, K)  # counted as uplink floats
     server       = aggregate(server, stack(up_i), info)
 
+K is the number of steps client i really runs, K_i: the configured K in fixed-K mode, E·⌈n_i/B⌉ in
+epoch mode. ``info.client_steps`` holds every sampled client's K_i (in upload order) before the
+round starts; a rule that is per client uses its own K_i (``upload``'s ``K``, ``StepInfo.K``), a
+rule that normalises a mean over the round uses K̄ = ``info.mean_steps``.
+
 Sign convention (every reference code base agrees): Δ_i = θ_{i,K} − θ_{i,0} is a *descent*
 displacement (≈ −η Σ_k g), the server applies θ^{t+1} = θ^t + η_g · mean Δ_i, and the
 pseudo-gradient is −mean Δ_i / (η K).
