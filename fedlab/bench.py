@@ -58,7 +58,7 @@ def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
         return r, 0.5 * (r * r).sum()
 
     server = alg.server_init(theta0)
-    info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, local_steps=2, n_clients=4, n_sampled=1,
+    info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, client_steps=(2,), n_clients=4,
                      weight_decay=0.0, clip_norm=None)
     msg = alg.broadcast(server, info)
     cstate = alg.client_init(theta0)

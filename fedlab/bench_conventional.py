@@ -78,6 +78,9 @@ class ConventionalFL:
         from fedlab.models import build_model
 
         c = sim.config
+        if c.local_steps is None:
+            raise ValueError("the conventional baseline runs a fixed number of local steps; "
+                             f"local_epochs={c.local_epochs} (epoch mode) is not supported, set local_steps=K")
         name = algorithm or c.algorithm
         hp = sim.algorithm.hp if name == c.algorithm else None
         module = build_model(c.model, sim.dataset.input_shape, sim.dataset.n_classes, seed=c.seed)

@@ -21,6 +21,9 @@ _HELP = {
     "test_size": "class-balanced subset of the test set (default: all)",
     "as_cifar_shape": "pad 28x28 images to 32x32 and repeat channels (lenet5/ResNets on Fashion-MNIST)",
     "augment": "force on-device augmentation on/off (default: the dataset's own: crop+flip for CIFAR)",
+    "crop_prob": "probability that a training sample is randomly cropped (FL-Simulator: 0.5)",
+    "crop_padding": "zero padding in pixels per side before the random crop",
+    "flip_prob": "probability of a horizontal flip of a training sample",
     "partition": "how the training set is split among clients",
     "alpha": "Dirichlet concentration (dirichlet: per class over clients; dirichlet_client: per-client class prior)",
     "classes_per_client": "c for the pathological partition",
@@ -30,8 +33,9 @@ _HELP = {
     "sampling": "uniform = exactly m without replacement; bernoulli = FL-Simulator's; schedule = replay a file",
     "schedule_path": "JSON list of per-round client-id lists (with --sampling schedule)",
     "rounds": "communication rounds T",
-    "local_steps": "local steps K per round",
-    "local_epochs": "if given, K_i = E*ceil(n_i/B) local steps (the reference codes' epoch mode)",
+    "local_steps": f"local steps K per round (default {Config().local_steps}; leave it unset with --local-epochs)",
+    "local_epochs": "if given (without --local-steps), K_i = E*ceil(n_i/B) local steps (the reference codes' "
+                    "epoch mode)",
     "batch_size": "local minibatch size B",
     "lr": "initial local learning rate",
     "lr_schedule": "per-round learning-rate schedule",
@@ -101,6 +105,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
             kwargs["type"] = float
         if f.name == "parallel_clients":
             kwargs["type"] = _int_or_auto
+        if f.name == "local_steps":  # unset = the default K, or epoch mode when --local-epochs is given
+            kwargs.update(default=None, type=int)
         p.add_argument(flag, **kwargs)
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="algorithm hyperparameter, repeatable (e.g. --param rho=0.05 --param preset=high)")
@@ -113,6 +119,8 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
 def _config_from_args(args: argparse.Namespace) -> Config:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
               if f.name not in ("algorithm_params", "partition_params")}
+    if values["local_steps"] is None and values["local_epochs"] is None:
+        values["local_steps"] = Config().local_steps
     if values["clip_norm"] is not None and values["clip_norm"] <= 0:
         values["clip_norm"] = None
     values["algorithm_params"] = _key_values(args.param, "--param")
@@ -164,7 +172,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.bench_args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m fedlab`` parser (``run``, ``algorithms``, ``bench``)."""
     parser = argparse.ArgumentParser(prog="python -m fedlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
@@ -172,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))

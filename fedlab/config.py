@@ -15,7 +15,8 @@ from typing import Any
 
 from fedlab import __version__
 
-DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic")
+# fedlab.data's datasets, plus "custom": tensors the user hands to fedlab.run(cfg, dataset=...)
+DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic", "custom")
 PARTITIONS = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
 SAMPLINGS = ("uniform", "bernoulli", "schedule")
 LR_SCHEDULES = ("exponential", "cosine", "constant")
@@ -38,12 +39,15 @@ class Config:
     # what is trained
     algorithm: str = "fedavg"
     algorithm_params: dict[str, Any] = field(default_factory=dict)  # hyperparameters (+ "preset")
-    dataset: str = "fmnist"
+    dataset: str = "fmnist"  # "custom": your own tensors, fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))
     model: str = "cnn"
     train_size: int | None = None  # class-balanced subset of the training set (None = all)
     test_size: int | None = None  # class-balanced subset of the test set (None = all)
     as_cifar_shape: bool = False  # pad 28×28 → 32×32 and repeat channels (lenet5/ResNets on FMNIST)
     augment: bool | None = None  # None = the dataset's default (crop+flip for CIFAR)
+    crop_prob: float = 1.0  # probability that a sample is randomly cropped (FL-Simulator: 0.5)
+    crop_padding: int = 4  # zero padding (pixels per side) before the random crop
+    flip_prob: float = 0.5  # probability of a horizontal flip
     # how data is split
     partition: str = "dirichlet"
     alpha: float | None = 0.1  # Dirichlet concentration (see fedlab.data.partition for its meaning)
@@ -57,8 +61,8 @@ class Config:
     schedule_path: str | None = None  # JSON list of per-round client-id lists (sampling="schedule")
     # local work
     rounds: int = 50
-    local_steps: int = 10  # K
-    local_epochs: int | None = None  # if set, K_i = E·⌈n_i/B⌉ (the reference codes' epoch mode)
+    local_steps: int | None = 10  # K fixed local steps; None with local_epochs set (epoch mode)
+    local_epochs: int | None = None  # E: K_i = E·⌈n_i/B⌉ (the reference codes' epoch mode); needs local_steps=None
     batch_size: int = 32
     lr: float = 0.1
     lr_schedule: str = "exponential"
@@ -117,17 +121,30 @@ class Config:
             raise bad("partition", "'natural' only for dataset='synthetic'")
         if self.sampling == "schedule" and not self.schedule_path:
             raise ConfigError("schedule_path is required for sampling='schedule'")
-        for name in ("n_clients", "rounds", "local_steps", "batch_size", "eval_every",
+        if self.local_steps is not None and self.local_epochs is not None:
+            raise ConfigError(f"local_steps={self.local_steps!r} and local_epochs={self.local_epochs!r} are both "
+                              "set; choose one: local_steps=K (fixed K) or local_steps=None with "
+                              "local_epochs=E (epoch mode)")
+        if self.local_steps is None and self.local_epochs is None:
+            raise ConfigError("local_steps=None and local_epochs=None: set local_steps=K (fixed K) or "
+                              "local_epochs=E (epoch mode)")
+        for name in ("n_clients", "rounds", "batch_size", "eval_every",
                      "checkpoint_every", "shards_per_client"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "an integer ≥ 1")
-        for name in ("train_size", "test_size", "eval_subsample", "local_epochs"):
+        if not isinstance(self.crop_padding, int) or isinstance(self.crop_padding, bool) or self.crop_padding < 0:
+            raise bad("crop_padding", "an integer ≥ 0 (pixels of zero padding per side)")
+        for name in ("train_size", "test_size", "eval_subsample", "local_steps", "local_epochs"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise bad(name, "None or an integer ≥ 1")
         if not (isinstance(self.participation, (int, float)) and 0 < self.participation <= 1):
             raise bad("participation", "a number in (0, 1]")
+        for name in ("crop_prob", "flip_prob"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise bad(name, "a probability in [0, 1]")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise bad("lr", "a finite number > 0")
         if not (isinstance(self.lr_decay, (int, float)) and 0 < self.lr_decay <= 1):
@@ -164,7 +181,7 @@ class Config:
             raise bad("channels_last", "True or False")
         if self.local_epochs is not None and self.parallel_clients != 1:
             raise ConfigError("parallel_clients > 1 or 'auto' needs a fixed number of local steps; "
-                              "set local_epochs=None or parallel_clients=1")
+                              "set local_steps=K (local_epochs=None) or parallel_clients=1")
 
     # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -189,7 +189,7 @@ theta_hand = theta - lr * (clip_by_norm(u, base.clip_norm) + base.weight_decay *
 
 uploads = theta + 0.01 * torch.randn(3, theta.numel(), generator=torch_generator(seed, "fake-clients"),
                                      dtype=theta.dtype).to(device)
-info = RoundInfo(round=1, lr=lr, prev_lr=lr, local_steps=local_steps, n_clients=n_clients, n_sampled=3,
+info = RoundInfo(round=1, lr=lr, prev_lr=lr, client_steps=(local_steps,) * 3, n_clients=n_clients,
                  weight_decay=base.weight_decay, clip_norm=base.clip_norm)
 new = alg.aggregate({"theta": theta, "h": h}, {"delta": uploads - theta}, info)
 pseudo_grad = (theta - uploads.mean(0)) / (lr * local_steps)  # g^{t+1}

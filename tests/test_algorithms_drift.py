@@ -220,7 +220,7 @@ def _quad_setup(dim=5):
 
 
 def _info(round_=0, lr=0.1, K=1, n_clients=10, n_sampled=2, wd=0.0, clip=None):
-    return RoundInfo(round=round_, lr=lr, prev_lr=lr, local_steps=K, n_clients=n_clients, n_sampled=n_sampled,
+    return RoundInfo(round=round_, lr=lr, prev_lr=lr, client_steps=(K,) * n_sampled, n_clients=n_clients,
                      weight_decay=wd, clip_norm=clip)
 
 
@@ -304,9 +304,12 @@ def test_fedacg_step_by_hand():
 
 # --- FedSMOO-adaptive --------------------------------------------------------------------------------
 
-def test_fedsmoo_adaptive_lambda_rho_by_hand():
+@pytest.mark.parametrize("objective", [None, "blog", "perturbed_only"])
+def test_fedsmoo_adaptive_lambda_rho_by_hand(objective):
+    # objective None = the default, which must be the blog's L(θ) + λ‖θ − θ^t‖² + L(θ + ε)
     grad_fn, batch, grad, loss, rand = _quad_setup()
-    alg = get_algorithm("fedsmoo_adaptive")
+    alg = get_algorithm("fedsmoo_adaptive", **({} if objective is None else {"objective": objective}))
+    clean = 0.0 if objective == "perturbed_only" else 1.0  # weight of the clean gradient ∇L(θ)
     hp = alg.hp
     theta = rand()
     g = grad(theta)
@@ -333,11 +336,13 @@ def test_fedsmoo_adaptive_lambda_rho_by_hand():
     torch.testing.assert_close(cs["angles"], torch.cat((angles[1:], torch.tensor([math.acos(cos)],
                                                                                  dtype=torch.float64))))
     e = rho * g / torch.linalg.vector_norm(g)
-    torch.testing.assert_close(out, theta - 0.1 * grad(theta + e))  # prox term is 0 at θ = θ^t
+    # prox term is 0 at θ = θ^t
+    torch.testing.assert_close(out, theta - 0.1 * (clean * grad(theta) + grad(theta + e)))
     # a later step reuses λ_k, ρ_k and adds the proximal gradient 2λ_k(θ − θ^t)
     out2, cs2, _ = alg.local_step(out, cs, msg, batch, grad_fn, _step(k=1, round_=hp.warmup_rounds))
     g1 = grad(out)
-    expected = out - 0.1 * (grad(out + rho * g1 / torch.linalg.vector_norm(g1)) + 2 * lam * (out - theta))
+    expected = out - 0.1 * (clean * g1 + grad(out + rho * g1 / torch.linalg.vector_norm(g1))
+                            + 2 * lam * (out - theta))
     torch.testing.assert_close(out2, expected)
     assert torch.equal(cs2["lam"], cs["lam"]) and torch.equal(cs2["rho"], cs["rho"])
 
@@ -414,7 +419,7 @@ BAD_VALUES = [
     ("fedsmoo", "eps", -1.0), ("fedsmoo", "rho", -0.1),
     ("fedsmoo_adaptive", "rho_max", 0.0005), ("fedsmoo_adaptive", "lam_max", 0.001),
     ("fedsmoo_adaptive", "window", 1), ("fedsmoo_adaptive", "warmup_rounds", 1.5),
-    ("fedsmoo_adaptive", "a", -0.4),
+    ("fedsmoo_adaptive", "a", -0.4), ("fedsmoo_adaptive", "objective", "paper"),
 ]
 
 

@@ -73,8 +73,8 @@ def _assert_same_run(a, b):
 
 
 def _info(t=0, lr=0.05, prev_lr=None, K=3, N=6, m=6, wd=0.0, clip=None):
-    return RoundInfo(round=t, lr=lr, prev_lr=lr if prev_lr is None else prev_lr, local_steps=K,
-                     n_clients=N, n_sampled=m, weight_decay=wd, clip_norm=clip)
+    return RoundInfo(round=t, lr=lr, prev_lr=lr if prev_lr is None else prev_lr, client_steps=(K,) * m,
+                     n_clients=N, weight_decay=wd, clip_norm=clip)
 
 
 def _step(k=0, K=3, lr=0.05, t=0, wd=0.0, clip=None):
@@ -374,10 +374,11 @@ def test_fednsam_momentum_by_hand_over_three_rounds(bug):
         assert torch.equal(ends, run.client_endpoints[t])  # clients = FedSAM from θ^t + γ m^{t−1}
         delta_bar = (ends - start).mean(0)
         deltas.append(delta_bar)
-        m = (1 + gamma) * delta_bar if bug else gamma * m + delta_bar
+        # official repo: round 0 takes the empty-momentum branch (m = Δ̄), later rounds overwrite
+        m = ((1 + gamma) * delta_bar if t > 0 else delta_bar) if bug else gamma * m + delta_bar
         theta = theta + m
         torch.testing.assert_close(run.trajectory[t + 1], theta, rtol=1e-12, atol=1e-14)
-        if not bug:  # θ^{t+1} = θ_start + Δ̄ = mean of the client models
+        if not bug or t == 0:  # θ^{t+1} = θ_start + Δ̄ = mean of the client models
             torch.testing.assert_close(run.trajectory[t + 1], ends.mean(0), rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(run.server["m"], m, rtol=1e-12, atol=1e-14)
     accumulated = gamma**2 * deltas[0] + gamma * deltas[1] + deltas[2]
@@ -385,6 +386,22 @@ def test_fednsam_momentum_by_hand_over_three_rounds(bug):
     expected, other = (overwritten, accumulated) if bug else (accumulated, overwritten)
     torch.testing.assert_close(run.server["m"], expected, rtol=1e-12, atol=1e-14)
     assert (run.server["m"] - other).norm() > 1e-3
+
+
+def test_fednsam_official_repo_round_zero_takes_the_empty_momentum_branch():
+    """Official code: m^0 = Δ̄^0 (not (1+γ)Δ̄^0), so θ¹ is the same as in the accumulating form."""
+    fed = _quadratic()
+    runs = {preset: _run(get_algorithm("fednsam", preset=preset), fed, rounds=2, participation=1.0,
+                         lr_decay=1.0, wd=0.0, clip=None) for preset in ("code", "official_repo")}
+    code, official = runs["code"], runs["official_repo"]
+    delta0 = (official.client_endpoints[0] - fed[2]).mean(0)
+    torch.testing.assert_close(official.trajectory[1], fed[2] + delta0, rtol=1e-12, atol=1e-14)
+    assert torch.equal(official.trajectory[1], code.trajectory[1])
+    # round 1 overwrites: m¹ = (1+γ)Δ̄¹, with Δ̄¹ relative to the look-ahead start θ¹ + γ m⁰
+    start1 = official.trajectory[1] + 0.85 * delta0
+    delta1 = (official.client_endpoints[1] - start1).mean(0)
+    torch.testing.assert_close(official.server["m"], 1.85 * delta1, rtol=1e-12, atol=1e-14)
+    assert not torch.allclose(official.trajectory[2], code.trajectory[2])
 
 
 # --- FedSWA / FedMoSWA -----------------------------------------------------------------------------

@@ -118,3 +118,26 @@ def test_cuda_matches_window_property_and_rejects_cpu_generator():
     padded = F.pad(x, (2, 2, 2, 2))
     for i in range(len(x)):
         assert len(_window_offsets(y[i], padded[i], 10, 10, 2)) == 1
+
+
+def test_config_augmentation_fields_reach_the_batches(tiny):
+    """crop_prob / crop_padding / flip_prob are hashed config fields passed to random_crop_flip."""
+    from fedlab.config import ConfigError
+    from fedlab.engine import Simulation
+
+    idx = torch.arange(16)
+    default = Simulation.build(tiny(augment=True)).local_data
+    x = default.x[idx]
+    assert torch.equal(default.batch(idx, torch_generator(0, "aug"))[0],
+                       random_crop_flip(x, torch_generator(0, "aug"), padding=4, flip_p=0.5))  # today's recipe
+    off = Simulation.build(tiny(augment=True, crop_prob=0.0, flip_prob=0.0)).local_data
+    assert torch.equal(off.batch(idx, torch_generator(0, "aug"))[0], x)  # no crop, no flip: the images
+    fl_sim = Simulation.build(tiny(augment=True, crop_prob=0.5, crop_padding=2, flip_prob=0.25)).local_data
+    assert torch.equal(fl_sim.batch(idx, torch_generator(0, "aug"))[0],
+                       random_crop_flip(x, torch_generator(0, "aug"), padding=2, flip_p=0.25, crop_p=0.5))
+    base = tiny()
+    assert len({base.hash(), base.replace(crop_prob=0.5).hash(), base.replace(crop_padding=2).hash(),
+                base.replace(flip_prob=0.0).hash()}) == 4
+    for field, value in (("crop_prob", 1.5), ("flip_prob", -0.1), ("crop_padding", -1), ("crop_padding", 1.5)):
+        with pytest.raises(ConfigError, match=field):
+            tiny(**{field: value})

@@ -131,7 +131,7 @@ def test_corrupted_checkpoint_is_reported_and_kept(tiny):
 
 
 def test_epoch_mode_steps(tiny):
-    cfg = tiny(local_epochs=2, batch_size=32, rounds=1)
+    cfg = tiny(local_steps=None, local_epochs=2, batch_size=32, rounds=1)
     sim = Simulation.build(cfg)
     idx = [torch.tensor(ix) for ix in sim.partition.client_indices]
     jobs = sim.client_jobs(0, np.arange(cfg.n_clients), idx)

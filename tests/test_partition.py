@@ -422,7 +422,7 @@ def test_iid_tv_small_and_summary() -> None:
     part = iid(_balanced(per_class=1000), 5, seed=0)
     summary = part.stats.summary()
     assert set(summary) == {
-        "n_clients", "n_samples", "n_unique", "min_size", "max_size", "size_gini",
+        "n_clients", "n_empty", "n_samples", "n_unique", "min_size", "max_size", "size_gini",
         "mean_effective_classes", "min_effective_classes", "max_effective_classes",
         "mean_classes_present", "mean_tv_distance",
     }

@@ -81,10 +81,10 @@ def test_threaded_executor_rejects_bad_arguments(tiny):
     sim = Simulation.build(tiny())
     state = sim.initial_state()
     clients = sim.sample(0)
-    info = sim.round_info(0, len(clients))
+    jobs = sim.client_jobs(0, clients, sim.client_indices)
+    info = sim.round_info(0, tuple(len(job.batches) for job in jobs))
     msg = sim.algorithm.broadcast(state.server, info)
     states = [sim.algorithm.client_init(state.theta0) for _ in clients]
-    jobs = sim.client_jobs(0, clients, sim.client_indices)
     fns = [sim.model.autograd_grad_fn, sim.model.replica().autograd_grad_fn]
     with pytest.raises(ValueError, match="one gradient oracle per worker"):
         threads_mod.run_clients_threaded(sim.algorithm, msg, jobs, states, sim.local_data, [], info)

@@ -100,11 +100,11 @@ def _round_inputs(sim: Simulation, t: int = 0):
 
     c = sim.config
     clients = sample_clients(t, c.n_clients, c.participation, seed=c.seed)
-    info = sim.round_info(t, len(clients))
-    theta0 = sim.model.theta0()
-    msg = sim.algorithm.broadcast(sim.algorithm.server_init(theta0), info)
     idx = [torch.tensor(ix, dtype=torch.long) for ix in sim.partition.client_indices]
     jobs = sim.client_jobs(t, clients, idx)
+    info = sim.round_info(t, tuple(len(job.batches) for job in jobs))
+    theta0 = sim.model.theta0()
+    msg = sim.algorithm.broadcast(sim.algorithm.server_init(theta0), info)
     states = [sim.algorithm.client_init(theta0) for _ in jobs]
     data = LocalData(sim.dataset.x_train, sim.dataset.y_train, sim.augment_kind)
     return msg, jobs, states, data, info
@@ -191,7 +191,7 @@ def test_config_accepts_auto_and_budget_and_rejects_bad_values():
         Config(amp="yes")
     assert Config(amp=True).hash() != Config().hash()  # bf16 changes the numbers
     with pytest.raises(ConfigError, match="fixed number of local steps"):
-        Config(parallel_clients="auto", local_epochs=1)
+        Config(parallel_clients="auto", local_steps=None, local_epochs=1)
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedsam"])

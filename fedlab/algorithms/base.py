@@ -17,6 +17,11 @@ One round, as the engine drives it (DESIGN.md, "The algorithm contract")::
         up_i, c_i = upload(θ_{i,0}, θ_{i,K}, c_i, msg, info, K)  # counted as uplink floats
     server       = aggregate(server, stack(up_i), info)
 
+K is the number of steps client i really runs, K_i: the configured K in fixed-K mode, E·⌈n_i/B⌉ in
+epoch mode. ``info.client_steps`` holds every sampled client's K_i (in upload order) before the
+round starts; a rule that is per client uses its own K_i (``upload``'s ``K``, ``StepInfo.K``), a
+rule that normalises a mean over the round uses K̄ = ``info.mean_steps``.
+
 Sign convention (every reference code base agrees): Δ_i = θ_{i,K} − θ_{i,0} is a *descent*
 displacement (≈ −η Σ_k g), the server applies θ^{t+1} = θ^t + η_g · mean Δ_i, and the
 pseudo-gradient is −mean Δ_i / (η K).
@@ -48,12 +53,31 @@ class RoundInfo:
 
     round: int  # t, 0-based
     lr: float  # η_t, the local learning rate of this round
-    prev_lr: float  # η_{t-1} (= η_t in round 0); MoFedSAM/FedCM rescale the last update with it
-    local_steps: int  # K, the nominal number of local steps
+    prev_lr: float  # η_{t-1} (= η_t in round 0), for rules that rescale the last update (FedCM-style)
+    client_steps: tuple[int, ...]  # K_i, the local steps each sampled client runs, in upload order
     n_clients: int  # N, all clients
-    n_sampled: int  # m = |S_t|
     weight_decay: float
     clip_norm: float | None
+
+    def __post_init__(self) -> None:
+        steps = tuple(self.client_steps)
+        if not steps or any(isinstance(k, bool) or int(k) != k or k < 1 for k in steps):
+            raise ValueError(f"client_steps must be a non-empty sequence of integers ≥ 1 (got {self.client_steps!r})")
+        object.__setattr__(self, "client_steps", tuple(int(k) for k in steps))
+
+    @property
+    def n_sampled(self) -> int:
+        """m = |S_t|."""
+        return len(self.client_steps)
+
+    @property
+    def mean_steps(self) -> float:
+        """K̄ = (1/m) Σ_{i∈S_t} K_i: the K of a rule that normalises a *mean* update (= K in fixed-K mode).
+
+        A rule that is per client (SCAFFOLD's c_i⁺, FedMoSWA's Σ_k η_k) uses that client's own K_i
+        (the ``K`` argument of ``upload``, ``StepInfo.K`` inside the round) instead.
+        """
+        return sum(self.client_steps) / len(self.client_steps)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ ignored there); ε = 1e-12.
 
 Known bug of the official repo (junkangLiu0/FedNSAM ``apply_weights_avgACG``): the server loop
 overwrites m with γΔ̄ + Δ̄ = (1+γ)Δ̄ and never reads the old m, so nothing accumulates:
-θ^{t+1} = θ^t + (1+γ)Δ̄^t while clients start from θ^t + γ(1+γ)Δ̄^{t−1}. fedlab implements the
+θ^{t+1} = θ^t + (1+γ)Δ̄^t while clients start from θ^t + γ(1+γ)Δ̄^{t−1}. In round 0 the momentum
+is still empty and the code takes its other branch, m^0 = Δ̄^0 (θ^1 = θ^0 + Δ̄^0, as in the
+accumulating form); the overwrite starts in round 1. fedlab implements the
 accumulating form (as the FedSWA repo and the CUMTzgq re-implementation do); the official behaviour is
 available with ``momentum_overwrite_bug=True`` (preset ``official_repo``). The code also extrapolates
 BatchNorm buffers; fedlab's models have none.
@@ -138,8 +140,10 @@ class FedNSAM(Algorithm):
 
     def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
         delta_bar = stacked_mean(uploads, "delta")
-        if self.hp.momentum_overwrite_bug:
+        if self.hp.momentum_overwrite_bug and info.round > 0:
             m = self.hp.gamma * delta_bar + delta_bar  # the old m is never read
+        elif self.hp.momentum_overwrite_bug:
+            m = delta_bar  # round 0: the official code's empty-momentum branch
         else:
             m = self.hp.gamma * server["m"] + delta_bar
         return {**server, "theta": server["theta"] + m, "m": m}

@@ -19,12 +19,24 @@ Client k in round t (after warm-up), at local step 0 on its first minibatch ξ_0
     then g_prev ← g and this visit's angle enters the ring buffer (only if g_prev existed).
 
 λ_k and ρ_k are computed once per round (vmappably, as tensors) and kept in the client state for the
-K steps. Every step (minibatch ξ), local objective L_k(θ) + λ_k‖θ − θ^t‖² + SAM at radius ρ_k:
+K steps. Every step (minibatch ξ), with ε = ρ_k g/(‖g‖ + ε₀) held fixed as in SAM:
 
-    g   = ∇L_k(θ; ξ);  g̃ = ∇L_k(θ + ρ_k g/(‖g‖ + ε); ξ)          same minibatch
+    g   = ∇L_k(θ; ξ);  g̃ = ∇L_k(θ + ε; ξ)                        same minibatch
+
+``objective="blog"`` (default) — the blog's per-client objective as written,
+L_k(θ) + λ_k‖θ − θ^{t−1}‖² + L_k(θ + ε), the clean loss *plus* the perturbed one:
+
+    θ ← θ − η_t ( clip(g + g̃ + 2λ_k(θ − θ^t), C) + wd·θ )
+
+``objective="perturbed_only"`` — fedlab ≤ 0.3's reading, SAM on the data term only,
+L_k(θ + ε) + λ_k‖θ − θ^{t−1}‖² (the clean loss dropped):
+
     θ ← θ − η_t ( clip(g̃ + 2λ_k(θ − θ^t), C) + wd·θ )
 
-(the proximal gradient enters the optimiser with the data gradient, so it is clipped with it).
+Both cost the same 2 gradient evaluations per step: g is needed for the perturbation anyway, so
+keeping the clean term adds no gradient call. The proximal gradient enters the optimiser with the
+data gradient, so it is clipped with it. θ^{t−1} of the blog is the model received this round (θ^t
+in fedlab's round indexing).
 Warm-up (rounds t < ``warmup_rounds`` = 3): λ_k = 0 and SAM off — the blog's fix forces γ = 1, λ = 0
 "so that clients first do standard FedAvg training"; fedlab reads that as plain FedAvg (no SAM either),
 which makes the warm-up rounds equal FedAvg exactly. The gradient history (g_prev, angles) is
@@ -57,6 +69,9 @@ from fedlab.algorithms.sam import sam_gradient, sam_perturbation
 from fedlab.models.functional import Batch, GradFn
 
 
+OBJECTIVES = ("blog", "perturbed_only")
+
+
 @dataclass(frozen=True)
 class FedSMOOAdaptiveParams(FedAvgParams):
     a: float = 0.4  # weight of the inconsistency 1 − γ_k (blog)
@@ -70,9 +85,12 @@ class FedSMOOAdaptiveParams(FedAvgParams):
     warmup_rounds: int = 3  # plain FedAvg rounds at the start (blog)
     eps: float = 1e-12  # added to ‖g‖ in the SAM perturbation and the σ probe
     cos_eps: float = 1e-8  # added to ‖g‖‖g_prev‖ in γ_k (blog)
+    objective: str = "blog"  # "blog": L(θ) + λ‖θ−θ^t‖² + L(θ+ε); "perturbed_only": L(θ+ε) + λ‖θ−θ^t‖²
 
     def validate(self) -> None:
         super().validate()
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
         for name in ("a", "b", "c", "eps", "cos_eps"):
             check_range(name, getattr(self, name), 0.0)
         check_range("lam_min", self.lam_min, 0.0)
@@ -146,7 +164,8 @@ class FedSMOOAdaptive(FedAvg):
             return descend(theta, g, step), cstate, loss
         rho, lam = cstate["rho"], cstate["lam"]
         g_sam, _ = sam_gradient(theta, g, rho, batch, grad_fn, self.hp.eps)
-        d = g_sam + 2.0 * lam * (theta - msg["theta"])
+        data = g + g_sam if self.hp.objective == "blog" else g_sam
+        d = data + 2.0 * lam * (theta - msg["theta"])
         return descend(theta, d, step), cstate, loss
 
     def upload(self, theta0: Tensor, thetaK: Tensor, cstate: State, msg: State, info: RoundInfo,

@@ -22,6 +22,10 @@ Server, with Δ̄ = mean_{i∈S_t} Δ_i and η_g = β η_t K (β = ``server_lr_s
     h^{t+1} = (1 − γ_g) h^t + γ_g g^{t+1}                       [GU]  (gu=False: γ_g := 1)
     θ^{t+1} = θ^t − η_g h^{t+1}
 
+K is K̄ = (1/m) Σ_{i∈S_t} K_i, the mean of the steps the round's clients really ran
+(``RoundInfo.mean_steps``): the rule normalises the *mean* displacement, so it takes the mean K (= K in
+fixed-K mode; in epoch mode K_i = E·⌈n_i/B⌉ differs per client).
+
 fedlab evaluates the last line in the algebraically identical form
 θ^{t+1} = θ^t + β (γ_g Δ̄ − (1 − γ_g) η_t K h^t), which avoids dividing Δ̄ by η_t K and multiplying
 it back; with γ_l = γ_g = 1 and β = 1 it is FedAvg's θ^t + Δ̄ bit for bit, so FedVSSAM "base" is
@@ -151,7 +155,7 @@ class FedVSSAM(Algorithm):
 
     def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
         delta_bar = stacked_mean(uploads, "delta")
-        lr_k = info.lr * info.local_steps  # η_t K
+        lr_k = info.lr * info.mean_steps  # η_t K̄
         beta = self.hp.server_lr_scale
         gamma_g = self.server_gamma(info.round)
         pseudo_grad = delta_bar / -lr_k  # g^{t+1}

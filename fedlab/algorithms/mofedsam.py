@@ -6,7 +6,11 @@ sends it with the model; every local step mixes it with the client's SAM gradien
 
 Round t, server → clients::
 
-    m^t = −Δ̄^{t−1} / (K η_{t−1})            (m^0 = 0: no update exists before round 0)
+    m^t = −Δ̄^{t−1} / (K̄^{t−1} η_{t−1})      (m^0 = 0: no update exists before round 0)
+
+K̄^{t−1} is the *mean* of the steps K_i the clients of round t−1 really ran (``RoundInfo.mean_steps``):
+m normalises the mean update Δ̄, so it takes the mean K (= K in fixed-K mode; in epoch mode
+K_i = E·⌈n_i/B⌉ differs per client).
 
 Client i, each local step with minibatch ξ (θ_{i,0} = θ^t)::
 
@@ -15,13 +19,14 @@ Client i, each local step with minibatch ξ (θ_{i,0} = θ^t)::
     d  = α g̃ + (1 − α) m^t                    α weights the fresh SAM gradient
     θ ← θ − η_t (clip(d, C) + wd·θ)            clip acts on the whole mixed direction (FL-Simulator)
 
-upload Δ_i = θ_{i,K} − θ^t. Server: Δ̄^t = mean_{i∈S_t} Δ_i, θ^{t+1} = θ^t + η_g Δ̄^t, keep Δ̄^t.
+upload Δ_i = θ_{i,K} − θ^t. Server: Δ̄^t = mean_{i∈S_t} Δ_i, θ^{t+1} = θ^t + η_g Δ̄^t, and it keeps
+m^{t+1} = −Δ̄^t / (K̄^t η_t), computed when Δ̄^t is formed: it is divided by the K̄ and the lr that
+produced it (the η_{t−1} of the formula above, seen from round t+1).
 
 Sign: Δ̄ is a descent displacement (≈ −η K ∇F), so m = −Δ̄/(Kη) is gradient-like and enters d with a
-plus sign, like g̃. The server keeps Δ̄ (unscaled by η_g) and divides by K·η_{t−1} when it sends it, so
-a per-round learning-rate schedule rescales it with the lr that produced it (``RoundInfo.prev_lr``).
+plus sign, like g̃. Δ̄ is taken unscaled by η_g.
 
-State: server θ, Δ̄ (2·d). Communication per round: down 2·d (θ^t, m^t), up 1·d (Δ_i).
+State: server θ, m (2·d). Communication per round: down 2·d (θ^t, m^t), up 1·d (Δ_i).
 Gradient evaluations per step: 2. Clients are stateless.
 
 Defaults: α = 0.1 (FL-Simulator ``--alpha``; its README also uses 0.05), ρ = 0.1 (FL-Simulator README
@@ -29,7 +34,7 @@ SAM radius for MoFedSAM), ε = 1e-12, η_g = 1.
 
 Reference-code notes: in round 0, m = 0, so the effective step is α·η_t (10× smaller with α = 0.1) —
 fedlab keeps this behaviour. FL-Simulator takes K from client 0's data size (E·n_0/B, a float); fedlab
-uses the nominal K of the round (``RoundInfo.local_steps``), which is the same for balanced splits.
+uses the mean of the K_i the round's clients ran, which is the same for balanced splits.
 With α = 1 the momentum term is multiplied by exactly 0 and MoFedSAM is FedSAM bit for bit.
 """
 from __future__ import annotations
@@ -61,14 +66,13 @@ class MoFedSAM(FedSAM):
     paper = "Qu et al., ICML 2022 (MoFedSAM); FL-Simulator implementation"
     hparams_cls = MoFedSAMParams
     grad_evals_per_step = 2
-    state_where = "server: θ, Δ̄ (last mean update)"
+    state_where = "server: θ, m (last mean update over K̄η)"
 
     def server_init(self, theta0: Tensor) -> State:
-        return {"theta": theta0.clone(), "delta_bar": torch.zeros_like(theta0)}
+        return {"theta": theta0.clone(), "m": torch.zeros_like(theta0)}
 
     def broadcast(self, server: State, info: RoundInfo) -> State:
-        m = server["delta_bar"] / (-(info.local_steps * info.prev_lr))
-        return {"theta": server["theta"], "m": m}
+        return {"theta": server["theta"], "m": server["m"]}
 
     def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
                    step: StepInfo) -> tuple[Tensor, State, Tensor]:
@@ -79,4 +83,5 @@ class MoFedSAM(FedSAM):
 
     def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
         delta_bar = stacked_mean(uploads, "delta")
-        return {**server, "theta": server["theta"] + self.hp.server_lr * delta_bar, "delta_bar": delta_bar}
+        m = delta_bar / (-(info.mean_steps * info.lr))  # next round's m: K̄ and η of this round
+        return {**server, "theta": server["theta"] + self.hp.server_lr * delta_bar, "m": m}

@@ -1,4 +1,5 @@
-"""Data: whole-tensor datasets (``datasets``) and on-device augmentation (``augment``)."""
+"""Data: whole-tensor datasets (``datasets``), your own tensors (``tensors.from_tensors``) and on-device
+augmentation (``augment``)."""
 from .augment import apply_augment, random_crop_flip
 from .datasets import (
     DATASETS,
@@ -8,6 +9,7 @@ from .datasets import (
     load_dataset,
     pad_to_cifar_shape,
 )
+from .tensors import from_tensors
 
 from .partition import (
     PARTITIONERS,
@@ -38,6 +40,7 @@ __all__ = [
     "DatasetNotFoundError",
     "apply_augment",
     "balanced_subset",
+    "from_tensors",
     "load_dataset",
     "pad_to_cifar_shape",
     "random_crop_flip",

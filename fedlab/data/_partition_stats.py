@@ -37,11 +37,22 @@ class PartitionStats:
     n_unique: int
     """Number of distinct dataset indices held by at least one client."""
 
+    @property
+    def empty_clients(self) -> np.ndarray:
+        """Ids of the clients that hold no sample (the engine never samples them)."""
+        return np.flatnonzero(self.sizes == 0).astype(np.int64)
+
+    @property
+    def n_empty(self) -> int:
+        """How many clients hold no sample."""
+        return int(self.empty_clients.size)
+
     def summary(self) -> dict[str, float]:
         """Scalar overview; means of the TV distance skip empty clients (their TV is NaN)."""
         tv = self.tv_distance[np.isfinite(self.tv_distance)]
         return {
             "n_clients": int(len(self.sizes)),
+            "n_empty": self.n_empty,
             "n_samples": int(self.sizes.sum()),
             "n_unique": int(self.n_unique),
             "min_size": int(self.sizes.min()),

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +118,25 @@ class Dataset:
     @property
     def n_test(self) -> int:
         return int(self.x_test.shape[0])
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 hex digest of what the numbers depend on: the four tensors and the classes.
+
+        Hashes ``n_classes``, ``augment``, then for each of ``x_train, y_train, x_test, y_test`` its
+        dtype, shape and raw bytes (read on the CPU, so the digest does not depend on the device).
+        ``name``, ``mean`` and ``std`` are labels and are left out. It enters the run key
+        (:meth:`fedlab.engine.Simulation.build`), so a run trained on other tensors is never returned
+        from the store. Computed once per object: treat a dataset's tensors as immutable (build a new
+        ``Dataset`` to change them).
+        """
+        h = hashlib.sha256()
+        h.update(f"n_classes={self.n_classes};augment={self.augment}".encode())
+        for name in ("x_train", "y_train", "x_test", "y_test"):
+            t = getattr(self, name).detach()
+            h.update(f";{name}:{t.dtype}:{tuple(t.shape)};".encode())
+            h.update(t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        return h.hexdigest()
 
     def to(self, device: str | torch.device) -> "Dataset":
         """A copy with the four tensors on ``device`` (metadata and client indices are shared)."""

@@ -657,12 +657,14 @@ def make_partition(
     concentration: str = "per_class",
     reuse_on_exhaustion: bool = True,
     path: str | os.PathLike | None = None,
+    allow_empty: bool = False,
 ) -> Partition:
     """Build a partition by scheme name (one of :data:`PARTITIONERS`), e.g. from a config.
 
     Arguments that the chosen scheme does not use are ignored, so a config can carry all of them.
     For ``"file"``, ``path`` is required, ``labels`` may be ``None`` and the file must hold exactly
-    ``n_clients`` clients.
+    ``n_clients`` clients; ``allow_empty=True`` accepts clients without indices (the engine never
+    samples them).
     """
     if scheme not in PARTITIONERS:
         raise ValueError(f"unknown partition scheme {scheme!r}; allowed: {', '.join(PARTITIONERS)}")
@@ -684,7 +686,7 @@ def make_partition(
     if path is None:
         raise ValueError("path is required for scheme 'file'")
     n = _check_int("n_clients", n_clients, 1)
-    part = from_file(path, labels)
+    part = from_file(path, labels, allow_empty=allow_empty)
     if part.n_clients != n:
         raise ValueError(f"n_clients={n} does not match the {part.n_clients} clients in {path}")
     return part

@@ -19,6 +19,8 @@ from torch import Tensor
 def fixed_step_batches(indices: Tensor, steps: int, batch_size: int, generator: torch.Generator) -> Tensor:
     """(K, B) int64 tensor of sample indices, from consecutive permutations of ``indices``."""
     n = indices.numel()
+    if n == 0:
+        raise ValueError("a client with no samples cannot take local steps (the engine never samples one)")
     need = steps * batch_size
     perms = [torch.randperm(n, generator=generator, device=generator.device) for _ in range(math.ceil(need / n))]
     order = torch.cat(perms)[:need]
@@ -27,6 +29,8 @@ def fixed_step_batches(indices: Tensor, steps: int, batch_size: int, generator: 
 
 def epoch_batches(indices: Tensor, epochs: int, batch_size: int, generator: torch.Generator) -> list[Tensor]:
     """List of K_i = E·⌈n_i/B⌉ index tensors; the last batch of each epoch may be smaller."""
+    if indices.numel() == 0:
+        raise ValueError("a client with no samples has no local epoch (the engine never samples one)")
     out: list[Tensor] = []
     for _ in range(epochs):
         perm = indices[torch.randperm(indices.numel(), generator=generator, device=generator.device)

@@ -36,16 +36,24 @@ class ClientResult:
 
 @dataclass(frozen=True)
 class LocalData:
-    """The training tensors (on the run's device) and the augmentation applied to each batch."""
+    """The training tensors (on the run's device) and the augmentation applied to each batch.
+
+    ``crop_prob``, ``crop_padding`` and ``flip_prob`` parametrise ``"crop_flip"``
+    (:func:`fedlab.data.augment.random_crop_flip`); they come from the config fields of those names.
+    """
 
     x: Tensor
     y: Tensor
     augment: str | None
+    crop_prob: float = 1.0
+    crop_padding: int = 4
+    flip_prob: float = 0.5
 
     def batch(self, idx: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
         x = self.x[idx]
         if self.augment is not None:
-            x = apply_augment(self.augment, x, generator)
+            x = apply_augment(self.augment, x, generator, padding=self.crop_padding, flip_p=self.flip_prob,
+                              crop_p=self.crop_prob)
         return x, self.y[idx]
 
 

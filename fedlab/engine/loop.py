@@ -7,6 +7,7 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 import time
@@ -29,7 +30,7 @@ from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
-from fedlab.engine.sampling import load_schedule, sample_clients
+from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
@@ -74,6 +75,25 @@ def build_partition(config: Config, dataset: Dataset) -> Partition:
         raise ConfigError(f"partition: {err}") from None
 
 
+def _load_theta0(module: torch.nn.Module, theta0: Tensor, model_name: str, dataset: Dataset) -> str:
+    """Copy a user θ₀ into ``module`` (so ``FlatModel.theta0()`` returns it); its SHA-256 for the key."""
+    from fedlab.models.functional import load_flat_, param_spec
+
+    d = param_spec(module).dim
+    if not isinstance(theta0, Tensor):
+        raise ConfigError(f"theta0 must be a torch.Tensor, a flat vector of {d} parameters "
+                          f"(got {type(theta0).__name__})")
+    if theta0.ndim != 1 or theta0.numel() != d:
+        raise ConfigError(f"theta0 has shape {tuple(theta0.shape)} but model {model_name!r} for input "
+                          f"{dataset.input_shape} and {dataset.n_classes} classes has d={d} parameters; pass a "
+                          "flat vector of shape (d,) (fedlab.models.functional.flatten_params(module))")
+    if not theta0.is_floating_point() or not bool(torch.isfinite(theta0).all()):
+        raise ConfigError(f"theta0 must hold finite floating-point values (dtype {theta0.dtype})")
+    load_flat_(module, theta0.detach())
+    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters() if p.requires_grad])
+    return hashlib.sha256(flat.cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
+
+
 @dataclass
 class TrainingState:
     """Everything that evolves during a run (and is checkpointed): server and client states."""
@@ -103,20 +123,39 @@ class Simulation:
     algorithm: Algorithm
     store: RunStore
     config_hash: str
+    theta0_digest: str | None = None  # SHA-256 of a user-supplied θ₀ (None: θ₀ from the config's seed)
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
 
     @classmethod
-    def build(cls, config: Config, dataset: Dataset | None = None) -> "Simulation":
+    def build(cls, config: Config, dataset: Dataset | None = None, theta0: Tensor | None = None) -> "Simulation":
+        """Everything a run needs. ``dataset``: tensors to train on instead of the config's dataset
+        (required for ``dataset="custom"``, see :func:`fedlab.data.from_tensors`); ``theta0``: the
+        initial global model as a flat vector of the model's d parameters (default: the model's
+        seeded initialisation).
+
+        The run key is ``Config.hash`` over the partition fingerprint, the dataset's
+        :attr:`~fedlab.data.Dataset.digest` and, if given, a digest of θ₀, so a stored run is only
+        returned for the same data and the same start.
+        """
+        if dataset is None and config.dataset == "custom":
+            raise ConfigError("dataset='custom' trains on tensors you supply: "
+                              "fedlab.run(cfg, dataset=fedlab.data.from_tensors(x_train, y_train, x_test, y_test))")
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
-        model = FlatModel(module.to(config.device), channels_last=config.channels_last, amp=config.amp)
+        module = module.to(config.device)
+        theta0_digest = None
+        if theta0 is not None:
+            theta0_digest = _load_theta0(module, theta0, config.model, dataset)
+        model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
-        store = RunStore.for_config(config, partition.fingerprint, root)
-        return cls(config, dataset, partition, model, algorithm, store,
-                   config.hash(partition.fingerprint))
+        key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
+        store = RunStore.for_config(config, key, root)
+        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(key), theta0_digest)
+        sim.check_sampling()
+        return sim
 
     # -----------------------------------------------------------------------------------------
     def initial_state(self) -> TrainingState:
@@ -145,18 +184,36 @@ class Simulation:
 
     @cached_property
     def local_data(self) -> LocalData:
-        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind)
+        c = self.config
+        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind, crop_prob=c.crop_prob,
+                         crop_padding=c.crop_padding, flip_prob=c.flip_prob)
+
+    @cached_property
+    def eligible(self) -> np.ndarray:
+        """Ids of the clients holding data: the only ones ever sampled (empty clients never are)."""
+        return eligible_clients(self.partition.sizes)
 
     @cached_property
     def schedule(self) -> list[list[int]] | None:
         c = self.config
-        return load_schedule(c.schedule_path, c.n_clients, c.rounds) if c.sampling == "schedule" else None
+        if c.sampling != "schedule":
+            return None
+        return load_schedule(c.schedule_path, c.n_clients, c.rounds, eligible=self.eligible)
+
+    def check_sampling(self) -> None:
+        """ConfigError, before anything is written, when no valid round can be drawn (empty clients)."""
+        c = self.config
+        try:
+            check_sampling(c.n_clients, c.participation, c.sampling, self.eligible)
+            _ = self.schedule
+        except ValueError as err:
+            raise ConfigError(f"sampling: {err}") from None
 
     def sample(self, t: int) -> np.ndarray:
         """The ids of the clients taking part in round t."""
         c = self.config
         return sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
-                              schedule=self.schedule)
+                              schedule=self.schedule, eligible=self.eligible)
 
     def train_round(self, state: TrainingState, t: int, clients: np.ndarray | None = None) -> RoundOutcome:
         """Round t: broadcast, local work of the sampled (or given) clients, upload, aggregate.
@@ -165,10 +222,12 @@ class Simulation:
         """
         alg = self.algorithm
         clients = self.sample(t) if clients is None else clients
-        info = self.round_info(t, len(clients))
+        # The jobs fix every client's K_i (E·⌈n_i/B⌉ in epoch mode) before anything is sent, so the
+        # round's info carries the steps the clients really run.
+        jobs = self.client_jobs(t, clients, self.client_indices)
+        info = self.round_info(t, tuple(len(job.batches) for job in jobs))
         msg = alg.broadcast(state.server, info)
         states = [state.client_states.get(i) or alg.client_init(state.theta0) for i in clients.tolist()]
-        jobs = self.client_jobs(t, clients, self.client_indices)
         results = self.run_clients(msg, jobs, states, self.local_data, info)
         uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
         state.server = alg.aggregate(state.server, uploads, info)
@@ -178,12 +237,13 @@ class Simulation:
         state.next_round = t + 1
         return RoundOutcome(clients, info, msg, results)
 
-    def round_info(self, t: int, m: int) -> RoundInfo:
+    def round_info(self, t: int, client_steps: tuple[int, ...]) -> RoundInfo:
+        """Round t's info; ``client_steps`` are the K_i of the sampled clients, in job order."""
         c = self.config
         lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
         prev = learning_rate(t - 1, c.lr, c.lr_schedule, c.rounds, c.lr_decay) if t > 0 else lr
-        return RoundInfo(round=t, lr=lr, prev_lr=prev, local_steps=c.local_steps, n_clients=c.n_clients,
-                         n_sampled=m, weight_decay=c.weight_decay, clip_norm=c.clip_norm)
+        return RoundInfo(round=t, lr=lr, prev_lr=prev, client_steps=client_steps, n_clients=c.n_clients,
+                         weight_decay=c.weight_decay, clip_norm=c.clip_norm)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
         c = self.config
@@ -191,7 +251,7 @@ class Simulation:
         jobs = []
         for i in clients.tolist():
             gen = torch_generator(c.seed, "batches", t, i, device="cpu")
-            if c.local_epochs is None:
+            if c.local_steps is not None:
                 batches: Any = fixed_step_batches(client_idx[i], c.local_steps, c.batch_size, gen)
             else:
                 batches = epoch_batches(client_idx[i], c.local_epochs, c.batch_size, gen)
@@ -253,6 +313,7 @@ class Simulation:
             state = self.initial_state()
             rows: list[dict[str, Any]] = []
             store.write_config(c, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
+                                   "dataset_digest": self.dataset.digest, "theta0_digest": self.theta0_digest,
                                    "fedlab_version": __version__,
                                    "partition_summary": self.partition.stats.summary()})
         else:
@@ -342,10 +403,12 @@ class Simulation:
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
-        dataset: Dataset | None = None, **overrides: Any) -> RunResult:
+        dataset: Dataset | None = None, theta0: Tensor | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
-    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``.
+    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. Your own data and
+    start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
+    theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    return Simulation.build(config, dataset).run(progress=progress, stop_after_rounds=stop_after_rounds)
+    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds)

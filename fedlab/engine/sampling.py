@@ -9,10 +9,16 @@
 
 Each round draws from its own generator derived from (seed, "sampling", t), so a resumed run
 samples exactly what an uninterrupted one would.
+
+Clients that hold no data are never sampled (``eligible`` = the clients that do): ``uniform`` draws
+its m = round(p·N) clients among them (N still counts every client), ``bernoulli`` skips them
+(their coins are still drawn, so the other clients' draws do not move), and a schedule that names one
+is refused. With every client non-empty the draws are exactly those of a sampler without the rule.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,19 +26,45 @@ import numpy as np
 from fedlab.repro import numpy_generator
 
 
+def eligible_clients(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Sorted int64 ids of the clients that hold at least one sample (the only ones ever sampled)."""
+    return np.flatnonzero(np.asarray(sizes) > 0).astype(np.int64)
+
+
+def check_sampling(n_clients: int, participation: float, mode: str, eligible: np.ndarray) -> None:
+    """Raise ValueError when ``mode`` cannot draw a round from the ``eligible`` (non-empty) clients."""
+    if eligible.size == 0:
+        raise ValueError(f"none of the {n_clients} clients holds any sample")
+    m = max(1, round(participation * n_clients))
+    if mode == "uniform" and m > eligible.size:
+        raise ValueError(f"participation={participation} asks for m={m} clients per round but only "
+                         f"{eligible.size} of the {n_clients} clients hold data (empty clients are never "
+                         "sampled); lower participation or use a partition without empty clients")
+
+
 def sample_clients(
     round_: int, n_clients: int, participation: float, *, seed: int, mode: str = "uniform",
-    schedule: list[list[int]] | None = None,
+    schedule: list[list[int]] | None = None, eligible: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Sorted int64 ids of the clients sampled in round ``round_``."""
+    """Sorted int64 ids of the clients sampled in round ``round_``.
+
+    ``eligible``: sorted ids of the clients that may be sampled (those holding data,
+    :func:`eligible_clients`); ``None`` means all ``n_clients``.
+    """
+    eligible = np.arange(n_clients, dtype=np.int64) if eligible is None else np.asarray(eligible, np.int64)
     if mode == "uniform":
+        check_sampling(n_clients, participation, mode, eligible)
         m = max(1, round(participation * n_clients))
         rng = numpy_generator(seed, "sampling", round_)
-        return np.sort(rng.choice(n_clients, size=m, replace=False)).astype(np.int64)
+        # choice over positions in `eligible`: with every client eligible these are the ids themselves
+        return np.sort(eligible[rng.choice(eligible.size, size=m, replace=False)]).astype(np.int64)
     if mode == "bernoulli":
+        check_sampling(n_clients, participation, mode, eligible)
+        allowed = np.zeros(n_clients, dtype=bool)
+        allowed[eligible] = True
         for retry in range(1000):
             rng = numpy_generator(seed, "sampling", round_, retry)
-            chosen = np.flatnonzero(rng.random(n_clients) < participation)
+            chosen = np.flatnonzero((rng.random(n_clients) < participation) & allowed)
             if chosen.size:
                 return chosen.astype(np.int64)
         raise RuntimeError("bernoulli sampling drew no client 1000 times; participation is too small")
@@ -41,12 +73,22 @@ def sample_clients(
             raise ValueError("sampling='schedule' needs a schedule (list of client-id lists per round)")
         if round_ >= len(schedule):
             raise ValueError(f"the client schedule has {len(schedule)} rounds; round {round_} is beyond it")
-        return np.sort(np.asarray(schedule[round_], dtype=np.int64))
+        ids = np.sort(np.asarray(schedule[round_], dtype=np.int64))
+        empty = np.setdiff1d(ids, eligible)
+        if empty.size:
+            raise ValueError(f"the client schedule names client {int(empty[0])} in round {round_}, "
+                             "which holds no data (empty clients are never sampled)")
+        return ids
     raise ValueError(f"sampling={mode!r} is invalid; allowed: uniform, bernoulli, schedule")
 
 
-def load_schedule(path: str | Path, n_clients: int, rounds: int) -> list[list[int]]:
-    """Read and validate a client schedule: a JSON list of ≥ ``rounds`` non-empty lists of ids."""
+def load_schedule(path: str | Path, n_clients: int, rounds: int, *,
+                  eligible: np.ndarray | None = None) -> list[list[int]]:
+    """Read and validate a client schedule: a JSON list of ≥ ``rounds`` non-empty lists of ids.
+
+    With ``eligible`` (the ids of the clients holding data) a round naming any other client is an
+    error that names the round and the client.
+    """
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as err:
@@ -59,5 +101,10 @@ def load_schedule(path: str | Path, n_clients: int, rounds: int) -> list[list[in
             raise ValueError(f"schedule_path: round {t} must be a non-empty list of integer client ids")
         if min(ids) < 0 or max(ids) >= n_clients or len(set(ids)) != len(ids):
             raise ValueError(f"schedule_path: round {t} has ids outside [0, {n_clients}) or repeated ids")
+        if eligible is not None:
+            empty = sorted(set(ids) - set(np.asarray(eligible).tolist()))
+            if empty:
+                raise ValueError(f"schedule_path: round {t} names client {empty[0]}, which holds no data "
+                                 "(empty clients are never sampled); remove it from the schedule")
         out.append(sorted(ids))
     return out

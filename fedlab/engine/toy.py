@@ -45,9 +45,9 @@ def run_functional(
     for t in range(rounds):
         clients = sample_clients(t, n_clients, participation, seed=seed)
         lr_t = lr * lr_decay**t
-        info = RoundInfo(round=t, lr=lr_t, prev_lr=lr * lr_decay ** max(t - 1, 0), local_steps=local_steps,
-                         n_clients=n_clients, n_sampled=len(clients), weight_decay=weight_decay,
-                         clip_norm=clip_norm)
+        info = RoundInfo(round=t, lr=lr_t, prev_lr=lr * lr_decay ** max(t - 1, 0),
+                         client_steps=(local_steps,) * len(clients), n_clients=n_clients,
+                         weight_decay=weight_decay, clip_norm=clip_norm)
         msg = algorithm.broadcast(server, info)
         ups, ends, round_losses = [], [], []
         for i in clients.tolist():

@@ -78,7 +78,7 @@ def _check_fixed_k(jobs: Sequence[ClientJob]) -> int:
     if len(lengths) != 1:
         raise ValueError(
             "the vectorised path needs the same number of local steps K for every client, got K in "
-            f"{sorted(lengths)}; use fixed local_steps (local_epochs=None) or parallel_clients=1")
+            f"{sorted(lengths)}; use fixed local_steps=K (local_epochs=None) or parallel_clients=1")
     K = lengths.pop()
     for k in range(K):
         shapes = {tuple(job.batches[k].shape) for job in jobs}
