@@ -192,6 +192,10 @@ def _cmd_flower_sim(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     check_servable(args.algorithm)
+    if not args.verbose:  # Flower logs every round at INFO; the lines below say what matters
+        import logging
+
+        logging.getLogger("flwr").setLevel(logging.WARNING)
     values = {name: getattr(args, name) for name in _FLOWER_DEFAULTS}
     config = Config(**values, sampling=args.sampling, schedule_path=args.schedule_path,
                     algorithm_params=_key_values(args.param, "--param"), eval_every=1)

@@ -177,3 +177,17 @@ def test_flower_sim_cli_rejects_an_unservable_algorithm(capsys):
 
     assert main(["flower-sim", "--algorithm", "fedfoo"]) == 2
     assert "cannot serve 'fedfoo'; allowed:" in capsys.readouterr().err
+
+
+def test_deploy_app_is_a_valid_flower_app_with_a_valid_fedlab_config():
+    """fedlab/flower/deploy/pyproject.toml (what `flwr run` reads) passes Flower's own validation."""
+    import tomllib
+    from pathlib import Path
+
+    from flwr.common.config import validate_config
+
+    app_dir = Path(__file__).resolve().parent.parent / "fedlab" / "flower" / "deploy"
+    project = tomllib.loads((app_dir / "pyproject.toml").read_text())
+    assert validate_config(project, check_module=True, project_dir=app_dir) == (True, [], [])
+    cfg = config_from_run_config(project["tool"]["flwr"]["app"]["config"])
+    assert cfg.algorithm == "fedvssam" and cfg.dataset == "fmnist"

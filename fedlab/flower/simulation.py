@@ -73,7 +73,7 @@ def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_pe
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=verbose)
+        _start_ray(num_cpus, verbose)
     runs: dict[str | None, FlowerRun] = {}
 
     def finish(name: str | None, strategy: FedlabStrategy, theta: torch.Tensor) -> None:
@@ -88,3 +88,18 @@ def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_pe
     if unfinished:
         raise RuntimeError(f"the Flower simulation ended before finishing {', '.join(unfinished)} (see the log)")
     return runs
+
+
+def _start_ray(num_cpus: int, verbose: bool) -> None:
+    """``ray.init`` for this process, tried twice: Ray gives its raylet a fixed 30 s to register,
+    which a busy machine can miss on the first start."""
+    import ray
+
+    for attempt in (1, 2):
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=verbose)
+            return
+        except Exception as err:  # Ray raises a bare Exception for this timeout
+            if attempt == 2 or "timed out during startup" not in str(err):
+                raise
+            ray.shutdown()
