@@ -92,9 +92,10 @@ def restore_client_state(sim: Simulation, context: Context, i: int, last_round: 
             f"client {i} took part in round {last_round} but holds no {alg.name} client state "
             f"({', '.join(sorted(fresh))}); a stateful method cannot continue without it (was the SuperNode "
             "restarted? its Context.state is lost with it)")
-    if stored_round != last_round or int(meta["client"]) != i:
-        raise ClientStateError(f"client {i} holds {alg.name} state of client {int(meta['client'])} from round "
-                               f"{stored_round}, but the server expects client {i}'s state from round {last_round}")
+    owner = int(meta["client"]) if meta is not None else None
+    if stored_round != last_round or owner != i:
+        raise ClientStateError(f"client {i} holds {alg.name} state of client {owner} from round {stored_round}, "
+                               f"but the server expects client {i}'s state from round {last_round}")
     state = from_record(stored, sim.config.device)
     if set(state) != set(fresh):
         raise ClientStateError(f"client {i}'s stored state has keys {sorted(state)}; {alg.name} needs {sorted(fresh)}")
