@@ -16,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[notebooks,test]"
+	$(PY) -m pip install -q -e ".[notebooks,test,flower]"
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root).

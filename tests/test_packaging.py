@@ -30,7 +30,8 @@ def test_every_dependency_is_pinned():
     project = _pyproject()["project"]
     reqs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
     for req in reqs:
-        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][0-9A-Za-z.]*", req), f"unpinned requirement: {req}"
+        assert re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[A-Za-z0-9_,\-]+\])?==[0-9][0-9A-Za-z.]*", req), \
+            f"unpinned requirement: {req}"
     names = {r.split("==")[0] for r in reqs}
     assert {"torch", "torchvision"} <= names
     pins = dict(r.split("==") for r in reqs)

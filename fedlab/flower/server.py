@@ -1,0 +1,237 @@
+"""The server side: a Flower ``Strategy`` (Message API) that runs a fedlab algorithm's server rules.
+
+Round t (Flower's ``server_round`` = t + 1) in :class:`FedlabStrategy`:
+
+* ``configure_train``: the clients S_t come from fedlab's own sampler (``Simulation.sample``: the
+  config's uniform / bernoulli draw from generator (seed, "sampling", t), or ``sampling="schedule"``
+  with ``schedule_path`` to pin them), each mapped to the Flower node whose ``partition-id`` it is;
+  ``msg = algorithm.broadcast(server, info)`` is sent, as is, to each of them.
+* ``aggregate_train``: the uploads are stacked in client-id order (the engine's order, so the float
+  sums agree) and ``server = algorithm.aggregate(server, uploads, info)``.
+
+The ArrayRecord that Flower's ``Strategy.start`` carries from round to round is the whole fedlab
+*server state* (θ and whatever the method keeps on the server: SCAFFOLD's c, FedDyn's h̄, FedSMOO's
+s, ...); it stays on the server. What the server knows about the clients is the round each one last
+took part in (so a client can tell that it lost its state), never their state.
+
+Every array the server sends or receives is measured (:class:`~fedlab.flower.protocol.Traffic`) in
+``rounds``: the bytes Flower actually carried, to compare with fedlab's accounting.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from logging import INFO
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Strategy
+from flwr.supercore import log
+
+from fedlab.algorithms import RoundInfo, State
+from fedlab.config import Config
+from fedlab.engine.evaluate import evaluate
+from fedlab.engine.loop import Simulation
+from fedlab.flower.protocol import (
+    BROADCAST, METRICS, QUERY_CLIENT_ID, ROUND, UPLOAD, Traffic, check_servable, config_from_run_config,
+    from_record, named_configs, round_info, to_record, traffic,
+)
+
+
+@dataclass
+class RoundRecord:
+    """One round as the Flower server saw it."""
+
+    round: int  # t + 1, as fedlab's metrics count rounds
+    clients: list[int]
+    downlink: Traffic  # the broadcast arrays of every message sent
+    uplink: Traffic  # the upload arrays of every reply received
+    train_loss: float
+    test_acc: float = float("nan")
+    test_loss: float = float("nan")
+    wall_seconds: float = 0.0  # configure_train to aggregate_train: sending, local work, aggregation
+
+
+@dataclass
+class _Pending:
+    t: int
+    clients: list[int]
+    info: RoundInfo
+    server: State
+    downlink: Traffic
+    started: float
+
+
+class FedlabStrategy(Strategy):
+    """Any registered fedlab algorithm as a Flower strategy (``flwr.serverapp.strategy.Strategy``).
+
+    ``simulation`` holds the run's Config, algorithm, model (for θ_0 and evaluation) and test set;
+    the server uses neither the training data nor the partition. ``on_round`` is called with each
+    finished :class:`RoundRecord` (the CLI prints it). ``timeout`` bounds the wait for nodes and replies.
+    """
+
+    def __init__(self, simulation: Simulation, *, on_round: Callable[[RoundRecord], None] | None = None,
+                 timeout: float = 3600.0, experiment: str | None = None) -> None:
+        check_servable(simulation.config.algorithm)
+        self.sim = simulation
+        self.experiment = experiment  # named experiment of a multi-experiment ClientApp (None: the only one)
+        self.algorithm = simulation.algorithm
+        self.on_round = on_round
+        self.timeout = timeout
+        self.node_of: dict[int, int] = {}  # fedlab client id -> Flower node id
+        self.last_round: dict[int, int] = {}  # client id -> the round it last took part in
+        self.rounds: list[RoundRecord] = []
+        self._pending: _Pending | None = None
+
+    # --- the run ---------------------------------------------------------------------------------
+    def initial_arrays(self) -> ArrayRecord:
+        """The server state of round 0, ``server_init(θ_0)``, as the ArrayRecord ``start`` carries."""
+        return to_record(self.algorithm.server_init(self.sim.model.theta0()))
+
+    def run(self, grid: Grid) -> torch.Tensor:
+        """All ``config.rounds`` rounds through ``Strategy.start``; returns the final global model."""
+        result = self.start(grid, self.initial_arrays(), num_rounds=self.sim.config.rounds,
+                            timeout=self.timeout, evaluate_fn=self.evaluate_global)
+        return self.algorithm.global_model(from_record(result.arrays, self.sim.config.device))
+
+    def connect(self, grid: Grid) -> None:
+        """Map fedlab client ids to node ids: ask every node its ``partition-id`` (a "query" message)."""
+        n = self.sim.config.n_clients
+        deadline = time.monotonic() + self.timeout
+        while len(nodes := list(grid.get_node_ids())) < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(nodes)} of the run's n_clients={n} Flower nodes connected "
+                                   f"within {self.timeout:g} s")
+            time.sleep(1.0)
+        queries = [Message(RecordDict({ROUND: self._round_record({})}), dst_node_id=node,
+                           message_type=QUERY_CLIENT_ID, group_id="connect") for node in nodes]
+        for reply in grid.send_and_receive(queries, timeout=self.timeout):
+            _raise_on_error(reply, "answering which client it is")
+            i = int(reply.content.config_records[ROUND]["client"])
+            if i in self.node_of:
+                raise ValueError(f"nodes {self.node_of[i]} and {reply.metadata.src_node_id} both say they are "
+                                 f"client {i} (partition-id); each must be a different client")
+            self.node_of[i] = reply.metadata.src_node_id
+        missing = sorted(set(range(n)) - set(self.node_of))
+        if missing:
+            raise RuntimeError(f"no Flower node answered as client(s) {missing}")
+
+    def _round_record(self, values: dict) -> ConfigRecord:
+        if self.experiment is not None:
+            values = {**values, "experiment": self.experiment}
+        return ConfigRecord(values)
+
+    # --- Strategy ------------------------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if not self.node_of:
+            self.connect(grid)
+        t = server_round - 1
+        clients = [int(c) for c in self.sim.sample(t)]
+        info = round_info(self.sim, t, clients)
+        server = from_record(arrays, self.sim.config.device)
+        msg = self.algorithm.broadcast(server, info)
+        messages, down = [], Traffic()
+        for i in clients:
+            record = to_record(msg)
+            down = down + traffic(record)
+            rnd = self._round_record({"round": t, "client": i, "clients": clients,
+                                      "last-round": self.last_round.get(i, -1)})
+            content = RecordDict({BROADCAST: record, ROUND: rnd})
+            messages.append(Message(content, dst_node_id=self.node_of[i], message_type=MessageType.TRAIN,
+                                    group_id=str(server_round)))
+        self._pending = _Pending(t, clients, info, server, down, time.perf_counter())
+        return messages
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        p = self._pending
+        if p is None or p.t != server_round - 1:
+            raise RuntimeError(f"aggregate_train for round {server_round} without its configure_train")
+        client_of = {node: i for i, node in self.node_of.items()}
+        by_client: dict[int, Message] = {}
+        for reply in replies:
+            i = client_of.get(reply.metadata.src_node_id, -1)
+            _raise_on_error(reply, f"in round {server_round} (client {i})")
+            by_client[i] = reply
+        missing = sorted(set(p.clients) - set(by_client))
+        if missing:
+            raise RuntimeError(f"round {server_round}: no reply from client(s) {missing} within {self.timeout:g} s")
+        up = Traffic()
+        uploads_list, losses = [], []
+        for i in p.clients:  # client-id order, as the engine stacks them
+            record = by_client[i].content.array_records[UPLOAD]
+            up = up + traffic(record)
+            uploads_list.append(from_record(record, self.sim.config.device))
+            losses.append(float(by_client[i].content.metric_records[METRICS]["train-loss"]))
+        uploads = {k: torch.stack([u[k] for u in uploads_list]) for k in uploads_list[0]}
+        server = self.algorithm.aggregate(p.server, uploads, p.info)
+        for i in p.clients:
+            self.last_round[i] = p.t
+        self.rounds.append(RoundRecord(server_round, p.clients, p.downlink, up, float(np.mean(losses)),
+                                       wall_seconds=time.perf_counter() - p.started))
+        self._pending = None
+        return to_record(server), MetricRecord({"train-loss": float(np.mean(losses))})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return []  # the global model is evaluated on the server (evaluate_global), as in the engine
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return None
+
+    def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Test accuracy of ``global_model`` every ``eval_every`` rounds and at the end (not before round 1)."""
+        c = self.sim.config
+        if server_round == 0:
+            return None
+        rec = self.rounds[-1]
+        if server_round % c.eval_every == 0 or server_round == c.rounds:
+            theta = self.algorithm.global_model(from_record(arrays, c.device))
+            rec.test_acc, rec.test_loss = evaluate(self.sim.model, theta, self.sim.dataset.x_test,
+                                                   self.sim.dataset.y_test)
+        if self.on_round is not None:
+            self.on_round(rec)
+        if np.isnan(rec.test_acc):
+            return None
+        return MetricRecord({"accuracy": rec.test_acc, "loss": rec.test_loss})
+
+    def summary(self) -> None:
+        c = self.sim.config
+        log(INFO, "\t├── fedlab algorithm: %s (%s)", c.algorithm, self.algorithm.hp)
+        log(INFO, "\t├── clients: %d, sampling: %s", c.n_clients, c.sampling)
+        log(INFO, "\t└── state kept: %s", self.algorithm.state_where)
+
+
+def _raise_on_error(reply: Message, doing: str) -> None:
+    if reply.has_error():
+        raise RuntimeError(f"Flower node {reply.metadata.src_node_id} failed {doing}: {reply.error.reason}")
+
+
+def make_server_app(experiments: Config | Mapping[str, Config] | None = None, *,
+                    on_round: Callable[[RoundRecord], None] | None = None,
+                    on_finish: Callable[[str | None, FedlabStrategy, torch.Tensor], None] | None = None,
+                    timeout: float = 3600.0) -> ServerApp:
+    """fedlab's ServerApp for one Config; for named Configs run one after another over the same
+    federation (pair it with ``make_client_app`` of the same mapping); or, with None, for the Config
+    in Flower's run config.
+
+    ``on_finish(name, strategy, θ_final)`` receives each experiment's name (None for a single
+    Config), its strategy (``rounds`` holds the measured traffic) and its final global model.
+    """
+    named = named_configs(experiments)
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        runs = named if named is not None else {None: config_from_run_config(context.run_config)}
+        for name, cfg in runs.items():
+            strategy = FedlabStrategy(Simulation.build(cfg), on_round=on_round, timeout=timeout, experiment=name)
+            theta = strategy.run(grid)
+            if on_finish is not None:
+                on_finish(name, strategy, theta)
+
+    return app
