@@ -281,6 +281,8 @@ def _bibtex_authors(authors: list[dict]) -> str:
     for a in authors:
         if "family-names" in a:
             names.append(f"{a['family-names']}, {a.get('given-names', '')}".strip(", "))
+        elif a.get("name") == "others":  # BibTeX's own "et al."
+            names.append("others")
         else:
             names.append("{" + a["name"] + "}")
     return " and ".join(names)
