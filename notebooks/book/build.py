@@ -347,7 +347,7 @@ def citation_page(cff_path: Path = CITATION) -> str:
              "## BibTeX: the papers of the methods", "",
              "Cite the paper of each method you use (the `references` of CITATION.cff).", ""]
     for ref in cff.get("references", []):
-        lines += [f"### {ref['title']}", "", "```bibtex", bibtex(ref), "```", ""]
+        lines += [f"### {ref.get('notes') or ref['title']}", "", "```bibtex", bibtex(ref), "```", ""]
     lines += ["## CITATION.cff", "", "```yaml", raw.rstrip(), "```", ""]
     return "\n".join(lines)
 
