@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -37,12 +38,21 @@ needs_mathjax = pytest.mark.skipif(not (book.MATHJAX_SYSTEM / "MathJax.js").exis
                                    reason="Debian's libjs-mathjax is not installed (.ci/run installs it)")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("book")
-    proc = subprocess.run([sys.executable, str(REPO / "notebooks" / "book" / "build.py"), "--out", str(out)],
-                          capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 0, f"book build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    """The book built once per test session, also under pytest-xdist (workers share it, under a lock)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's folder
+    out = shared / "book-site"
+    with open(shared / "book-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "built").exists():
+            proc = subprocess.run([sys.executable, str(REPO / "notebooks" / "book" / "build.py"), "--out", str(out)],
+                                  capture_output=True, text=True, cwd=REPO)
+            assert proc.returncode == 0, f"book build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+            (out / "built").touch()
     return out / "html"
 
 
