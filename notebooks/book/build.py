@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import html.parser
+import importlib
 import inspect
 import json
 import os
@@ -245,8 +246,21 @@ def api_pages(dest: Path) -> None:
             blurb += (" Also importable from here, and documented in :mod:`fedlab.data`: "
                       + ", ".join(f"``{n}``" for n in in_data) + ".")
             options.append("   :exclude-members: " + ", ".join(in_data))
+        # constants and type aliases have no docstring for autodoc to find: show their values
+        mod = importlib.import_module(module)
+        values = []
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if (name in in_data and module == "fedlab") or inspect.ismodule(obj) or isinstance(obj, type) \
+                    or inspect.isfunction(obj):
+                continue  # autodoc documents these (or fedlab.data does)
+            text = re.sub(r"\s+", " ", repr(obj))
+            values += [f".. py:data:: {name}", f"   :module: {module}",
+                       f"   :value: {text[:300] + (' ...' if len(text) > 300 else '')}", ""]
+        if values:
+            values = ["", "Constants and type aliases", "-" * 26, "", *values]
         (dest / f"{page}.rst").write_text("\n".join([
-            title, "=" * len(title), "", blurb, "", f".. automodule:: {module}", *options, ""]))
+            title, "=" * len(title), "", blurb, "", f".. automodule:: {module}", *options, "", *values]))
     lines = ["# The algorithm registry", "",
              "`fedlab.ALGORITHMS` names every registered method; `fedlab.get_algorithm(name, **params)` "
              "builds one. Each section below is the method's module docstring, shown verbatim (it is "

@@ -34,7 +34,7 @@ mathjax2_config = {"CommonHTML": {"linebreaks": {"automatic": True}}, "showMathM
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
+autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": False}
 # Type hints name classes re-exported in several packages (fedlab.Dataset is fedlab.data.Dataset):
 # such a reference has several equal targets; Sphinx links the first and need not warn.
 suppress_warnings = ["ref.python"]
