@@ -139,15 +139,19 @@ def stage_notebooks(nb_paths: list[Path], records: list[dict], dest: Path) -> di
     for rec in records:
         by_notebook.setdefault(Path(rec["meta"]["notebook"]).stem, []).append(rec["name"])
     titles = {}
+    for rec in records:
+        rec["cell_found"] = False
     for path in nb_paths:
         nb = nbformat.read(path, as_version=4)
         titles[path.stem] = notebook_title(nb, path)
         inserts = []
         for name in by_notebook.get(path.stem, []):
             index = figure_cell_index(nb, name)
-            if index is None:
-                raise BookError(f"{path.name}: no cell saves figure '{name}' (named by figures/{name}.json)")
+            if index is None:  # e.g. a name computed at run time: the gallery links the notebook instead
+                print(f"book: note: no cell of {path.name} visibly saves figure '{name}'", file=sys.stderr)
+                continue
             inserts.append((index, name))
+            next(r for r in records if r["name"] == name)["cell_found"] = True
         for index, name in sorted(inserts, reverse=True):
             nb.cells.insert(index, nbformat.v4.new_markdown_cell(f"({figure_label(name)})=",
                                                                  metadata={"tags": ["fedlab-book-target"]}))
@@ -210,8 +214,11 @@ def gallery_page(records: list[dict], titles: dict[str, str]) -> str:
         lines += [f"## {name}", "",
                   f"![{_md_escape(meta['caption'])}](figures/{rec['png'].name})", "",
                   meta["caption"], "",
-                  f"- **made by** {{ref}}`{_md_escape(titles.get(stem, stem))} <{figure_label(name)}>` "
-                  f"(the cell that saves it; profile `{meta.get('profile', '?')}`, seed "
+                  f"- **made by** "
+                  + (f"{{ref}}`{_md_escape(titles.get(stem, stem))} <{figure_label(name)}>` (the cell that saves it; "
+                     if rec.get("cell_found") else
+                     f"[{_md_escape(titles.get(stem, stem))}](notebooks/{stem}.ipynb) (the notebook; ")
+                  + f"profile `{meta.get('profile', '?')}`, seed "
                   f"`{meta.get('seed')}`, commit `{commit}`, {meta.get('date', 'no date')})",
                   "- **data**: " + (data or "no data file committed for this figure"),
                   "- **files**: " + " · ".join(files)]
