@@ -10,13 +10,13 @@ NB_OUT := runs/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
 
-.PHONY: venv data run test test-unit test-notebooks figures bench bench-speed bench-amp clean-runs
+.PHONY: venv data run test test-unit test-notebooks test-papermill book lab figures bench bench-speed bench-amp clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[notebooks,test,flower]"
+	$(PY) -m pip install -q -e ".[notebooks,test,book,flower]"
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root).
@@ -40,7 +40,7 @@ run: venv data
 	  --partition dirichlet --alpha 0.1 --rounds 20 --param rho=0.02 --no-progress --name "FedSAM (summary run)"
 	@echo "executed notebooks: $(NB_OUT)/   figures (ci size): figures/_scratch/   runs: runs/"
 
-test: venv data test-unit test-notebooks
+test: venv data test-unit test-notebooks test-papermill
 
 test-unit: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q tests
@@ -50,6 +50,28 @@ test-notebooks: venv
 	  OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadscope -q -p no:randomly --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600 notebooks/; \
 	else echo "no notebooks yet"; fi
+
+# papermill in CI: every notebook at the ci size with -p seed 1 (two at a time) into runs/book/executed/,
+# each checked (finished, no errors, check cells print the committed statements up to the numbers),
+# then the book built from those executed copies. nbval (above) validates the committed outputs.
+BOOK_EXEC := runs/book/executed
+test-papermill: venv
+	OMP_NUM_THREADS=1 $(PY) notebooks/book/execute.py --jobs 2 -p seed 1 --out $(BOOK_EXEC)
+	$(PY) notebooks/book/build.py --notebooks $(BOOK_EXEC)
+
+# The book (runs/book/html/index.html), offline, warnings as errors: from the committed notebooks as
+# they are, or with EXECUTE=1 from copies that papermill executes first at the ci size.
+EXECUTE ?= 0
+book: venv
+	@if [ "$(EXECUTE)" = 1 ]; then \
+	  OMP_NUM_THREADS=1 $(PY) notebooks/book/execute.py --jobs 2 -p seed 1 --out $(BOOK_EXEC) && \
+	  $(PY) notebooks/book/build.py --notebooks $(BOOK_EXEC); \
+	else $(PY) notebooks/book/build.py; fi
+
+# JupyterLab on the notebooks; jupytext pairs NN_slug.ipynb and NN_slug.py (jupytext.toml): edit either.
+lab: venv
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients), training one
 # client per core where a notebook trains (client_threads: same numbers as one client at a time).

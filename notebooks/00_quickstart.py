@@ -123,3 +123,14 @@ plt.show()
 #
 # From the command line the same run is
 # `python -m fedlab run --algorithm fedsam --dataset fmnist --partition dirichlet --alpha 0.1`.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Predict first, then run: with `alpha = 10.0` (nearly IID clients), how far apart will the three
+#    accuracy curves end? Rerun with `papermill 00_quickstart.ipynb out.ipynb -p alpha 10.0` and compare
+#    the gap with the one at α = 0.1.
+# 2. Set `sam_rho = 0.0`. Which curve should now lie exactly on top of FedAvg's, and why? Check that the
+#    final accuracies agree to the last digit.
+# 3. Double `local_steps` from 5 to 10 at α = 0.1. Does FedAvg gain or lose against FedSAM? Write down
+#    your guess before you run it.

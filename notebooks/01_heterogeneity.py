@@ -163,3 +163,13 @@ with tempfile.TemporaryDirectory() as tmp:
     splits["dirichlet α=0.1"].to_json(path)
     again = P.from_file(path, labels)
 print("same split after a JSON round trip:", again.fingerprint == splits["dirichlet α=0.1"].fingerprint)
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. For α = 0.1, predict the median number of effective classes per client under the per-class
+#    convention and under `dirichlet_client` with `concentration="total"`; then read them off the table.
+# 2. Change `n_clients` from 100 to 20. Which summaries move (effective classes, TV distance, Gini of the
+#    sizes) and which stay, and why does the per-class convention react more?
+# 3. Save one of the splits to JSON, edit one client's index list by hand, and load it with
+#    `from_file`: what happens to the fingerprint?

@@ -522,3 +522,13 @@ plt.show()
 #   toy); FedVSSAM anchors perturbation and step to a global direction, and its mixing weight γ_l
 #   controls how much of the local misalignment is let in.
 # * Next: `03_friendly_adversary` splits the misalignment into heterogeneity and batch noise.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. In the toy federation, set `toy_rho = 0.0`. Where does FedSAM end now, and does FedVSSAM still
+#    reach F's flat minimum? Predict before you run.
+# 2. Sweep `gammas` finer near 0 (e.g. `[0.0, 0.05, 0.1, 0.2]`). Is the misalignment of FedVSSAM's mixed
+#    perturbation linear in γ_l? Compare with what the decomposition h_i − ∇F = γ_l(g − ∇F) predicts.
+# 3. Add `alpha = 10.0` to `alphas`. Guess the sign of the change in λ_max of FedSAM's final model,
+#    then check it against the figure.

@@ -363,3 +363,14 @@ plt.show()
 #   heterogeneity they are a heterogeneity effect, which a larger batch does not remove.
 # * Mixing a global direction into the perturbation (FedVSSAM, in the spirit of VaSSO) scales both errors
 #   by γ_l.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Change γ_l and predict the friendly-adversary rate before running: with `friendly_gammas =
+#    [0.0, 0.2, 0.6]`, between which of the printed rates should the new ones fall?
+# 2. Raise `batch_size` from 32 to 128 with `alpha = 0.1`. The noise term E‖ζ‖² should shrink; does the
+#    cross-client friendly rate shrink as much? Explain with the heterogeneity share.
+# 3. The identity ‖g − ∇F‖² = ‖δ‖² + ‖ζ‖² + 2⟨δ, ζ⟩ holds exactly, the orthogonality only on average:
+#    with `decomposition_batches = 1`, which of the printed cross-term numbers should grow, and which
+#    residual should stay at rounding level?

@@ -347,3 +347,13 @@ for name, params, ref, diff, moved in identity:
 # * At the `ci` size no ranking is reliable; rerun with
 #   `papermill 04_sam_baselines.ipynb out.ipynb -f params/04_sam_baselines.cpu.yaml` for the
 #   Fashion-MNIST figures, or the `paper` parameters on a GPU.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Set `rho = 0.0`. Which methods become which baseline (FedSAM → ?, FedGAMMA → ?, FedSpeed → ?)?
+#    Check your answers against §6.
+# 2. Without running anything, fill in the cost table for a new method "SCAFFOLD + SAM": gradient
+#    evaluations per step, uplink and downlink floats. Then compare with FedGAMMA's row.
+# 3. Rerun with `rho = 0.1` (FL-Simulator's default). Predict which methods collapse on this small
+#    GroupNorm CNN, and look at the flatness distance of those that do.

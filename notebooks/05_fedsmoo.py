@@ -374,3 +374,13 @@ print(f"main runs, rounds 1-{w}: largest difference to FedAvg's training loss an
 #   notebook 03) — that is what FedVSSAM's variance-suppressed direction targets.
 # * At the `ci` size no ranking is reliable; rerun with
 #   `papermill 05_fedsmoo.ipynb out.ipynb -f params/05_fedsmoo.cpu.yaml`.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. With `rho = 0.0`, FedSMOO and FedSpeed should reduce to one of the other methods. Which one? Check
+#    it on the quadratic federation of §4.
+# 2. Set `adaptive_warmup = 0` for the blog variant. Predict how λ_k behaves in the first rounds, then
+#    look at the λ_k/ρ_k figure.
+# 3. Change `lam` from 0.1 to 0.01. Which of FedDyn, FedSpeed and FedSMOO should move most on the
+#    quadratic, and in which direction?

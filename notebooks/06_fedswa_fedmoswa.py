@@ -387,3 +387,13 @@ for n, r in runs.items():
 #   with partial participation that trade loses; the paper reports it wins on deep networks.
 # * At the `ci` size no ranking is reliable; rerun with
 #   `papermill 06_fedswa_fedmoswa.ipynb out.ipynb -f params/06_fedswa_fedmoswa.cpu.yaml`.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Set `swa_rho = 1.0` and `swa_alpha = 1.0`. FedSWA should now be FedAvg exactly; confirm with the
+#    identity check, then try `swa_alpha = 1.0` alone and predict the sign of the accuracy change.
+# 2. Draw, on paper, FedSWA's in-round learning rate for K = 4 and ρ = 0.5 and compare with the
+#    cyclic-lr figure.
+# 3. Lower `participation` to 0.1. Which of SCAFFOLD and FedMoSWA should suffer more from stale control
+#    variates, and why?

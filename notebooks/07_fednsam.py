@@ -302,3 +302,12 @@ plt.show()
 # * Δ_D, the flatness distance, is logged for every fedlab run; notebook `10_benchmarks` compares all
 #   methods, and `08_fedvssam` follows the other answer to flatness incompatibility — a server EMA
 #   direction mixed into both the perturbation and the step.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Set `gamma = 0.0`. Which method is FedNSAM (code variant) now, and which check in §2 proves it?
+# 2. Raise `gamma` from 0.85 to 0.95 on Fashion-MNIST. Predict, before running, whether the accuracy
+#    curve of the paper variant gets smoother or more oscillating in the first rounds.
+# 3. Compare the flatness distance Δ_D of FedSAM and FedNSAM in the figure: is a lower Δ_D always paired
+#    with a higher accuracy here?

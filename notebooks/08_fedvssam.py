@@ -353,3 +353,13 @@ print("FedVSSAM uplink == FedGAMMA uplink / 2:", 2 * up["FedVSSAM"] == up["FedGA
 #   perturbed gradient, and the steadier perturbation can lower the latter too.
 # * $\gamma_l = \gamma_g = 1$ is FedSAM bit for bit; the uplink is FedAvg's, half of SCAFFOLD's and FedGAMMA's.
 # * Notebook `10_benchmarks` puts FedVSSAM next to all other methods on three splits.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Change γ_l and predict the variance ratio before running: with `gammas_l = [0.2, 0.6]`, what
+#    should Var[u] / Var[g̃] be? Compare with the γ_l² line of the variance figure.
+# 2. Set `gamma_l = 1.0` and `gamma_g = 1.0`. Which method is FedVSSAM now, and which check in §5
+#    confirms it bit for bit?
+# 3. Run `ablation = "all"` and rank the eight switch combinations. Which switch matters most at this
+#    size?

@@ -349,3 +349,13 @@ plt.show()
 # * Whether a method's global model is flatter is an empirical question per setting; the notebooks 02
 #   and 03 explain why local sharpness-awareness need not make the *global* model flat under
 #   heterogeneity.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Add `"fednsam"` and `"fedsmoo"` to `methods` (and `"fedsmoo": {"rho": 0.02}` to `method_params`),
+#    predict which of them ends with the smaller λ_max, and check with the curvature figure.
+# 2. Double `eig_iters`. How much do the λ_max estimates change? What does that say about the accuracy of
+#    the numbers at the default setting?
+# 3. In the 1-D interpolation between FedAvg's and FedVSSAM's final models, is there a barrier? Guess
+#    first from the 2-D landscapes.

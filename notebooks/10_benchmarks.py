@@ -316,3 +316,12 @@ if profile == "paper":
 else:
     print(f"profile = {profile!r}: {', '.join(datasets)} is not a dataset of the papers' tables; "
           "run the paper profile to compare.")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Predict the ranking of FedAvg, FedSAM and FedVSSAM on `Path c=3` before reading the table; then
+#    compare with the `Dir 0.1` row. Which split separates the methods more?
+# 2. Rerun the benchmark with ρ = 0.02 for the SAM methods (the `-y` override in the README). Which
+#    methods that sat at chance recover?
+# 3. Set `n_seeds = 3`. How much does the standard deviation change, and would any ranking flip?

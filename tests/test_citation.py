@@ -1,0 +1,46 @@
+"""CITATION.cff: the released version, its date, and a reference for every registered method."""
+from __future__ import annotations
+
+import datetime
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import fedlab
+
+REPO = Path(__file__).resolve().parent.parent
+CFF = yaml.safe_load((REPO / "CITATION.cff").read_text())
+
+
+def test_version_is_the_package_version_and_the_date_is_a_date():
+    assert CFF["version"] == fedlab.__version__
+    assert CFF["version"] == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    released = datetime.date.fromisoformat(str(CFF["date-released"]))
+    assert released <= datetime.date.today()
+
+
+def test_required_fields_and_no_placeholders():
+    for key in ("cff-version", "message", "title", "authors", "license", "type"):
+        assert CFF.get(key), key
+    text = (REPO / "CITATION.cff").read_text()
+    assert not re.search(r"TODO|example\.(com|org)|<[a-z-]+>|XXX", text)
+    if "repository-code" in CFF:
+        assert re.fullmatch(r"https://\S+", CFF["repository-code"])
+
+
+def test_every_registered_method_has_its_paper_in_the_references():
+    refs = CFF["references"]
+    for ref in refs:
+        assert ref["type"] in ("conference-paper", "article") and ref["title"] and ref["authors"]
+        assert isinstance(ref["year"], int) and 2010 < ref["year"] <= datetime.date.today().year
+        assert ref.get("conference", {}).get("name") or ref.get("journal"), ref["title"]
+    cited = {name for ref in refs for name in re.findall(r"[a-z_]+", ref.get("notes", ""))}
+    missing = [name for name in fedlab.ALGORITHMS if name not in cited]
+    assert not missing, f"no reference names these methods in its notes: {missing}"
+
+
+def test_readme_documents_the_release_tag():
+    readme = (REPO / "README.md").read_text()
+    assert "v<version>" in readme or f"v{fedlab.__version__}" in readme
