@@ -1,13 +1,17 @@
 """The round loop: sample → broadcast → local work → upload → aggregate → evaluate → checkpoint.
 
-``run(config)`` is the entry point. It returns a finished run from disk without recomputing,
-resumes an unfinished one from its checkpoint, and otherwise starts from round 0. Every random
+``run(config)`` is the entry point. ``Simulation.build`` validates everything a run needs (device,
+runs_dir, dataset, partition file, client schedule, sampling feasibility) before anything is
+created on disk; ``Simulation.run`` then holds the run's lock (:meth:`fedlab.results.RunStore.lock`)
+while it returns a finished run from disk without recomputing (repairing its derived files from the
+checkpoint), resumes an unfinished one from its checkpoint, or starts from round 0. Every random
 choice draws from a generator derived from (seed, purpose, round, client), and every piece of state
 (server, clients) lives in the checkpoint, so a resumed run is bit-identical to an uninterrupted one.
 """
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,17 +27,17 @@ from tqdm import tqdm
 
 from fedlab import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
-from fedlab.config import Config, ConfigError
+from fedlab.config import Config, ConfigError, check_device_available
 from fedlab.data import Dataset, balanced_subset, load_dataset
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
-from fedlab.engine.sampling import load_schedule, sample_clients
+from fedlab.engine.sampling import load_schedule, sample_clients, schedule_digest
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
-from fedlab.results import RunResult, RunStore
+from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore
 
 
 def _numel(state: State) -> int:
@@ -74,6 +78,44 @@ def build_partition(config: Config, dataset: Dataset) -> Partition:
         raise ConfigError(f"partition: {err}") from None
 
 
+def check_runs_dir(root: Path) -> None:
+    """ConfigError unless ``root`` is (or can be created as) a writable folder; creates nothing."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"runs_dir={str(root)!r} is a file, not a folder; give runs_dir a folder")
+    existing = root
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"runs_dir={str(root)!r} cannot be created: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"runs_dir={str(root)!r} is not writable ({existing} denies writing); "
+                          "give runs_dir a folder you can write to")
+
+
+def load_run_schedule(config: Config) -> list[list[int]] | None:
+    """The validated client schedule of a ``sampling="schedule"`` config (ConfigError naming the file)."""
+    if config.sampling != "schedule":
+        return None
+    try:
+        return load_schedule(config.schedule_path, config.n_clients, config.rounds)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_sampling(config: Config, schedule: list[list[int]] | None) -> None:
+    """Draw every round's clients once, so an infeasible sampling fails before anything is written.
+
+    The draws are cheap (a few random numbers per round) and are exactly those the run will make.
+    """
+    for t in range(config.rounds):
+        try:
+            sample_clients(t, config.n_clients, config.participation, seed=config.seed, mode=config.sampling,
+                           schedule=schedule)
+        except RuntimeError as err:
+            raise ConfigError(f"participation={config.participation!r} with sampling={config.sampling!r} and "
+                              f"n_clients={config.n_clients}: {err} (round {t}); raise participation") from None
+
+
 @dataclass
 class TrainingState:
     """Everything that evolves during a run (and is checkpointed): server and client states."""
@@ -103,20 +145,27 @@ class Simulation:
     algorithm: Algorithm
     store: RunStore
     config_hash: str
+    schedule: list[list[int]] | None = None  # the validated client schedule (sampling="schedule")
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None) -> "Simulation":
+        """Validate and assemble a run; nothing is created on disk here (``run`` does that)."""
+        check_device_available(config.device)
+        root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
+        check_runs_dir(root)
+        schedule = load_run_schedule(config)
+        check_sampling(config, schedule)
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
         model = FlatModel(module.to(config.device), channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
-        root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
-        store = RunStore.for_config(config, partition.fingerprint, root)
+        digest = schedule_digest(schedule)
+        store = RunStore.for_config(config, partition.fingerprint, root, digest)
         return cls(config, dataset, partition, model, algorithm, store,
-                   config.hash(partition.fingerprint))
+                   config.hash(partition.fingerprint, digest), schedule)
 
     # -----------------------------------------------------------------------------------------
     def initial_state(self) -> TrainingState:
@@ -146,11 +195,6 @@ class Simulation:
     @cached_property
     def local_data(self) -> LocalData:
         return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind)
-
-    @cached_property
-    def schedule(self) -> list[list[int]] | None:
-        c = self.config
-        return load_schedule(c.schedule_path, c.n_clients, c.rounds) if c.sampling == "schedule" else None
 
     def sample(self, t: int) -> np.ndarray:
         """The ids of the clients taking part in round t."""
@@ -239,25 +283,27 @@ class Simulation:
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
-        c, alg, store = self.config, self.algorithm, self.store
-        summary = store.read_summary()
-        if summary and summary.get("status") in ("finished", "diverged"):
-            ckpt = store.load_checkpoint(self.config_hash)
-            if ckpt is not None:
-                theta = alg.global_model(ckpt["server"])
-                return RunResult(c, store.read_metrics(), theta, summary["status"], store.dir, summary,
-                                 self.partition)
+        with self.store.lock(quiet=not progress):
+            return self._run_locked(progress, stop_after_rounds)
 
+    def _run_locked(self, progress: bool, stop_after_rounds: int | None) -> RunResult:
+        c, alg, store = self.config, self.algorithm, self.store
         ckpt = store.load_checkpoint(self.config_hash)
-        if ckpt is None:
-            state = self.initial_state()
-            rows: list[dict[str, Any]] = []
-            store.write_config(c, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
-                                   "fedlab_version": __version__,
-                                   "partition_summary": self.partition.stats.summary()})
-        else:
+        if ckpt is not None:
+            rows: list[dict[str, Any]] = list(ckpt["rows"])
+            # The checkpoint is the record; the CSV and the summary are views that must agree with it.
+            store.repair_views(rows, self._summary(rows, ckpt["status"]))
+            if not store.config_path.exists():
+                self._write_config()
+            if ckpt["status"] in TERMINAL_STATUSES:
+                theta = alg.global_model(ckpt["server"]).detach()
+                return RunResult(c, pd.DataFrame(rows), theta, ckpt["status"], store.dir,
+                                 self._summary(rows, ckpt["status"]), self.partition)
             state = self.state_from_checkpoint(ckpt)
-            rows = list(ckpt["rows"])
+        else:
+            state = self.initial_state()
+            rows = []
+            self._write_config()
         start = state.next_round
 
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
@@ -310,10 +356,10 @@ class Simulation:
                 ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
                             "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()}
                                         for i, s in sorted(state.client_states.items())},
-                            "rows": rows, "config_hash": self.config_hash, "theta0": state.theta0.cpu(),
-                            "version": __version__}
-                store.write_checkpoint(ckpt_obj)
-                store.write_progress(rows, self._summary(rows, status))
+                            "rows": rows, "status": status, "config_hash": self.config_hash,
+                            "theta0": state.theta0.cpu(), "version": __version__}
+                store.write_checkpoint(ckpt_obj)  # the record first, then the views derived from it
+                store.write_views(rows, self._summary(rows, status))
             if status != "running":
                 break
         bar.close()
@@ -321,6 +367,12 @@ class Simulation:
             raise RuntimeError("no round was run")
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
                          self._summary(rows, status), self.partition)
+
+    def _write_config(self) -> None:
+        self.store.write_config(self.config, {"hash": self.config_hash,
+                                              "partition_fingerprint": self.partition.fingerprint,
+                                              "fedlab_version": __version__,
+                                              "partition_summary": self.partition.stats.summary()})
 
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
         accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]
