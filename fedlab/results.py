@@ -8,14 +8,14 @@ digest, version)::
                     and a SHA-256 digest of all of it (torch.save; loaded with weights_only=True)
     metrics.csv     derived view: the checkpoint's rows as CSV
     summary.json    derived view: status (running | finished | diverged | collapsed), accuracies, timings
-    config.json     the Config as given, plus key, fingerprint and version (informational)
+    config.json     derived view: the Config as given, plus key, fingerprint and version
     .lock           the run's lock file (``filelock``): held by the process working on the run
 
 Contract:
 
-* **One authoritative file.** Every fact lives in the checkpoint; ``metrics.csv`` and
-  ``summary.json`` are rebuilt from it. Opening a run compares both views byte for byte with what the
-  checkpoint implies and rewrites (repairs) a view that is missing, truncated or different — a
+* **One authoritative file.** Every fact lives in the checkpoint (``config.json`` follows from the
+  config and the run key); ``metrics.csv``, ``summary.json`` and ``config.json`` are rebuilt from
+  them. Opening a run compares each view byte for byte with what the checkpoint implies and rewrites (repairs) a view that is missing, truncated or different — a
   finished run is never reported as ``running`` because a summary write was lost, and never
   returns rows that a truncated CSV happened to hold.
 * **Verified, never silently wrong.** A checkpoint whose digest does not match its contents (a
@@ -32,7 +32,9 @@ Contract:
 
 Fault injection (tests): with ``FEDLAB_FAULT_AT=<point>[:<rounds done>]`` in the environment, the
 process ends with ``os._exit(FAULT_EXIT_CODE)`` at that write point — ``before_checkpoint``,
-``after_checkpoint``, ``after_metrics`` or ``after_summary`` — exactly as a ``kill -9`` would.
+``after_checkpoint``, ``after_metrics`` or ``after_summary`` — exactly as a ``kill -9`` would. In
+one process, a test may instead set :data:`fault_hook` to a function ``(point, rounds_done)`` that
+raises.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ import math
 import os
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,8 +78,14 @@ class CheckpointError(RuntimeError):
     """A run file exists but cannot be used; the message names the file and what to do."""
 
 
+fault_hook: Callable[[str, int], None] | None = None
+"""Test hook called at every write point (see the module docstring); ``None`` in normal use."""
+
+
 def _fault_point(point: str, rounds_done: int) -> None:
     """Die like ``kill -9`` here if ``$FEDLAB_FAULT_AT`` names this point (and round)."""
+    if fault_hook is not None:
+        fault_hook(point, rounds_done)
     wanted = os.environ.get(FAULT_ENV)
     if not wanted:
         return
@@ -137,6 +145,11 @@ def payload_digest(ckpt: dict[str, Any]) -> str:
     h = hashlib.sha256()
     _feed(h, {k: v for k, v in ckpt.items() if k != "digest"})
     return h.hexdigest()
+
+
+def config_record(config: Config, info: dict[str, Any]) -> dict[str, Any]:
+    """The contents of ``config.json``: the config as given, plus the run's key and provenance."""
+    return {"config": config.to_dict(), **info}
 
 
 def metrics_text(rows: list[dict[str, Any]]) -> str:
@@ -261,8 +274,9 @@ class RunStore:
         return ckpt
 
     # --- writing ---------------------------------------------------------------------------------
-    def write_config(self, config: Config, info: dict[str, Any]) -> None:
-        atomic_write_json(self.config_path, {"config": config.to_dict(), **info})
+    def write_config(self, record: dict[str, Any]) -> None:
+        """Write config.json (a :func:`config_record`)."""
+        atomic_write_json(self.config_path, record)
 
     def write_checkpoint(self, ckpt: dict[str, Any]) -> None:
         """Write the authoritative record (adds ``format`` and ``digest``)."""
@@ -280,10 +294,12 @@ class RunStore:
         atomic_write_json(self.summary_path, summary)
         _fault_point("after_summary", len(rows))
 
-    def repair_views(self, rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[Path]:
+    def repair_views(self, rows: list[dict[str, Any]], summary: dict[str, Any],
+                     config: dict[str, Any]) -> list[Path]:
         """Rewrite each view whose bytes differ from what the checkpoint implies; return those rewritten."""
         repaired = []
-        for path, text in ((self.metrics_path, metrics_text(rows)), (self.summary_path, _json_text(summary))):
+        for path, text in ((self.metrics_path, metrics_text(rows)), (self.summary_path, _json_text(summary)),
+                           (self.config_path, _json_text(config))):
             try:
                 ok = path.read_bytes() == text.encode("utf-8")
             except OSError:

@@ -37,7 +37,7 @@ from fedlab.engine.sampling import load_schedule, sample_clients, schedule_diges
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
-from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore
+from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore, config_record
 
 
 def _numel(state: State) -> int:
@@ -292,9 +292,7 @@ class Simulation:
         if ckpt is not None:
             rows: list[dict[str, Any]] = list(ckpt["rows"])
             # The checkpoint is the record; the CSV and the summary are views that must agree with it.
-            store.repair_views(rows, self._summary(rows, ckpt["status"]))
-            if not store.config_path.exists():
-                self._write_config()
+            store.repair_views(rows, self._summary(rows, ckpt["status"]), self._config_info())
             if ckpt["status"] in TERMINAL_STATUSES:
                 theta = alg.global_model(ckpt["server"]).detach()
                 return RunResult(c, pd.DataFrame(rows), theta, ckpt["status"], store.dir,
@@ -303,7 +301,7 @@ class Simulation:
         else:
             state = self.initial_state()
             rows = []
-            self._write_config()
+            store.write_config(self._config_info())
         start = state.next_round
 
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
@@ -368,11 +366,11 @@ class Simulation:
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
                          self._summary(rows, status), self.partition)
 
-    def _write_config(self) -> None:
-        self.store.write_config(self.config, {"hash": self.config_hash,
-                                              "partition_fingerprint": self.partition.fingerprint,
-                                              "fedlab_version": __version__,
-                                              "partition_summary": self.partition.stats.summary()})
+    def _config_info(self) -> dict[str, Any]:
+        return config_record(self.config, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
+                                           "fedlab_version": __version__,
+                                           "partition_summary": self.partition.stats.summary()})
+
 
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
         accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]
