@@ -50,8 +50,8 @@ def module_digest_text(source: str) -> str:
     return ast.dump(_DropDocstrings().visit(ast.parse(source)), include_attributes=False)
 
 
-def _repro_text() -> str:
-    tree = ast.parse((PACKAGE / "repro.py").read_text(encoding="utf-8"))
+def _repro_text(package: Path) -> str:
+    tree = ast.parse((package / "repro.py").read_text(encoding="utf-8"))
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in REPRO_FUNCTIONS]
     missing = set(REPRO_FUNCTIONS) - {f.name for f in funcs}
     if missing:  # a rename must be reflected here, or the key would silently stop covering it
@@ -59,20 +59,25 @@ def _repro_text() -> str:
     return module_digest_text(ast.unparse(ast.Module(body=funcs, type_ignores=[])))
 
 
-def numeric_sources() -> list[Path]:
+def numeric_sources(package: Path = PACKAGE) -> list[Path]:
     """The module files whose code enters the digest, in a fixed order."""
-    files = [PACKAGE / m for m in NUMERIC_MODULES]
+    files = [package / m for m in NUMERIC_MODULES]
     for pkg in NUMERIC_PACKAGES:
-        files += sorted((PACKAGE / pkg).rglob("*.py"))
+        files += sorted((package / pkg).rglob("*.py"))
     return files
+
+
+def package_digest(package: Path) -> str:
+    """SHA-256 (hex) over (relative path, docstring-free AST) of every numeric-path module of ``package``."""
+    h = hashlib.sha256()
+    for path in numeric_sources(package):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
+        h.update(module_digest_text(path.read_text(encoding="utf-8")).encode() + b"\0")
+    h.update(b"repro\0" + _repro_text(package).encode())
+    return h.hexdigest()
 
 
 @lru_cache(maxsize=1)
 def code_digest() -> str:
-    """SHA-256 (hex) over (relative path, docstring-free AST) of every numeric-path module."""
-    h = hashlib.sha256()
-    for path in numeric_sources():
-        h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0")
-        h.update(module_digest_text(path.read_text(encoding="utf-8")).encode() + b"\0")
-    h.update(b"repro\0" + _repro_text().encode())
-    return h.hexdigest()
+    """:func:`package_digest` of this fedlab (computed once per process)."""
+    return package_digest(PACKAGE)
