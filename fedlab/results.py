@@ -204,8 +204,7 @@ class RunStore:
         """Hold the run's file lock (creating the run directory); waits while another process has it.
 
         The lock is an OS lock (``flock`` through ``filelock``): the kernel releases it when its
-        holder dies, so a killed run never leaves a stale lock behind. On entry, orphan ``.tmp``
-        files of interrupted writes are deleted (no one else can be writing them now).
+        holder dies, so a killed run never leaves a stale lock behind.
         """
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -220,10 +219,13 @@ class RunStore:
             raise ConfigError(f"runs_dir: cannot create or lock {self.dir} ({err.strerror or err}); "
                               "choose a writable folder with runs_dir=") from None
         try:
-            remove_orphans(self.dir)
             yield
         finally:
             lock.release()
+
+    def remove_orphans(self) -> list[Path]:
+        """Delete ``.tmp`` files of interrupted writes; only while holding :meth:`lock`."""
+        return remove_orphans(self.dir)
 
     # --- reading ---------------------------------------------------------------------------------
     def read_summary(self) -> dict[str, Any] | None:

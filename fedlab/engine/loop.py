@@ -288,7 +288,8 @@ class Simulation:
 
     def _run_locked(self, progress: bool, stop_after_rounds: int | None) -> RunResult:
         c, alg, store = self.config, self.algorithm, self.store
-        ckpt = store.load_checkpoint(self.config_hash)
+        ckpt = store.load_checkpoint(self.config_hash)  # raises, touching nothing, if it is unusable
+        store.remove_orphans()  # no one else writes here while we hold the lock
         if ckpt is not None:
             rows: list[dict[str, Any]] = list(ckpt["rows"])
             # The checkpoint is the record; the CSV and the summary are views that must agree with it.
