@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from fedlab.config import DATASETS, LR_SCHEDULES, PARTITIONS, SAMPLINGS, Config, ConfigError
 from fedlab.data.datasets import DatasetNotFoundError
@@ -132,6 +132,13 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="show the Python traceback of an error")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (its default prints the whole usage first), exit code 2."""
+
+    def error(self, message: str) -> "NoReturn":
+        self.exit(2, f"error: {self.prog}: {_one_line(Exception(message))} (see {self.prog} --help)\n")
+
+
 def _exit_code_text() -> str:
     return "exit codes: " + "; ".join(f"{code} = {what}" for code, what in EXIT_CODES.items())
 
@@ -195,7 +202,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedlab", description=__doc__.splitlines()[0],
+    parser = _Parser(prog="python -m fedlab", description=__doc__.splitlines()[0],
                                      allow_abbrev=False, epilog=_exit_code_text())
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
