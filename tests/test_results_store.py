@@ -324,11 +324,12 @@ def test_cli_corrupted_checkpoint_is_one_line_and_exit_4(small):
         main(["--debug", *args])
 
 
-def test_cli_refuses_abbreviated_options(capsys):
+def test_cli_refuses_abbreviated_options(capsys, tmp_path):
     from fedlab.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["run", "--alp", "0.5"])
+    with pytest.raises(SystemExit) as exc:  # (if --alp were taken as --alpha, a one-round run would return 0)
+        main(["run", "--dataset", "digits", "--n-clients", "4", "--rounds", "1", "--local-steps", "1",
+              "--runs-dir", str(tmp_path), "--no-progress", "--alp", "0.5"])
     assert exc.value.code == 2 and "--alp" in capsys.readouterr().err
 
 

@@ -82,7 +82,7 @@ def check_runs_dir(root: Path) -> None:
     """ConfigError unless ``root`` is (or can be created as) a writable folder; creates nothing."""
     if root.exists() and not root.is_dir():
         raise ConfigError(f"runs_dir={str(root)!r} is a file, not a folder; give runs_dir a folder")
-    existing = root
+    existing = root.absolute()
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
