@@ -142,7 +142,8 @@ class HParams:
                  ("bool", "True or False", lambda v: isinstance(v, bool)),
                  ("str", "a string", lambda v: isinstance(v, str)))
         for f in dataclasses.fields(self):
-            declared = {part.strip() for part in str(f.type).split("|")}
+            text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            declared = {part.strip() for part in text.split("|")}
             value = getattr(self, f.name)
             if value is None and "None" in declared:
                 continue
