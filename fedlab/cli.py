@@ -1,7 +1,12 @@
 """Command line: ``python -m fedlab run | algorithms | bench | flower-sim``.
 
 Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
-their defaults. Algorithm hyperparameters go through repeated ``--param name=value``.
+their defaults. Algorithm hyperparameters go through repeated ``--param name=value``. Options must be
+spelled out (no abbreviations: ``--alp`` is an error, not ``--alpha``).
+
+Errors: every fedlab error (an invalid value, a corrupted run file, a missing dataset, a path that
+cannot be used) is one line ``error: ...`` on stderr and the exit code in :data:`EXIT_CODES`; a
+Python traceback only with ``--debug``.
 """
 from __future__ import annotations
 
@@ -9,9 +14,23 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from fedlab.config import DATASETS, LR_SCHEDULES, PARTITIONS, SAMPLINGS, Config, ConfigError
+from fedlab.data.datasets import DatasetNotFoundError
+from fedlab.results import CheckpointError
+
+EXIT_CODES: dict[int, str] = {
+    0: "the run finished (or was loaded finished from runs/)",
+    2: "invalid input: a config value, hyperparameter, schedule or partition file (the message names it)",
+    3: "the run ended without finishing: diverged, collapsed, or stopped early",
+    4: "a run file is corrupted or belongs to another run (CheckpointError; nothing was changed)",
+    5: "the dataset is not on disk and could not be downloaded",
+    6: "a file system error (a path that cannot be read or written)",
+}
+# Most specific first: DatasetNotFoundError is a FileNotFoundError (an OSError), ConfigError a ValueError.
+_ERRORS: tuple[tuple[type[BaseException], int], ...] = (
+    (CheckpointError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6))
 
 _HELP = {
     "algorithm": "federated method (see `python -m fedlab algorithms`)",
@@ -83,7 +102,8 @@ def _key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="train one federated experiment (resumes or loads it if it exists)",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False,
+                       epilog=_exit_code_text())
     defaults = Config()
     for f in dataclasses.fields(Config):
         if f.name in ("algorithm_params", "partition_params"):
@@ -114,6 +134,23 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="partitioner option, repeatable (min_size, balance_cap, concentration, "
                         "reuse_on_exhaustion, path)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the Python traceback of an error")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (its default prints the whole usage first), exit code 2."""
+
+    def error(self, message: str) -> "NoReturn":
+        self.exit(2, f"error: {self.prog}: {_one_line(Exception(message))} (see {self.prog} --help)\n")
+
+
+def _exit_code_text() -> str:
+    return "exit codes: " + "; ".join(f"{code} = {what}" for code, what in EXIT_CODES.items())
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _config_from_args(args: argparse.Namespace) -> Config:
@@ -174,7 +211,7 @@ _FLOWER_DEFAULTS: dict[str, Any] = dict(algorithm="fedvssam", dataset="fmnist", 
 
 def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("flower-sim", help="train one method as a Flower app with Flower's simulation engine "
-                                          "(needs the [flower] extra)",
+                                          "(needs the [flower] extra)", allow_abbrev=False,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in _FLOWER_DEFAULTS.items():
         kwargs: dict[str, Any] = {"default": default, "help": _HELP[name]}
@@ -230,11 +267,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m fedlab`` parser (``run``, ``algorithms``, ``bench``)."""
-    parser = argparse.ArgumentParser(prog="python -m fedlab", description=__doc__.splitlines()[0])
+    """The ``python -m fedlab`` parser (``run``, ``algorithms``, ``bench``, ``flower-sim``)."""
+    parser = _Parser(prog="python -m fedlab", description=__doc__.splitlines()[0],
+                     allow_abbrev=False, epilog=_exit_code_text())
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
-    sub.add_parser("algorithms", help="list registered algorithms: paper, state, communication, cost")
+    sub.add_parser("algorithms", help="list registered algorithms: paper, state, communication, cost",
+                   allow_abbrev=False)
     b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
@@ -256,9 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "flower-sim":
             return _cmd_flower_sim(args)
         return _cmd_bench(args)
-    except (ConfigError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except tuple(cls for cls, _ in _ERRORS) as err:
+        if args.debug:
+            raise
+        code = next(code for cls, code in _ERRORS if isinstance(err, cls))
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

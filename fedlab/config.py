@@ -1,8 +1,10 @@
 """Experiment configuration: one frozen dataclass, validated with errors that name the field.
 
-``Config.hash()`` is a stable digest of everything that changes the numbers (not of where results
-are stored or how often checkpoints are written); together with the partition fingerprint and the
-fedlab version it names the run directory (:mod:`fedlab.results`).
+``Config.hash()`` is the run key: a stable digest of everything that changes the numbers — the
+hashed fields (not where results are stored or how often checkpoints are written), the partition
+fingerprint (the assignment itself, so a rewritten partition file gives a new key), the client
+schedule's contents, the code on the numeric path (:mod:`fedlab.code_digest`) and the fedlab
+version. It names the run directory (:mod:`fedlab.results`).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,36 @@ _NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+_DEVICE = re.compile(r"cpu|mps|cuda(:[0-9]+)?")
+
+
+def _is_number(value: Any) -> bool:
+    """A real number that is not a bool (``True`` is an int in Python, never a learning rate)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def check_device_available(device: str) -> None:
+    """Raise ConfigError unless ``device`` exists on this machine (run time, not construction time).
+
+    ``Config`` only checks the spelling, so a GPU config can be built (or read back from a run
+    record) on a machine without one; a run checks availability before it creates anything.
+    """
+    import torch
+
+    if device.startswith("cuda"):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= n:
+            raise ConfigError(f"device={device!r} is not available: this machine has "
+                              f"{n} CUDA device(s); use device='cpu'" + (f" or cuda:0..cuda:{n - 1}" if n else ""))
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device='mps' is not available on this machine; use device='cpu'")
 
 
 @dataclass(frozen=True)
@@ -94,6 +127,23 @@ class Config:
         def bad(name: str, allowed: str) -> ConfigError:
             return ConfigError(f"{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
 
+        for name in ("algorithm", "dataset", "model", "partition", "sampling", "lr_schedule", "device"):
+            if not isinstance(getattr(self, name), str):
+                raise bad(name, "a string")
+        for name in ("algorithm_params", "partition_params"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ConfigError(f"{name}={value!r} is invalid; allowed: a dict of name → value "
+                                  f"(e.g. {{'rho': 0.05}}; on the command line --param rho=0.05)")
+        for name in ("schedule_path", "runs_dir", "name"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise bad(name, "None or a string")
+        for name in ("as_cifar_shape", "amp", "channels_last"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "True or False")
+        if self.augment is not None and not isinstance(self.augment, bool):
+            raise bad("augment", "None (the dataset's default), True or False")
         if self.dataset not in DATASETS:
             raise bad("dataset", ", ".join(DATASETS))
         if self.model not in MODELS:
@@ -109,11 +159,11 @@ class Config:
         except ValueError as err:
             raise ConfigError(f"algorithm: {err}") from None
         if self.partition in ("dirichlet", "dirichlet_client"):
-            if self.alpha is None or not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha)) \
-                    or self.alpha <= 0:
+            if not _is_finite(self.alpha) or self.alpha <= 0:
                 raise bad("alpha", "a finite number > 0 for Dirichlet partitions")
         if self.partition == "pathological":
-            if not isinstance(self.classes_per_client, int) or self.classes_per_client < 1:
+            if not isinstance(self.classes_per_client, int) or isinstance(self.classes_per_client, bool) \
+                    or self.classes_per_client < 1:
                 raise bad("classes_per_client", "an integer ≥ 1 for the pathological partition")
         if self.partition == "file" and not self.partition_params.get("path"):
             raise ConfigError("partition_params['path'] is required for partition='file'")
@@ -139,24 +189,24 @@ class Config:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise bad(name, "None or an integer ≥ 1")
-        if not (isinstance(self.participation, (int, float)) and 0 < self.participation <= 1):
-            raise bad("participation", "a number in (0, 1]")
+        if not (_is_number(self.participation) and 0 < self.participation <= 1):
+            raise bad("participation", "a number in (0, 1] (not a bool)")
         for name in ("crop_prob", "flip_prob"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise bad(name, "a probability in [0, 1]")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            if not (_is_number(value) and 0 <= value <= 1):
+                raise bad(name, "a probability in [0, 1] (not a bool)")
+        if not (_is_finite(self.lr) and self.lr > 0):
             raise bad("lr", "a finite number > 0")
-        if not (isinstance(self.lr_decay, (int, float)) and 0 < self.lr_decay <= 1):
+        if not (_is_number(self.lr_decay) and 0 < self.lr_decay <= 1):
             raise bad("lr_decay", "a number in (0, 1]")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise bad("weight_decay", "a number ≥ 0")
-        if self.clip_norm is not None and not (isinstance(self.clip_norm, (int, float)) and self.clip_norm > 0):
+        if not (_is_finite(self.weight_decay) and self.weight_decay >= 0):
+            raise bad("weight_decay", "a finite number ≥ 0")
+        if self.clip_norm is not None and not (_is_number(self.clip_norm) and self.clip_norm > 0):
             raise bad("clip_norm", "None (no clipping) or a number > 0")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise bad("seed", "an integer ≥ 0")
-        if not (self.device == "cpu" or self.device.startswith("cuda") or self.device == "mps"):
-            raise bad("device", "cpu, cuda, cuda:N or mps")
+        if not _DEVICE.fullmatch(self.device):
+            raise bad("device", "cpu, cuda, cuda:N (N an integer ≥ 0) or mps")
         if self.parallel_clients != "auto" and (not isinstance(self.parallel_clients, int)
                                                  or isinstance(self.parallel_clients, bool)
                                                  or self.parallel_clients < 1):
@@ -206,9 +256,14 @@ class Config:
         values["algorithm_params"] = get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
         return values
 
-    def hash(self, extra: str = "") -> str:
-        """12 hex digits of SHA-256 over the hashed fields, ``extra`` (partition fingerprint) and version."""
-        payload = json.dumps({"config": self.hashed_fields(), "extra": extra, "version": __version__},
+    def hash(self, extra: str = "", schedule: str = "") -> str:
+        """The run key: 12 hex digits of SHA-256 over the hashed fields, ``extra`` (the partition
+        fingerprint), ``schedule`` (a digest of the client schedule's contents, for
+        ``sampling="schedule"``), the numeric-path code digest and the version."""
+        from fedlab.code_digest import code_digest
+
+        payload = json.dumps({"config": self.hashed_fields(), "extra": extra, "version": __version__,
+                              "schedule": schedule, "code": code_digest()},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 

@@ -1,58 +1,105 @@
-"""Run directories: config, metrics, summary and checkpoints, written atomically.
+"""Run directories: one authoritative checkpoint, derived views, a lock, verified loads.
 
-A run lives in ``<runs_dir>/<algorithm>-<hash>/`` where the hash covers the config (with resolved
-hyperparameters), the partition fingerprint and the fedlab version::
+A run lives in ``<runs_dir>/<algorithm>-<key>/`` where the key is :meth:`fedlab.config.Config.hash`
+(config with resolved hyperparameters, partition fingerprint, schedule contents, numeric-path code
+digest, version)::
 
-    config.json     the Config as given, plus hash, fingerprint and version
-    metrics.csv     one row per round
-    summary.json    status (running | finished | diverged), final/best accuracy, timings
-    checkpoint.pt   server state, client states, metric rows, next round (torch.save, weights_only load)
+    checkpoint.pt   THE record: server and client states, every metric row, status, next round,
+                    and a SHA-256 digest of all of it (torch.save; loaded with weights_only=True)
+    metrics.csv     derived view: the checkpoint's rows as CSV
+    summary.json    derived view: status (running | finished | diverged | collapsed), accuracies, timings
+    config.json     derived view: the Config as given, plus key, fingerprint and version
+    .lock           the run's lock file (``filelock``): held by the process working on the run
 
-Every write goes to a temporary file in the same folder and is moved into place with ``os.replace``,
-so an interrupted write never leaves a half-written file behind, and nothing here ever deletes a
-finished result.
+Contract:
+
+* **One authoritative file.** Every fact lives in the checkpoint (``config.json`` follows from the
+  config and the run key); ``metrics.csv``, ``summary.json`` and ``config.json`` are rebuilt from
+  them. Opening a run compares each view byte for byte with what the checkpoint implies and rewrites (repairs) a view that is missing, truncated or different — a
+  finished run is never reported as ``running`` because a summary write was lost, and never
+  returns rows that a truncated CSV happened to hold.
+* **Verified, never silently wrong.** A checkpoint whose digest does not match its contents (a
+  flipped bit, a truncation), that cannot be unpickled, or that belongs to another key raises
+  :class:`CheckpointError` naming the file; nothing in the run directory is touched.
+* **Atomic and durable writes** through :mod:`fedlab.atomic` (temporary sibling, fsync, rename,
+  permissions 0666 minus the umask); the checkpoint is written before the views, so a kill at any
+  point leaves either the previous checkpoint or the new one, and orphan ``.tmp`` files of
+  interrupted writes are deleted the next time the run is opened.
+* **One process per run.** :meth:`RunStore.lock` holds an OS file lock on ``.lock`` while a process
+  loads, resumes or trains the run; a second process on the same key waits, then reads the finished
+  result instead of computing (or overwriting) it.
+* Nothing here ever deletes a checkpoint or a finished result.
+
+Fault injection (tests): with ``FEDLAB_FAULT_AT=<point>[:<rounds done>]`` in the environment, the
+process ends with ``os._exit(FAULT_EXIT_CODE)`` at that write point — ``before_checkpoint``,
+``after_checkpoint``, ``after_metrics`` or ``after_summary`` — exactly as a ``kill -9`` would. In
+one process, a test may instead set :data:`fault_hook` to a function ``(point, rounds_done)`` that
+raises.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-import tempfile
+import struct
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import filelock
 import pandas as pd
 import torch
 from torch import Tensor
 
-from fedlab.config import Config
+from fedlab.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
+from fedlab.config import Config, ConfigError
+
+__all__ = ["CheckpointError", "FAULT_ENV", "FAULT_POINTS", "RunResult", "RunStore", "STATUSES",
+           "TERMINAL_STATUSES", "atomic_torch_save", "atomic_write_bytes", "atomic_write_json",
+           "atomic_write_text", "payload_digest"]
+
+TERMINAL_STATUSES = frozenset({"finished", "diverged", "collapsed"})
+"""Statuses of a run that is over: loaded from disk, never trained further."""
+STATUSES = TERMINAL_STATUSES | {"running"}
+
+FAULT_ENV = "FEDLAB_FAULT_AT"
+FAULT_POINTS = ("before_checkpoint", "after_checkpoint", "after_metrics", "after_summary")
+FAULT_EXIT_CODE = 86
+CHECKPOINT_FORMAT = 2
+_REQUIRED = frozenset({"format", "next_round", "server", "clients", "rows", "status", "config_hash",
+                       "theta0", "digest"})
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint exists but cannot be used; the message says which file and what to do."""
+    """A run file exists but cannot be used; the message names the file and what to do."""
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+fault_hook: Callable[[str, int], None] | None = None
+"""Test hook called at every write point (see the module docstring); ``None`` in normal use."""
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode())
+def _fault_point(point: str, rounds_done: int) -> None:
+    """Die like ``kill -9`` here if ``$FEDLAB_FAULT_AT`` names this point (and round)."""
+    if fault_hook is not None:
+        fault_hook(point, rounds_done)
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted:
+        return
+    name, _, at = wanted.partition(":")
+    if name == point and (not at or int(at) == rounds_done):
+        os._exit(FAULT_EXIT_CODE)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    atomic_write_text(path, _json_text(obj))
+
+
+def _json_text(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
 
 
 def _json_default(obj: Any) -> Any:
@@ -65,16 +112,49 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
-def atomic_torch_save(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _feed(h: "hashlib._Hash", obj: Any) -> None:
+    """Feed ``obj`` to ``h`` in an unambiguous, type-tagged encoding (tensors by their raw bytes)."""
+    if isinstance(obj, Tensor):
+        t = obj.detach().cpu().contiguous().reshape(-1)
+        h.update(f"T{t.dtype}{tuple(obj.shape)}:".encode())
+        h.update(t.view(torch.uint8).numpy())
+    elif isinstance(obj, dict):
+        h.update(b"{%d" % len(obj))
+        for k in sorted(obj, key=str):
+            _feed(h, str(k))
+            _feed(h, obj[k])
+    elif isinstance(obj, (list, tuple)):
+        h.update(b"[%d" % len(obj))
+        for v in obj:
+            _feed(h, v)
+    elif isinstance(obj, bool) or obj is None:
+        h.update(repr(obj).encode() + b";")
+    elif isinstance(obj, int):
+        h.update(b"i%d;" % obj)
+    elif isinstance(obj, float):
+        h.update(b"f" + struct.pack("<d", obj))
+    elif isinstance(obj, str):
+        raw = obj.encode()
+        h.update(b"s%d:" % len(raw) + raw)
+    else:
+        h.update(b"r" + repr(obj).encode() + b";")
+
+
+def payload_digest(ckpt: dict[str, Any]) -> str:
+    """SHA-256 over every entry of a checkpoint except ``digest`` (every tensor byte, every row)."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in ckpt.items() if k != "digest"})
+    return h.hexdigest()
+
+
+def config_record(config: Config, info: dict[str, Any]) -> dict[str, Any]:
+    """The contents of ``config.json``: the config as given, plus the run's key and provenance."""
+    return {"config": config.to_dict(), **info}
+
+
+def metrics_text(rows: list[dict[str, Any]]) -> str:
+    """The exact contents of ``metrics.csv`` for these rows."""
+    return pd.DataFrame(rows).to_csv(index=False)
 
 
 @dataclass
@@ -104,7 +184,7 @@ class RunResult:
 
 
 class RunStore:
-    """The files of one run directory."""
+    """The files of one run directory (see the module docstring for the contract)."""
 
     def __init__(self, run_dir: Path) -> None:
         self.dir = Path(run_dir)
@@ -112,51 +192,121 @@ class RunStore:
         self.metrics_path = self.dir / "metrics.csv"
         self.summary_path = self.dir / "summary.json"
         self.checkpoint_path = self.dir / "checkpoint.pt"
+        self.lock_path = self.dir / ".lock"
 
     @staticmethod
-    def for_config(config: Config, fingerprint: str, root: Path) -> "RunStore":
-        return RunStore(root / f"{config.algorithm}-{config.hash(fingerprint)}")
+    def for_config(config: Config, fingerprint: str, root: Path, schedule: str = "") -> "RunStore":
+        return RunStore(root / f"{config.algorithm}-{config.hash(fingerprint, schedule)}")
+
+    # --- the lock ---------------------------------------------------------------------------------
+    @contextmanager
+    def lock(self, *, quiet: bool = False) -> Iterator[None]:
+        """Hold the run's file lock (creating the run directory); waits while another process has it.
+
+        The lock is an OS lock (``flock`` through ``filelock``): the kernel releases it when its
+        holder dies, so a killed run never leaves a stale lock behind.
+        """
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            lock = filelock.FileLock(self.lock_path, thread_local=False)
+            try:
+                lock.acquire(timeout=0)
+            except filelock.Timeout:
+                if not quiet:
+                    print(f"waiting for {self.dir}: another process is working on this run", file=sys.stderr)
+                lock.acquire()
+        except OSError as err:
+            raise ConfigError(f"runs_dir: cannot create or lock {self.dir} ({err.strerror or err}); "
+                              "choose a writable folder with runs_dir=") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def remove_orphans(self) -> list[Path]:
+        """Delete ``.tmp`` files of interrupted writes; only while holding :meth:`lock`."""
+        return remove_orphans(self.dir)
 
     # --- reading ---------------------------------------------------------------------------------
     def read_summary(self) -> dict[str, Any] | None:
+        """The summary view as a dict, ``None`` if absent; ``CheckpointError`` naming the file if unusable."""
         if not self.summary_path.exists():
             return None
         try:
-            return json.loads(self.summary_path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"cannot read {self.summary_path}: {err}; "
-                                  "move the run directory away to recompute it") from None
+            summary = json.loads(self.summary_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(f"cannot read {self.summary_path}: {err}; rerun the config to rebuild it "
+                                  "from the checkpoint") from None
+        if not isinstance(summary, dict) or not isinstance(summary.get("status"), str) \
+                or summary["status"] not in STATUSES:
+            raise CheckpointError(f"{self.summary_path} is not a run summary (a JSON object with a status in "
+                                  f"{sorted(STATUSES)}); rerun the config to rebuild it from the checkpoint")
+        return summary
 
     def read_metrics(self) -> pd.DataFrame:
-        return pd.read_csv(self.metrics_path)
+        """The metrics view; ``CheckpointError`` naming the file if unreadable."""
+        try:
+            return pd.read_csv(self.metrics_path)
+        except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+            raise CheckpointError(f"cannot read {self.metrics_path}: {err}; rerun the config to rebuild it "
+                                  "from the checkpoint") from None
 
     def load_checkpoint(self, expected_hash: str) -> dict[str, Any] | None:
-        """The checkpoint dict, ``None`` if there is none; ``CheckpointError`` if it is unusable."""
-        if not self.checkpoint_path.exists():
+        """The verified checkpoint dict, ``None`` if there is none; ``CheckpointError`` if it is unusable."""
+        path = self.checkpoint_path
+        if not path.exists():
             return None
+        keep = "Nothing was changed. Restore that file, or move it away to restart the run from round 0."
         try:
-            ckpt = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as err:  # noqa: BLE001 — any unpickling failure means "corrupted"
-            raise CheckpointError(
-                f"checkpoint {self.checkpoint_path} is corrupted or unreadable ({type(err).__name__}: {err}). "
-                "Nothing was changed. Delete that file to restart the run from round 0, or restore it."
-            ) from None
-        required = {"next_round", "server", "clients", "rows", "config_hash"}
-        if not isinstance(ckpt, dict) or not required <= set(ckpt):
-            raise CheckpointError(f"checkpoint {self.checkpoint_path} lacks fields {sorted(required)}; "
-                                  "it was not written by this fedlab. Delete it to restart the run.")
+            raise CheckpointError(f"checkpoint {path} is corrupted or unreadable "
+                                  f"({type(err).__name__}: {err}). {keep}") from None
+        if not isinstance(ckpt, dict) or not _REQUIRED <= set(ckpt) or ckpt.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"checkpoint {path} is not a format-{CHECKPOINT_FORMAT} fedlab checkpoint "
+                                  f"(needs fields {sorted(_REQUIRED)}). {keep}")
+        if payload_digest(ckpt) != ckpt["digest"]:
+            raise CheckpointError(f"checkpoint {path} is corrupted: its contents do not match the SHA-256 "
+                                  f"digest stored in it. {keep}")
         if ckpt["config_hash"] != expected_hash:
-            raise CheckpointError(f"checkpoint {self.checkpoint_path} belongs to config {ckpt['config_hash']}, "
-                                  f"not {expected_hash}; refusing to mix runs.")
+            raise CheckpointError(f"checkpoint {path} belongs to run key {ckpt['config_hash']}, "
+                                  f"not {expected_hash}; refusing to mix runs. {keep}")
+        if ckpt["status"] not in STATUSES:
+            raise CheckpointError(f"checkpoint {path} has unknown status {ckpt['status']!r}. {keep}")
         return ckpt
 
     # --- writing ---------------------------------------------------------------------------------
-    def write_config(self, config: Config, info: dict[str, Any]) -> None:
-        atomic_write_json(self.config_path, {"config": config.to_dict(), **info})
-
-    def write_progress(self, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-        atomic_write_text(self.metrics_path, pd.DataFrame(rows).to_csv(index=False))
-        atomic_write_json(self.summary_path, summary)
+    def write_config(self, record: dict[str, Any]) -> None:
+        """Write config.json (a :func:`config_record`)."""
+        atomic_write_json(self.config_path, record)
 
     def write_checkpoint(self, ckpt: dict[str, Any]) -> None:
-        atomic_torch_save(self.checkpoint_path, ckpt)
+        """Write the authoritative record (adds ``format`` and ``digest``)."""
+        rounds_done = len(ckpt["rows"])
+        obj = {**ckpt, "format": CHECKPOINT_FORMAT}
+        obj["digest"] = payload_digest(obj)
+        _fault_point("before_checkpoint", rounds_done)
+        atomic_torch_save(self.checkpoint_path, obj)
+        _fault_point("after_checkpoint", rounds_done)
+
+    def write_views(self, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+        """Write metrics.csv and summary.json (after the checkpoint they are derived from)."""
+        atomic_write_text(self.metrics_path, metrics_text(rows))
+        _fault_point("after_metrics", len(rows))
+        atomic_write_json(self.summary_path, summary)
+        _fault_point("after_summary", len(rows))
+
+    def repair_views(self, rows: list[dict[str, Any]], summary: dict[str, Any],
+                     config: dict[str, Any]) -> list[Path]:
+        """Rewrite each view whose bytes differ from what the checkpoint implies; return those rewritten."""
+        repaired = []
+        for path, text in ((self.metrics_path, metrics_text(rows)), (self.summary_path, _json_text(summary)),
+                           (self.config_path, _json_text(config))):
+            try:
+                ok = path.read_bytes() == text.encode("utf-8")
+            except OSError:
+                ok = False
+            if not ok:
+                atomic_write_text(path, text)
+                repaired.append(path)
+        return repaired

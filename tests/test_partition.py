@@ -105,6 +105,7 @@ def test_dirichlet_client_reuse_duplicates_images_like_fl_simulator() -> None:
     part = dirichlet_client(BALANCED, 50, 0.05, seed=0, reuse_on_exhaustion=True)
     assert not part.is_disjoint()
     assert part.stats.n_unique < len(BALANCED) == part.sizes.sum()
+    assert part.stats.summary()["n_duplicated"] == len(BALANCED) - part.stats.n_unique > 0
 
 
 def test_dirichlet_client_is_fast_on_60k_labels() -> None:
@@ -422,12 +423,13 @@ def test_iid_tv_small_and_summary() -> None:
     part = iid(_balanced(per_class=1000), 5, seed=0)
     summary = part.stats.summary()
     assert set(summary) == {
-        "n_clients", "n_empty", "n_samples", "n_unique", "min_size", "max_size", "size_gini",
+        "n_clients", "n_empty", "n_samples", "n_unique", "n_duplicated", "min_size", "max_size", "size_gini",
         "mean_effective_classes", "min_effective_classes", "max_effective_classes",
         "mean_classes_present", "mean_tv_distance",
     }
     assert summary["mean_tv_distance"] < 0.05
     assert summary["n_clients"] == 5 and summary["n_samples"] == summary["n_unique"] == 10_000
+    assert summary["n_duplicated"] == 0
     assert summary["mean_classes_present"] == 10 and summary["mean_effective_classes"] > 9.9
     table = part.stats.table()
     assert list(table.columns) == ["size", "classes_present", "effective_classes", "tv_distance"]

@@ -149,8 +149,35 @@ class HParams:
                 f"algorithm_params: unknown hyperparameter(s) {unknown} for '{algorithm}'; allowed: {allowed}"
             )
         hp = cls(**dict(values))
+        hp.check_types(algorithm)
         hp.validate()
         return hp
+
+    def check_types(self, algorithm: str = "") -> None:
+        """Raise ValueError naming the field when a value does not have its declared type.
+
+        Read from each field's annotation (``float``, ``int``, ``bool``, ``str``, ``X | None``):
+        a float field takes any real number but not a bool (``rho=True`` is a mistake, not 1.0), an
+        int field an integer but not a bool, a bool field only ``True``/``False``. This runs before
+        :meth:`validate`, whose range checks may then assume numbers.
+        """
+        kinds = (("float", "a number (not a bool)", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+                 ("int", "an integer (not a bool)", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                 ("bool", "True or False", lambda v: isinstance(v, bool)),
+                 ("str", "a string", lambda v: isinstance(v, str)))
+        for f in dataclasses.fields(self):
+            text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            declared = {part.strip() for part in text.split("|")}
+            value = getattr(self, f.name)
+            if value is None and "None" in declared:
+                continue
+            for kind, allowed, ok in kinds:
+                if kind in declared:
+                    if not ok(value):
+                        extra = " or None" if "None" in declared else ""
+                        raise ValueError(f"algorithm_params: {f.name}={value!r} for '{algorithm}' is invalid; "
+                                         f"allowed: {allowed}{extra}")
+                    break
 
     def validate(self) -> None:
         """Raise ValueError naming the field when a value is out of range (override per method)."""
@@ -194,6 +221,7 @@ class Algorithm:
         if isinstance(hparams, HParams):
             if overrides:
                 hparams = dataclasses.replace(hparams, **overrides)
+                hparams.check_types(self.name)
                 hparams.validate()
             self.hp = hparams
         else:

@@ -47,6 +47,15 @@ class PartitionStats:
         """How many clients hold no sample."""
         return int(self.empty_clients.size)
 
+    @property
+    def n_duplicated(self) -> int:
+        """Samples held more than once (``n_samples − n_unique``): 0 for a disjoint partition.
+
+        Overlapping clients are allowed by design (FL-Simulator re-uses images, and a partition file
+        may do the same); this count says so instead of hiding it.
+        """
+        return int(self.sizes.sum()) - int(self.n_unique)
+
     def summary(self) -> dict[str, float]:
         """Scalar overview; means of the TV distance skip empty clients (their TV is NaN)."""
         tv = self.tv_distance[np.isfinite(self.tv_distance)]
@@ -55,6 +64,7 @@ class PartitionStats:
             "n_empty": self.n_empty,
             "n_samples": int(self.sizes.sum()),
             "n_unique": int(self.n_unique),
+            "n_duplicated": self.n_duplicated,
             "min_size": int(self.sizes.min()),
             "max_size": int(self.sizes.max()),
             "size_gini": float(self.size_gini),

@@ -23,8 +23,6 @@ import dataclasses
 import gzip
 import hashlib
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -33,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..atomic import atomic_write_bytes
 from ..repro import data_root, numpy_generator
 
 __all__ = [
@@ -266,15 +265,8 @@ def _gunzip_from_debian(raw: Path, source: Path) -> str:
     try:
         raw.mkdir(parents=True, exist_ok=True)
         for f in missing:
-            fd, tmp = tempfile.mkstemp(dir=raw, prefix=f".{f}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as out, gzip.open(source / (f + ".gz"), "rb") as src:
-                    shutil.copyfileobj(src, out, length=1 << 20)
-                os.chmod(tmp, 0o644)  # mkstemp creates 0600; make it an ordinary readable data file
-                os.replace(tmp, raw / f)  # atomic: readers never see a half-written file
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            with gzip.open(source / (f + ".gz"), "rb") as src:
+                atomic_write_bytes(raw / f, src.read())  # readers never see a half-written file
     except (OSError, EOFError) as exc:
         return f"could not extract {source} into {raw}: {exc}"
     return ""

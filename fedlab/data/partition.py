@@ -34,7 +34,6 @@ import math
 import numbers
 import operator
 import os
-import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from fedlab.atomic import atomic_write_text
 from fedlab.data._partition_stats import PartitionStats, compute_stats
 from fedlab.repro import numpy_generator
 
@@ -150,26 +150,15 @@ class Partition:
     def to_json(self, path: str | os.PathLike) -> None:
         """Write ``{"scheme", "params", "n_classes", "clients": [[idx, ...], ...]}`` atomically.
 
-        The file is written to a temporary sibling and moved into place with ``os.replace``, so a
-        crash never leaves a truncated partition that a later run would load. One client per line
+        The file goes through :func:`fedlab.atomic.atomic_write_text` (temporary sibling, fsync,
+        rename), so a crash never leaves a truncated partition that a later run would load. One client per line
         keeps large files readable and diff-friendly while staying plain JSON.
         """
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         head = json.dumps({"scheme": self.scheme, "params": self.params, "n_classes": self.n_classes})
         clients = ",\n".join(json.dumps(ix.tolist()) for ix in self.client_indices)
         text = f'{head[:-1]}, "clients": [\n{clients}\n]}}\n'  # head without its closing brace
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a split file is meant to be shared
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, text)
 
     def __repr__(self) -> str:
         n = int(self.sizes.sum())
@@ -586,6 +575,9 @@ def from_file(
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not a UTF-8 text file ({exc})") from None
+    except OSError as exc:  # missing, a folder, unreadable: name the file, not a raw OS error
+        raise ValueError(f"partition file {path}: cannot be read ({exc.strerror or exc}); "
+                         "give partition_params['path'] an existing JSON file") from None
 
     source_scheme, source_params, file_classes = None, None, None
     if isinstance(data, dict) and "clients" in data:

@@ -1,7 +1,10 @@
 """The round loop: sample → broadcast → local work → upload → aggregate → evaluate → checkpoint.
 
-``run(config)`` is the entry point. It returns a finished run from disk without recomputing,
-resumes an unfinished one from its checkpoint, and otherwise starts from round 0. Every random
+``run(config)`` is the entry point. ``Simulation.build`` validates everything a run needs (device,
+runs_dir, dataset, partition file, client schedule, sampling feasibility) before anything is
+created on disk; ``Simulation.run`` then holds the run's lock (:meth:`fedlab.results.RunStore.lock`)
+while it returns a finished run from disk without recomputing (repairing its derived files from the
+checkpoint), resumes an unfinished one from its checkpoint, or starts from round 0. Every random
 choice draws from a generator derived from (seed, purpose, round, client), and every piece of state
 (server, clients) lives in the checkpoint, so a resumed run is bit-identical to an uninterrupted one.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,17 +28,17 @@ from tqdm import tqdm
 
 from fedlab import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
-from fedlab.config import Config, ConfigError
+from fedlab.config import Config, ConfigError, check_device_available
 from fedlab.data import Dataset, balanced_subset, load_dataset
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
-from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients
+from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
-from fedlab.results import RunResult, RunStore
+from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore, config_record
 
 
 def _numel(state: State) -> int:
@@ -94,6 +98,44 @@ def _load_theta0(module: torch.nn.Module, theta0: Tensor, model_name: str, datas
     return hashlib.sha256(flat.cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
 
 
+def check_runs_dir(root: Path) -> None:
+    """ConfigError unless ``root`` is (or can be created as) a writable folder; creates nothing."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"runs_dir={str(root)!r} is a file, not a folder; give runs_dir a folder")
+    existing = root.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"runs_dir={str(root)!r} cannot be created: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"runs_dir={str(root)!r} is not writable ({existing} denies writing); "
+                          "give runs_dir a folder you can write to")
+
+
+def load_run_schedule(config: Config) -> list[list[int]] | None:
+    """The validated client schedule of a ``sampling="schedule"`` config (ConfigError naming the file)."""
+    if config.sampling != "schedule":
+        return None
+    try:
+        return load_schedule(config.schedule_path, config.n_clients, config.rounds)  # eligibility: build()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_rounds_drawable(config: Config, schedule: list[list[int]] | None, eligible: np.ndarray) -> None:
+    """Draw every round's clients once, so an infeasible sampling fails before anything is written.
+
+    The draws are cheap (a few random numbers per round) and are exactly those the run will make.
+    """
+    for t in range(config.rounds):
+        try:
+            sample_clients(t, config.n_clients, config.participation, seed=config.seed, mode=config.sampling,
+                           schedule=schedule, eligible=eligible)
+        except RuntimeError as err:
+            raise ConfigError(f"participation={config.participation!r} with sampling={config.sampling!r} and "
+                              f"n_clients={config.n_clients}: {err} (round {t}); raise participation") from None
+
+
 @dataclass
 class TrainingState:
     """Everything that evolves during a run (and is checkpointed): server and client states."""
@@ -124,23 +166,28 @@ class Simulation:
     store: RunStore
     config_hash: str
     theta0_digest: str | None = None  # SHA-256 of a user-supplied θ₀ (None: θ₀ from the config's seed)
+    schedule: list[list[int]] | None = None  # the validated client schedule (sampling="schedule")
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None, theta0: Tensor | None = None) -> "Simulation":
-        """Everything a run needs. ``dataset``: tensors to train on instead of the config's dataset
-        (required for ``dataset="custom"``, see :func:`fedlab.data.from_tensors`); ``theta0``: the
-        initial global model as a flat vector of the model's d parameters (default: the model's
-        seeded initialisation).
+        """Validate and assemble a run; nothing is created on disk here (``run`` does that).
 
-        The run key is ``Config.hash`` over the partition fingerprint, the dataset's
-        :attr:`~fedlab.data.Dataset.digest` and, if given, a digest of θ₀, so a stored run is only
-        returned for the same data and the same start.
+        ``dataset``: tensors to train on instead of the config's dataset (required for
+        ``dataset="custom"``, see :func:`fedlab.data.from_tensors`); ``theta0``: the initial global
+        model as a flat vector of the model's d parameters (default: the model's seeded
+        initialisation). The run key is ``Config.hash`` over the partition fingerprint, the
+        dataset's :attr:`~fedlab.data.Dataset.digest`, a digest of θ₀ if given, and the client
+        schedule's contents, so a stored run is only returned for the same data, start and clients.
         """
         if dataset is None and config.dataset == "custom":
             raise ConfigError("dataset='custom' trains on tensors you supply: "
                               "fedlab.run(cfg, dataset=fedlab.data.from_tensors(x_train, y_train, x_test, y_test))")
+        check_device_available(config.device)
+        root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
+        check_runs_dir(root)
+        schedule = load_run_schedule(config)
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
@@ -150,10 +197,11 @@ class Simulation:
             theta0_digest = _load_theta0(module, theta0, config.model, dataset)
         model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
-        root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
         key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
-        store = RunStore.for_config(config, key, root)
-        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(key), theta0_digest)
+        digest = schedule_digest(schedule)
+        store = RunStore.for_config(config, key, root, digest)
+        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(key, digest), theta0_digest,
+                  schedule)
         sim.check_sampling()
         return sim
 
@@ -193,21 +241,17 @@ class Simulation:
         """Ids of the clients holding data: the only ones ever sampled (empty clients never are)."""
         return eligible_clients(self.partition.sizes)
 
-    @cached_property
-    def schedule(self) -> list[list[int]] | None:
-        c = self.config
-        if c.sampling != "schedule":
-            return None
-        return load_schedule(c.schedule_path, c.n_clients, c.rounds, eligible=self.eligible)
-
     def check_sampling(self) -> None:
-        """ConfigError, before anything is written, when no valid round can be drawn (empty clients)."""
+        """ConfigError, before anything is written, when some round cannot be drawn: too few clients
+        hold data, a schedule names an empty client, or Bernoulli draws come up empty."""
         c = self.config
         try:
             check_sampling(c.n_clients, c.participation, c.sampling, self.eligible)
-            _ = self.schedule
+            if self.schedule is not None:
+                load_schedule(c.schedule_path, c.n_clients, c.rounds, eligible=self.eligible)
         except ValueError as err:
             raise ConfigError(f"sampling: {err}") from None
+        check_rounds_drawable(c, self.schedule, self.eligible)
 
     def sample(self, t: int) -> np.ndarray:
         """The ids of the clients taking part in round t."""
@@ -299,26 +343,26 @@ class Simulation:
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
-        c, alg, store = self.config, self.algorithm, self.store
-        summary = store.read_summary()
-        if summary and summary.get("status") in ("finished", "diverged"):
-            ckpt = store.load_checkpoint(self.config_hash)
-            if ckpt is not None:
-                theta = alg.global_model(ckpt["server"])
-                return RunResult(c, store.read_metrics(), theta, summary["status"], store.dir, summary,
-                                 self.partition)
+        with self.store.lock(quiet=not progress):
+            return self._run_locked(progress, stop_after_rounds)
 
-        ckpt = store.load_checkpoint(self.config_hash)
-        if ckpt is None:
-            state = self.initial_state()
-            rows: list[dict[str, Any]] = []
-            store.write_config(c, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
-                                   "dataset_digest": self.dataset.digest, "theta0_digest": self.theta0_digest,
-                                   "fedlab_version": __version__,
-                                   "partition_summary": self.partition.stats.summary()})
-        else:
+    def _run_locked(self, progress: bool, stop_after_rounds: int | None) -> RunResult:
+        c, alg, store = self.config, self.algorithm, self.store
+        ckpt = store.load_checkpoint(self.config_hash)  # raises, touching nothing, if it is unusable
+        store.remove_orphans()  # no one else writes here while we hold the lock
+        if ckpt is not None:
+            rows: list[dict[str, Any]] = list(ckpt["rows"])
+            # The checkpoint is the record; the CSV and the summary are views that must agree with it.
+            store.repair_views(rows, self._summary(rows, ckpt["status"]), self._config_info())
+            if ckpt["status"] in TERMINAL_STATUSES:
+                theta = alg.global_model(ckpt["server"]).detach()
+                return RunResult(c, pd.DataFrame(rows), theta, ckpt["status"], store.dir,
+                                 self._summary(rows, ckpt["status"]), self.partition)
             state = self.state_from_checkpoint(ckpt)
-            rows = list(ckpt["rows"])
+        else:
+            state = self.initial_state()
+            rows = []
+            store.write_config(self._config_info())
         start = state.next_round
 
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
@@ -371,10 +415,10 @@ class Simulation:
                 ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
                             "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()}
                                         for i, s in sorted(state.client_states.items())},
-                            "rows": rows, "config_hash": self.config_hash, "theta0": state.theta0.cpu(),
-                            "version": __version__}
-                store.write_checkpoint(ckpt_obj)
-                store.write_progress(rows, self._summary(rows, status))
+                            "rows": rows, "status": status, "config_hash": self.config_hash,
+                            "theta0": state.theta0.cpu(), "version": __version__}
+                store.write_checkpoint(ckpt_obj)  # the record first, then the views derived from it
+                store.write_views(rows, self._summary(rows, status))
             if status != "running":
                 break
         bar.close()
@@ -382,6 +426,13 @@ class Simulation:
             raise RuntimeError("no round was run")
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
                          self._summary(rows, status), self.partition)
+
+    def _config_info(self) -> dict[str, Any]:
+        return config_record(self.config, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
+                                           "dataset_digest": self.dataset.digest,
+                                           "theta0_digest": self.theta0_digest,
+                                           "fedlab_version": __version__,
+                                           "partition_summary": self.partition.stats.summary()})
 
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
         accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]

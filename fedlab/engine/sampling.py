@@ -17,6 +17,7 @@ is refused. With every client non-empty the draws are exactly those of a sampler
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,25 +87,39 @@ def load_schedule(path: str | Path, n_clients: int, rounds: int, *,
                   eligible: np.ndarray | None = None) -> list[list[int]]:
     """Read and validate a client schedule: a JSON list of ≥ ``rounds`` non-empty lists of ids.
 
-    With ``eligible`` (the ids of the clients holding data) a round naming any other client is an
-    error that names the round and the client.
+    Ids must be JSON integers (``true``/``1.0`` are refused) in ``[0, n_clients)``, none repeated
+    within a round. With ``eligible`` (the ids of the clients holding data) a round naming any other
+    client is an error that names the round and the client. Every error is a ``ValueError`` naming
+    ``schedule_path`` and the file.
     """
+    where = f"schedule_path={str(path)!r}"
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"schedule_path: cannot read client schedule {path}: {err}") from None
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ValueError(f"{where}: cannot read the client schedule ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{where}: not a JSON file ({err})") from None
     if not isinstance(data, list) or len(data) < rounds:
-        raise ValueError(f"schedule_path: {path} must hold a list of at least {rounds} per-round id lists")
+        got = f"{len(data)} entries" if isinstance(data, list) else type(data).__name__
+        raise ValueError(f"{where}: must hold a JSON list of at least {rounds} per-round client-id lists "
+                         f"(got {got})")
     out = []
     for t, ids in enumerate(data[:rounds]):
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
-            raise ValueError(f"schedule_path: round {t} must be a non-empty list of integer client ids")
+        if not isinstance(ids, list) or not ids or not all(type(i) is int for i in ids):
+            raise ValueError(f"{where}: round {t} must be a non-empty list of integer client ids (got {ids!r})")
         if min(ids) < 0 or max(ids) >= n_clients or len(set(ids)) != len(ids):
-            raise ValueError(f"schedule_path: round {t} has ids outside [0, {n_clients}) or repeated ids")
+            raise ValueError(f"{where}: round {t} has ids outside [0, {n_clients}) or repeated ids ({ids!r})")
         if eligible is not None:
             empty = sorted(set(ids) - set(np.asarray(eligible).tolist()))
             if empty:
-                raise ValueError(f"schedule_path: round {t} names client {empty[0]}, which holds no data "
+                raise ValueError(f"{where}: round {t} names client {empty[0]}, which holds no data "
                                  "(empty clients are never sampled); remove it from the schedule")
         out.append(sorted(ids))
     return out
+
+
+def schedule_digest(schedule: list[list[int]] | None) -> str:
+    """SHA-256 of the rounds a run replays (the run key covers the schedule's contents, not its path)."""
+    if schedule is None:
+        return ""
+    return hashlib.sha256(json.dumps(schedule, separators=(",", ":")).encode()).hexdigest()

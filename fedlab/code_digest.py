@@ -1,0 +1,83 @@
+"""A digest of the code a run executes, for the run key (:meth:`fedlab.config.Config.hash`).
+
+A cached run is only valid for the code that produced it: an edited algorithm, a changed batch
+order or model initialisation must not return the old θ. The key therefore covers the source of the
+*numeric path* — the subpackages ``algorithms``, ``engine``, ``models``, ``data``, the module
+``config``, and the seed-derivation functions of ``repro`` (every random draw goes through them).
+
+What is hashed is the **abstract syntax tree** of each module, with every bare string statement
+(module, class, function and attribute docstrings) removed, not the bytes of the file. Comments and
+docstrings are not in the tree, and formatting (blank lines, line breaks, spacing) does not change
+it, so documentation edits keep every cached run and committed run record valid, while any change
+to a statement, expression, constant or name — anything that could change the numbers — gives a new
+key. Line numbers are excluded (``ast.dump`` without attributes). Deliberately *not* covered, as
+they never change a run's numbers: ``analysis/`` (reads finished runs), ``results``, ``cli``,
+``sweep``, ``plots``, the benchmarks, the rest of ``repro`` (paths, figures) and the notebooks. The
+versions of torch and numpy are not covered either (the key is per code base, not per machine).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+NUMERIC_PACKAGES = ("algorithms", "engine", "models", "data")
+NUMERIC_MODULES = ("config.py",)
+# repro.py also holds paths and figure helpers; only its generator derivation is on the numeric path.
+REPRO_FUNCTIONS = ("derive_seed", "torch_generator", "numpy_generator")
+
+
+class _DropDocstrings(ast.NodeTransformer):
+    """Remove bare string statements (docstrings); a body left empty gets a ``pass``."""
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if isinstance(body, list) and body and all(isinstance(s, ast.stmt) for s in body):
+                kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                                and isinstance(s.value.value, str))]
+                if not kept and name == "body":
+                    kept = [ast.Pass()]
+                setattr(node, name, kept)
+        return node
+
+
+def module_digest_text(source: str) -> str:
+    """``ast.dump`` of ``source`` without docstrings and without line numbers."""
+    return ast.dump(_DropDocstrings().visit(ast.parse(source)), include_attributes=False)
+
+
+def _repro_text(package: Path) -> str:
+    tree = ast.parse((package / "repro.py").read_text(encoding="utf-8"))
+    funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in REPRO_FUNCTIONS]
+    missing = set(REPRO_FUNCTIONS) - {f.name for f in funcs}
+    if missing:  # a rename must be reflected here, or the key would silently stop covering it
+        raise RuntimeError(f"fedlab.code_digest: repro.py lacks {sorted(missing)}")
+    return module_digest_text(ast.unparse(ast.Module(body=funcs, type_ignores=[])))
+
+
+def numeric_sources(package: Path = PACKAGE) -> list[Path]:
+    """The module files whose code enters the digest, in a fixed order."""
+    files = [package / m for m in NUMERIC_MODULES]
+    for pkg in NUMERIC_PACKAGES:
+        files += sorted((package / pkg).rglob("*.py"))
+    return files
+
+
+def package_digest(package: Path) -> str:
+    """SHA-256 (hex) over (relative path, docstring-free AST) of every numeric-path module of ``package``."""
+    h = hashlib.sha256()
+    for path in numeric_sources(package):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0")
+        h.update(module_digest_text(path.read_text(encoding="utf-8")).encode() + b"\0")
+    h.update(b"repro\0" + _repro_text(package).encode())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """:func:`package_digest` of this fedlab (computed once per process)."""
+    return package_digest(PACKAGE)
