@@ -1,4 +1,4 @@
-"""Command line: ``python -m fedlab run | algorithms | bench``.
+"""Command line: ``python -m fedlab run | algorithms | bench | claims | figures --dry-run``.
 
 Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
 their defaults. Algorithm hyperparameters go through repeated ``--param name=value``.
@@ -164,6 +164,30 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.bench_args)
 
 
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from fedlab.claims import claims_table, evaluate_claims, write_claims
+
+    verdicts = evaluate_claims()
+    table = claims_table(verdicts)
+    with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
+        print(table[["claim", "numbers", "verdict"]].to_string(index=False))
+    if args.write:
+        for path in write_claims(verdicts).values():
+            print(f"wrote {path}")
+    return 0
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from fedlab.budget import estimate, print_estimate
+
+    if not args.dry_run:
+        print("error: only `figures --dry-run` is implemented here; `make figures` runs the notebooks",
+              file=sys.stderr)
+        return 2
+    est = estimate(seeds=args.seeds, cores=args.cores, tune_rounds=args.tune_rounds, tune_splits=args.tune_splits)
+    return 0 if print_estimate(est, args.budget_hours) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -172,6 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    c = sub.add_parser("claims", help="evaluate the papers' claims (figures/claims.yaml) from committed results")
+    c.add_argument("--write", action="store_true", help="write figures/claims_cpu.md and figures/claims_cpu.csv")
+    f = sub.add_parser("figures", help="`--dry-run`: estimate the cpu profile's time (make figures) without training",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f.add_argument("--dry-run", action="store_true", help="print the per-notebook estimate; train nothing")
+    f.add_argument("--seeds", type=int, default=3, help="seeds per comparison")
+    f.add_argument("--cores", type=int, default=2, help="CPU cores (client_threads)")
+    f.add_argument("--tune-rounds", type=int, default=None, help="tuning horizon (default: notebook 10's rounds)")
+    f.add_argument("--tune-splits", type=int, default=3, help="splits tuned separately")
+    f.add_argument("--budget-hours", type=float, default=4.0, help="exit 1 if the estimate exceeds this")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
@@ -181,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(args)
         if args.command == "algorithms":
             return _cmd_algorithms(args)
+        if args.command == "claims":
+            return _cmd_claims(args)
+        if args.command == "figures":
+            return _cmd_figures(args)
         return _cmd_bench(args)
     except (ConfigError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -5,7 +5,7 @@ hyperparameters), the partition fingerprint and the fedlab version::
 
     config.json     the Config as given, plus hash, fingerprint and version
     metrics.csv     one row per round
-    summary.json    status (running | finished | diverged), final/best accuracy, timings
+    summary.json    status (running | finished | diverged | collapsed), final/best accuracy, timings
     checkpoint.pt   server state, client states, metric rows, next round (torch.save, weights_only load)
 
 Every write goes to a temporary file in the same folder and is moved into place with ``os.replace``,
@@ -27,6 +27,10 @@ import torch
 from torch import Tensor
 
 from fedlab.config import Config
+
+
+TERMINAL_STATUSES = frozenset({"finished", "diverged", "collapsed"})
+"""Statuses of a run that will not train further (a later ``run`` loads it instead of resuming)."""
 
 
 class CheckpointError(RuntimeError):

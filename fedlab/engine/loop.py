@@ -7,8 +7,10 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
+import weakref
 import time
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -33,7 +35,8 @@ from fedlab.engine.sampling import load_schedule, sample_clients
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
-from fedlab.results import RunResult, RunStore
+from fedlab.collapse import is_collapsed
+from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore
 
 
 def _numel(state: State) -> int:
@@ -48,11 +51,53 @@ def _cached_dataset(name: str, device: str, train_size: int | None, test_size: i
 
 
 def build_dataset(config: Config) -> Dataset:
-    """The config's dataset on its device (cached in-process: notebooks run many configs on one)."""
+    """The config's dataset on its device (cached in-process: notebooks run many configs on one).
+
+    With ``validation_size`` set, the returned dataset is :func:`hold_out_validation` of it: clients
+    train on the rest of the training set and the run is evaluated on the held-out part.
+    """
     # Subsets are drawn with seed 0 unless the config asks for per-seed data: the data a method
     # trains on should not change with the training seed.
-    return _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
+    full = _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
                            config.as_cifar_shape)
+    return hold_out_validation(full, config.validation_size)
+
+
+# datasets made by hold_out_validation → their size; and (source, size) → the split, to build it once
+_HELD_OUT: "weakref.WeakKeyDictionary[Dataset, int]" = weakref.WeakKeyDictionary()
+_SPLITS: "weakref.WeakKeyDictionary[Dataset, dict[int, Dataset]]" = weakref.WeakKeyDictionary()
+
+
+def hold_out_validation(dataset: Dataset, size: int | None) -> Dataset:
+    """The training/validation split used for hyperparameter selection (``Config.validation_size``).
+
+    ``size`` class-balanced training samples (drawn with seed 0, purpose ``"validation"``, so the
+    split does not move with the training seed) become the evaluation set (``x_test``/``y_test`` of
+    the result); the remaining training samples stay the training set that clients are partitioned
+    over. The test set of ``dataset`` is dropped, so nothing downstream can read it. ``size=None``
+    returns ``dataset`` unchanged; a dataset that already is such a split is returned as it is.
+    """
+    if size is None or dataset in _HELD_OUT:
+        return dataset
+    cached = _SPLITS.setdefault(dataset, {})
+    if size not in cached:
+        if dataset.natural_clients is not None:
+            raise ConfigError("validation_size: this dataset's natural clients index the whole training "
+                              "set; hold-out validation is not defined for it")
+        try:
+            keep_val = balanced_subset(dataset.y_train, size, seed=0, purpose="validation")
+        except ValueError as err:
+            raise ConfigError(f"validation_size={size}: {err}") from None
+        mask = np.ones(dataset.n_train, dtype=bool)
+        mask[keep_val] = False
+        dev = dataset.x_train.device
+        val = torch.as_tensor(keep_val, device=dev)
+        train = torch.as_tensor(np.flatnonzero(mask), device=dev)
+        split = dataclasses.replace(dataset, x_train=dataset.x_train[train], y_train=dataset.y_train[train],
+                                    x_test=dataset.x_train[val], y_test=dataset.y_train[val])
+        _HELD_OUT[split] = size
+        cached[size] = split
+    return cached[size]
 
 
 def build_partition(config: Config, dataset: Dataset) -> Partition:
@@ -105,10 +150,12 @@ class Simulation:
     config_hash: str
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
+    # a run absent from runs/ but committed under figures/records/ is loaded from there (without θ)
+    use_records: bool = field(default=True, init=False, repr=False)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None) -> "Simulation":
-        dataset = dataset if dataset is not None else build_dataset(config)
+        dataset = build_dataset(config) if dataset is None else hold_out_validation(dataset, config.validation_size)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
         model = FlatModel(module.to(config.device), channels_last=config.channels_last, amp=config.amp)
@@ -241,7 +288,13 @@ class Simulation:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
         c, alg, store = self.config, self.algorithm, self.store
         summary = store.read_summary()
-        if summary and summary.get("status") in ("finished", "diverged"):
+        if summary is None and self.use_records:
+            from fedlab.records import load_record
+
+            committed = load_record(store.dir.name, partition=self.partition)
+            if committed is not None:  # trained elsewhere and committed: no θ (see fedlab.records)
+                return committed
+        if summary and summary.get("status") in TERMINAL_STATUSES:
             ckpt = store.load_checkpoint(self.config_hash)
             if ckpt is not None:
                 theta = alg.global_model(ckpt["server"])
@@ -304,7 +357,7 @@ class Simulation:
             if diverged:
                 status = "diverged"
             elif t + 1 == c.rounds:
-                status = "finished"
+                status = "collapsed" if self._collapsed(rows) else "finished"
             boundary = status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end
             if boundary:
                 ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
@@ -322,6 +375,10 @@ class Simulation:
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
                          self._summary(rows, status), self.partition)
 
+    def _collapsed(self, rows: list[dict[str, Any]]) -> bool:
+        return is_collapsed([r["round"] for r in rows], [r["test_acc"] for r in rows], self.config.rounds,
+                            self.dataset.n_classes)
+
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
         accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]
         return {
@@ -335,6 +392,10 @@ class Simulation:
             "final_train_loss": rows[-1]["train_loss"] if math.isfinite(rows[-1]["train_loss"]) else None,
             "mean_round_seconds": float(np.mean([r["wall_seconds"] for r in rows])),
             "uplink_floats_total": int(sum(r["uplink_floats"] for r in rows)),
+            "n_params": self.model.dim,
+            "n_classes": self.dataset.n_classes,
+            # what "test_acc" was measured on: the held-out validation part of the training set when tuning
+            "eval_set": "validation" if self.config.validation_size is not None else "test",
             "config_hash": self.config_hash,
             "partition_fingerprint": self.partition.fingerprint,
             "fedlab_version": __version__,
@@ -342,10 +403,16 @@ class Simulation:
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
-        dataset: Dataset | None = None, **overrides: Any) -> RunResult:
+        dataset: Dataset | None = None, need_theta: bool = False, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
-    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``.
+    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. A run that is not in
+    ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.records`) is returned from the
+    record, with ``theta=None``: records keep config, metrics and summary, not the model. Pass
+    ``need_theta=True`` where the model itself is analysed (Hessians, landscapes); the run is then
+    trained (or loaded from ``runs/``) as usual.
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    return Simulation.build(config, dataset).run(progress=progress, stop_after_rounds=stop_after_rounds)
+    sim = Simulation.build(config, dataset)
+    sim.use_records = not need_theta
+    return sim.run(progress=progress, stop_after_rounds=stop_after_rounds)
