@@ -8,7 +8,8 @@ rest on, the rounds and local steps its cpu parameters ask for, and an estimate 
 with m = round(p·N) clients per round, K local steps, g the mean gradient evaluations per local step
 of the methods (2 for the SAM family, 1 otherwise; the algorithm registry), ``t_grad`` / ``t_fwd`` the
 per-sample costs of one gradient / one forward pass of the notebook's model, **measured here** in a
-short micro-benchmark at one thread, and n_eval the evaluated samples. Runs are counted from the
+short micro-benchmark at one thread (the fastest of several repetitions, so that other jobs on a
+shared machine do not inflate it; the estimate is therefore for quiet cores), and n_eval the evaluated samples. Runs are counted from the
 figures' sidecars (``config_hashes``), scaled from the seeds they used to ``seeds`` (default 3), and
 runs already committed as records (``figures/records/``) are subtracted. Tuning adds, per split, one
 run per point of each method's declared grid (:data:`fedlab.tuning.DEFAULT_GRIDS`) at the tuning
@@ -62,20 +63,21 @@ def measure_costs(model: str = "cnn", as_cifar_shape: bool = False, batch: int =
         x = torch.randn((batch, *shape), generator=gen)
         y = torch.randint(0, 10, (batch,), generator=gen)
         fm.autograd_grad_fn(theta, (x, y))  # warm-up
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fm.autograd_grad_fn(theta, (x, y))
-        t_grad = (time.perf_counter() - t0) / (reps * batch)
+        # the minimum over repetitions: on a shared machine the mean measures the other jobs too
+        t_grad = min(_timed(lambda: fm.autograd_grad_fn(theta, (x, y))) for _ in range(reps)) / batch
         xe = torch.randn((256, *shape), generator=gen)
         with torch.no_grad():
             fm.forward(theta, xe)
-            t0 = time.perf_counter()
-            for _ in range(max(1, reps // 2)):
-                fm.forward(theta, xe)
-        t_fwd = (time.perf_counter() - t0) / (max(1, reps // 2) * 256)
+            t_fwd = min(_timed(lambda: fm.forward(theta, xe)) for _ in range(max(2, reps // 2))) / 256
     finally:
         torch.set_num_threads(threads)
     return {"grad_per_sample": t_grad, "forward_per_sample": t_fwd}
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def _params(nb: str) -> dict[str, Any]:
@@ -166,7 +168,7 @@ def print_estimate(est: dict[str, Any], budget_hours: float = 4.0) -> bool:
     print(f"{'tuning (all methods × splits)':32s} {t['runs']:4d} runs                   T={t['rounds']:<4d}"
           f"       {t['seconds'] / 60:7.1f} min")
     for k, c in est["costs"].items():
-        print(f"measured {k}: {1e3 * c['grad_per_sample']:.3f} ms per sample-gradient, "
+        print(f"cost {k}: {1e3 * c['grad_per_sample']:.3f} ms per sample-gradient, "
               f"{1e3 * c['forward_per_sample']:.3f} ms per sample-forward (1 thread)")
     hours = est["total_seconds"] / 3600
     fits = hours <= budget_hours

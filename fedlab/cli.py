@@ -184,7 +184,12 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         print("error: only `figures --dry-run` is implemented here; `make figures` runs the notebooks",
               file=sys.stderr)
         return 2
-    est = estimate(seeds=args.seeds, cores=args.cores, tune_rounds=args.tune_rounds, tune_splits=args.tune_splits)
+    costs = None
+    if args.grad_ms is not None:  # a quiet-machine calibration instead of measuring on a busy one
+        fwd = args.forward_ms if args.forward_ms is not None else args.grad_ms / 3
+        costs = {"cnn": {"grad_per_sample": args.grad_ms / 1e3, "forward_per_sample": fwd / 1e3}}
+    est = estimate(seeds=args.seeds, cores=args.cores, tune_rounds=args.tune_rounds, tune_splits=args.tune_splits,
+                   costs=costs)
     return 0 if print_estimate(est, args.budget_hours) else 1
 
 
@@ -205,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--cores", type=int, default=2, help="CPU cores (client_threads)")
     f.add_argument("--tune-rounds", type=int, default=None, help="tuning horizon (default: notebook 10's rounds)")
     f.add_argument("--tune-splits", type=int, default=3, help="splits tuned separately")
+    f.add_argument("--grad-ms", type=float, default=None,
+                   help="ms per sample-gradient of the cnn instead of measuring it (README Benchmarks, quiet "
+                        "2-core machine: 2145 ms per FedAvg round / 3200 sample-gradients = 0.67)")
+    f.add_argument("--forward-ms", type=float, default=None, help="ms per sample-forward (default: grad-ms / 3)")
     f.add_argument("--budget-hours", type=float, default=4.0, help="exit 1 if the estimate exceeds this")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
