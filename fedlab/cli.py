@@ -135,7 +135,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"accuracy  final {fin:.4f}  best {best:.4f}" if fin is not None else "accuracy  n/a")
     print(f"time      {s['mean_round_seconds'] * 1000:.1f} ms per round")
     print(f"uplink    {s['uplink_floats_total']:,} floats in total")
-    return 0 if result.status == "finished" else 3
+    if result.status == "collapsed":
+        from fedlab.collapse import CHANCE_MARGIN
+
+        print(f"note      collapsed: the last quarter's accuracy stayed within {CHANCE_MARGIN} of chance")
+    # a collapsed run is a completed measurement (exit 0, status printed); a diverged one is an error
+    return 0 if result.status in ("finished", "collapsed") else 3
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
