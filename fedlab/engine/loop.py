@@ -7,10 +7,8 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
-import weakref
 import time
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -27,6 +25,7 @@ from fedlab import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
 from fedlab.config import Config, ConfigError
 from fedlab.data import Dataset, balanced_subset, load_dataset
+from fedlab.data.holdout import hold_out_validation
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
@@ -61,43 +60,6 @@ def build_dataset(config: Config) -> Dataset:
     full = _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
                            config.as_cifar_shape)
     return hold_out_validation(full, config.validation_size)
-
-
-# datasets made by hold_out_validation → their size; and (source, size) → the split, to build it once
-_HELD_OUT: "weakref.WeakKeyDictionary[Dataset, int]" = weakref.WeakKeyDictionary()
-_SPLITS: "weakref.WeakKeyDictionary[Dataset, dict[int, Dataset]]" = weakref.WeakKeyDictionary()
-
-
-def hold_out_validation(dataset: Dataset, size: int | None) -> Dataset:
-    """The training/validation split used for hyperparameter selection (``Config.validation_size``).
-
-    ``size`` class-balanced training samples (drawn with seed 0, purpose ``"validation"``, so the
-    split does not move with the training seed) become the evaluation set (``x_test``/``y_test`` of
-    the result); the remaining training samples stay the training set that clients are partitioned
-    over. The test set of ``dataset`` is dropped, so nothing downstream can read it. ``size=None``
-    returns ``dataset`` unchanged; a dataset that already is such a split is returned as it is.
-    """
-    if size is None or dataset in _HELD_OUT:
-        return dataset
-    cached = _SPLITS.setdefault(dataset, {})
-    if size not in cached:
-        if dataset.natural_clients is not None:
-            raise ConfigError("validation_size: this dataset's natural clients index the whole training "
-                              "set; hold-out validation is not defined for it")
-        try:
-            keep_val = balanced_subset(dataset.y_train, size, seed=0, purpose="validation")
-        except ValueError as err:
-            raise ConfigError(f"validation_size={size}: {err}") from None
-        mask = np.ones(dataset.n_train, dtype=bool)
-        mask[keep_val] = False
-        dev = dataset.x_train.device
-        val = torch.as_tensor(keep_val, device=dev)
-        train = torch.as_tensor(np.flatnonzero(mask), device=dev)
-        split = dataclasses.replace(dataset, x_train=dataset.x_train[train], y_train=dataset.y_train[train],
-                                    x_test=dataset.x_train[val], y_test=dataset.y_train[val])
-        _HELD_OUT[split] = size
-        cached[size] = split
-    return cached[size]
 
 
 def build_partition(config: Config, dataset: Dataset) -> Partition:
