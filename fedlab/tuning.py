@@ -127,7 +127,8 @@ class TuneResult:
         return _apply(self.base, self.best)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"algorithm": self.base.algorithm, "base": self.base.to_dict(), "grid": self.grid,
+        base = {k: v for k, v in self.base.to_dict().items() if k != "runs_dir"}  # a local path, not a setting
+        return {"algorithm": self.base.algorithm, "base": base, "grid": self.grid,
                 "best": self.best, "best_algorithm_params": self.best_config.algorithm_params,
                 "scores": json.loads(self.table.to_json(orient="records")),
                 "selection": "max mean validation accuracy over the last quarter of rounds; diverged and "
