@@ -63,6 +63,8 @@ def _payload(result: RunResult) -> dict[str, Any]:
         info = json.loads(config_file.read_text())
     else:  # a record of a record: its own config block
         info = {"config": result.config.to_dict(), "hash": result.summary.get("config_hash")}
+    # where the run lived on the machine that trained it is not part of the evidence (and not hashed)
+    info = {**info, "config": {**info["config"], "runs_dir": None}}
     metrics = result.metrics
     return {"key": Path(result.run_dir).name.removesuffix(SUFFIX), "config": info, "summary": result.summary,
             "metrics": {"columns": list(metrics.columns),

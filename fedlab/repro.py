@@ -214,7 +214,7 @@ def save_figure(
         from fedlab.records import write_records
 
         meta["records"] = write_records(runs, out / "records")
-        meta["configs"] = {key: {**r.config.to_dict(), "config_hash": r.summary.get("config_hash"),
+        meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
                                  "status": r.status} for key, r in zip(meta["records"], _unique(runs))}
         meta["dataset_checksums"] = {ds: dataset_checksums(ds) for ds in sorted({r.config.dataset for r in runs})}
         if not config_hashes:
