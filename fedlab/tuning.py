@@ -120,6 +120,7 @@ class TuneResult:
     grid: dict[str, list[Any]]
     table: pd.DataFrame  # one row per grid point: the point, score, final accuracy, status, run key
     best: dict[str, Any]  # the chosen point
+    protocol: dict[str, Any] = dataclasses.field(default_factory=dict)  # validation_size, rounds, seed
 
     @property
     def best_config(self) -> Config:
@@ -129,7 +130,7 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         base = {k: v for k, v in self.base.to_dict().items() if k != "runs_dir"}  # a local path, not a setting
         return {"algorithm": self.base.algorithm, "base": base, "grid": self.grid,
-                "best": self.best, "best_algorithm_params": self.best_config.algorithm_params,
+                "best": self.best, "protocol": self.protocol, "best_algorithm_params": self.best_config.algorithm_params,
                 "scores": json.loads(self.table.to_json(orient="records")),
                 "selection": "max mean validation accuracy over the last quarter of rounds; diverged and "
                              "collapsed points excluded; ties to the first point in grid order"}
@@ -180,4 +181,5 @@ def tune(base: Config, grid: Mapping[str, Sequence[Any]] | None = None, *, round
         raise RuntimeError(f"tune({base.algorithm}): every grid point diverged or collapsed:\n"
                            f"{table.to_string(index=False)}")
     best = points[int(usable["score"].idxmax())]
-    return TuneResult(base.replace(validation_size=None), {k: list(v) for k, v in grid.items()}, table, best)
+    return TuneResult(base.replace(validation_size=None), {k: list(v) for k, v in grid.items()}, table, best,
+                      {"validation_size": validation_size, "rounds": tuning.rounds, "seed": seed})

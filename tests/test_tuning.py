@@ -77,6 +77,7 @@ def test_tune_records_grid_scores_and_choice(tiny, tmp_path):
 
     saved = json.loads(paths["json"].read_text())
     assert saved["best"] == res.best and len(saved["scores"]) == 3
+    assert saved["protocol"] == {"validation_size": 200, "rounds": 4, "seed": 0}
     summary = json.loads((tmp_path / "rec" / res.table["run"][0] / "summary.json").read_text())
     assert summary["eval_set"] == "validation"
 
