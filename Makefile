@@ -10,7 +10,7 @@ NB_OUT := runs/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
 
-.PHONY: venv data run test test-unit test-notebooks test-papermill book lab figures bench bench-speed bench-amp clean-runs
+.PHONY: venv data run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -84,6 +84,14 @@ figures: venv data
 	  $(PY) -m papermill $$nb runs/figures/$$base.ipynb -f $$params $$threads -k python3 --cwd notebooks \
 	    --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
 	done
+
+# What `make figures` would cost (runs x rounds x measured per-round cost, minus committed records),
+# and the papers' claims evaluated from the committed results (writes figures/claims_cpu.{md,csv}).
+figures-dry-run: venv
+	OMP_NUM_THREADS=1 $(PY) -m fedlab figures --dry-run
+
+claims: venv
+	$(PY) -m fedlab claims --write
 
 bench: venv data
 	$(PY) -m fedlab bench --algorithms all

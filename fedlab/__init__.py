@@ -22,10 +22,12 @@ from fedlab.data.partition import PARTITIONERS, Partition, make_partition  # noq
 from fedlab.engine import Simulation, run  # noqa: E402
 from fedlab.models import MODELS, FlatModel, build_model  # noqa: E402
 from fedlab.results import CheckpointError, RunResult  # noqa: E402
+from fedlab.tuning import TuneResult, tune  # noqa: E402
 from fedlab import sweep  # noqa: E402  (the module: fedlab.sweep.sweep(...), fedlab.sweep.summary_table(...))
 
 __all__ = [
     "ALGORITHMS", "Algorithm", "CheckpointError", "Config", "ConfigError", "DATASETS", "Dataset",
     "FEDLAB_SAM_MARKER", "FlatModel", "MODELS", "PARTITIONERS", "Partition", "RunResult", "Simulation",
-    "__version__", "build_model", "get_algorithm", "load_dataset", "make_partition", "run", "sweep",
+    "TuneResult", "__version__", "build_model", "get_algorithm", "load_dataset", "make_partition", "run", "sweep",
+    "tune",
 ]

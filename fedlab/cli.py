@@ -1,4 +1,4 @@
-"""Command line: ``python -m fedlab run | algorithms | bench | flower-sim``.
+"""Command line: ``python -m fedlab run | algorithms | bench | flower-sim | claims | figures --dry-run``.
 
 Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
 their defaults. Algorithm hyperparameters go through repeated ``--param name=value``. Options must be
@@ -21,9 +21,9 @@ from fedlab.data.datasets import DatasetNotFoundError
 from fedlab.results import CheckpointError
 
 EXIT_CODES: dict[int, str] = {
-    0: "the run finished (or was loaded finished from runs/)",
+    0: "the run finished or collapsed (a completed measurement; the status line says which), or was loaded so",
     2: "invalid input: a config value, hyperparameter, schedule or partition file (the message names it)",
-    3: "the run ended without finishing: diverged, collapsed, or stopped early",
+    3: "the run ended without finishing: diverged, or stopped early",
     4: "a run file is corrupted or belongs to another run (CheckpointError; nothing was changed)",
     5: "the dataset is not on disk and could not be downloaded",
     6: "a file system error (a path that cannot be read or written)",
@@ -180,7 +180,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"accuracy  final {fin:.4f}  best {best:.4f}" if fin is not None else "accuracy  n/a")
     print(f"time      {s['mean_round_seconds'] * 1000:.1f} ms per round")
     print(f"uplink    {s['uplink_floats_total']:,} floats in total")
-    return 0 if result.status == "finished" else 3
+    if result.status == "collapsed":
+        from fedlab.collapse import CHANCE_MARGIN
+
+        print(f"note      collapsed: the last quarter's accuracy stayed within {CHANCE_MARGIN} of chance")
+    # a collapsed run is a completed measurement (exit 0, status printed); a diverged one is an error
+    return 0 if result.status in ("finished", "collapsed") else 3
 
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
@@ -266,8 +271,37 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.bench_args)
 
 
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from fedlab.claims import claims_table, evaluate_claims, write_claims
+
+    verdicts = evaluate_claims()
+    table = claims_table(verdicts)
+    with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
+        print(table[["claim", "numbers", "verdict"]].to_string(index=False))
+    if args.write:
+        for path in write_claims(verdicts).values():
+            print(f"wrote {path}")
+    return 0
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from fedlab.budget import estimate, print_estimate
+
+    if not args.dry_run:
+        print("error: only `figures --dry-run` is implemented here; `make figures` runs the notebooks",
+              file=sys.stderr)
+        return 2
+    costs = None
+    if args.grad_ms is not None:  # a quiet-machine calibration instead of measuring on a busy one
+        fwd = args.forward_ms if args.forward_ms is not None else args.grad_ms / 3
+        costs = {"cnn": {"grad_per_sample": args.grad_ms / 1e3, "forward_per_sample": fwd / 1e3}}
+    est = estimate(seeds=args.seeds, cores=args.cores, tune_rounds=args.tune_rounds, tune_splits=args.tune_splits,
+                   costs=costs)
+    return 0 if print_estimate(est, args.budget_hours) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m fedlab`` parser (``run``, ``algorithms``, ``bench``, ``flower-sim``)."""
+    """The ``python -m fedlab`` parser (run, algorithms, bench, claims, figures, flower-sim)."""
     parser = _Parser(prog="python -m fedlab", description=__doc__.splitlines()[0],
                      allow_abbrev=False, epilog=_exit_code_text())
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
@@ -278,6 +312,22 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    c = sub.add_parser("claims", allow_abbrev=False,
+                       help="evaluate the papers' claims (figures/claims.yaml) from committed results")
+    c.add_argument("--write", action="store_true", help="write figures/claims_cpu.md and figures/claims_cpu.csv")
+    f = sub.add_parser("figures", allow_abbrev=False,
+                       help="`--dry-run`: estimate the cpu profile's time (make figures) without training",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f.add_argument("--dry-run", action="store_true", help="print the per-notebook estimate; train nothing")
+    f.add_argument("--seeds", type=int, default=3, help="seeds per comparison")
+    f.add_argument("--cores", type=int, default=2, help="CPU cores (client_threads)")
+    f.add_argument("--tune-rounds", type=int, default=None, help="tuning horizon (default: notebook 10's rounds)")
+    f.add_argument("--tune-splits", type=int, default=3, help="splits tuned separately")
+    f.add_argument("--grad-ms", type=float, default=None,
+                   help="ms per sample-gradient of the cnn instead of measuring it (README Benchmarks, quiet "
+                        "2-core machine: 2145 ms per FedAvg round / 3200 sample-gradients = 0.67)")
+    f.add_argument("--forward-ms", type=float, default=None, help="ms per sample-forward (default: grad-ms / 3)")
+    f.add_argument("--budget-hours", type=float, default=4.0, help="exit 1 if the estimate exceeds this")
     _add_flower_parser(sub)
     return parser
 
@@ -295,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_algorithms(args)
         if args.command == "flower-sim":
             return _cmd_flower_sim(args)
+        if args.command == "claims":
+            return _cmd_claims(args)
+        if args.command == "figures":
+            return _cmd_figures(args)
         return _cmd_bench(args)
     except tuple(cls for cls, _ in _ERRORS) as err:
         if args.debug:

@@ -76,6 +76,7 @@ class Config:
     model: str = "cnn"
     train_size: int | None = None  # class-balanced subset of the training set (None = all)
     test_size: int | None = None  # class-balanced subset of the test set (None = all)
+    validation_size: int | None = None  # hold out this many training samples and evaluate on them (tuning)
     as_cifar_shape: bool = False  # pad 28×28 → 32×32 and repeat channels (lenet5/ResNets on FMNIST)
     augment: bool | None = None  # None = the dataset's default (crop+flip for CIFAR)
     crop_prob: float = 1.0  # probability that a sample is randomly cropped (FL-Simulator: 0.5)
@@ -169,6 +170,9 @@ class Config:
             raise ConfigError("partition_params['path'] is required for partition='file'")
         if self.partition == "natural" and self.dataset != "synthetic":
             raise bad("partition", "'natural' only for dataset='synthetic'")
+        if self.validation_size is not None and self.partition == "natural":
+            raise ConfigError("validation_size needs a partition of the pooled training set; the 'natural' "
+                              "partition's clients index the whole training set (use validation_size=None)")
         if self.sampling == "schedule" and not self.schedule_path:
             raise ConfigError("schedule_path is required for sampling='schedule'")
         if self.local_steps is not None and self.local_epochs is not None:
@@ -185,7 +189,7 @@ class Config:
                 raise bad(name, "an integer ≥ 1")
         if not isinstance(self.crop_padding, int) or isinstance(self.crop_padding, bool) or self.crop_padding < 0:
             raise bad("crop_padding", "an integer ≥ 0 (pixels of zero padding per side)")
-        for name in ("train_size", "test_size", "eval_subsample", "local_steps", "local_epochs"):
+        for name in ("train_size", "test_size", "validation_size", "eval_subsample", "local_steps", "local_epochs"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise bad(name, "None or an integer ≥ 1")

@@ -1,7 +1,9 @@
 """The house plot style and a few plotting helpers shared by the notebooks.
 
 One colour per method, fixed across every figure, so a reader can follow FedVSSAM from notebook to
-notebook; light grid, no top/right spines, labelled axes.
+notebook; light grid, no top/right spines, labelled axes. Collapsed runs (:mod:`fedlab.collapse`) are drawn
+distinctly — thin dotted line, "(collapsed)" in the legend — and :func:`status_note` names them for
+the caption, so a run at chance never passes for a flat, well-trained model.
 """
 from __future__ import annotations
 
@@ -45,14 +47,53 @@ def method_color(name: str) -> str:
     return METHOD_COLORS.get(name, "#333333")
 
 
+COLLAPSED_STYLE = {"linestyle": ":", "linewidth": 1.0, "alpha": 0.8}
+"""How a collapsed run's line differs from a finished one's (same method colour)."""
+DIVERGED_STYLE = {"linestyle": "-.", "linewidth": 1.0, "alpha": 0.8}
+
+
+def status_style(status: str) -> dict[str, Any]:
+    """Extra line properties for a run's status (empty for ``finished``)."""
+    return {"collapsed": COLLAPSED_STYLE, "diverged": DIVERGED_STYLE}.get(status, {})
+
+
+def status_label(label: str, status: str) -> str:
+    """``label`` with ``" (collapsed)"`` / ``" (diverged)"`` appended when the run did not finish normally."""
+    return label if status in ("finished", "running") else f"{label} ({status})"
+
+
+def status_note(results: Iterable[Any]) -> str:
+    """A caption sentence naming the collapsed and diverged runs (``""`` when there are none)."""
+    parts = []
+    for status in ("collapsed", "diverged"):
+        names = sorted({method_label(r.label) for r in results if r.status == status}, key=str)
+        if names:
+            parts.append(f"{status} ({'stayed at chance' if status == 'collapsed' else 'non-finite loss'}, "
+                         f"dotted): {', '.join(names)}")
+    return ("Not comparable — " + "; ".join(parts) + ".") if parts else ""
+
+
+def curve_data(results: Iterable[Any], metric: str = "test_acc") -> pd.DataFrame:
+    """The tidy table a curve figure plots: one row per (run, evaluated round), with the run's status."""
+    frames = []
+    for res in results:
+        df = res.metrics[["round", metric]].dropna()
+        frames.append(df.assign(label=res.label, algorithm=res.config.algorithm, seed=res.config.seed,
+                                status=res.status))
+    return pd.concat(frames, ignore_index=True)[["label", "algorithm", "seed", "status", "round", metric]]
+
+
 def plot_curves(ax: plt.Axes, results: Iterable[Any], metric: str = "test_acc", *,
                 labels: Sequence[str] | None = None, smooth: int = 1) -> plt.Axes:
-    """One line per RunResult of ``metric`` against round (NaN rows, i.e. rounds without eval, dropped)."""
+    """One line per RunResult of ``metric`` against round (NaN rows, i.e. rounds without eval, dropped).
+
+    Collapsed and diverged runs get :func:`status_style` and a status suffix in the legend.
+    """
     for j, res in enumerate(results):
         df = res.metrics[["round", metric]].dropna()
         y = df[metric].rolling(smooth, min_periods=1).mean() if smooth > 1 else df[metric]
-        label = labels[j] if labels else method_label(res.label)
-        ax.plot(df["round"], y, label=label, color=method_color(res.config.algorithm))
+        label = status_label(labels[j] if labels else method_label(res.label), res.status)
+        ax.plot(df["round"], y, label=label, color=method_color(res.config.algorithm), **status_style(res.status))
     ax.set_xlabel("round")
     ax.set_ylabel(metric.replace("_", " "))
     ax.legend()

@@ -16,7 +16,10 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
+
+    from fedlab.results import RunResult
 
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 """The repository root (notebooks resolve every path from here, never from the cwd)."""
@@ -83,6 +86,70 @@ def package_versions() -> dict[str, str]:
             "pandas": pandas.__version__, "matplotlib": matplotlib.__version__}
 
 
+def environment() -> dict[str, object]:
+    """Where a figure was made: python, OS, CPU, core and thread counts."""
+    import platform
+    import sys
+
+    return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
+            "os": platform.platform(), "machine": platform.machine(), "cpu": _cpu_name(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+_CHECKSUMS: dict[str, dict[str, str]] = {}
+
+
+def dataset_checksums(name: str) -> dict[str, str]:
+    """SHA-256 of the files a dataset is read from (``{}`` for generated data; cached per process)."""
+    if name not in _CHECKSUMS:
+        root = data_root()
+        if name == "fmnist":
+            files = sorted((root / "FashionMNIST" / "raw").glob("*-ubyte"))
+        elif name == "cifar10":
+            files = sorted((root / "cifar-10-batches-py").glob("*"))
+        elif name == "cifar100":
+            files = sorted((root / "cifar-100-python").glob("*"))
+        elif name == "digits":
+            import sklearn.datasets
+
+            files = sorted((Path(sklearn.datasets.__file__).parent / "data").glob("digits.csv*"))
+        else:  # synthetic: generated from the seed
+            files = []
+        sums = {}
+        for f in files:
+            digest = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+            sums[f.name] = digest.hexdigest()
+        _CHECKSUMS[name] = sums
+    return _CHECKSUMS[name]
+
+
+def _frames(data: "pd.DataFrame | dict[str, pd.DataFrame]") -> "pd.DataFrame":
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        return data
+    if isinstance(data, dict) and all(isinstance(v, pd.DataFrame) for v in data.values()):
+        return pd.concat([v.assign(panel=k) for k, v in data.items()], ignore_index=True)
+    raise TypeError("save_figure(data=...) takes a DataFrame or a dict of panel name → DataFrame, "
+                    f"got {type(data).__name__}")
+
+
 def save_figure(
     fig: Figure,
     name: str,
@@ -93,12 +160,21 @@ def save_figure(
     parameters: dict | None = None,
     config_hashes: list[str] | None = None,
     out_dir: str | Path | None = None,
+    data: "pd.DataFrame | dict[str, pd.DataFrame] | None" = None,
+    runs: "list[RunResult] | None" = None,
 ) -> dict[str, Path]:
     """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
 
     Figures of the citable profiles (``cpu``, ``paper``) go to ``figures/`` and are indexed in
     ``figures/README.md``; ``ci``-profile figures go to ``figures/_scratch/`` (not committed), so a
     quick check never overwrites a citable figure.
+
+    ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
+    ``name.csv``. ``runs`` — the runs behind the figure — are committed as records
+    (:mod:`fedlab.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
+    full configs, so the figure can be re-plotted and every number checked without training. The
+    sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
+    fedlab version, the commit and the command line of the process.
     """
     import datetime
     import json
@@ -111,6 +187,7 @@ def save_figure(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"png": out / f"{name}.png", "pdf": out / f"{name}.pdf", "json": out / f"{name}.json"}
+    table = _frames(data) if data is not None else None
     fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None,
                                                              "Producer": None})
@@ -130,11 +207,38 @@ def save_figure(
         "packages": package_versions(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
+        "argv": list(__import__("sys").argv),
+        "environment": environment(),
     }
+    if runs:
+        from fedlab.records import write_records
+
+        meta["records"] = write_records(runs, out / "records")
+        meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
+                                 "status": r.status} for key, r in zip(meta["records"], _unique(runs))}
+        meta["dataset_checksums"] = {ds: dataset_checksums(ds) for ds in sorted({r.config.dataset for r in runs})}
+        if not config_hashes:
+            meta["config_hashes"] = [r.summary.get("config_hash") for r in _unique(runs)]
+        meta["collapsed"] = [k for k, r in zip(meta["records"], _unique(runs)) if r.status == "collapsed"]
+    if table is not None:
+        paths["csv"] = out / f"{name}.csv"
+        table.to_csv(paths["csv"], index=False, float_format="%.6g")
+        meta["data"] = f"{name}.csv"
     paths["json"].write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     if out.resolve() == FIGURES_DIR.resolve():
         write_figure_index(FIGURES_DIR)
     return paths
+
+
+def _unique(runs: "list[RunResult]") -> "list[RunResult]":
+    seen: set[str] = set()
+    out = []
+    for r in runs:
+        key = Path(r.run_dir).name
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
 
 
 def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:

@@ -74,6 +74,10 @@ _REQUIRED = frozenset({"format", "next_round", "server", "clients", "rows", "sta
                        "theta0", "digest"})
 
 
+TERMINAL_STATUSES = frozenset({"finished", "diverged", "collapsed"})
+"""Statuses of a run that will not train further (a later ``run`` loads it instead of resuming)."""
+
+
 class CheckpointError(RuntimeError):
     """A run file exists but cannot be used; the message names the file and what to do."""
 

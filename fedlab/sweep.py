@@ -35,6 +35,7 @@ import pandas as pd
 
 from fedlab.config import Config, ConfigError
 from fedlab.results import RunResult
+from fedlab.uncertainty import mean_interval
 
 __all__ = ["expand_grid", "rounds_to_target", "summary_table", "sweep"]
 
@@ -130,7 +131,8 @@ def _short(value: Any) -> Any:
 
 def _uplink_per_client(res: RunResult, column: str) -> float:
     """Mean floats one client sends (or receives) per round, in units of the model size d."""
-    d = int(res.theta.numel())
+    # records (fedlab.records) carry no θ, but their summary has the model size
+    d = int(res.theta.numel()) if res.theta is not None else int(res.summary["n_params"])
     m = res.metrics
     return float((m[column] / (m["n_sampled"] * d)).mean())
 
@@ -140,15 +142,21 @@ def summary_table(results: Iterable[RunResult], target: float | None = None) -> 
 
     Columns: the config fields that vary between groups (always ``algorithm``), then
 
-    * ``n_seeds``; ``final_acc_mean`` and ``final_acc_std`` — the last evaluated test accuracy, mean
-      and sample standard deviation (ddof = 1; NaN with a single seed) over seeds;
-    * ``best_acc`` — the best evaluated test accuracy, averaged over seeds;
+    * ``n_seeds``; ``n_collapsed`` and ``n_diverged`` — seeds whose run collapsed to chance
+      (:mod:`fedlab.collapse`) or diverged; they are **not** averaged into the accuracy columns;
+    * ``final_acc_mean``, ``final_acc_std`` and ``final_acc_ci95`` — the last evaluated test accuracy
+      over the *finished* seeds: mean, sample standard deviation (ddof = 1) and the half-width of the
+      95 % Student-t interval (:func:`fedlab.uncertainty.mean_interval`; NaN with one finished seed,
+      all NaN with none), and ``final_acc_seeds`` — every seed's value (collapsed ones included) as
+      ``seed:value`` pairs;
+    * ``best_acc`` — the best evaluated test accuracy, averaged over the finished seeds;
     * ``rounds_to_target`` — mean over seeds of :func:`rounds_to_target` (NaN if *any* seed never
       reaches ``target``; the papers' "–"), and ``reached`` — how many seeds did (only with ``target``);
     * ``uplink_x_d`` / ``downlink_x_d`` — floats one client sends / receives per round divided by the
       model size d (FedAvg: 1 and 1; SCAFFOLD: 2 and 2), taken from the metrics;
     * ``sec_per_round`` — mean wall seconds per round (as measured when the run was trained);
-    * ``status`` — ``finished`` if every seed finished, else the statuses of the seeds joined by ``/``.
+    * ``status`` — ``finished`` if every seed finished, else the statuses of the seeds joined by ``/``
+      (e.g. ``finished/collapsed/finished``).
 
     Accuracies are fractions in [0, 1], as in the metrics.
     """
@@ -165,13 +173,19 @@ def summary_table(results: Iterable[RunResult], target: float | None = None) -> 
         varying.insert(0, "algorithm")
     rows = []
     for grp, cfg in zip(groups.values(), configs):
-        finals = np.array([r.final_accuracy for r in grp], dtype=float)
-        bests = np.array([r.metrics["test_acc"].max() for r in grp], dtype=float)
+        ok = [r for r in grp if r.status == "finished"]
+        finals = np.array([r.final_accuracy for r in ok], dtype=float)
+        bests = np.array([r.metrics["test_acc"].max() for r in ok], dtype=float)
         row: dict[str, Any] = {name: _short(cfg[name]) for name in varying}
         row["n_seeds"] = len(grp)
-        row["final_acc_mean"] = float(finals.mean())
-        row["final_acc_std"] = float(finals.std(ddof=1)) if len(grp) > 1 else float("nan")
-        row["best_acc"] = float(bests.mean())
+        row["n_collapsed"] = sum(r.status == "collapsed" for r in grp)
+        row["n_diverged"] = sum(r.status == "diverged" for r in grp)
+        est = mean_interval(finals) if len(ok) and np.isfinite(finals).all() else None
+        row["final_acc_mean"] = est.mean if est else float("nan")
+        row["final_acc_std"] = float(finals.std(ddof=1)) if len(ok) > 1 else float("nan")
+        row["final_acc_ci95"] = est.half_width if est else float("nan")
+        row["final_acc_seeds"] = " ".join(f"{r.config.seed}:{r.final_accuracy:.4f}" for r in grp)
+        row["best_acc"] = float(bests.mean()) if len(ok) else float("nan")
         if target is not None:
             hits = np.array([rounds_to_target(r.metrics, target) for r in grp], dtype=float)
             row["rounds_to_target"] = float(hits.mean()) if not np.isnan(hits).any() else float("nan")

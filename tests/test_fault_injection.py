@@ -30,7 +30,7 @@ NUMBERS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_dista
            "downlink_floats", "n_sampled"]
 ROUNDS = 4
 BASE = dict(algorithm="scaffold", dataset="digits", model="cnn", n_clients=8, participation=0.5, rounds=ROUNDS,
-            local_steps=2, batch_size=16, lr=0.05, alpha=0.5, eval_every=1, checkpoint_every=1)
+            local_steps=4, batch_size=16, lr=0.1, alpha=0.5, eval_every=1, checkpoint_every=1)  # trains above chance
 
 
 class Killed(BaseException):

@@ -12,7 +12,7 @@ from fedlab.sweep import expand_grid, rounds_to_target, summary_table, sweep
 
 
 def test_sweep_two_algorithms_two_seeds(tiny):
-    base = tiny(rounds=2, eval_every=1)
+    base = tiny(rounds=6, eval_every=1, lr=0.1)  # long enough to leave chance (else "collapsed")
     runs = sweep(base, {"algorithm": ["fedavg", "scaffold"]}, seeds=[0, 1], progress=False)
     assert [(r.config.algorithm, r.config.seed) for r in runs] == [
         ("fedavg", 0), ("fedavg", 1), ("scaffold", 0), ("scaffold", 1)]
@@ -75,7 +75,7 @@ def test_rounds_to_target_on_a_hand_made_frame():
 
 
 def test_summary_table_groups_seeds_and_marks_unreached(tiny):
-    base = tiny(rounds=2, eval_every=1)
+    base = tiny(rounds=6, eval_every=1, lr=0.1)  # long enough to leave chance (else "collapsed")
     runs = sweep(base, {"algorithm": ["fedavg"]}, seeds=[0], progress=False)
     table = summary_table(runs, target=1.0)
     assert len(table) == 1 and table["n_seeds"].iloc[0] == 1

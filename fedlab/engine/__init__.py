@@ -1,7 +1,7 @@
 """The simulation engine: client sampling, local work, aggregation, evaluation, resume."""
-from fedlab.engine.loop import Simulation, build_dataset, build_partition, run
+from fedlab.engine.loop import Simulation, build_dataset, build_partition, hold_out_validation, run
 from fedlab.engine.sampling import load_schedule, sample_clients
 from fedlab.engine.schedule import learning_rate
 
-__all__ = ["Simulation", "build_dataset", "build_partition", "learning_rate", "load_schedule", "run",
+__all__ = ["Simulation", "build_dataset", "build_partition", "hold_out_validation", "learning_rate", "load_schedule", "run",
            "sample_clients"]

@@ -30,6 +30,7 @@ from fedlab import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
 from fedlab.config import Config, ConfigError, check_device_available
 from fedlab.data import Dataset, balanced_subset, load_dataset
+from fedlab.data.holdout import hold_out_validation
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
@@ -38,6 +39,7 @@ from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedu
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
 from fedlab.repro import REPO_ROOT, torch_generator
+from fedlab.collapse import is_collapsed
 from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore, config_record
 
 
@@ -53,11 +55,16 @@ def _cached_dataset(name: str, device: str, train_size: int | None, test_size: i
 
 
 def build_dataset(config: Config) -> Dataset:
-    """The config's dataset on its device (cached in-process: notebooks run many configs on one)."""
+    """The config's dataset on its device (cached in-process: notebooks run many configs on one).
+
+    With ``validation_size`` set, the returned dataset is :func:`hold_out_validation` of it: clients
+    train on the rest of the training set and the run is evaluated on the held-out part.
+    """
     # Subsets are drawn with seed 0 unless the config asks for per-seed data: the data a method
     # trains on should not change with the training seed.
-    return _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
+    full = _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
                            config.as_cifar_shape)
+    return hold_out_validation(full, config.validation_size)
 
 
 def build_partition(config: Config, dataset: Dataset) -> Partition:
@@ -169,6 +176,8 @@ class Simulation:
     schedule: list[list[int]] | None = None  # the validated client schedule (sampling="schedule")
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
+    # a run absent from runs/ but committed under figures/records/ is loaded from there (without θ)
+    use_records: bool = field(default=True, init=False, repr=False)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None, theta0: Tensor | None = None) -> "Simulation":
@@ -188,7 +197,7 @@ class Simulation:
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
         check_runs_dir(root)
         schedule = load_run_schedule(config)
-        dataset = dataset if dataset is not None else build_dataset(config)
+        dataset = build_dataset(config) if dataset is None else hold_out_validation(dataset, config.validation_size)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
         module = module.to(config.device)
@@ -343,6 +352,14 @@ class Simulation:
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
+        if self.use_records and not self.store.checkpoint_path.exists():
+            from fedlab.records import load_record
+
+            # trained elsewhere and committed (no θ, see fedlab.records): read-only, so no lock and
+            # nothing is created under runs/
+            committed = load_record(self.store.dir.name, partition=self.partition)
+            if committed is not None:
+                return committed
         with self.store.lock(quiet=not progress):
             return self._run_locked(progress, stop_after_rounds)
 
@@ -409,7 +426,7 @@ class Simulation:
             if diverged:
                 status = "diverged"
             elif t + 1 == c.rounds:
-                status = "finished"
+                status = "collapsed" if self._collapsed(rows) else "finished"
             boundary = status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end
             if boundary:
                 ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
@@ -434,6 +451,10 @@ class Simulation:
                                            "fedlab_version": __version__,
                                            "partition_summary": self.partition.stats.summary()})
 
+    def _collapsed(self, rows: list[dict[str, Any]]) -> bool:
+        return is_collapsed([r["round"] for r in rows], [r["test_acc"] for r in rows], self.config.rounds,
+                            self.dataset.n_classes)
+
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
         accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]
         return {
@@ -447,6 +468,10 @@ class Simulation:
             "final_train_loss": rows[-1]["train_loss"] if math.isfinite(rows[-1]["train_loss"]) else None,
             "mean_round_seconds": float(np.mean([r["wall_seconds"] for r in rows])),
             "uplink_floats_total": int(sum(r["uplink_floats"] for r in rows)),
+            "n_params": self.model.dim,
+            "n_classes": self.dataset.n_classes,
+            # what "test_acc" was measured on: the held-out validation part of the training set when tuning
+            "eval_set": "validation" if self.config.validation_size is not None else "test",
             "config_hash": self.config_hash,
             "partition_fingerprint": self.partition.fingerprint,
             "fedlab_version": __version__,
@@ -454,12 +479,20 @@ class Simulation:
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
-        dataset: Dataset | None = None, theta0: Tensor | None = None, **overrides: Any) -> RunResult:
+        dataset: Dataset | None = None, theta0: Tensor | None = None, need_theta: bool = False,
+        **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
     ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. Your own data and
     start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
     theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
+
+    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.records`)
+    is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
+    the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
+    the run is then trained (or loaded from ``runs/``) as usual.
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds)
+    sim = Simulation.build(config, dataset, theta0)
+    sim.use_records = not need_theta
+    return sim.run(progress=progress, stop_after_rounds=stop_after_rounds)

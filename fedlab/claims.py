@@ -1,0 +1,300 @@
+"""The papers' claims, evaluated from stored results: holds / fails / inconclusive / not run.
+
+The claims are data (``figures/claims.yaml``, next to the results they judge); this module is the
+evaluator. For each claim it collects the evidence — the committed records of the figure named in
+its setting (:func:`fedlab.records.figure_runs`, filtered by ``select``) or a column of that figure's
+CSV — reduces each *arm* (a method, optionally with hyperparameters) to a mean ± 95 % interval over
+seeds (:func:`fedlab.uncertainty.mean_interval`) and compares the arms:
+
+* ``>`` / ``<`` — **holds** when the intervals are disjoint in the claimed order, **fails** when
+  they are disjoint the other way, **inconclusive** when they overlap;
+* ``>=`` / ``<=`` — holds unless contradicted: holds when the means are in the claimed order (or
+  the intervals are disjoint in it), fails when disjoint the other way, inconclusive otherwise;
+* ``approx`` (tolerance ``tol``) — holds when |Δmean| ≤ tol, fails when the intervals are disjoint and
+  |Δmean| > tol, inconclusive otherwise;
+* ``much_greater`` (``margin``) — holds when left − margin is above right with disjoint intervals,
+  fails when left.mean − right.mean < margin and the shifted intervals are disjoint, else inconclusive;
+* ``abs_le`` (``tol``, one arm) — holds when the whole interval of |left| is ≤ tol, fails when it is
+  wholly above, inconclusive otherwise.
+
+An arm with fewer than :data:`MIN_SEEDS` finished seeds is inconclusive (one seed cannot tell noise
+from effect); collapsed and diverged runs are never averaged in — they are counted and shown. A claim
+whose figure has no committed evidence yet is **not run**. Against a list of arms, a claim holds only
+if it holds against each (fails if any fails, otherwise the weakest verdict wins).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedlab.repro import FIGURES_DIR
+from fedlab.results import RunResult
+from fedlab.uncertainty import Estimate, mean_interval
+
+__all__ = ["CLAIMS_FILE", "MIN_SEEDS", "VERDICTS", "Claim", "Verdict", "evaluate_claims", "load_claims",
+           "claims_table", "write_claims"]
+
+CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
+MIN_SEEDS = 2
+VERDICTS = ("holds", "fails", "inconclusive", "not run")
+OPS = (">", "<", ">=", "<=", "approx", "much_greater", "abs_le")
+_ORDER = {"holds": 0, "inconclusive": 1, "not run": 2, "fails": 3}
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    claim: str
+    paper: str
+    where: str
+    notebook: str
+    figure: str
+    select: dict[str, Any]
+    metric: Any
+    left: dict[str, Any]
+    op: str
+    right: list[dict[str, Any]]
+    tol: float = 0.0
+    margin: float = 0.0
+    cost: dict[str, float] | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Claim":
+        where = f"claim {d.get('id', '?')!r}"
+        missing = [k for k in ("id", "claim", "source", "setting", "metric", "left", "op") if k not in d]
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {missing}")
+        if d["op"] not in OPS:
+            raise ValueError(f"{where}: op={d['op']!r} is invalid; allowed: {', '.join(OPS)}")
+        right = d.get("right", [])
+        right = [right] if isinstance(right, Mapping) else list(right)
+        if d["op"] != "abs_le" and not right:
+            raise ValueError(f"{where}: op {d['op']!r} needs a right arm")
+        metric = d["metric"]
+        if not (metric in ("final_test_acc", "mean_flatness_distance")
+                or (isinstance(metric, Mapping) and "column" in metric)):
+            raise ValueError(f"{where}: metric={metric!r} is invalid; allowed: final_test_acc, "
+                             "mean_flatness_distance, or {column: <name>, arm_column: <name>}")
+        return cls(id=str(d["id"]), claim=str(d["claim"]), paper=str(d["source"]["paper"]),
+                   where=str(d["source"].get("where", "")), notebook=str(d["setting"]["notebook"]),
+                   figure=str(d["setting"]["figure"]), select=dict(d["setting"].get("select") or {}),
+                   metric=metric, left=dict(d["left"] or {}), op=str(d["op"]), right=right,
+                   tol=float(d.get("tol", 0.0)), margin=float(d.get("margin", 0.0)), cost=d.get("cost"))
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    verdict: str
+    left: Estimate | None = None
+    right: list[Estimate | None] = field(default_factory=list)
+    note: str = ""
+
+    def numbers(self, scale: float = 100.0) -> str:
+        if self.left is None:
+            return ""
+        s = scale if self.claim.metric == "final_test_acc" else 1.0
+        digits = 2 if s == 100.0 else 4
+        parts = [f"{_arm_name(self.claim.left)} {self.left.format(s, digits)}"]
+        for arm, est in zip(self.claim.right, self.right):
+            parts.append(f"{_arm_name(arm)} {est.format(s, digits) if est else '–'}")
+        return "; ".join(parts)
+
+
+def load_claims(path: Path | None = None) -> list[Claim]:
+    import yaml
+
+    path = CLAIMS_FILE if path is None else Path(path)
+    data = yaml.safe_load(path.read_text())
+    claims = [Claim.from_dict(d) for d in (data or {}).get("claims", [])]
+    ids = [c.id for c in claims]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"{path}: duplicate claim id(s) {dup}")
+    return claims
+
+
+# --- evidence --------------------------------------------------------------------------------------
+def _arm_name(arm: Mapping[str, Any]) -> str:
+    from fedlab.plots import method_label
+
+    if not arm:
+        return "value"
+    text = arm.get("name") or method_label(arm.get("algorithm", "?"))
+    if arm.get("params"):
+        text += " [" + ", ".join(f"{k}={v}" for k, v in arm["params"].items()) + "]"
+    return text
+
+
+def _matches(res: RunResult, arm: Mapping[str, Any], select: Mapping[str, Any]) -> bool:
+    from fedlab.algorithms import get_algorithm
+
+    cfg = res.config
+    if any(getattr(cfg, k, None) != v for k, v in select.items()):
+        return False
+    if arm.get("algorithm") and cfg.algorithm != arm["algorithm"]:
+        return False
+    if arm.get("name") and cfg.name != arm["name"]:
+        return False
+    if arm.get("params"):
+        hp = get_algorithm(cfg.algorithm, cfg.algorithm_params).hp.to_dict()
+        if any(hp.get(k) != v for k, v in arm["params"].items()):
+            return False
+    return True
+
+
+def _run_value(res: RunResult, metric: str) -> float:
+    if metric == "final_test_acc":
+        return res.final_accuracy
+    m = res.metrics[["round", "flatness_distance"]].dropna()
+    total = int(res.config.rounds)
+    tail = m[m["round"] > total - math.ceil(total / 4)]
+    return float((tail if len(tail) else m)["flatness_distance"].mean())
+
+
+def _arm_from_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+    chosen = [r for r in runs if _matches(r, arm, claim.select)]
+    ok = [r for r in chosen if r.status == "finished"]
+    bad = [r for r in chosen if r.status in ("collapsed", "diverged")]
+    note = ""
+    if bad:
+        counts = {s: sum(r.status == s for r in bad) for s in ("collapsed", "diverged")}
+        note = f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    if not ok:
+        return None, note
+    return mean_interval(_run_value(r, claim.metric) for r in ok), note
+
+
+def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+    col, arm_col = claim.metric["column"], claim.metric.get("arm_column")
+    if col not in table.columns:
+        raise ValueError(f"claim {claim.id!r}: figure {claim.figure}.csv has no column {col!r} "
+                         f"(columns: {', '.join(map(str, table.columns))})")
+    rows = table
+    if arm_col and arm.get("algorithm"):
+        rows = rows[rows[arm_col] == arm["algorithm"]]
+    if "status" in rows.columns:
+        rows = rows[rows["status"].fillna("finished") == "finished"]
+    vals = rows[col].dropna()
+    return (mean_interval(vals) if len(vals) else None), ""
+
+
+# --- comparison ------------------------------------------------------------------------------------
+def compare(left: Estimate, right: Estimate | None, op: str, *, tol: float = 0.0, margin: float = 0.0) -> str:
+    """The verdict of ``left op right`` from two estimates (see the module docstring)."""
+    def bounds(e: Estimate, shift: float = 0.0) -> tuple[float, float]:
+        return (e.low - shift, e.high - shift) if math.isfinite(e.half_width) else (e.mean - shift, e.mean - shift)
+
+    if op == "abs_le":
+        lo, hi = bounds(left)
+        worst, best = max(abs(lo), abs(hi)), (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)))
+        return "holds" if worst <= tol else "fails" if best > tol else "inconclusive"
+    assert right is not None
+    if op in ("<", "<="):  # mirror: a < b  ⇔  −a > −b
+        left = Estimate(-left.mean, left.half_width, left.values, left.level)
+        right = Estimate(-right.mean, right.half_width, right.values, right.level)
+        op = op.replace("<", ">")
+    shift = margin if op == "much_greater" else 0.0
+    llo, lhi = bounds(left, shift)
+    rlo, rhi = bounds(right)
+    above, below = llo > rhi, lhi < rlo
+    if op in (">", "much_greater"):
+        return "holds" if above else "fails" if below else "inconclusive"
+    if op == ">=":
+        return "fails" if below else "holds" if (above or left.mean >= right.mean) else "inconclusive"
+    if op == "approx":
+        diff = abs(left.mean - right.mean)
+        return "holds" if diff <= tol else "fails" if (above or below) else "inconclusive"
+    raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
+
+
+def _few(est: Estimate | None) -> bool:
+    return est is not None and est.n < MIN_SEEDS
+
+
+def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
+    """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``)."""
+    from fedlab.records import RecordError, figure_runs
+
+    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    if isinstance(claim.metric, Mapping):
+        csv = figures_dir / f"{claim.figure}.csv"
+        if not csv.exists():
+            return Verdict(claim, "not run", note=f"no {csv.name} yet")
+        table = pd.read_csv(csv)
+        arm = lambda a: _arm_from_table(table, claim, a)  # noqa: E731
+    else:
+        try:
+            runs = figure_runs(claim.figure, figures_dir)
+        except (FileNotFoundError, RecordError) as err:
+            return Verdict(claim, "not run", note=str(err).split(";")[0])
+        if not runs:
+            return Verdict(claim, "not run", note=f"{claim.figure} has no committed records yet")
+        arm = lambda a: _arm_from_runs(runs, claim, a)  # noqa: E731
+    left, note_l = arm(claim.left)
+    rights, notes = [], [note_l] if note_l else []
+    for a in claim.right:
+        est, note = arm(a)
+        rights.append(est)
+        if note:
+            notes.append(note)
+    if left is None or (claim.op != "abs_le" and any(r is None for r in rights)):
+        verdict = "inconclusive" if notes else "not run"
+        return Verdict(claim, verdict, left, rights, "; ".join(notes + (["no finished run of an arm"])))
+    if _few(left) or any(_few(r) for r in rights):
+        notes.append(f"fewer than {MIN_SEEDS} seeds")
+        return Verdict(claim, "inconclusive", left, rights, "; ".join(notes))
+    verdicts = [compare(left, r, claim.op, tol=claim.tol, margin=claim.margin) for r in (rights or [None])]
+    if claim.cost:
+        from fedlab.algorithms import algorithm_class
+
+        ratio = (algorithm_class(claim.left["algorithm"]).grad_evals_per_step
+                 / algorithm_class(claim.right[0]["algorithm"]).grad_evals_per_step)
+        ok = math.isclose(ratio, float(claim.cost["left_over_right"]))
+        notes.append(f"gradient cost ratio {ratio:g} ({'as claimed' if ok else 'not as claimed'})")
+        if not ok:
+            verdicts.append("fails")
+    verdict = "fails" if "fails" in verdicts else max(verdicts, key=_ORDER.__getitem__)
+    return Verdict(claim, verdict, left, rights, "; ".join(notes))
+
+
+def evaluate_claims(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None) -> list[Verdict]:
+    """Every claim of ``figures/claims.yaml`` (or ``claims``), evaluated from stored results."""
+    return [evaluate_claim(c, figures_dir) for c in (load_claims() if claims is None else claims)]
+
+
+def claims_table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
+    """One row per claim: claim, paper, setting, fedlab's numbers (mean ± 95 % interval (n)), verdict."""
+    return pd.DataFrame([{"id": v.claim.id, "claim": v.claim.claim, "paper": f"{v.claim.paper}, {v.claim.where}",
+                          "setting": f"{v.claim.notebook} / {v.claim.figure}"
+                          + (" (" + ", ".join(f"{k}={x}" for k, x in v.claim.select.items()) + ")"
+                             if v.claim.select else ""),
+                          "numbers": v.numbers(), "verdict": v.verdict, "note": v.note} for v in verdicts])
+
+
+def write_claims(verdicts: Sequence[Verdict], stem: Path | None = None, profile: str = "cpu") -> dict[str, Path]:
+    """Write ``figures/claims_<profile>.md`` (Markdown table) and ``.csv``."""
+    stem = FIGURES_DIR / f"claims_{profile}" if stem is None else Path(stem)
+    table = claims_table(verdicts)
+    paths = {"csv": stem.with_suffix(".csv"), "md": stem.with_suffix(".md")}
+    table.to_csv(paths["csv"], index=False)
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = [f"# Paper claims checked on the {profile} profile", "",
+             "Generated by `python -m fedlab claims --write` from the committed run records "
+             "(`figures/records/`) and figure data; the claims are listed in `figures/claims.yaml`. "
+             "Accuracies in %, mean ± 95 % Student-t interval over seeds (n = seeds). "
+             "holds / fails: the intervals are disjoint in / against the claimed order; "
+             "inconclusive: they overlap (or too few seeds, or an arm collapsed); not run: no data yet.", "",
+             "| claim | paper | setting | fedlab's numbers | verdict | note |", "|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append("| " + " | ".join(esc(r[k]) for k in ("claim", "paper", "setting", "numbers", "verdict",
+                                                             "note")) + " |")
+    counts = table["verdict"].value_counts()
+    lines += ["", "Summary: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + "."]
+    paths["md"].write_text("\n".join(lines) + "\n")
+    return paths

@@ -1,0 +1,125 @@
+"""Claims as data: the evaluator on synthetic results (holds, fails, inconclusive, not run)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import fedlab
+from fedlab.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
+from fedlab.records import write_record
+from fedlab.results import RunResult
+from fedlab.uncertainty import mean_interval
+
+
+def _fake(algorithm: str, seed: int, acc: float, status: str = "finished", **params) -> RunResult:
+    cfg = fedlab.Config(algorithm=algorithm, algorithm_params=params, dataset="digits", rounds=4, seed=seed)
+    h = cfg.hash()
+    metrics = pd.DataFrame({"round": [1, 2, 3, 4], "test_acc": [0.1, float("nan"), 0.5, acc],
+                            "flatness_distance": [1.0, 1.0, 1.0, 1.0]})
+    return RunResult(cfg, metrics, None, status, Path(f"{algorithm}-{h}"),  # type: ignore[arg-type]
+                     {"status": status, "config_hash": h, "n_params": 10})
+
+
+def _figure(tmp: Path, name: str, runs: list[RunResult]) -> None:
+    for r in runs:
+        write_record(r, tmp / "records")
+    (tmp / f"{name}.json").write_text(json.dumps({"figure": name, "records": [r.run_dir.name for r in runs]}))
+
+
+def _claim(op: str, **extra) -> Claim:
+    return Claim.from_dict({"id": f"c{op}", "claim": "x", "source": {"paper": "P", "where": "T1"},
+                            "setting": {"notebook": "nb", "figure": "fig"}, "metric": "final_test_acc",
+                            "left": {"algorithm": "fedvssam"}, "op": op, "right": {"algorithm": "fedsam"},
+                            **extra})
+
+
+@pytest.mark.parametrize(("left", "right", "op", "expected"), [
+    ([0.80, 0.81, 0.82], [0.70, 0.71, 0.72], ">", "holds"),
+    ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72], ">", "fails"),
+    ([0.70, 0.75, 0.80], [0.71, 0.72, 0.73], ">", "inconclusive"),
+    ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72], "<", "holds"),
+    ([0.70, 0.75, 0.80], [0.71, 0.72, 0.73], ">=", "holds"),  # overlap, means in order
+    ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72], ">=", "fails"),
+    ([0.710, 0.712, 0.714], [0.705, 0.710, 0.715], "approx", "holds"),
+    ([0.90, 0.91, 0.92], [0.70, 0.71, 0.72], "much_greater", "holds"),
+    ([0.71, 0.715, 0.72], [0.70, 0.705, 0.71], "much_greater", "fails"),  # above, but by 1 point, not 5
+    ([0.74, 0.75, 0.76], [0.70, 0.71, 0.72], "much_greater", "inconclusive"),  # by 4 ± 3.5 points
+])
+def test_verdicts_from_synthetic_records(tmp_path, left, right, op, expected):
+    runs = [_fake("fedvssam", s, a) for s, a in enumerate(left)] + [_fake("fedsam", s, a) for s, a in enumerate(right)]
+    _figure(tmp_path, "fig", runs)
+    extra = {"tol": 0.01} if op == "approx" else {"margin": 0.05} if op == "much_greater" else {}
+    v = evaluate_claim(_claim(op, **extra), tmp_path)
+    assert v.verdict == expected, (v.verdict, v.numbers(), v.note)
+    assert v.left.n == 3 and v.left.mean == pytest.approx(sum(left) / 3)
+    assert "(n=3)" in v.numbers()
+
+
+def test_not_run_collapsed_and_single_seed(tmp_path):
+    assert evaluate_claim(_claim(">"), tmp_path).verdict == "not run"  # no figure yet
+    runs = [_fake("fedvssam", s, 0.8) for s in range(3)] + [_fake("fedsam", s, 0.1, "collapsed") for s in range(3)]
+    _figure(tmp_path, "fig", runs)
+    v = evaluate_claim(_claim(">"), tmp_path)
+    assert v.verdict == "inconclusive" and "3 collapsed" in v.note  # never averaged in as 0.1
+    # one collapsed seed out of three: the other two decide, the collapse is reported
+    runs = ([_fake("fedvssam", s, 0.80 + s / 100) for s in range(3)]
+            + [_fake("fedsam", 0, 0.1, "collapsed"), _fake("fedsam", 1, 0.70), _fake("fedsam", 2, 0.71)])
+    _figure(tmp_path, "fig", runs)
+    v = evaluate_claim(_claim(">"), tmp_path)
+    assert v.verdict == "holds" and v.right[0].n == 2 and "1 collapsed" in v.note
+    _figure(tmp_path, "fig", [_fake("fedvssam", 0, 0.9), _fake("fedsam", 0, 0.1)])
+    assert evaluate_claim(_claim(">"), tmp_path).verdict == "inconclusive"  # one seed is not evidence
+
+
+def test_params_select_arms_and_cost_check(tmp_path):
+    runs = ([_fake("fedvssam", s, 0.8 + s / 100) for s in range(3)]
+            + [_fake("fedvssam", s, 0.7 + s / 100, gu=False) for s in range(3)])
+    _figure(tmp_path, "fig", runs)
+    c = dataclasses.replace(_claim(">"), left={"algorithm": "fedvssam", "params": {"gu": True}},
+                            right=[{"algorithm": "fedvssam", "params": {"gu": False}}])
+    assert evaluate_claim(c, tmp_path).verdict == "holds"
+    runs = [_fake("fedlesam", s, 0.7 + s / 100) for s in range(3)] + [_fake("fedsam", s, 0.7 + s / 100) for s in range(3)]
+    _figure(tmp_path, "fig", runs)
+    c = dataclasses.replace(_claim("approx", tol=0.01), left={"algorithm": "fedlesam"}, cost={"left_over_right": 0.5})
+    v = evaluate_claim(c, tmp_path)
+    assert v.verdict == "holds" and "ratio 0.5" in v.note
+    wrong = dataclasses.replace(c, cost={"left_over_right": 1.0})
+    assert evaluate_claim(wrong, tmp_path).verdict == "fails"
+
+
+def test_csv_metric_and_abs_le(tmp_path):
+    pd.DataFrame({"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "lambda_max": [1.0, 1.1, 1.2, 3.0, 3.1, 3.2],
+                  "cross_relative": [0.01, -0.01, 0.0, 0.01, 0.02, 0.0]}).to_csv(tmp_path / "fig.csv", index=False)
+    c = dataclasses.replace(_claim("<"), metric={"column": "lambda_max", "arm_column": "method"})
+    assert evaluate_claim(c, tmp_path).verdict == "holds"
+    z = dataclasses.replace(_claim("abs_le", tol=0.05), metric={"column": "cross_relative", "arm_column": None},
+                            left={}, right=[])
+    assert evaluate_claim(z, tmp_path).verdict == "holds"
+    assert compare(mean_interval([0.3, 0.31, 0.32]), None, "abs_le", tol=0.05) == "fails"
+
+
+def test_repository_claims_file_is_valid_and_written(tmp_path):
+    from fedlab.algorithms import algorithm_class
+
+    claims = load_claims()
+    assert len(claims) >= 12 and len({c.id for c in claims}) == len(claims)
+    for c in claims:
+        for arm in [c.left, *c.right]:
+            if arm.get("algorithm"):
+                cls = algorithm_class(arm["algorithm"])
+                names = {f.name for f in dataclasses.fields(cls.hparams_cls)}
+                assert set(arm.get("params", {})) <= names, (c.id, arm)
+        assert (fedlab.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
+    verdicts = [evaluate_claim(c, tmp_path) for c in claims]  # an empty figures dir: nothing run yet
+    assert {v.verdict for v in verdicts} == {"not run"}
+    paths = write_claims(verdicts, tmp_path / "claims_cpu")
+    md = paths["md"].read_text()
+    assert md.count("\n| ") == len(claims) + 1 and "| verdict |" in md
+    assert len(pd.read_csv(paths["csv"])) == len(claims) == len(claims_table(verdicts))
+    with pytest.raises(ValueError, match="op='=='"):
+        Claim.from_dict({**{"id": "x", "claim": "x", "source": {"paper": "p"}, "setting": {"notebook": "n",
+                         "figure": "f"}, "metric": "final_test_acc", "left": {}, "op": "=="}})

@@ -1,0 +1,118 @@
+"""Committed run records: figures re-plotted without training, reruns that skip committed runs."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+import fedlab  # noqa: E402
+from fedlab.plots import curve_data, plot_curves  # noqa: E402
+from fedlab.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
+from fedlab.repro import save_figure  # noqa: E402
+from fedlab.sweep import summary_table  # noqa: E402
+
+
+@pytest.fixture
+def two_runs(tiny):
+    base = tiny(rounds=6, lr=0.1)
+    return [fedlab.run(base.replace(algorithm=a), progress=False) for a in ("fedavg", "fedsam")]
+
+
+def test_figure_writes_data_records_and_full_provenance(two_runs, tmp_path):
+    fig, ax = plt.subplots()
+    plot_curves(ax, two_runs)
+    out = tmp_path / "figs"
+    paths = save_figure(fig, "t_curves", notebook="00_quickstart", profile="cpu", caption="c", out_dir=out,
+                        data=curve_data(two_runs), runs=two_runs)
+    plt.close(fig)
+    meta = json.loads(paths["json"].read_text())
+    keys = [r.run_dir.name for r in two_runs]
+    assert meta["records"] == keys and meta["data"] == "t_curves.csv"
+    assert set(meta["configs"]) == set(keys)
+    assert meta["configs"][keys[1]]["algorithm"] == "fedsam" and meta["configs"][keys[1]]["lr"] == 0.1
+    assert meta["config_hashes"] == [r.summary["config_hash"] for r in two_runs]
+    env = meta["environment"]
+    assert env["python"] and env["os"] and env["cpu_count"] >= 1 and env["torch_threads"] >= 1
+    assert meta["packages"]["fedlab"] == fedlab.__version__ and meta["git_commit"]
+    assert meta["argv"] and "papermill" in meta["command"]
+    assert len(meta["dataset_checksums"]["digits"]) >= 1
+    for key in keys:  # small, and readable with zcat
+        path = out / "records" / f"{key}.json.gz"
+        assert path.stat().st_size < 20_000
+        assert json.loads(gzip.decompress(path.read_bytes()))["key"] == key
+
+
+def test_replot_from_committed_data_without_training(two_runs, tmp_path, monkeypatch):
+    out = tmp_path / "figs"
+    fig, ax = plt.subplots()
+    plot_curves(ax, two_runs)
+    save_figure(fig, "t_curves", notebook="00_quickstart", profile="cpu", caption="c", out_dir=out,
+                data=curve_data(two_runs), runs=two_runs)
+    plt.close(fig)
+    shutil.rmtree(two_runs[0].run_dir.parent)  # the machine's runs/ is gone
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("re-plotting must not train")
+
+    monkeypatch.setattr(fedlab.engine.loop.Simulation, "train_round", no_training)
+    t0 = time.perf_counter()
+    runs = figure_runs("t_curves", out)
+    fig, ax = plt.subplots()
+    plot_curves(ax, runs)
+    plt.close(fig)
+    assert time.perf_counter() - t0 < 5
+    replotted = curve_data(runs)
+    committed = figure_data("t_curves", out)
+    pd.testing.assert_frame_equal(replotted.reset_index(drop=True), committed, check_dtype=False, atol=1e-6)
+    # every number is checkable: tables from records equal the tables from the live runs
+    pd.testing.assert_frame_equal(summary_table(runs).drop(columns="sec_per_round"),
+                                  summary_table(two_runs).drop(columns="sec_per_round"), check_dtype=False)
+    assert all(r.theta is None for r in runs)
+
+
+def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, monkeypatch):
+    records = tmp_path / "records"
+    from fedlab.records import write_record
+
+    for r in two_runs:
+        write_record(r, records)
+    monkeypatch.setenv("FEDLAB_RECORDS", str(records))
+    fresh = tmp_path / "new_machine_runs"
+    calls = []
+    original = fedlab.engine.loop.Simulation.train_round
+    monkeypatch.setattr(fedlab.engine.loop.Simulation, "train_round",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    cfg = two_runs[1].config.replace(runs_dir=str(fresh))
+    got = fedlab.run(cfg, progress=False)
+    assert calls == [] and not fresh.exists()
+    assert got.theta is None and got.status == two_runs[1].status
+    pd.testing.assert_frame_equal(got.metrics, two_runs[1].metrics, check_dtype=False)
+    swept = fedlab.sweep.sweep(cfg, {"algorithm": ["fedavg", "fedsam"]}, progress=False)
+    assert calls == [] and [r.theta is None for r in swept] == [True, True]
+    # where θ is analysed, need_theta=True trains (identically)
+    trained = fedlab.run(cfg, progress=False, need_theta=True)
+    assert calls and trained.theta is not None
+    pd.testing.assert_frame_equal(trained.metrics.drop(columns="wall_seconds"),
+                                  two_runs[1].metrics.drop(columns="wall_seconds"))
+
+
+def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
+    from fedlab.records import record_path, write_record
+
+    path = write_record(two_runs[0], tmp_path)
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(RecordError, match="corrupted"):
+        load_record(two_runs[0].run_dir.name, tmp_path)
+    good = write_record(two_runs[1], tmp_path)
+    shutil.copy(good, record_path("fedsam-000000000000", tmp_path))
+    with pytest.raises(RecordError, match="refusing to mix"):
+        load_record("fedsam-000000000000", tmp_path)
+    assert load_record("fedavg-ffffffffffff", tmp_path) is None
