@@ -140,6 +140,8 @@ CASES: tuple[Case, ...] = (
          defects={"epoch": EPOCH_K}),
     Case("fedvssam", "fedvssam-no_lf-no_gu", {"lf": False, "gu": False, "rho": 0.1}, 1, 2, 2,
          defects={"epoch": EPOCH_K}),
+    Case("fedvssam", "fedvssam-no_lf-no_lu", {"lf": False, "lu": False, "rho": 0.1}, 1, 1, 2,
+         defects={"epoch": EPOCH_K}),
     Case("fedvssam", "fedvssam-no_lu", {"lu": False, "rho": 0.1}, 1, 2, 2, defects={"epoch": EPOCH_K}),
 )
 

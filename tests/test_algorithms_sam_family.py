@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.func import vmap
 
+from cases import BY_LABEL, DEFAULTS
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_class, algorithm_names, get_algorithm
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
@@ -94,15 +95,12 @@ def _recording(grad_fn):
 
 # --- registry, hyperparameters, communication -------------------------------------------------------
 
-GRAD_EVALS = {"mofedsam": 2, "fedlesam": 1, "fedswa": 1, "fedmoswa": 1, "fednsam": 2, "fedvssam": 2}
-
-
 @pytest.mark.parametrize("name", GROUP)
 def test_registered_with_documented_attributes(name):
     assert name in algorithm_names()
     cls = algorithm_class(name)
     assert cls.name == name and cls.paper and cls.state_where
-    assert cls.grad_evals_per_step == GRAD_EVALS[name]
+    assert cls.grad_evals_per_step == DEFAULTS[name].grads
     cls.hparams_cls().validate()  # the documented defaults are valid
     for preset in cls.presets:
         get_algorithm(name, preset=preset)  # every preset builds
@@ -139,30 +137,31 @@ def test_bad_hyperparameter_is_rejected_by_name(name, field, value):
 
 
 COMM = [
-    # (method, hparams, downlink vectors, uplink vectors, client state = a·d + b floats)
-    ("mofedsam", {}, 2, 1, (0, 0)),
-    ("fedlesam", {}, 1, 1, (1, 1)),
-    ("fedlesam", {"variant": "last_global_update"}, 2, 1, (0, 0)),
-    ("fedswa", {}, 1, 1, (0, 0)),
-    ("fedmoswa", {}, 2, 2, (1, 0)),
-    ("fednsam", {"variant": "code"}, 1, 1, (0, 0)),
-    ("fednsam", {"variant": "paper"}, 2, 1, (0, 0)),
-    ("fednsam", {"variant": "code", "extrapolation": "every_step"}, 2, 1, (0, 0)),
-    ("fedvssam", {}, 2, 1, (0, 0)),
-    ("fedvssam", {"lf": False, "lu": False}, 1, 1, (0, 0)),
+    # (row of tests/cases.py, persistent client state = a·d + b floats); up/down come from the row
+    ("mofedsam", (0, 0)),
+    ("fedlesam", (1, 1)),
+    ("fedlesam-last_global_update", (0, 0)),
+    ("fedswa", (0, 0)),
+    ("fedmoswa", (1, 0)),
+    ("fednsam", (0, 0)),
+    ("fednsam-paper", (0, 0)),
+    ("fednsam-every_step", (0, 0)),
+    ("fedvssam", (0, 0)),
+    ("fedvssam-no_lf-no_lu", (0, 0)),
 ]
 
 
-@pytest.mark.parametrize("name,params,down,n_up,cstate", COMM)
-def test_communication_sizes_are_those_of_real_fl(name, params, down, n_up, cstate):
+@pytest.mark.parametrize("label,cstate", COMM)
+def test_communication_sizes_are_those_of_real_fl(label, cstate):
+    case = BY_LABEL[label]
     grad_fn, batch_fn, theta0, _ = _quadratic()
     d = theta0.numel()
-    alg = get_algorithm(name, **params)
+    alg = get_algorithm(case.method, case.params)
     server, info = alg.server_init(theta0), _info()
     for t in range(2):  # sizes in round 0 and after a real update
         info = _info(t=t)
         msg = alg.broadcast(server, info)
-        assert sum(v.numel() for v in msg.values()) == down * d
+        assert sum(v.numel() for v in msg.values()) == case.down_in_round(t) * d
         ups = []
         for i in range(3):
             cs = alg.client_init(theta0)
@@ -170,7 +169,7 @@ def test_communication_sizes_are_those_of_real_fl(name, params, down, n_up, csta
             for k in range(3):
                 theta, cs, _ = alg.local_step(theta, cs, msg, batch_fn(i, t, k), grad_fn, _step(k, t=t))
             up, cs = alg.upload(start, theta, cs, msg, info, 3)
-            assert sum(v.numel() for v in up.values()) == n_up * d
+            assert sum(v.numel() for v in up.values()) == case.up * d + case.up_scalars
             assert sum(v.numel() for v in cs.values()) == cstate[0] * d + cstate[1]
             ups.append(up)
         server = alg.aggregate(server, {k: torch.stack([u[k] for u in ups]) for k in ups[0]}, info)
