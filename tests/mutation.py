@@ -10,9 +10,10 @@ Each mutation replaces one line fragment of one module under ``fedlab/`` (a flip
 coefficient, a dropped term, the wrong K or learning rate). For every mutant the script copies
 ``fedlab/``, ``tests/`` and ``pyproject.toml`` to a fresh temporary directory, edits the copy (the
 working tree is never touched), and runs the contract tests of that method — every row of
-``tests/cases.py`` for the method through the sequential and vmap executors in both modes (the
-threaded executor is bit-identical to the sequential one), its communication and gradient counts,
-and the reductions from or onto it — with ``-x`` in a subprocess
+``tests/cases.py`` for the method through the sequential executor in fixed-K and epoch mode (the
+mutants are arithmetic bugs, which every executor shares; the executors are compared with each other
+by the full suite), its communication and gradient counts, and the reductions from or onto it —
+with ``-x`` in a subprocess
 whose ``PYTHONPATH`` and working directory are the copy. A mutant is *killed* when that run fails.
 
 Methods with a known issue-11 defect that makes all their informative contract cases xfail on
@@ -44,10 +45,23 @@ from cases import CASES  # noqa: E402
 
 @dataclass(frozen=True)
 class Mutation:
-    file: str  # under fedlab/algorithms/ unless it contains a slash
-    old: str  # must occur exactly once in the file
-    new: str
+    """Replace ``old`` by ``new`` in ``file`` (under fedlab/algorithms/ unless it contains a slash).
+
+    ``old`` must occur exactly once. Where the issue-11 fixes rewrite the mutated line, ``old`` and
+    ``new`` are tuples of alternatives (today's text first, the fixed text second); the first
+    alternative found is applied.
+    """
+
+    file: str
+    old: str | tuple[str, ...]
+    new: str | tuple[str, ...]
     what: str
+
+    def pairs(self) -> list[tuple[str, str]]:
+        olds = (self.old,) if isinstance(self.old, str) else self.old
+        news = (self.new,) if isinstance(self.new, str) else self.new
+        assert len(olds) == len(news), f"{self.what}: alternatives of old and new differ in number"
+        return list(zip(olds, news))
 
 
 M = Mutation
@@ -64,7 +78,8 @@ MUTATIONS: dict[str, list[Mutation]] = {
     ],
     "scaffold": [
         M("scaffold.py", 'correction = msg["c"] - cstate["c_i"]', 'correction = cstate["c_i"] - msg["c"]', "sign of the correction"),
-        M("scaffold.py", "delta / (K * info.lr)", "delta / (info.local_steps * info.lr)", "nominal K instead of the steps run"),
+        M("scaffold.py", "delta / (K * info.lr)", 'delta / (getattr(info, "mean_steps", None) or info.local_steps) / info.lr',
+          "the round's K instead of the client's own K_i"),
         M("scaffold.py", 'uploads["delta_c"].sum(dim=0) / info.n_clients', 'uploads["delta_c"].sum(dim=0) / info.n_sampled', "1/m instead of 1/N for c"),
         M("scaffold.py", 'server["theta"] + self.hp.server_lr * stacked_mean(uploads, "delta")', 'server["theta"] + stacked_mean(uploads, "delta")', "server_lr dropped"),
     ],
@@ -97,10 +112,15 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedsam.py", "sam_gradient(theta, g, self.hp.rho", "sam_gradient(theta, g, 2 * self.hp.rho", "coefficient of ρ"),
     ],
     "mofedsam": [
-        M("mofedsam.py", '/ (-(info.local_steps * info.prev_lr))', '/ (info.local_steps * info.prev_lr)', "sign of the momentum"),
-        M("mofedsam.py", "info.prev_lr", "info.lr", "η_t instead of η_{t−1}"),
+        M("mofedsam.py", ('/ (-(info.local_steps * info.prev_lr))', "delta_bar / (-(info.mean_steps * info.lr))"),
+          ('/ (info.local_steps * info.prev_lr)', "delta_bar / (info.mean_steps * info.lr)"), "sign of the momentum"),
+        M("mofedsam.py", ("info.local_steps * info.prev_lr", "info.mean_steps * info.lr"),
+          ("info.local_steps * info.lr", "info.mean_steps * info.prev_lr"), "the wrong round's learning rate"),
         M("mofedsam.py", "self.hp.alpha * g_sam +", "self.hp.alpha * g +", "SAM gradient dropped"),
-        M("mofedsam.py", '"delta_bar": delta_bar}', '"delta_bar": self.hp.server_lr * delta_bar}', "stored update scaled by η_g"),
+        M("mofedsam.py", ('"delta_bar": delta_bar}', '"m": m}'), ('"delta_bar": self.hp.server_lr * delta_bar}',
+                                                             '"m": self.hp.server_lr * m}'), "momentum scaled by η_g"),
+        M("mofedsam.py", ("info.local_steps * info.prev_lr", "info.mean_steps * info.lr"),
+          ("2 * info.local_steps * info.prev_lr", "info.client_steps[0] * info.lr"), "the wrong K (client 0's)"),
     ],
     "fedsmoo_adaptive": [
         M("fedsmoo_adaptive.py", "hp.a * (1.0 - gamma)", "hp.a * (1.0 + gamma)", "sign of the consistency term"),
@@ -108,6 +128,8 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedsmoo_adaptive.py", "hp.rho_max * torch.exp(-lam)", "hp.rho_max * torch.exp(lam)", "sign in ρ_k = ρ_max e^{−λ_k}"),
         M("fedsmoo_adaptive.py", "warm = step.round < self.hp.warmup_rounds", "warm = step.round <= self.hp.warmup_rounds", "warm-up one round too long"),
         M("fedsmoo_adaptive.py", "sam_gradient(theta, g, rho,", "sam_gradient(theta, -g, rho,", "descent instead of ascent"),
+        M("fedsmoo_adaptive.py", ('d = g + g_sam + 2.0 * lam', 'data = g + g_sam if'), ('d = g_sam + 2.0 * lam', 'data = g_sam if'),
+          "clean loss dropped (issue 11 defect 4)"),
     ],
     "fedlesam": [
         M("fedlesam.py", 'cstate["seen"] * (cstate["theta_old"] - msg["theta"])', 'cstate["seen"] * (msg["theta"] - cstate["theta_old"])', "sign of the paper's perturbation"),
@@ -137,7 +159,11 @@ MUTATIONS: dict[str, list[Mutation]] = {
     "fedvssam": [
         M("fedvssam.py", "return (1.0 - weight) * h + weight * x", "return weight * h + (1.0 - weight) * x", "mixing weights swapped"),
         M("fedvssam.py", "ascent = mix(h, g, gamma_l) if self.hp.lf else g", "ascent = g", "LF switch ignored (perturb along g)"),
-        M("fedvssam.py", "lr_k = info.lr * info.local_steps", "lr_k = info.lr", "K dropped from η_t K"),
+        M("fedvssam.py", ("lr_k = info.lr * info.local_steps", "lr_k = info.lr * info.mean_steps"),
+          ("lr_k = info.lr", "lr_k = info.lr"), "K dropped from η_t K"),
+        M("fedvssam.py", ("lr_k = info.lr * info.local_steps", "lr_k = info.lr * info.mean_steps"),
+          ("lr_k = info.lr * info.local_steps * 1.5", "lr_k = info.lr * max(info.client_steps)"),
+          "the wrong K (the largest client's)"),
         M("fedvssam.py", "- ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "+ ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "sign of the stale direction in the server step"),
         M("fedvssam.py", "return 1.0 if (self._warmup(round_) or not self.hp.gu) else self.hp.gamma_g", "return 1.0 if self._warmup(round_) else self.hp.gamma_g", "GU switch ignored"),
     ],
@@ -178,13 +204,14 @@ def apply(root: Path, mut: Mutation) -> bool:
     """Replace ``mut.old`` by ``mut.new`` in the copy under ``root``; False if the text is absent."""
     path = _path(root, mut.file)
     text = path.read_text(encoding="utf-8")
-    n = text.count(mut.old)
-    if n == 0:
-        return False
-    if n > 1:
-        raise SystemExit(f"mutation {mut.what!r}: {mut.old!r} occurs {n} times in {mut.file}; make it unique")
-    path.write_text(text.replace(mut.old, mut.new), encoding="utf-8")
-    return True
+    for old, new in mut.pairs():
+        n = text.count(old)
+        if n > 1:
+            raise SystemExit(f"mutation {mut.what!r}: {old!r} occurs {n} times in {mut.file}; make it unique")
+        if n == 1:
+            path.write_text(text.replace(old, new), encoding="utf-8")
+            return True
+    return False
 
 
 def node_ids(methods: list[str]) -> list[str]:
@@ -196,9 +223,8 @@ def node_ids(methods: list[str]) -> list[str]:
         if c.label not in labels:
             continue
         for mode in ("fixed", "epoch"):
-            for ex in ("sequential", "vmap"):  # threads are bit-identical to sequential (test_threads.py)
-                if not (mode == "epoch" and ex == "vmap"):
-                    out.append(f"tests/test_contract.py::test_engine_matches_independent_reference[{c.label}-{mode}-{ex}]")
+            # the mutants are arithmetic, not execution, bugs: the sequential executor sees them all
+            out.append(f"tests/test_contract.py::test_engine_matches_independent_reference[{c.label}-{mode}-sequential]")
     out += [f"tests/test_contract.py::test_communication_and_gradient_evaluations_through_the_engine[{lab}]"
             for lab in labels]
     out += [f"tests/test_contract.py::test_reduction_is_exact[{lab}]" for lab in reducing]
