@@ -8,7 +8,7 @@ the same θ⁰, samples, clients and minibatch index lists:
 * federation: 4 clients holding n_i = 9, 14, 22, 15 of 60 random samples (10 features, 3 classes);
   round 0 trains clients {0, 2, 3}, round 1 clients {1, 2} (partial participation; client 2 comes
   back with its state, client 1 starts fresh);
-* model: fedlab's ``mlp`` (10 → 200 → 200 → 3, d = 42 803); batch 5; η_t = 0.1 · 0.9^t; weight
+* model: fedlab's ``mlp`` (10 → 200 → 200 → 3, d = 43 003); batch 5; η_t = 0.1 · 0.9^t; weight
   decay 0.05; clipping at 1.5 (gradient norms 1.0–2.2 at these points: it binds on some steps only);
 * modes: fixed K = 3 steps, and epoch mode E = 1 (K_i = ⌈n_i/5⌉ = 2, 3, 5, 3 — different per client);
 * executors: sequential (``parallel_clients=1``), client threads (``client_threads=2``) and vmap
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
