@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from cases import DEFAULTS
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_names, get_algorithm
 from fedlab.algorithms.base import clip_by_norm
 from fedlab.engine.sampling import sample_clients
@@ -383,12 +384,6 @@ def test_fedsmoo_adaptive_bounds_and_round_metrics():
 
 # --- communication, hyperparameters, registry ---------------------------------------------------
 
-COMM = {  # (downlink, uplink) floats per client in units of d, plus extra scalars on the uplink
-    "fedprox": (1, 1, 0), "scaffold": (2, 2, 0), "feddyn": (1, 1, 0), "fedacg": (1, 1, 0),
-    "fedgamma": (2, 2, 0), "fedspeed": (1, 1, 0), "fedsmoo": (2, 2, 0), "fedsmoo_adaptive": (1, 1, 2),
-}
-
-
 @pytest.mark.parametrize("method", GROUP)
 def test_communication_sizes(method):
     grad_fn, batch, _, _, rand = _quad_setup(dim=7)
@@ -403,9 +398,9 @@ def test_communication_sizes(method):
     for k in range(2):
         theta, cstate, _ = alg.local_step(theta, cstate, msg, batch, grad_fn, _step(k=k, round_=4))
     up, _ = alg.upload(start, theta, cstate, msg, info, 2)
-    down_d, up_d, extra = COMM[method]
-    assert sum(v.numel() for v in msg.values()) == down_d * 7
-    assert sum(v.numel() for v in up.values()) == up_d * 7 + extra
+    case = DEFAULTS[method]  # the one table of cases (tests/cases.py)
+    assert sum(v.numel() for v in msg.values()) == case.down * 7
+    assert sum(v.numel() for v in up.values()) == case.up * 7 + case.up_scalars
     assert "theta" in server
 
 
@@ -435,8 +430,7 @@ def test_registered_with_metadata(method):
     alg = get_algorithm(method)
     cls = type(alg)
     assert cls.paper and cls.state_where and cls.grad_evals_per_step in (1, 2)
-    assert cls.grad_evals_per_step == (2 if method in ("fedgamma", "fedspeed", "fedsmoo", "fedsmoo_adaptive")
-                                       else 1)
+    assert cls.grad_evals_per_step == DEFAULTS[method].grads
     for preset in cls.presets:
         get_algorithm(method, preset=preset)
 

@@ -5,8 +5,8 @@ What is checked: exact reductions to FedAvg / FedSAM (``torch.equal`` on every g
 client endpoint), hand computations of the server rules (FedNSAM's momentum, MoFedSAM's message,
 FedMoSWA's control variates, FedVSSAM's EMA), where each method evaluates its gradients, FedSWA's
 in-round lr schedule, that FedMoSWA reaches θ* on a heterogeneous quadratic where FedAvg stalls,
-FedVSSAM's variance suppression Var[u] = γ_l² Var[g̃], communication sizes, hyperparameter
-validation, and that ``local_step`` gives the same numbers under ``torch.func.vmap``.
+FedVSSAM's variance suppression (its actual steps have γ_l² the variance of their SAM gradients),
+communication sizes (from ``tests/cases.py``), hyperparameter validation, and that ``local_step`` gives the same numbers under ``torch.func.vmap``.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.func import vmap
 
+from cases import BY_LABEL, DEFAULTS
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_class, algorithm_names, get_algorithm
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
@@ -94,15 +95,12 @@ def _recording(grad_fn):
 
 # --- registry, hyperparameters, communication -------------------------------------------------------
 
-GRAD_EVALS = {"mofedsam": 2, "fedlesam": 1, "fedswa": 1, "fedmoswa": 1, "fednsam": 2, "fedvssam": 2}
-
-
 @pytest.mark.parametrize("name", GROUP)
 def test_registered_with_documented_attributes(name):
     assert name in algorithm_names()
     cls = algorithm_class(name)
     assert cls.name == name and cls.paper and cls.state_where
-    assert cls.grad_evals_per_step == GRAD_EVALS[name]
+    assert cls.grad_evals_per_step == DEFAULTS[name].grads
     cls.hparams_cls().validate()  # the documented defaults are valid
     for preset in cls.presets:
         get_algorithm(name, preset=preset)  # every preset builds
@@ -139,30 +137,31 @@ def test_bad_hyperparameter_is_rejected_by_name(name, field, value):
 
 
 COMM = [
-    # (method, hparams, downlink vectors, uplink vectors, client state = a·d + b floats)
-    ("mofedsam", {}, 2, 1, (0, 0)),
-    ("fedlesam", {}, 1, 1, (1, 1)),
-    ("fedlesam", {"variant": "last_global_update"}, 2, 1, (0, 0)),
-    ("fedswa", {}, 1, 1, (0, 0)),
-    ("fedmoswa", {}, 2, 2, (1, 0)),
-    ("fednsam", {"variant": "code"}, 1, 1, (0, 0)),
-    ("fednsam", {"variant": "paper"}, 2, 1, (0, 0)),
-    ("fednsam", {"variant": "code", "extrapolation": "every_step"}, 2, 1, (0, 0)),
-    ("fedvssam", {}, 2, 1, (0, 0)),
-    ("fedvssam", {"lf": False, "lu": False}, 1, 1, (0, 0)),
+    # (row of tests/cases.py, persistent client state = a·d + b floats); up/down come from the row
+    ("mofedsam", (0, 0)),
+    ("fedlesam", (1, 1)),
+    ("fedlesam-last_global_update", (0, 0)),
+    ("fedswa", (0, 0)),
+    ("fedmoswa", (1, 0)),
+    ("fednsam", (0, 0)),
+    ("fednsam-paper", (0, 0)),
+    ("fednsam-every_step", (0, 0)),
+    ("fedvssam", (0, 0)),
+    ("fedvssam-no_lf-no_lu", (0, 0)),
 ]
 
 
-@pytest.mark.parametrize("name,params,down,n_up,cstate", COMM)
-def test_communication_sizes_are_those_of_real_fl(name, params, down, n_up, cstate):
+@pytest.mark.parametrize("label,cstate", COMM)
+def test_communication_sizes_are_those_of_real_fl(label, cstate):
+    case = BY_LABEL[label]
     grad_fn, batch_fn, theta0, _ = _quadratic()
     d = theta0.numel()
-    alg = get_algorithm(name, **params)
+    alg = get_algorithm(case.method, case.params)
     server, info = alg.server_init(theta0), _info()
     for t in range(2):  # sizes in round 0 and after a real update
         info = _info(t=t)
         msg = alg.broadcast(server, info)
-        assert sum(v.numel() for v in msg.values()) == down * d
+        assert sum(v.numel() for v in msg.values()) == case.down_in_round(t) * d
         ups = []
         for i in range(3):
             cs = alg.client_init(theta0)
@@ -170,7 +169,7 @@ def test_communication_sizes_are_those_of_real_fl(name, params, down, n_up, csta
             for k in range(3):
                 theta, cs, _ = alg.local_step(theta, cs, msg, batch_fn(i, t, k), grad_fn, _step(k, t=t))
             up, cs = alg.upload(start, theta, cs, msg, info, 3)
-            assert sum(v.numel() for v in up.values()) == n_up * d
+            assert sum(v.numel() for v in up.values()) == case.up * d + case.up_scalars
             assert sum(v.numel() for v in cs.values()) == cstate[0] * d + cstate[1]
             ups.append(up)
         server = alg.aggregate(server, {k: torch.stack([u[k] for u in ups]) for k in ups[0]}, info)
@@ -516,10 +515,15 @@ def test_fedvssam_first_round_init_is_a_fedsam_round():
                                rtol=1e-12, atol=1e-14)  # h⁰ = 0: h¹ = γ_g g¹
 
 
-def test_fedvssam_variance_of_the_local_direction_is_gamma_l_squared_var_g_tilde():
-    # A fixed model and client (float64 MLP, 256 random samples) and a fixed global direction h; the
-    # update direction u = (1−γ_l)h + γ_l g̃ over 48 minibatches. Given g̃ (which itself depends on γ_l
-    # through the perturbation), Var[u] = γ_l² Var[g̃] holds exactly; the check allows rounding only.
+def test_fedvssam_local_steps_have_gamma_l_squared_the_variance_of_their_sam_gradients():
+    # What the method *does*: the step (θ − θ')/η that fedlab's ``local_step`` takes (wd = 0, no clip)
+    # from one point θ with a fixed global direction h, over 48 minibatches ξ_b of one client (float64
+    # MLP, 256 random samples). Against the spec computed here from plain oracle calls,
+    # h_b = (1−γ_l)h + γ_l g_b and g̃_b = ∇f(θ + ρ h_b/‖h_b‖; ξ_b):
+    # (i) every step equals (1−γ_l)h + γ_l g̃_b (rel. 1e-9: float64 rounding); hence
+    # (ii) Var_b[step] = γ_l² Var_b[g̃_b], while the ablation lu=False steps along g̃_b itself, and FedSAM's
+    # steps (perturbed along g_b) are far noisier. A step that ignored h, mixed with the wrong weights,
+    # perturbed along another direction or used another batch fails (i) and (ii).
     grad_fn, _, theta = _mlp(torch.float64)
     gen = torch.Generator().manual_seed(3)
     x, y = torch.randn(256, 60, generator=gen, dtype=torch.float64), torch.randint(0, 10, (256,), generator=gen)
@@ -527,24 +531,29 @@ def test_fedvssam_variance_of_the_local_direction_is_gamma_l_squared_var_g_tilde
     h = full_grad + 0.1 * full_grad.norm() * torch.randn(theta.numel(), generator=gen, dtype=torch.float64) \
         / theta.numel() ** 0.5
     batches = [(x[idx], y[idx]) for idx in torch.randperm(256, generator=gen).repeat(2)[: 48 * 8].view(48, 8)]
-    msg = {"theta": theta, "h": h}
+    lr, rho = 0.05, 0.05
+    step = _step(lr=lr, t=1)  # wd = 0, no clipping: the step is η times the direction
 
-    def total_variance(vs):
-        v = torch.stack(vs)
+    def steps(alg):
+        msg = alg.broadcast({"theta": theta, "h": h}, _info(t=1))
+        return torch.stack([(theta - alg.local_step(theta, {}, msg, b, grad_fn, step)[0]) / lr for b in batches])
+
+    def total_variance(v):
         return float(((v - v.mean(0)) ** 2).sum(1).mean())
 
+    var_sam = total_variance(steps(get_algorithm("fedsam", rho=rho)))
     var_u = {}
-    for gl in (1.0, 0.7, 0.4, 0.1):
-        alg = get_algorithm("fedvssam", gamma_l=gl, rho=0.05)
-        us, g_tildes = [], []
-        for batch in batches:
-            u, _ = alg.local_direction(theta, msg, batch, grad_fn, gl)
-            g = grad_fn(theta, batch)[0]
-            h_i = (1 - gl) * h + gl * g
-            g_tildes.append(grad_fn(theta + 0.05 * h_i / h_i.norm(), batch)[0])
-            us.append(u)
-        var_u[gl] = total_variance(us)
-        assert var_u[gl] == pytest.approx(gl**2 * total_variance(g_tildes), rel=1e-9)
-    ordered = [var_u[gl] for gl in (1.0, 0.7, 0.4, 0.1)]
-    assert all(a > b for a, b in zip(ordered, ordered[1:]))  # shrinks monotonically with γ_l
-    assert ordered[-1] < 0.05 * ordered[0]
+    for gl in (0.7, 0.4, 0.1):
+        u = steps(get_algorithm("fedvssam", gamma_l=gl, rho=rho))
+        g_tilde = []
+        for b in batches:
+            h_b = (1 - gl) * h + gl * grad_fn(theta, b)[0]
+            g_tilde.append(grad_fn(theta + rho * h_b / h_b.norm(), b)[0])
+        g_tilde = torch.stack(g_tilde)
+        torch.testing.assert_close(u, (1 - gl) * h + gl * g_tilde, rtol=1e-9, atol=1e-12)
+        var_u[gl] = total_variance(u)
+        assert var_u[gl] == pytest.approx(gl**2 * total_variance(g_tilde), rel=1e-9)
+        no_lu = steps(get_algorithm("fedvssam", gamma_l=gl, rho=rho, lu=False))
+        torch.testing.assert_close(no_lu, g_tilde, rtol=1e-9, atol=1e-12)
+        assert var_u[gl] < 2 * gl**2 * var_sam  # suppressed relative to FedSAM's steps
+    assert var_u[0.7] > var_u[0.4] > var_u[0.1]

@@ -1,23 +1,21 @@
 """Every registered algorithm through the real engine: runs, is deterministic, resumes bit-identically,
-and reports the communication it actually performs."""
+and reports the communication it actually performs. Expectations come from the one table of cases
+(``tests/cases.py``); the update math itself is checked by ``tests/test_contract.py``."""
 from __future__ import annotations
+
+import importlib
+import re
 
 import pandas as pd
 import pytest
 import torch
 
 import fedlab
+from cases import DEFAULTS, communication
 from fedlab.algorithms import algorithm_class, algorithm_names
 from fedlab.bench import communication_vectors
 
-# (uplink, downlink) model-sized vectors per client per round in real FL, from ALGORITHMS.md.
-EXPECTED_COMMUNICATION = {
-    "fedavg": (1, 1), "fedprox": (1, 1), "scaffold": (2, 2), "feddyn": (1, 1), "fedacg": (1, 1),
-    "fedsam": (1, 1), "mofedsam": (1, 2), "fedgamma": (2, 2), "fedspeed": (1, 1), "fedsmoo": (2, 2),
-    "fedsmoo_adaptive": (1, 1), "fedlesam": (1, 1), "fedswa": (1, 1), "fedmoswa": (2, 2), "fednsam": (1, 1),
-    "fedvssam": (1, 2),
-}
-REQUIRED = set(EXPECTED_COMMUNICATION)
+REQUIRED = set(DEFAULTS)
 NAMES = algorithm_names()
 COLUMNS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_distance", "uplink_floats",
            "downlink_floats"]
@@ -28,11 +26,31 @@ def test_all_sixteen_methods_registered():
     assert not missing, f"not registered: {sorted(missing)}"
 
 
+def _floats(n: float) -> str:
+    return f"{n:g}·d"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_registry_metadata(name):
     cls = algorithm_class(name)
-    assert cls.paper and cls.state_where and cls.grad_evals_per_step in (1, 2)
-    assert cls.__doc__ or __import__(cls.__module__).__doc__
+    assert cls.paper and cls.state_where
+    assert cls.grad_evals_per_step == DEFAULTS[name].grads
+    # the method's own module (importlib: ``__import__("fedlab.algorithms.x")`` returns ``fedlab``)
+    module = importlib.import_module(cls.__module__)
+    assert module.__name__ == f"fedlab.algorithms.{module.__name__.rsplit('.', 1)[-1]}" != "fedlab"
+    doc = module.__doc__ or ""
+    # it cites the paper of ``cls.paper`` (first author and year) ...
+    author = re.search(r"([A-Z][a-z]+) et al\.", cls.paper)
+    year = re.search(r"(19|20)\d\d", cls.paper)
+    assert author and year, f"{name}.paper = {cls.paper!r} names no 'Author et al.' and year"
+    assert author.group(0) in doc and year.group(0) in doc, f"{name}: docstring does not cite {cls.paper!r}"
+    # ... states an update rule (an assignment to the model) ...
+    assert "θ" in doc and ("←" in doc or "θ^{t+1}" in doc), f"{name}: docstring states no update rule"
+    # ... and the communication of the table
+    up, down = communication(name)
+    low = doc.lower()
+    assert f"down {_floats(down)}" in low and f"up {_floats(up)}" in low, \
+        f"{name}: docstring does not state 'down {_floats(down)}' and 'up {_floats(up)}'"
     for preset in cls.presets:
         fedlab.get_algorithm(name, preset=preset)
 
@@ -57,10 +75,9 @@ def test_three_rounds_deterministic_resumable_and_honest_about_communication(nam
 
     d = a.theta.numel()
     m = int(a.metrics["n_sampled"].iloc[0])
-    up, down = communication_vectors(name)
-    if name in EXPECTED_COMMUNICATION:
-        assert (up, down) == EXPECTED_COMMUNICATION[name], (up, down)
+    case = DEFAULTS[name]
+    # fedlab.bench measures what the method sends; it must agree with the table
+    assert communication_vectors(name) == (case.up, case.down)
     # the engine's per-round counts are the vectors the method really sent, m clients per round
-    assert (a.metrics["downlink_floats"] == round(down * d) * m).all()
-    extra_scalars = a.metrics["uplink_floats"].iloc[0] - round(up * d) * m
-    assert 0 <= extra_scalars <= 4 * m  # a few per-client scalars at most (adaptive FedSMOO's λ_k, ρ_k)
+    assert (a.metrics["downlink_floats"] == round(case.down * d) * m).all()
+    assert (a.metrics["uplink_floats"] == (round(case.up * d) + case.up_scalars) * m).all()

@@ -1,0 +1,456 @@
+"""Independent reference implementations of every fedlab method, for the contract suite.
+
+Written from the update rules in ``shared/docs/ALGORITHMS.md`` (and, where the spec leaves a choice
+to fedlab, from the choice the method's docstring documents), *not* from fedlab's code: plain torch
+autograd in float64 on a 2-hidden-layer MLP whose forward pass is written here, per-client state in
+ordinary dicts, one function per method that performs a whole round. Nothing from
+``fedlab.algorithms`` is imported; the only inputs shared with fedlab are data — θ⁰, the samples,
+the clients of each round, each client's minibatch index lists, the learning rates and the resolved
+hyperparameter values.
+
+Conventions (ALGORITHMS.md §0): Δ_i = θ_{i,K} − θ_{i,0} is a descent displacement; clipping is
+global-norm clipping v·min(1, C/(‖v‖ + 1e-6)) of the direction the optimiser receives, and weight
+decay wd·θ is added after the clip. K_i is the number of steps client i actually ran (its number of
+minibatches); where a rule divides a *mean* update by K, K̄ is the mean of the K_i of that round's
+clients (the correct epoch-mode rule of issue 11, defect 1).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+DTYPE = torch.float64
+
+
+# ------------------------------------------------------------------------------------------------
+# the model: flatten → H → ReLU → H → ReLU → C, parameters in (W1, b1, W2, b2, W3, b3) order
+# ------------------------------------------------------------------------------------------------
+def mlp_logits(theta: Tensor, x: Tensor, n_in: int, hidden: int, n_out: int) -> Tensor:
+    sizes = [(hidden, n_in), (hidden,), (hidden, hidden), (hidden,), (n_out, hidden), (n_out,)]
+    parts, at = [], 0
+    for shape in sizes:
+        n = math.prod(shape)
+        parts.append(theta[at:at + n].view(shape))
+        at += n
+    assert at == theta.numel(), f"θ has {theta.numel()} entries, the MLP {at}"
+    w1, b1, w2, b2, w3, b3 = parts
+    h = torch.relu(x @ w1.T + b1)
+    h = torch.relu(h @ w2.T + b2)
+    return h @ w3.T + b3
+
+
+def clip(v: Tensor, max_norm: float | None) -> Tensor:
+    """Global-norm clipping as torch.nn.utils.clip_grad_norm_ (factor min(1, C/(‖v‖ + 1e-6)))."""
+    if max_norm is None:
+        return v
+    return v * min(1.0, max_norm / (float(v.norm()) + 1e-6))
+
+
+def unit(v: Tensor, eps: float) -> Tensor:
+    return v / (v.norm() + eps)
+
+
+@dataclass
+class Context:
+    """What one reference run knows: data, hyperparameters, the federation and its state."""
+
+    hp: dict[str, Any]
+    x: Tensor
+    y: Tensor
+    dims: tuple[int, int, int]
+    n_clients: int
+    wd: float
+    clip_norm: float | None
+    lrs: Sequence[float]  # η_t per round
+    batches: Callable[[int, int], list[Tensor]]  # (round, client) -> the K_i index tensors
+    theta: Tensor  # θ^t, the global model
+    server: dict[str, Any] = field(default_factory=dict)
+    clients: dict[int, dict[str, Any]] = field(default_factory=dict)
+    grad_calls: int = 0
+
+    def grad(self, theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
+        """(∇f(θ; ξ), f(θ; ξ)) of the mean cross-entropy on the samples ``idx``."""
+        self.grad_calls += 1
+        leaf = theta.detach().clone().requires_grad_(True)
+        loss = torch.nn.functional.cross_entropy(mlp_logits(leaf, self.x[idx], *self.dims), self.y[idx])
+        (g,) = torch.autograd.grad(loss, leaf)
+        return g, loss.detach()
+
+    def loss(self, theta: Tensor, idx: Tensor) -> Tensor:
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(mlp_logits(theta, self.x[idx], *self.dims), self.y[idx])
+
+    def sgd(self, theta: Tensor, d: Tensor, lr: float, outside_clip: Tensor | float = 0.0) -> Tensor:
+        """θ − η (clip(d, C) + outside_clip + wd·θ)."""
+        return theta - lr * (clip(d, self.clip_norm) + outside_clip + self.wd * theta)
+
+    def state(self, i: int, **init: Tensor) -> dict[str, Any]:
+        """Client i's persistent state, created with ``init`` on its first participation."""
+        if i not in self.clients:
+            self.clients[i] = {k: v.clone() for k, v in init.items()}
+        return self.clients[i]
+
+    def zeros(self) -> Tensor:
+        return torch.zeros_like(self.theta)
+
+
+Round = tuple[dict[int, Tensor], Tensor]  # (client end points θ_{i,K}, θ^{t+1})
+METHODS: dict[str, Callable[[Context, int, list[int]], Round]] = {}
+
+
+def method(fn: Callable[[Context, int, list[int]], Round]) -> Callable[[Context, int, list[int]], Round]:
+    METHODS[fn.__name__] = fn
+    return fn
+
+
+def mean(vs: Sequence[Tensor]) -> Tensor:
+    return torch.stack(list(vs)).mean(0)
+
+
+# ------------------------------------------------------------------------------------------------
+# FedAvg family (§2, §13, §14)
+# ------------------------------------------------------------------------------------------------
+@method
+def fedavg(ctx: Context, t: int, S: list[int]) -> Round:
+    lr, ends = ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            th = ctx.sgd(th, ctx.grad(th, idx)[0], lr)
+        ends[i] = th
+    return ends, ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+@method
+def fedprox(ctx: Context, t: int, S: list[int]) -> Round:
+    # FL-Sim: loss CE − μ⟨θ, θ^t⟩ (clipped with g), optimiser weight decay wd + μ (outside the clip)
+    mu, lr, ends = ctx.hp["mu"], ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            th = ctx.sgd(th, ctx.grad(th, idx)[0] - mu * ctx.theta, lr, outside_clip=mu * th)
+        ends[i] = th
+    return ends, ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+@method
+def fedacg(ctx: Context, t: int, S: list[int]) -> Round:
+    lam, beta, lr = ctx.hp["lam"], ctx.hp["beta"], ctx.lrs[t]
+    m = ctx.server.setdefault("m", ctx.zeros())
+    start = ctx.theta + lam * m  # θ̃ = θ^t + λ m^{t−1}
+    ends = {}
+    for i in S:
+        th = start
+        for idx in ctx.batches(t, i):
+            th = ctx.sgd(th, ctx.grad(th, idx)[0] + 2 * beta * (th - start), lr)
+        ends[i] = th
+    mean_delta = mean([e - start for e in ends.values()])
+    ctx.server["m"] = lam * m + mean_delta
+    return ends, mean(list(ends.values()))  # θ^{t+1} = mean of the client models
+
+
+# ------------------------------------------------------------------------------------------------
+# SCAFFOLD / FedGAMMA (§11, §5): option II, c ← c + (1/N) Σ_S (c_i⁺ − c_i)
+# ------------------------------------------------------------------------------------------------
+def _scaffold_round(ctx: Context, t: int, S: list[int], sam: bool) -> Round:
+    lr = ctx.lrs[t]
+    c = ctx.server.setdefault("c", ctx.zeros())
+    rho, eps = ctx.hp.get("rho", 0.0), ctx.hp.get("eps", 0.0)
+    ends, dc_sum = {}, ctx.zeros()
+    for i in S:
+        st = ctx.state(i, c_i=ctx.zeros())
+        corr = c - st["c_i"]
+        th = ctx.theta
+        batches = ctx.batches(t, i)
+        for idx in batches:
+            g = ctx.grad(th, idx)[0]
+            if sam:
+                v = g + corr if ctx.hp["perturb_with_correction"] else g
+                g = ctx.grad(th + rho * unit(v, eps), idx)[0]
+            th = ctx.sgd(th, g + corr, lr)
+        ends[i] = th
+        c_new = st["c_i"] - c - (th - ctx.theta) / (len(batches) * lr)
+        dc_sum = dc_sum + (c_new - st["c_i"])
+        st["c_i"] = c_new
+    ctx.server["c"] = c + dc_sum / ctx.n_clients
+    return ends, ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+@method
+def scaffold(ctx: Context, t: int, S: list[int]) -> Round:
+    return _scaffold_round(ctx, t, S, sam=False)
+
+
+@method
+def fedgamma(ctx: Context, t: int, S: list[int]) -> Round:
+    return _scaffold_round(ctx, t, S, sam=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# FedDyn / FedSpeed / FedSMOO (§12, §17, §6)
+# ------------------------------------------------------------------------------------------------
+def _dyn_round(ctx: Context, t: int, S: list[int], kind: str) -> Round:
+    lam, lr = ctx.hp["lam"], ctx.lrs[t]
+    rho, eps = ctx.hp.get("rho", 0.0), ctx.hp.get("eps", 0.0)
+    s = ctx.server.setdefault("s", ctx.zeros())
+    ends, mus = {}, []
+    for i in S:
+        st = ctx.state(i, h=ctx.zeros(), mu=ctx.zeros())
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            if kind == "fedspeed":
+                g = ctx.grad(th + rho * unit(g, eps), idx)[0]
+            elif kind == "fedsmoo":
+                g_hat = g - st["mu"] - s
+                e = rho * unit(g_hat, eps)
+                st["mu"] = st["mu"] + (e - s)
+                g = ctx.grad(th + e, idx)[0]
+            # loss CE + λ⟨θ, h_i − θ^t⟩ (clipped with g), optimiser weight decay wd + λ
+            th = ctx.sgd(th, g + lam * (st["h"] - ctx.theta), lr, outside_clip=lam * th)
+        ends[i] = th
+        st["h"] = st["h"] + (th - ctx.theta)
+        mus.append(st["mu"])
+    if kind == "fedsmoo":
+        ctx.server["s"] = rho * unit(mean(mus), eps)
+    # θ^{t+1} = mean_S θ_{i,K} + mean over ALL N clients of h_i (never-sampled ones count as 0)
+    h_all = sum((ctx.clients[i]["h"] for i in ctx.clients), ctx.zeros()) / ctx.n_clients
+    return ends, mean(list(ends.values())) + h_all
+
+
+@method
+def feddyn(ctx: Context, t: int, S: list[int]) -> Round:
+    return _dyn_round(ctx, t, S, "feddyn")
+
+
+@method
+def fedspeed(ctx: Context, t: int, S: list[int]) -> Round:
+    return _dyn_round(ctx, t, S, "fedspeed")
+
+
+@method
+def fedsmoo(ctx: Context, t: int, S: list[int]) -> Round:
+    return _dyn_round(ctx, t, S, "fedsmoo")
+
+
+# ------------------------------------------------------------------------------------------------
+# local SAM (§3), MoFedSAM (§4), FedLESAM (§15), FedSMOO-adaptive (blog; fedlab docstring)
+# ------------------------------------------------------------------------------------------------
+@method
+def fedsam(ctx: Context, t: int, S: list[int]) -> Round:
+    rho, eps, lr, ends = ctx.hp["rho"], ctx.hp["eps"], ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            th = ctx.sgd(th, ctx.grad(th + rho * unit(g, eps), idx)[0], lr)
+        ends[i] = th
+    return ends, ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+@method
+def mofedsam(ctx: Context, t: int, S: list[int]) -> Round:
+    rho, eps, alpha, lr = ctx.hp["rho"], ctx.hp["eps"], ctx.hp["alpha"], ctx.lrs[t]
+    if t == 0:
+        m = ctx.zeros()  # no update exists before round 0
+    else:  # m = −Δ̄^{t−1} / (K̄^{t−1} η_{t−1})
+        m = -ctx.server["delta_bar"] / (ctx.server["K_bar"] * ctx.lrs[t - 1])
+    ends, ks = {}, []
+    for i in S:
+        th = ctx.theta
+        batches = ctx.batches(t, i)
+        ks.append(len(batches))
+        for idx in batches:
+            g = ctx.grad(th, idx)[0]
+            g_sam = ctx.grad(th + rho * unit(g, eps), idx)[0]
+            th = ctx.sgd(th, alpha * g_sam + (1 - alpha) * m, lr)
+        ends[i] = th
+    delta_bar = mean([e - ctx.theta for e in ends.values()])
+    ctx.server.update(delta_bar=delta_bar, K_bar=sum(ks) / len(ks))
+    return ends, ctx.theta + ctx.hp["server_lr"] * delta_bar
+
+
+@method
+def fedlesam(ctx: Context, t: int, S: list[int]) -> Round:
+    rho, eps, lr = ctx.hp["rho"], ctx.hp["eps"], ctx.lrs[t]
+    paper = ctx.hp["variant"] == "paper"
+    ends = {}
+    for i in S:
+        if paper:  # δ along θ_old,i − θ^t, the model the client received at its last participation
+            st = ctx.clients.get(i)
+            delta = ctx.zeros() if st is None else rho * unit(st["theta_old"] - ctx.theta, eps)
+        else:  # the code's intent: δ = −ρ Δ^{t−1}/‖Δ^{t−1}‖, Δ^{t−1} = θ^t − θ^{t−1} (0 in round 0)
+            last = ctx.server.get("last_update")
+            delta = ctx.zeros() if last is None else -rho * unit(last, eps)
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            th = ctx.sgd(th, ctx.grad(th + delta, idx)[0], lr)
+        ends[i] = th
+        if paper:
+            ctx.clients[i] = {"theta_old": ctx.theta.clone()}
+    new = ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+    ctx.server["last_update"] = new - ctx.theta
+    return ends, new
+
+
+@method
+def fedsmoo_adaptive(ctx: Context, t: int, S: list[int]) -> Round:
+    """Per client: λ_k, ρ_k from (γ_k, σ_k, τ_k) at step 0, then descend on the blog's objective
+    L(θ) + λ_k‖θ − θ^t‖² + L(θ + ρ_k g/‖g‖): direction ∇L(θ) + ∇L(θ + ε) + 2λ_k(θ − θ^t), clipped."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    warm = t < hp["warmup_rounds"]
+    ends = {}
+    for i in S:
+        st = ctx.clients.setdefault(i, {"g_prev": None, "angles": []})
+        batches = ctx.batches(t, i)
+        g0, loss0 = ctx.grad(ctx.theta, batches[0])
+        if st["g_prev"] is None:
+            gamma, cos = 1.0, None
+        else:
+            dot = float(g0 @ st["g_prev"])
+            cos = max(-1.0, min(1.0, dot / (float(g0.norm()) * float(st["g_prev"].norm()) + hp["cos_eps"])))
+            gamma = cos
+        angles = st["angles"]
+        tau = float(torch.tensor(angles, dtype=DTYPE).std(correction=0)) if len(angles) >= hp["window"] else 0.0
+        if cos is not None:
+            st["angles"] = (angles + [math.acos(cos)])[-hp["window"]:]
+        st["g_prev"] = g0
+        if warm:
+            lam = rho = 0.0
+        else:
+            probe = ctx.loss(ctx.theta + hp["rho_max"] * unit(g0, hp["eps"]), batches[0])
+            ctx.grad_calls += 1  # the probe is one more evaluation at step 0
+            sigma = max(0.0, float(probe - loss0))
+            lam = min(hp["lam_max"], max(hp["lam_min"], hp["a"] * (1 - gamma) + hp["b"] * sigma + hp["c"] * tau))
+            rho = max(hp["rho_min"], hp["rho_max"] * math.exp(-lam))
+        th = ctx.theta
+        for k, idx in enumerate(batches):
+            g = g0 if k == 0 else ctx.grad(th, idx)[0]
+            if warm:  # plain FedAvg during warm-up
+                th = ctx.sgd(th, g, lr)
+                continue
+            g_sam = ctx.grad(th + rho * unit(g, hp["eps"]), idx)[0]
+            th = ctx.sgd(th, g + g_sam + 2 * lam * (th - ctx.theta), lr)
+        ends[i] = th
+    return ends, ctx.theta + hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+# ------------------------------------------------------------------------------------------------
+# FedSWA / FedMoSWA (§7, §8)
+# ------------------------------------------------------------------------------------------------
+def swa_lr(ctx: Context, lr: float, k: int, K: int) -> float:
+    """η_k: linear from λη (k = 0) towards λρη (k = K); the count *before* the step."""
+    hp = ctx.hp
+    return hp["lr_multiplier"] * ((1 - k / K) * lr + (k / K) * hp["rho"] * lr)
+
+
+@method
+def fedswa(ctx: Context, t: int, S: list[int]) -> Round:
+    ends = {}
+    for i in S:
+        th, batches = ctx.theta, ctx.batches(t, i)
+        for k, idx in enumerate(batches):
+            th = ctx.sgd(th, ctx.grad(th, idx)[0], swa_lr(ctx, ctx.lrs[t], k, len(batches)))
+        ends[i] = th
+    return ends, ctx.theta + ctx.hp["alpha"] * mean([e - ctx.theta for e in ends.values()])
+
+
+@method
+def fedmoswa(ctx: Context, t: int, S: list[int]) -> Round:
+    hp = ctx.hp
+    c = ctx.server.setdefault("c", ctx.zeros())
+    ends, dcs = {}, []
+    for i in S:
+        st = ctx.state(i, c_i=ctx.zeros())
+        corr = c - st["c_i"]
+        th, batches = ctx.theta, ctx.batches(t, i)
+        K = len(batches)
+        total = 0.0
+        for k, idx in enumerate(batches):
+            g, lr_k = ctx.grad(th, idx)[0], swa_lr(ctx, ctx.lrs[t], k, K)
+            total += lr_k
+            if hp["clip_correction"]:
+                th = ctx.sgd(th, g + corr, lr_k)
+            else:
+                th = ctx.sgd(th, g, lr_k, outside_clip=corr)
+        ends[i] = th
+        c_new = st["c_i"] - c + (ctx.theta - th) / total  # option II over the exact Σ_k η_k
+        dcs.append(c_new - c)
+        st["c_i"] = c_new
+    gamma = 1.0 if (hp["c_first_round_mean"] and t == 0) else hp["gamma"]
+    ctx.server["c"] = c + gamma * mean(dcs)  # = (1 − γ) c + γ mean_S c_i⁺
+    return ends, ctx.theta + hp["alpha"] * mean([e - ctx.theta for e in ends.values()])
+
+
+# ------------------------------------------------------------------------------------------------
+# FedNSAM (§9) and FedVSSAM (§10)
+# ------------------------------------------------------------------------------------------------
+@method
+def fednsam(ctx: Context, t: int, S: list[int]) -> Round:
+    hp, lr = ctx.hp, ctx.lrs[t]
+    gamma, rho, eps = hp["gamma"], hp["rho"], hp["eps"]
+    m = ctx.server.setdefault("m", ctx.zeros())
+    every = hp["extrapolation"] == "every_step"
+    start = ctx.theta if every else ctx.theta + gamma * m
+    ends = {}
+    for i in S:
+        th = start
+        for idx in ctx.batches(t, i):
+            point = th + gamma * m if every else th  # every_step: look-ahead gradients, iterate unmoved
+            if hp["variant"] == "code":
+                g = ctx.grad(point, idx)[0]
+                g_sam = ctx.grad(point + rho * unit(g, eps), idx)[0]
+            else:  # paper: ascent along −m (uphill), one gradient per step
+                g_sam = ctx.grad(point + rho * unit(-m, eps), idx)[0]
+            th = ctx.sgd(th, g_sam, lr)
+        ends[i] = th
+    delta_bar = mean([e - start for e in ends.values()])
+    if hp["momentum_overwrite_bug"]:
+        # official repo: empty-momentum branch in round 0 (m = Δ̄), then m = (1 + γ)Δ̄, never accumulated
+        new_m = delta_bar if t == 0 else (1 + gamma) * delta_bar
+    else:
+        new_m = gamma * m + delta_bar
+    ctx.server["m"] = new_m
+    return ends, ctx.theta + new_m
+
+
+@method
+def fedvssam(ctx: Context, t: int, S: list[int]) -> Round:
+    hp, lr = ctx.hp, ctx.lrs[t]
+    h = ctx.server.setdefault("h", ctx.zeros())  # h⁰ = 0
+    warm = hp["h_init"] == "first_round" and t == 0  # a plain FedSAM round 0
+    gl = 1.0 if warm else hp["gamma_l"]
+    gg = 1.0 if (warm or not hp["gu"]) else hp["gamma_g"]
+    ends, ks = {}, []
+    for i in S:
+        th, batches = ctx.theta, ctx.batches(t, i)
+        ks.append(len(batches))
+        for idx in batches:
+            g = ctx.grad(th, idx)[0]
+            h_i = (1 - gl) * h + gl * g if hp["lf"] else g
+            g_t = ctx.grad(th + hp["rho"] * unit(h_i, hp["eps"]), idx)[0]
+            u = (1 - gl) * h + gl * g_t if hp["lu"] else g_t
+            th = ctx.sgd(th, u, lr)
+        ends[i] = th
+    K_bar = sum(ks) / len(ks)
+    pseudo = (ctx.theta - mean(list(ends.values()))) / (lr * K_bar)  # g^{t+1}
+    h_new = (1 - gg) * h + gg * pseudo
+    ctx.server["h"] = h_new
+    return ends, ctx.theta - hp["server_lr_scale"] * lr * K_bar * h_new  # η_g = β η_t K̄
+
+
+# ------------------------------------------------------------------------------------------------
+def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
+    """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
+    fn = METHODS[name]
+    out = []
+    for t, clients in enumerate(schedule):
+        ends, new = fn(ctx, t, sorted(clients))
+        ctx.theta = new
+        out.append((ends, new))
+    return out
