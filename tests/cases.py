@@ -12,8 +12,6 @@ method's docstring, not from running fedlab:
 * ``expect_hp`` — hyperparameter values the row must resolve to (the spec's preset values);
 * ``reduces_to`` — a change of hyperparameters under which the method reproduces another one
   bit for bit, as its docstring claims;
-* ``defects`` — issue-11 defects that make fedlab disagree with the reference for this row, per
-  mode ("fixed" / "epoch"); the contract suite marks those cases xfail(strict).
 
 ``tests/test_registry.py`` and the per-family test files read their communication expectations
 from here; ``tests/test_contract.py`` runs every row against an independent reference.
@@ -47,7 +45,6 @@ class Case:
     warm_grads: int | None = None
     expect_hp: dict[str, Any] = field(default_factory=dict)
     reduces_to: Reduction | None = None
-    defects: dict[str, str] = field(default_factory=dict)  # mode -> reason (xfail strict)
 
     @property
     def is_default(self) -> bool:
@@ -56,15 +53,6 @@ class Case:
     def down_in_round(self, t: int) -> float:
         return self.down_round0 if (t == 0 and self.down_round0 is not None) else self.down
 
-
-def _defect(n: int, what: str) -> str:
-    return f"issue 11 defect {n} ({what}), fixed on branch correctness"
-
-
-EPOCH_K = _defect(1, "epoch mode normalises by Config.local_steps instead of the steps clients ran")
-NSAM_ROUND0 = _defect(3, "FedNSAM official_repo round 0 must set m = mean update, not (1+gamma) times it")
-SMOO_CLEAN = _defect(4, "FedSMOO-adaptive's default objective must include the clean loss L(theta)")
-BOTH = ("fixed", "epoch")
 
 CASES: tuple[Case, ...] = (
     # --- FedAvg family ------------------------------------------------------------------------
@@ -86,16 +74,15 @@ CASES: tuple[Case, ...] = (
     Case("fedsmoo", "fedsmoo", {}, 2, 2, 2, reduces_to=Reduction({"rho": 0.0}, "feddyn")),
     # --- local SAM -------------------------------------------------------------------------------
     Case("fedsam", "fedsam", {}, 1, 1, 2, reduces_to=Reduction({"rho": 0.0}, "fedavg")),
-    Case("mofedsam", "mofedsam", {}, 1, 2, 2, reduces_to=Reduction({"alpha": 1.0}, "fedsam"),
-         defects={"epoch": EPOCH_K}),
-    Case("mofedsam", "mofedsam-alpha", {"alpha": 0.5, "server_lr": 0.8}, 1, 2, 2, defects={"epoch": EPOCH_K}),
+    Case("mofedsam", "mofedsam", {}, 1, 2, 2, reduces_to=Reduction({"alpha": 1.0}, "fedsam")),
+    Case("mofedsam", "mofedsam-alpha", {"alpha": 0.5, "server_lr": 0.8}, 1, 2, 2),
     # FedSMOO-adaptive: the default warm-up (3 rounds) covers a 2-round run entirely (plain FedAvg)
     Case("fedsmoo_adaptive", "fedsmoo_adaptive", {}, 1, 1, 2, up_scalars=2, step0_extra=1, warm_grads=1,
          reduces_to=Reduction({"warmup_rounds": 5}, "fedavg")),
     Case("fedsmoo_adaptive", "fedsmoo_adaptive-warmup1", {"warmup_rounds": 1, "window": 2}, 1, 1, 2,
-         up_scalars=2, step0_extra=1, warm_grads=1, defects={m: SMOO_CLEAN for m in BOTH}),
+         up_scalars=2, step0_extra=1, warm_grads=1),
     Case("fedsmoo_adaptive", "fedsmoo_adaptive-nowarmup", {"warmup_rounds": 0, "rho_max": 0.2}, 1, 1, 2,
-         up_scalars=2, step0_extra=1, warm_grads=1, defects={m: SMOO_CLEAN for m in BOTH}),
+         up_scalars=2, step0_extra=1, warm_grads=1),
     Case("fedlesam", "fedlesam", {}, 1, 1, 1, reduces_to=Reduction({"rho": 0.0}, "fedavg")),
     Case("fedlesam", "fedlesam-readme", {"preset": "readme"}, 1, 1, 1, expect_hp={"rho": 0.5}),
     Case("fedlesam", "fedlesam-last_global_update", {"variant": "last_global_update", "rho": 0.5}, 1, 2, 1,
@@ -121,28 +108,23 @@ CASES: tuple[Case, ...] = (
     Case("fednsam", "fednsam-paper", {"preset": "paper", "rho": 0.2}, 1, 2, 1,
          expect_hp={"variant": "paper", "extrapolation": "round_start"}),
     Case("fednsam", "fednsam-official_repo", {"preset": "official_repo"}, 1, 1, 2,
-         expect_hp={"variant": "code", "momentum_overwrite_bug": True},
-         defects={m: NSAM_ROUND0 for m in BOTH}),
+         expect_hp={"variant": "code", "momentum_overwrite_bug": True}),
     Case("fednsam", "fednsam-every_step", {"extrapolation": "every_step"}, 1, 2, 2),
     Case("fednsam", "fednsam-paper-every_step", {"variant": "paper", "extrapolation": "every_step",
                                                   "rho": 0.2}, 1, 2, 1),
     Case("fedvssam", "fedvssam", {}, 1, 2, 2, expect_hp={"gamma_l": 0.4, "gamma_g": 0.6},
-         reduces_to=Reduction({"gamma_l": 1.0, "gamma_g": 1.0, "server_lr_scale": 1.0}, "fedsam", {"rho": 0.05}),
-         defects={"epoch": EPOCH_K}),
+         reduces_to=Reduction({"gamma_l": 1.0, "gamma_g": 1.0, "server_lr_scale": 1.0}, "fedsam", {"rho": 0.05})),
     Case("fedvssam", "fedvssam-moderate", {"preset": "moderate"}, 1, 2, 2,
-         expect_hp={"gamma_l": 0.4, "gamma_g": 0.6}, defects={"epoch": EPOCH_K}),
+         expect_hp={"gamma_l": 0.4, "gamma_g": 0.6}),
     Case("fedvssam", "fedvssam-high", {"preset": "high", "server_lr_scale": 0.7}, 1, 2, 2,
-         expect_hp={"gamma_l": 0.1, "gamma_g": 0.6}, defects={"epoch": EPOCH_K}),
+         expect_hp={"gamma_l": 0.1, "gamma_g": 0.6}),
     Case("fedvssam", "fedvssam-base", {"preset": "base"}, 1, 1, 2,
          expect_hp={"gamma_l": 1.0, "gamma_g": 1.0},
          reduces_to=Reduction({}, "fedsam", {"rho": 0.05})),
-    Case("fedvssam", "fedvssam-first_round", {"h_init": "first_round", "rho": 0.1}, 1, 2, 2, down_round0=1,
-         defects={"epoch": EPOCH_K}),
-    Case("fedvssam", "fedvssam-no_lf-no_gu", {"lf": False, "gu": False, "rho": 0.1}, 1, 2, 2,
-         defects={"epoch": EPOCH_K}),
-    Case("fedvssam", "fedvssam-no_lf-no_lu", {"lf": False, "lu": False, "rho": 0.1}, 1, 1, 2,
-         defects={"epoch": EPOCH_K}),
-    Case("fedvssam", "fedvssam-no_lu", {"lu": False, "rho": 0.1}, 1, 2, 2, defects={"epoch": EPOCH_K}),
+    Case("fedvssam", "fedvssam-first_round", {"h_init": "first_round", "rho": 0.1}, 1, 2, 2, down_round0=1),
+    Case("fedvssam", "fedvssam-no_lf-no_gu", {"lf": False, "gu": False, "rho": 0.1}, 1, 2, 2),
+    Case("fedvssam", "fedvssam-no_lf-no_lu", {"lf": False, "lu": False, "rho": 0.1}, 1, 1, 2),
+    Case("fedvssam", "fedvssam-no_lu", {"lu": False, "rho": 0.1}, 1, 2, 2),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

@@ -16,12 +16,10 @@ by the full suite), its communication and gradient counts, and the reductions fr
 with ``-x`` in a subprocess
 whose ``PYTHONPATH`` and working directory are the copy. A mutant is *killed* when that run fails.
 
-Methods with a known issue-11 defect that makes all their informative contract cases xfail on
-today's code (FedSMOO-adaptive, FedNSAM ``official_repo``) are first given a *repair*: a one-line
-stand-in for the fix on branch ``correctness``, applied to the copy only; the baseline run (repair,
-no mutant) must then pass with ``--runxfail`` before its mutants count. A repair whose text is no
-longer in the source is skipped (the real fix has landed). Mutants are written so that they apply
-to the fixed code too; one whose text is absent is reported as "n/a".
+The baseline (no mutant) must pass before a method's mutants count. ``REPAIRS`` can hold one-line
+stand-ins for fixes not yet landed, applied to the copy only (it held the issue-11 fixes of FedNSAM
+and FedSMOO-adaptive before they landed; it is empty now). Mutants whose text is absent from the
+source are reported as "n/a".
 """
 from __future__ import annotations
 
@@ -190,14 +188,7 @@ SHARED = {
         M("sam.py", "return rho * normalized(direction, eps)", "return -rho * normalized(direction, eps)", "SAM perturbation flipped"),
     ]),
 }
-REPAIRS: dict[str, list[Mutation]] = {
-    # stand-ins for the fixes of issue 11 on branch correctness (defects 3 and 4)
-    "fednsam": [M("fednsam.py", "m = self.hp.gamma * delta_bar + delta_bar  # the old m is never read",
-                  "m = delta_bar if info.round == 0 else self.hp.gamma * delta_bar + delta_bar",
-                  "official_repo: m = Δ̄ in round 0")],
-    "fedsmoo_adaptive": [M("fedsmoo_adaptive.py", 'd = g_sam + 2.0 * lam * (theta - msg["theta"])',
-                           'd = g + g_sam + 2.0 * lam * (theta - msg["theta"])', "clean loss L(θ) in the objective")],
-}
+REPAIRS: dict[str, list[Mutation]] = {}
 
 
 def _path(root: Path, file: str) -> Path:
