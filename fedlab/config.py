@@ -44,6 +44,9 @@ class Config:
     test_size: int | None = None  # class-balanced subset of the test set (None = all)
     as_cifar_shape: bool = False  # pad 28×28 → 32×32 and repeat channels (lenet5/ResNets on FMNIST)
     augment: bool | None = None  # None = the dataset's default (crop+flip for CIFAR)
+    crop_prob: float = 1.0  # probability that a training image is randomly cropped (FL-Simulator: 0.5)
+    crop_padding: int = 4  # zero padding of the random crop, pixels per side
+    flip_prob: float = 0.5  # probability of a horizontal flip
     # how data is split
     partition: str = "dirichlet"
     alpha: float | None = 0.1  # Dirichlet concentration (see fedlab.data.partition for its meaning)
@@ -57,7 +60,7 @@ class Config:
     schedule_path: str | None = None  # JSON list of per-round client-id lists (sampling="schedule")
     # local work
     rounds: int = 50
-    local_steps: int = 10  # K
+    local_steps: int | None = 10  # K (None only with local_epochs)
     local_epochs: int | None = None  # if set, K_i = E·⌈n_i/B⌉ (the reference codes' epoch mode)
     batch_size: int = 32
     lr: float = 0.1
@@ -117,8 +120,12 @@ class Config:
             raise bad("partition", "'natural' only for dataset='synthetic'")
         if self.sampling == "schedule" and not self.schedule_path:
             raise ConfigError("schedule_path is required for sampling='schedule'")
+        if self.local_steps is None and self.local_epochs is None:
+            raise bad("local_steps", "an integer ≥ 1 (None only together with local_epochs)")
         for name in ("n_clients", "rounds", "local_steps", "batch_size", "eval_every",
                      "checkpoint_every", "shards_per_client"):
+            if name == "local_steps" and self.local_steps is None:
+                continue
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "an integer ≥ 1")
@@ -126,6 +133,12 @@ class Config:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise bad(name, "None or an integer ≥ 1")
+        for name in ("crop_prob", "flip_prob"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise bad(name, "a probability in [0, 1]")
+        if isinstance(self.crop_padding, bool) or not isinstance(self.crop_padding, int) or self.crop_padding < 0:
+            raise bad("crop_padding", "an integer ≥ 0")
         if not (isinstance(self.participation, (int, float)) and 0 < self.participation <= 1):
             raise bad("participation", "a number in (0, 1]")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):

@@ -92,14 +92,16 @@ def random_crop_flip(
     return padded[i_idx, c_idx, rows[:, None, :, None], cols[:, None, None, :]]
 
 
-def apply_augment(kind: str | None, x: Tensor, generator: torch.Generator) -> Tensor:
+def apply_augment(kind: str | None, x: Tensor, generator: torch.Generator, *, padding: int = 4,
+                  flip_p: float = 0.5, crop_p: float = 1.0) -> Tensor:
     """Apply the augmentation named ``kind`` (a ``Dataset.augment`` value) to the batch ``x``.
 
     ``None`` returns ``x`` itself, unchanged (no random numbers drawn); ``"crop_flip"`` is
-    :func:`random_crop_flip` with padding 4 and flip probability 0.5; anything else is a ValueError.
+    :func:`random_crop_flip` with ``padding``, ``flip_p`` and ``crop_p`` (the config's
+    ``crop_padding``, ``flip_prob``, ``crop_prob``); anything else is a ValueError.
     """
     if kind is None:
         return x
     if kind == "crop_flip":
-        return random_crop_flip(x, generator, padding=4, flip_p=0.5)
+        return random_crop_flip(x, generator, padding=padding, flip_p=flip_p, crop_p=crop_p)
     raise ValueError(f"unknown augmentation {kind!r}; allowed: None, {', '.join(AUGMENTATIONS)}")

@@ -8,7 +8,8 @@ the same numbers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -41,11 +42,12 @@ class LocalData:
     x: Tensor
     y: Tensor
     augment: str | None
+    augment_params: dict[str, Any] = field(default_factory=dict)  # apply_augment's padding, flip_p, crop_p
 
     def batch(self, idx: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
         x = self.x[idx]
         if self.augment is not None:
-            x = apply_augment(self.augment, x, generator)
+            x = apply_augment(self.augment, x, generator, **self.augment_params)
         return x, self.y[idx]
 
 

@@ -145,7 +145,9 @@ class Simulation:
 
     @cached_property
     def local_data(self) -> LocalData:
-        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind)
+        c = self.config
+        return LocalData(self.dataset.x_train, self.dataset.y_train, self.augment_kind,
+                         dict(padding=c.crop_padding, flip_p=c.flip_prob, crop_p=c.crop_prob))
 
     @cached_property
     def schedule(self) -> list[list[int]] | None:
@@ -182,7 +184,10 @@ class Simulation:
         c = self.config
         lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
         prev = learning_rate(t - 1, c.lr, c.lr_schedule, c.rounds, c.lr_decay) if t > 0 else lr
-        return RoundInfo(round=t, lr=lr, prev_lr=prev, local_steps=c.local_steps, n_clients=c.n_clients,
+        # epoch mode without a nominal K: E·⌈n̄/B⌉ for the mean client size n̄ (the K of a balanced split)
+        k = c.local_steps if c.local_steps is not None else \
+            c.local_epochs * math.ceil(self.dataset.x_train.shape[0] / c.n_clients / c.batch_size)
+        return RoundInfo(round=t, lr=lr, prev_lr=prev, local_steps=k, n_clients=c.n_clients,
                          n_sampled=m, weight_decay=c.weight_decay, clip_norm=c.clip_norm)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
