@@ -205,13 +205,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--eval-diagnosis", action="store_true", help="only the evaluation-time diagnosis")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 128, 256, 512, 1000])
     p.add_argument("--repeats", type=int, default=5, help="evaluations per batch size in the diagnosis")
-    p.add_argument("--quick", action="store_true", help="seconds-long version: 600 train, 200 test, 2 rounds")
+    p.add_argument("--quick", action="store_true", help="seconds-long version: 300 train, 100 test, 2 rounds")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = p.parse_args(list(argv) if argv is not None else None)
     if args.rounds < 1 or args.threads < 1 or args.repeats < 1:
         p.error("--rounds, --threads and --repeats must be >= 1")
     if args.quick:
-        args.train_size, args.test_size, args.rounds, args.batch_sizes, args.repeats = 600, 200, 2, [128, 512], 1
+        args.train_size, args.test_size, args.rounds, args.batch_sizes, args.repeats = 300, 100, 2, [64, 256], 1
     torch.set_num_threads(args.threads)
     if args.eval_diagnosis:
         res: dict[str, Any] = eval_diagnosis(train_size=args.train_size, batch_sizes=args.batch_sizes,
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res["load_average"] = load_average()
         print_diagnosis(res)
     else:
-        rate = matmul_flops_per_second(args.device)
+        rate = matmul_flops_per_second(args.device, n=512 if args.quick else None)
         rows = [bench_algorithm(a, train_size=args.train_size, test_size=args.test_size, rounds=args.rounds,
                                 eval_batch=args.eval_batch, device=args.device, matmul_rate=rate)
                 for a in args.algorithms]

@@ -53,7 +53,7 @@ def _speed(device: str, dry_run: bool, out: Path) -> dict[str, Any]:
     common = ["--speed", "--device", device, "--algorithms", "fedavg", "fedsam", "--modes"]
     runs: list[list[str]] = []
     if dry_run:
-        runs.append(["--quick", *common, "conventional", "sequential", "vectorised", "auto", "--json"])
+        runs.append(["--quick", *common, "conventional", "sequential", "auto", "--json"])
     else:
         runs.append([*common, *SPEED_MODES, "--models", "cnn", "--clients-per-round", "10", "20", "--json"])
         runs.append([*common, *SPEED_MODES, "--models", "resnet18", "--clients-per-round", "10", "--json"])
