@@ -163,20 +163,32 @@ def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
 # one row per solver
 # ------------------------------------------------------------------------------------------------
 def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    """``(fn(), wall seconds)``; its process CPU seconds go to ``_last_cpu[0]``.
+
+    On a shared machine the wall time of a one-thread computation grows with the load, its CPU time
+    much less: both are reported.
+    """
     _sync(device)
+    c0 = time.process_time()
     t0 = time.perf_counter()
     out = fn()
     _sync(device)
+    _last_cpu[0] = time.process_time() - c0
     return out, time.perf_counter() - t0
 
 
-def _row(solver: str, eig_s: float, eig_hvps: int, values: list[float], converged: list[bool], trace_s: float,
-         trace_values: Sequence[float]) -> dict[str, Any]:
+_last_cpu = [0.0]
+
+
+def _row(solver: str, eig_s: float, eig_cpu: float, eig_hvps: int, values: list[float], converged: list[bool],
+         trace_s: float, trace_cpu: float, trace_values: Sequence[float]) -> dict[str, Any]:
     mean, stderr = _mean_stderr(trace_values)
-    return {"solver": solver, "label": LABELS[solver], "eig_seconds": eig_s, "eig_hvps": eig_hvps,
+    return {"solver": solver, "label": LABELS[solver], "eig_seconds": eig_s, "eig_cpu_seconds": eig_cpu,
+            "trace_cpu_seconds": trace_cpu, "eig_hvps": eig_hvps,
             "eigenvalues": values, "converged": converged, "trace": mean, "trace_stderr": stderr,
             "trace_hvps": len(trace_values), "trace_seconds": trace_s,
-            "seconds_per_hvp": (eig_s + trace_s) / max(eig_hvps + len(trace_values), 1)}
+            "seconds_per_hvp": (eig_s + trace_s) / max(eig_hvps + len(trace_values), 1),
+            "cpu_seconds_per_hvp": (eig_cpu + trace_cpu) / max(eig_hvps + len(trace_values), 1)}
 
 
 def fedlab_row(solver: str, loss: Any, theta: Tensor, *, k: int, tol: float, cap: int, probes: int, seed: int,
@@ -189,10 +201,11 @@ def fedlab_row(solver: str, loss: Any, theta: Tensor, *, k: int, tol: float, cap
     trace_opts = {"backend": "func"} if solver == "old" else {}
     eig, eig_s = _timed(lambda: top_eigenvalues(loss, theta, k, iters=cap, tol=tol,
                                                 generator=torch_generator(seed, "bench-analysis-eig"), **opts), device)
+    eig_cpu = _last_cpu[0]
     tr, tr_s = _timed(lambda: hessian_trace(loss, theta, probes, generator=torch_generator(seed, "bench-analysis-trace"),
                                             batch=1, **trace_opts), device)
-    return _row(solver, eig_s, eig.n_hvp, [float(v) for v in eig.values], list(eig.converged), tr_s,
-                tr.values.tolist())
+    return _row(solver, eig_s, eig_cpu, eig.n_hvp, [float(v) for v in eig.values], list(eig.converged), tr_s,
+                _last_cpu[0], tr.values.tolist())
 
 
 def plain_row(module: nn.Module, x: Tensor, y: Tensor, *, k: int, tol: float, cap: int, probes: int, seed: int,
@@ -202,10 +215,11 @@ def plain_row(module: nn.Module, x: Tensor, y: Tensor, *, k: int, tol: float, ca
         return op, plain_power(op, k, tol, cap, torch_generator(seed, "bench-analysis-eig"))
 
     (op, res), eig_s = _timed(eig, device)
+    eig_cpu = _last_cpu[0]
     eig_hvps = op.n_products
     # the trace reuses the graph the eigenvalues built (as PyHessian does): only the products are timed
     vals, tr_s = _timed(lambda: plain_trace(op, probes, torch_generator(seed, "bench-analysis-trace")), device)
-    return _row("plain", eig_s, eig_hvps, res["values"], res["converged"], tr_s, vals)
+    return _row("plain", eig_s, eig_cpu, eig_hvps, res["values"], res["converged"], tr_s, _last_cpu[0], vals)
 
 
 def pyhessian_row(module: nn.Module, x: Tensor, y: Tensor, *, k: int, tol: float, cap: int, probes: int,
@@ -232,6 +246,7 @@ def pyhessian_row(module: nn.Module, x: Tensor, y: Tensor, *, k: int, tol: float
             return h, h.eigenvalues(maxIter=cap, tol=tol, top_n=k)[0]
 
         (h, values), eig_s = _timed(eig, device)
+        eig_cpu = _last_cpu[0]
         eig_hvps = calls[0]
         # tol=0: never stop early, so all ``probes`` probes are used, as for the other solvers
         vals, tr_s = _timed(lambda: h.trace(maxIter=probes, tol=0.0), device)
@@ -239,7 +254,8 @@ def pyhessian_row(module: nn.Module, x: Tensor, y: Tensor, *, k: int, tol: float
         ph.hessian_vector_product = product
         module.zero_grad(set_to_none=True)
     converged = [eig_hvps < k * cap] * k  # PyHessian does not report convergence; hitting the cap means no
-    return _row("pyhessian", eig_s, eig_hvps, [float(v) for v in values], converged, tr_s, vals)
+    return _row("pyhessian", eig_s, eig_cpu, eig_hvps, [float(v) for v in values], converged, tr_s, _last_cpu[0],
+                vals)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -342,15 +358,16 @@ def print_report(res: dict[str, Any]) -> None:
           f"(tol {s['tol']:g}, cap {s['cap']}), Hutchinson trace ({s['probes']} probes), {res['machine']['torch_threads']} "
           f"thread(s), torch {res['machine']['torch']}; load average {res['load_average']['before']} → "
           f"{res['load_average']['after']}")
-    head = f"{'solver':<15} {'eig HVPs':>8} {'eig s':>8} {'eigenvalues':<24} {'conv':<5} {'trace ± se':>16} " \
-           f"{'trace s':>8} {'s/HVP':>6} {'λ error':>8} {'Δλ/λ vs ref':>11} {'Δtr/se':>7}"
+    head = f"{'solver':<15} {'eig HVPs':>8} {'eig s':>7} {'cpu s':>7} {'eigenvalues':<18} {'conv':<4} " \
+           f"{'trace ± se':>16} {'trace s':>7} {'cpu s':>7} {'cpu s/HVP':>9} {'λ error':>8} {'Δλ/λ vs ref':>11} {'Δtr/se':>7}"
     print(head)
     print("-" * len(head))
     for r in res["rows"]:
-        vals = " ".join(f"{v:.4f}" for v in r["eigenvalues"])
-        print(f"{r['label']:<15} {r['eig_hvps']:>8} {r['eig_seconds']:>8.2f} {vals:<24} "
-              f"{'yes' if all(r['converged']) else 'no':<5} {r['trace']:>9.2f} ± {r['trace_stderr']:<5.2f}"
-              f"{r['trace_seconds']:>8.2f} {r['seconds_per_hvp']:>6.3f} {r['max_rel_eig_error']:>8.1e} "
+        vals = " ".join(f"{v:.3f}" for v in r["eigenvalues"])
+        print(f"{r['label']:<15} {r['eig_hvps']:>8} {r['eig_seconds']:>7.2f} {r['eig_cpu_seconds']:>7.2f} {vals:<18} "
+              f"{'yes' if all(r['converged']) else 'no':<4} {r['trace']:>9.2f} ± {r['trace_stderr']:<5.2f}"
+              f"{r['trace_seconds']:>7.2f} {r['trace_cpu_seconds']:>7.2f} {r['cpu_seconds_per_hvp']:>9.3f} "
+              f"{r['max_rel_eig_error']:>8.1e} "
               f"{r['max_rel_eig_diff_vs_ref']:>11.1e} "
               f"{r['trace_diff_vs_ref_in_stderr']:>7.3f}")
     t = res["tight"]
@@ -360,12 +377,16 @@ def print_report(res: dict[str, Any]) -> None:
     if "new" in by and "old" in by:
         n, o = by["new"], by["old"]
         print(f"fedlab new vs old: eigenvalues {o['eig_seconds'] / n['eig_seconds']:.1f}x faster "
-              f"({o['eig_hvps']} → {n['eig_hvps']} HVPs), trace {o['trace_seconds'] / n['trace_seconds']:.1f}x faster")
+              f"({o['eig_cpu_seconds'] / n['eig_cpu_seconds']:.1f}x in CPU time; {o['eig_hvps']} → {n['eig_hvps']} "
+              f"HVPs), trace {o['trace_seconds'] / n['trace_seconds']:.1f}x "
+              f"({o['trace_cpu_seconds'] / n['trace_cpu_seconds']:.1f}x in CPU time)")
     for other in ("plain", "pyhessian"):
         if "new" in by and other in by:
             n, o = by["new"], by[other]
-            print(f"fedlab new vs {o['label']}: eigenvalues {o['eig_seconds'] / n['eig_seconds']:.2f}x, "
-                  f"trace {o['trace_seconds'] / n['trace_seconds']:.2f}x (above 1: fedlab faster)")
+            print(f"fedlab new vs {o['label']}: eigenvalues {o['eig_seconds'] / n['eig_seconds']:.2f}x "
+                  f"(CPU {o['eig_cpu_seconds'] / n['eig_cpu_seconds']:.2f}x), trace "
+                  f"{o['trace_seconds'] / n['trace_seconds']:.2f}x (CPU {o['trace_cpu_seconds'] / n['trace_cpu_seconds']:.2f}x)"
+                  " (above 1: fedlab faster)")
     if res["landscape"]:
         old, new = res["landscape"]
         print(f"2-D landscape, {s['grid']}x{s['grid']} points on {s['landscape_n']} images: old {old['seconds']:.2f} s "

@@ -21,9 +21,10 @@ gradient for training — two per step for SAM —, forward for evaluation; coun
 ``torch.utils.flop_counter``) divided by the FLOP rate of a plain float32 matmul on the same threads.
 
 ``--eval-diagnosis`` evaluates the union repeatedly for several evaluation batch sizes and records
-wall time, user and system CPU time and page faults per evaluation, first with glibc's default
-allocator behaviour and then after :func:`fedlab.bench.tune_malloc` (freed memory kept in the heap),
-so an allocator- or page-fault-bound evaluation shows up as system time and minor faults.
+wall time, user and system CPU time and page faults per evaluation,
+so an allocator- or page-fault-bound evaluation shows up as system time and minor faults; with
+``FEDLAB_MALLOC=default`` it runs under glibc's own dynamic thresholds instead of the fixed ones of
+:mod:`fedlab.engine.malloc`.
 """
 from __future__ import annotations
 
@@ -110,10 +111,10 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
         rows = []
         for t in range(rounds):
             _sync(dev)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             outcome = sim.train_round(state, t)
             _sync(dev)
-            train_s = time.perf_counter() - t0
+            train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
             # samples processed by the local gradients (the last batch of an epoch may be smaller)
             samples = sum(int(sum(b.numel() for b in job.batches)) for job in
                           sim.client_jobs(t, outcome.clients, sim.client_indices))
@@ -121,11 +122,18 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
             test = timed_evaluation(sim.model, theta, x_test, y_test, eval_batch)
             uni = timed_evaluation(sim.model, theta, x_union, y_union, eval_batch)
             rows.append({"round": t, "clients": len(outcome.clients), "train_samples": samples,
-                         "train_s": train_s, "test_eval_s": test["wall"], "union_eval_s": uni["wall"],
+                         "train_s": train_s, "train_cpu_s": train_cpu, "test_eval_s": test["wall"],
+                         "test_eval_cpu_s": test["user"] + test["sys"], "union_eval_s": uni["wall"],
+                         "union_eval_cpu_s": uni["user"] + uni["sys"],
                          "union_eval_sys_s": uni["sys"], "union_eval_minor_faults": uni["minor_faults"],
                          "test_acc": test["acc"], "union_acc": uni["acc"]})
+            print(f"  {algorithm} round {t}: {len(outcome.clients)} clients, train {train_s:.2f} s (cpu {train_cpu:.2f}), "
+                  f"test eval "
+                  f"{test['wall']:.2f} s, union eval {uni['wall']:.2f} s (sys {uni['sys']:.2f} s, "
+                  f"{uni['minor_faults']} minor faults)", flush=True)
     timed = rows[1:] if len(rows) > 1 else rows
-    med = {k: statistics.median(r[k] for r in timed) for k in ("train_s", "test_eval_s", "union_eval_s")}
+    med = {k: statistics.median(r[k] for r in timed) for k in
+           ("train_s", "test_eval_s", "union_eval_s", "train_cpu_s", "test_eval_cpu_s", "union_eval_cpu_s")}
     train_floor = statistics.median(r["train_samples"] * grads * step_flops / r["train_s"] for r in timed) / matmul_rate
     eval_floor = fwd_per_image * (x_test.shape[0] + x_union.shape[0]) / (med["test_eval_s"] + med["union_eval_s"])
     return {"algorithm": algorithm, "rounds": rows, "median": med,
@@ -136,9 +144,13 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
 
 
 def eval_diagnosis(*, train_size: int | None, batch_sizes: Sequence[int], repeats: int, device: str) -> dict[str, Any]:
-    """Evaluation of the union for each batch size, with glibc's defaults and after ``tune_malloc``."""
-    from fedlab.bench import tune_malloc
+    """Evaluation of the union for each batch size, in this process's allocator regime.
+
+    ``Simulation.build`` fixes glibc's thresholds (:func:`fedlab.engine.malloc.stable_malloc`) unless
+    ``FEDLAB_MALLOC=default`` is set: run the diagnosis once each way to compare.
+    """
     from fedlab.engine import Simulation
+    from fedlab.engine.malloc import stable_malloc
 
     with tempfile.TemporaryDirectory() as tmp:
         sim = Simulation.build(flsim_config("fedavg", train_size=train_size, test_size=100, rounds=1, runs_dir=tmp,
@@ -147,9 +159,7 @@ def eval_diagnosis(*, train_size: int | None, batch_sizes: Sequence[int], repeat
     x, y = sim.dataset.x_train[union], sim.dataset.y_train[union]
     theta = sim.model.theta0()
     out: dict[str, Any] = {"n_union": int(x.shape[0]), "threads": torch.get_num_threads(), "phases": {}}
-    for phase in ("glibc default", "tune_malloc"):
-        if phase == "tune_malloc" and not tune_malloc():
-            break
+    for phase in ["fixed thresholds" if stable_malloc() else "glibc default"]:
         res = {}
         for b in batch_sizes:
             timed_evaluation(sim.model, theta, x[:2 * b], y[:2 * b], b)  # warm-up of this shape

@@ -70,3 +70,27 @@ def test_bench_gpu_dry_run(tmp_path, capsys):
     goals = {g["goal"]: g for g in res["goals"]}
     assert goals["sam_over_fedavg"]["measured"] is not None
     assert "goal" in capsys.readouterr().out
+
+
+def test_fixed_malloc_thresholds_stop_evaluation_page_faults():
+    import platform
+    import resource
+
+    from fedlab.engine.evaluate import evaluate
+    from fedlab.engine.malloc import stable_malloc
+    from fedlab.models import FlatModel, build_model
+
+    if platform.system() != "Linux" or not stable_malloc():
+        pytest.skip("glibc mallopt not available")
+    model = FlatModel(build_model("lenet5", (3, 32, 32), 10, seed=0))
+    x = torch.randn(400, 3, 32, 32, generator=torch_generator(0, "malloc-x"))
+    y = torch.zeros(400, dtype=torch.long)
+    theta = model.theta0()
+    evaluate(model, theta, x, y, batch_size=200)  # first use: the heap grows (faults expected)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    first = evaluate(model, theta, x, y, batch_size=200)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    # 200 × 64 × 28 × 28 floats = 40 MB per activation: above glibc's 32 MiB dynamic mmap cap, so
+    # without fixed thresholds every batch maps (and faults in) ~10,000 fresh pages per tensor
+    assert faults < 2000, faults
+    assert evaluate(model, theta, x, y, batch_size=200) == first

@@ -97,6 +97,7 @@ def _hvp_sum(loss_fn: LossFn, theta: Tensor, v: Tensor, mode: str) -> Tensor:
     assert out is not None
     return out
 
+
 def _resolve_backend(backend: str | None, mode: str) -> str:
     if mode not in HVP_MODES:
         raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")

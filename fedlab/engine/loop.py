@@ -29,6 +29,7 @@ from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
+from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import load_schedule, sample_clients
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
@@ -108,6 +109,8 @@ class Simulation:
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None) -> "Simulation":
+        if config.device == "cpu":
+            stable_malloc()  # evaluation time must not depend on the allocator's history (engine/malloc.py)
         dataset = dataset if dataset is not None else build_dataset(config)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
