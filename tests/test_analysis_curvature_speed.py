@@ -164,3 +164,16 @@ def test_bench_analysis_quick_runs_and_agrees(tmp_path, capsys):
     old, new = res["landscape"]
     assert new["max_rel_diff_vs_old"] < 1e-5
     assert "fedlab new vs old" in capsys.readouterr().out
+
+
+def test_an_operator_is_reused_for_eigenvalues_and_trace(mlp):
+    loss, theta, exact = mlp
+    op = HessianOperator(loss, theta)
+    eig = top_eigenvalues(op, theta, k=2, iters=60, tol=1e-10)
+    tr = hessian_trace(op, theta, 5, generator=torch_generator(0, "t"))
+    assert op.n_products == eig.n_hvp + 5
+    torch.testing.assert_close(eig.values, torch.linalg.eigvalsh(exact).flip(0)[:2], rtol=1e-8, atol=0)
+    torch.testing.assert_close(tr.values, hessian_trace(loss, theta, 5, generator=torch_generator(0, "t")).values,
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="another theta"):
+        top_eigenvalues(op, theta + 1.0)

@@ -176,6 +176,15 @@ class HessianOperator:
         return torch.cat([self._graph_product(vs[i:i + chunk], batched=True) for i in range(0, len(vs), chunk)])
 
 
+def _operator(loss_fn: "LossFn | HessianOperator", theta: Tensor, backend: str | None, mode: str) -> HessianOperator:
+    """``loss_fn`` itself if it is a :class:`HessianOperator` at θ (its graph reused), else a new one."""
+    if not isinstance(loss_fn, HessianOperator):
+        return HessianOperator(loss_fn, theta, backend=backend, mode=mode)
+    if loss_fn.theta.shape != theta.shape or not torch.equal(loss_fn.theta, theta.detach()):
+        raise ValueError("loss_fn is a HessianOperator built at another theta; build one at this theta")
+    return loss_fn
+
+
 def hvp(loss_fn: LossFn, theta: Tensor, v: Tensor, *, mode: str = "rev", backend: str | None = None) -> Tensor:
     """The Hessian-vector product ∇²L(θ) v, exactly, without forming the Hessian.
 
@@ -276,7 +285,9 @@ def top_eigenvalues(
         k: how many eigenpairs (≥ 1). iters: products per eigenpair (power) or Lanczos steps (≥ 1).
         tol: relative tolerance (> 0). generator: start vectors (default ``torch_generator(0, "hessian-eig")``).
         mode, backend: how products are computed (:class:`HessianOperator`; default: one kept
-        first-order graph). progress: show a tqdm bar.
+        first-order graph). ``loss_fn`` may also be a :class:`HessianOperator` at ``theta``, whose
+        graph is then reused (e.g. for the eigenvalues and the trace); mode and backend are its own.
+        progress: show a tqdm bar.
     """
     _check_theta(theta)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -292,7 +303,7 @@ def top_eigenvalues(
     if method not in EIG_METHODS:
         raise ValueError(f"method={method!r} is invalid; allowed: None, {', '.join(EIG_METHODS)}")
     gen = generator if generator is not None else torch_generator(0, "hessian-eig")
-    op = HessianOperator(loss_fn, theta, backend=backend, mode=mode)
+    op = _operator(loss_fn, theta, backend, mode)
     if method == "power":
         return _power(op, k, iters, tol, gen, progress)
     return _lanczos(op, k, iters, tol, gen, progress)
@@ -429,14 +440,15 @@ def hessian_trace(
     Unbiased because E[v vᵀ] = I for Rademacher v; its variance is 2 Σ_{i≠j} H_ij², so the error
     depends on the off-diagonal mass, and ``stderr`` (sample std / √S) reports it. ``batch`` probes
     are evaluated together with ``vmap`` (default: 8 on CUDA, 1 on CPU, where batching measured
-    slower). ``mode``, ``backend``: how products are computed (:class:`HessianOperator`).
+    slower). ``mode``, ``backend``: how products are computed (:class:`HessianOperator`); ``loss_fn``
+    may be a :class:`HessianOperator` at ``theta``, as for :func:`top_eigenvalues`.
     """
     _check_theta(theta)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
     chunk = resolve_chunk(batch, theta) if batch is not None else (8 if theta.is_cuda else 1)
     gen = generator if generator is not None else torch_generator(0, "hessian-trace")
-    op = HessianOperator(loss_fn, theta, backend=backend, mode=mode)
+    op = _operator(loss_fn, theta, backend, mode)
     theta = op.theta
     d = theta.numel()
     quads: list[Tensor] = []
