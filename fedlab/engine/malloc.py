@@ -10,7 +10,9 @@ regimes within one process: evaluation batches whose activations (25 MB per tens
 faults, and returned, batch after batch. Measured with ``python -m fedlab bench flsim`` on the
 5,000-image union: 0 or 732,583 minor page faults per evaluation at batch 128 depending on what the
 process had done before (FedAvg vs FedSAM rounds), ~1.5 s of kernel time per evaluation in the
-faulting regime, and 0 faults at every batch size from 64 to 1000 with the thresholds fixed.
+faulting regime; with the thresholds fixed, 0–8 faults per evaluation at batches 64, 128 (the CPU
+default) and 256. A batch whose working set exceeds :data:`TRIM_THRESHOLD` (LeNet-5 at batch 1000:
+~600 MB) is still returned and faulted in again each time: the price of bounding what is kept.
 
 :func:`stable_malloc` fixes them (``mallopt``): requests up to :data:`MMAP_THRESHOLD` come from the
 heap and up to :data:`TRIM_THRESHOLD` of free memory is kept at its top. Setting the mmap threshold
