@@ -265,10 +265,23 @@ def _cmd_flower_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_COMMANDS = {
+    "analysis": "fedlab.bench_analysis",  # curvature and landscape: fedlab new/old vs plain autograd
+    "flsim": "fedlab.bench_flsim",  # FL-Simulator's CPU configuration: seconds per round, training and evaluation
+    "gpu": "fedlab.bench_gpu",  # the CUDA check of the speed goals (--dry-run: the same code on CPU)
+}
+"""``python -m fedlab bench NAME ...`` runs ``main`` of these modules; anything else goes to :mod:`fedlab.bench`."""
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    rest = list(args.bench_args)
+    if rest[:1] and rest[0] in BENCH_COMMANDS:
+        return importlib.import_module(BENCH_COMMANDS[rest[0]]).main(rest[1:])
     from fedlab.bench import main as bench_main
 
-    return bench_main(args.bench_args)
+    return bench_main(rest)
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:

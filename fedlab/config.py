@@ -184,6 +184,8 @@ class Config:
                               "local_epochs=E (epoch mode)")
         for name in ("n_clients", "rounds", "batch_size", "eval_every",
                      "checkpoint_every", "shards_per_client"):
+            if name == "local_steps" and self.local_steps is None:
+                continue
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "an integer ≥ 1")

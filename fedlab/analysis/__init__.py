@@ -44,6 +44,7 @@ from fedlab.analysis.geometry import (
 from fedlab.analysis.gradients import ClientGradients, client_gradients
 from fedlab.analysis.hessian import (
     HessianEigen,
+    HessianOperator,
     TraceEstimate,
     hessian_matrix,
     hessian_trace,
@@ -76,7 +77,7 @@ from fedlab.analysis.tracking import read_sharpness, sharpness_row, track_sharpn
 
 __all__ = [
     "ClientData", "ClientGradients", "ClientSlices", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition",
-    "HessianEigen", "IncompatibilityReport", "LossFn", "MixingSweep", "RoundUpdates", "Slice1D", "Slice2D",
+    "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "RoundUpdates", "Slice1D", "Slice2D",
     "TraceEstimate", "client_data", "client_gradients", "client_loss_fn", "client_slices_1d", "cosine_matrix",
     "evaluate_affine", "evaluate_points", "federation_from_config", "filter_normalized_direction", "flatness_distances", "flatness_incompatibility",
     "friendly_adversary", "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition",

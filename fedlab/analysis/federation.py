@@ -19,6 +19,7 @@ double-backward pass by ``chunk_size`` samples instead of the whole federation.
 """
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -205,6 +206,19 @@ class EmpiricalLoss:
     @property
     def n_samples(self) -> int:
         return int(self.x.shape[0])
+
+    def with_channels_last(self, channels_last: bool = True) -> "EmpiricalLoss":
+        """The same F on the same samples, its model run in NHWC (``channels_last``) or NCHW layout.
+
+        Shares the data and the module; only the memory layout of the convolutions changes, so the
+        values agree with ``self`` to float rounding, not bit for bit (see
+        :class:`~fedlab.models.FlatModel`). Returns ``self`` when the layout already matches.
+        """
+        if bool(self.model.channels_last) == bool(channels_last):
+            return self
+        twin = copy.copy(self)
+        twin.model = FlatModel(self.model.module, channels_last=channels_last, amp=self.model.amp)
+        return twin
 
     def _chunks(self) -> Iterator[slice]:
         for start in range(0, self.n_samples, self.chunk_size):

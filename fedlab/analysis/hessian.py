@@ -7,8 +7,15 @@ and teaching). Everything else needs only products Hv:
 * :func:`hvp` — Hv = ∇_θ⟨∇L(θ), v⟩ ("reverse over reverse", Pearlmutter 1994) or the directional
   derivative of ∇L along v, d/dt ∇L(θ + t v)|₀ ("forward over reverse", ``torch.func.jvp``).
   Both are exact (no finite differences) and cost a small multiple of one gradient.
+* :class:`HessianOperator` — v ↦ Hv at one fixed θ for many v. ``backend="graph"`` (the default)
+  runs one forward and one backward pass with ``create_graph=True`` and keeps that first-order
+  graph g(θ) = ∇L(θ); each product is then a single backward pass of ⟨g, v⟩ through it, about half
+  the cost of recomputing forward, backward and double backward per product (``backend="func"``,
+  the ``torch.func`` transforms, kept for comparison and for ``mode="fwd"``). The kept graph holds
+  the activations of every sample of L at once, so its memory grows with the number of samples.
 * :func:`top_eigenvalues` — power iteration with deflation (as PyHessian, Yao et al. 2020), or
-  Lanczos with full reorthogonalisation; λ_max is the usual scalar "sharpness".
+  Lanczos with full reorthogonalisation (the default for k > 1, which stops on the residual bound
+  of its Ritz values); λ_max is the usual scalar "sharpness".
 * :func:`hessian_trace` — Hutchinson's estimator (Hutchinson 1989): for Rademacher v (entries ±1),
   E[vᵀHv] = tr(H); the mean of vᵀHv over samples, with its standard error.
 * :func:`sam_sharpness` — the quantity SAM minimises (Foret et al., ICLR 2021):
@@ -42,6 +49,7 @@ from fedlab.repro import torch_generator
 
 __all__ = [
     "HessianEigen",
+    "HessianOperator",
     "TraceEstimate",
     "client_loss_fn",
     "global_loss_fn",
@@ -53,6 +61,8 @@ __all__ = [
 ]
 
 HVP_MODES = ("rev", "fwd")
+BACKENDS = ("graph", "func")
+EIG_METHODS = ("power", "lanczos")
 
 
 def _check_theta(theta: Tensor, name: str = "theta") -> None:
@@ -88,18 +98,105 @@ def _hvp_sum(loss_fn: LossFn, theta: Tensor, v: Tensor, mode: str) -> Tensor:
     return out
 
 
-def hvp(loss_fn: LossFn, theta: Tensor, v: Tensor, *, mode: str = "rev") -> Tensor:
+def _resolve_backend(backend: str | None, mode: str) -> str:
+    if mode not in HVP_MODES:
+        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
+    if backend is None:
+        return "graph" if mode == "rev" else "func"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is invalid; allowed: {', '.join(BACKENDS)}")
+    if backend == "graph" and mode == "fwd":
+        raise ValueError("backend='graph' computes reverse-over-reverse products; mode='fwd' needs backend='func'")
+    return backend
+
+
+class HessianOperator:
+    """The linear map v ↦ H v with H = ∇²L(θ) at one fixed θ, for many products.
+
+    ``backend="graph"``: at construction, one forward and one backward pass of L at a leaf copy of θ
+    with ``create_graph=True`` give g = ∇L(θ) *with its graph*; then H v = ∇_θ⟨g, v⟩ is one backward
+    pass through that graph (``retain_graph=True`` keeps it for the next product). Mathematically
+    the same product as ``backend="func"`` (``torch.func.grad`` of ⟨∇L, v⟩, which recomputes the
+    forward and first backward pass for every v); the numbers agree to float rounding. Memory: the
+    graph of all of L's samples, held until the operator is dropped; use ``"func"``, which works
+    chunk by chunk (:class:`~fedlab.analysis.federation.EmpiricalLoss`), when that does not fit.
+
+    ``batch(vs)`` applies H to each row of ``vs``, ``chunk`` rows per call batched with ``vmap``
+    (``is_grads_batched`` for the graph backend): it pays on a GPU and measured slower on CPU.
+    ``n_products`` counts the products applied so far. Results are detached.
+    """
+
+    def __init__(self, loss_fn: LossFn, theta: Tensor, *, backend: str | None = None, mode: str = "rev") -> None:
+        _check_theta(theta)
+        self.backend = _resolve_backend(backend, mode)
+        self.mode = mode
+        self.loss_fn = loss_fn
+        self.theta = theta.detach()
+        self.n_products = 0
+        self._leaf: Tensor | None = None
+        self._grad: Tensor | None = None
+        if self.backend == "graph":
+            with torch.enable_grad():
+                leaf = self.theta.clone().requires_grad_(True)
+                (g,) = torch.autograd.grad(loss_fn(leaf), leaf, create_graph=True)
+            self._leaf, self._grad = leaf, g
+
+    @property
+    def dim(self) -> int:
+        return self.theta.numel()
+
+    def _graph_product(self, v: Tensor, batched: bool) -> Tensor:
+        assert self._leaf is not None and self._grad is not None
+        if not self._grad.requires_grad:  # ∇L does not depend on θ (L affine in θ): H = 0
+            return torch.zeros_like(v)
+        with torch.enable_grad():
+            (hv,) = torch.autograd.grad(self._grad, self._leaf, v, retain_graph=True, allow_unused=True,
+                                        is_grads_batched=batched)
+        return torch.zeros_like(v) if hv is None else hv.detach()
+
+    def __call__(self, v: Tensor) -> Tensor:
+        _check_like(self.theta, v, "v")
+        self.n_products += 1
+        if self.backend == "graph":
+            return self._graph_product(v.detach(), batched=False)
+        return _hvp_sum(self.loss_fn, self.theta, v.detach(), self.mode).detach()
+
+    def batch(self, vs: Tensor, chunk: int = 1) -> Tensor:
+        """``stack([H v for v in vs])``, ``chunk`` vectors per batched call (1: a plain loop)."""
+        if vs.ndim != 2 or vs.shape[1] != self.dim:
+            raise ValueError(f"vs must be a (n, {self.dim}) tensor, got shape {tuple(vs.shape)}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        self.n_products += vs.shape[0]
+        vs = vs.detach()
+        if self.backend == "func":
+            return _hvp_batch(self.loss_fn, self.theta, vs, self.mode, chunk).detach()
+        if chunk == 1:
+            return torch.stack([self._graph_product(v, batched=False) for v in vs])
+        return torch.cat([self._graph_product(vs[i:i + chunk], batched=True) for i in range(0, len(vs), chunk)])
+
+
+def _operator(loss_fn: "LossFn | HessianOperator", theta: Tensor, backend: str | None, mode: str) -> HessianOperator:
+    """``loss_fn`` itself if it is a :class:`HessianOperator` at θ (its graph reused), else a new one."""
+    if not isinstance(loss_fn, HessianOperator):
+        return HessianOperator(loss_fn, theta, backend=backend, mode=mode)
+    if loss_fn.theta.shape != theta.shape or not torch.equal(loss_fn.theta, theta.detach()):
+        raise ValueError("loss_fn is a HessianOperator built at another theta; build one at this theta")
+    return loss_fn
+
+
+def hvp(loss_fn: LossFn, theta: Tensor, v: Tensor, *, mode: str = "rev", backend: str | None = None) -> Tensor:
     """The Hessian-vector product ∇²L(θ) v, exactly, without forming the Hessian.
 
     ``mode="rev"``: Hv = ∇_θ ⟨∇L(θ), v⟩ (double backward). ``mode="fwd"``: Hv = J_{∇L}(θ) v by
     forward-mode differentiation of the gradient (``torch.func.jvp(grad(L))``); often faster, but
     every operation in the model needs a forward-mode rule for its backward. The result is detached.
+    ``backend``: see :class:`HessianOperator` (default ``"graph"`` for ``"rev"``, ``"func"`` for
+    ``"fwd"``); for many products at one θ build the operator once.
     """
     _check_theta(theta)
     _check_like(theta, v, "v")
-    if mode not in HVP_MODES:
-        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
-    return _hvp_sum(loss_fn, theta.detach(), v.detach(), mode).detach()
+    return HessianOperator(loss_fn, theta, backend=backend, mode=mode)(v)
 
 
 def _hvp_batch(loss_fn: LossFn, theta: Tensor, vs: Tensor, mode: str, chunk: int) -> Tensor:
@@ -110,7 +207,8 @@ def _hvp_batch(loss_fn: LossFn, theta: Tensor, vs: Tensor, mode: str, chunk: int
     return torch.cat(out)
 
 
-def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode: str = "rev") -> Tensor:
+def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode: str = "rev",
+                   backend: str | None = None) -> Tensor:
     """The full Hessian ∇²L(θ) (d×d), column by column from :func:`hvp` — for small d only.
 
     Raises ``ValueError`` if d exceeds ``max_dim`` (a d×d matrix needs d² floats and d products).
@@ -120,7 +218,8 @@ def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode:
     if d > max_dim:
         raise ValueError(f"theta has d={d} entries, above max_dim={max_dim}; use hvp/top_eigenvalues instead")
     eye = torch.eye(d, dtype=theta.dtype, device=theta.device)
-    cols = _hvp_batch(loss_fn, theta.detach(), eye, mode, chunk=min(d, 64) if theta.is_cuda else 1)
+    op = HessianOperator(loss_fn, theta, backend=backend, mode=mode)
+    cols = op.batch(eye, chunk=min(d, 64) if theta.is_cuda else 1)
     return cols.T.contiguous().detach()  # column j is H e_j
 
 
@@ -159,14 +258,19 @@ def top_eigenvalues(
     *,
     iters: int = 100,
     tol: float = 1e-4,
-    method: str = "power",
+    method: str | None = None,
     generator: torch.Generator | None = None,
     mode: str = "rev",
+    backend: str | None = None,
     progress: bool = False,
 ) -> HessianEigen:
     """The k leading eigenvalues of H = ∇²L(θ) and their eigenvectors.
 
-    ``method="power"`` (default): power iteration, one eigenpair at a time; after eigenpair j is found
+    ``method=None`` picks ``"power"`` for k = 1 and ``"lanczos"`` for k > 1 (Lanczos finds all k from
+    one Krylov space; power iteration restarts for every eigenpair and needs several times more
+    products for the same tolerance, see ``python -m fedlab bench analysis``).
+
+    ``method="power"``: power iteration, one eigenpair at a time; after eigenpair j is found
     the iterate is kept orthogonal to u_1..u_j (projection deflation), so the next run converges to
     the next eigenvalue. Power iteration finds the largest eigenvalue *in magnitude*; near a minimum
     (and in practice for trained networks) that is the largest one. The estimate is the Rayleigh
@@ -180,7 +284,10 @@ def top_eigenvalues(
     Args:
         k: how many eigenpairs (≥ 1). iters: products per eigenpair (power) or Lanczos steps (≥ 1).
         tol: relative tolerance (> 0). generator: start vectors (default ``torch_generator(0, "hessian-eig")``).
-        mode: :func:`hvp` mode. progress: show a tqdm bar.
+        mode, backend: how products are computed (:class:`HessianOperator`; default: one kept
+        first-order graph). ``loss_fn`` may also be a :class:`HessianOperator` at ``theta``, whose
+        graph is then reused (e.g. for the eigenvalues and the trace); mode and backend are its own.
+        progress: show a tqdm bar.
     """
     _check_theta(theta)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -191,15 +298,15 @@ def top_eigenvalues(
         raise ValueError(f"iters must be an integer >= 1, got {iters!r}")
     if not (tol > 0):
         raise ValueError(f"tol must be > 0, got {tol!r}")
-    if method not in ("power", "lanczos"):
-        raise ValueError(f"method={method!r} is invalid; allowed: power, lanczos")
-    if mode not in HVP_MODES:
-        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
+    if method is None:
+        method = "power" if k == 1 else "lanczos"
+    if method not in EIG_METHODS:
+        raise ValueError(f"method={method!r} is invalid; allowed: None, {', '.join(EIG_METHODS)}")
     gen = generator if generator is not None else torch_generator(0, "hessian-eig")
-    theta = theta.detach()
+    op = _operator(loss_fn, theta, backend, mode)
     if method == "power":
-        return _power(loss_fn, theta, k, iters, tol, gen, mode, progress)
-    return _lanczos(loss_fn, theta, k, iters, tol, gen, mode, progress)
+        return _power(op, k, iters, tol, gen, progress)
+    return _lanczos(op, k, iters, tol, gen, progress)
 
 
 def _orthogonalise(v: Tensor, basis: list[Tensor]) -> Tensor:
@@ -209,8 +316,9 @@ def _orthogonalise(v: Tensor, basis: list[Tensor]) -> Tensor:
     return v
 
 
-def _power(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen: torch.Generator,
-           mode: str, progress: bool) -> HessianEigen:
+def _power(op: HessianOperator, k: int, iters: int, tol: float, gen: torch.Generator,
+           progress: bool) -> HessianEigen:
+    theta = op.theta
     values: list[Tensor] = []
     vectors: list[Tensor] = []
     its: list[int] = []
@@ -225,8 +333,7 @@ def _power(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen: 
         hist: list[float] = []
         n = 0
         for n in range(1, iters + 1):
-            hv = _hvp_sum(loss_fn, theta, v, mode).detach()
-            hv = _orthogonalise(hv, vectors)
+            hv = _orthogonalise(op(v), vectors)
             new = torch.dot(v, hv)  # Rayleigh quotient vᵀHv (‖v‖ = 1)
             hist.append(float(new))
             bar.update(1)
@@ -251,8 +358,9 @@ def _power(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen: 
     return HessianEigen(torch.stack(values), torch.stack(vectors), its, conv, "power", sum(its), history)
 
 
-def _lanczos(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen: torch.Generator,
-             mode: str, progress: bool) -> HessianEigen:
+def _lanczos(op: HessianOperator, k: int, iters: int, tol: float, gen: torch.Generator,
+             progress: bool) -> HessianEigen:
+    theta = op.theta
     d = theta.numel()
     m_max = min(iters, d)
     q = _unit_random(d, gen, theta)
@@ -264,7 +372,7 @@ def _lanczos(loss_fn: LossFn, theta: Tensor, k: int, iters: int, tol: float, gen
     evals = evecs = None
     bar = tqdm(total=m_max, desc="lanczos", disable=not progress, leave=False)
     for j in range(m_max):
-        w = _hvp_sum(loss_fn, theta, Q[j], mode).detach()
+        w = op(Q[j])
         a = float(torch.dot(Q[j], w))
         alphas.append(a)
         w = w - a * Q[j] - (betas[-1] * Q[j - 1] if j > 0 else 0.0)
@@ -324,22 +432,24 @@ def hessian_trace(
     generator: torch.Generator | None = None,
     batch: int | None = None,
     mode: str = "rev",
+    backend: str | None = None,
     progress: bool = False,
 ) -> TraceEstimate:
     """Hutchinson's trace estimator: tr(H) ≈ (1/S) Σ_s v_sᵀ H v_s with v_s ∈ {−1, +1}^d.
 
     Unbiased because E[v vᵀ] = I for Rademacher v; its variance is 2 Σ_{i≠j} H_ij², so the error
     depends on the off-diagonal mass, and ``stderr`` (sample std / √S) reports it. ``batch`` probes
-    are evaluated together with ``torch.func.vmap`` (default: 8 on CUDA, 1 on CPU).
+    are evaluated together with ``vmap`` (default: 8 on CUDA, 1 on CPU, where batching measured
+    slower). ``mode``, ``backend``: how products are computed (:class:`HessianOperator`); ``loss_fn``
+    may be a :class:`HessianOperator` at ``theta``, as for :func:`top_eigenvalues`.
     """
     _check_theta(theta)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
-    if mode not in HVP_MODES:
-        raise ValueError(f"mode={mode!r} is invalid; allowed: {', '.join(HVP_MODES)}")
     chunk = resolve_chunk(batch, theta) if batch is not None else (8 if theta.is_cuda else 1)
     gen = generator if generator is not None else torch_generator(0, "hessian-trace")
-    theta = theta.detach()
+    op = _operator(loss_fn, theta, backend, mode)
+    theta = op.theta
     d = theta.numel()
     quads: list[Tensor] = []
     bar = tqdm(total=samples, desc="hutchinson", disable=not progress, leave=False)
@@ -348,7 +458,7 @@ def hessian_trace(
         n = min(chunk, samples - done)
         signs = torch.randint(0, 2, (n, d), generator=gen, device=gen.device).to(theta.device)
         vs = signs.to(theta.dtype) * 2 - 1
-        hvs = _hvp_batch(loss_fn, theta, vs, mode, chunk).detach()
+        hvs = op.batch(vs, chunk)
         quads.append((vs * hvs).sum(dim=1))
         done += n
         bar.update(n)

@@ -35,6 +35,7 @@ from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
+from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
@@ -194,6 +195,8 @@ class Simulation:
             raise ConfigError("dataset='custom' trains on tensors you supply: "
                               "fedlab.run(cfg, dataset=fedlab.data.from_tensors(x_train, y_train, x_test, y_test))")
         check_device_available(config.device)
+        if config.device == "cpu":
+            stable_malloc()  # evaluation time must not depend on the allocator's history (engine/malloc.py)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
         check_runs_dir(root)
         schedule = load_run_schedule(config)
