@@ -1,7 +1,8 @@
-"""Command line: ``python -m fedlab run | algorithms | bench``.
+"""Command line: ``python -m fedlab run | sweep | algorithms | bench``.
 
 Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
-their defaults. Algorithm hyperparameters go through repeated ``--param name=value``.
+their defaults. Algorithm hyperparameters go through repeated ``--param name=value``. ``sweep`` runs a
+grid file (format: :mod:`fedlab.sweep_file`) on a local process pool or a Ray cluster.
 """
 from __future__ import annotations
 
@@ -158,7 +159,66 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    import fedlab.sweep_file
+    from fedlab.sweep_backends import BACKENDS
+
+    p = sub.add_parser("sweep", help="run a grid file (configs x seeds) on a local process pool or on Ray",
+                       description="Run every combination of a grid file's values, once per seed, through "
+                                   "fedlab.run (finished runs load from the results store, interrupted ones "
+                                   "resume), then print the summary table.",
+                       epilog="grid file format (fedlab.sweep_file):\n\n" + fedlab.sweep_file.EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("grid_file", metavar="GRID.yaml", help="the grid file")
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="local: a pool of worker processes here (default); ray: one Ray task per run; "
+                        "sequential: one after another in this process")
+    p.add_argument("--address", default=None,
+                   help="ray: the cluster to join ('auto': the one `ray start` made on this node; default: "
+                        "start a local one)")
+    p.add_argument("--cpus-per-run", type=int, default=1,
+                   help="cores (and intra-op threads) per run (default 1: one run per core)")
+    p.add_argument("--gpus-per-run", type=float, default=0,
+                   help="ray: GPUs per run, fractions share a GPU (0.25: four runs per GPU; default 0)")
+    p.add_argument("--max-workers", type=int, default=None,
+                   help="local: worker processes (default: usable cores / cores per run)")
+    p.add_argument("--runs-dir", default=None, help="override the grid file's runs_dir")
+    p.add_argument("--fail-fast", action="store_true", help="start no new run after the first failure")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fedlab.sweep import SweepError, summary_table, sweep
+    from fedlab.sweep_file import load_grid_file
+
+    spec = load_grid_file(args.grid_file, runs_dir=args.runs_dir)
+    n = len(spec.configs)
+    print(f"sweep     {spec.path}: {n} runs ({n // len(spec.seeds)} combinations x {len(spec.seeds)} seeds) "
+          f"on backend {args.backend}", flush=True)
+    try:
+        results = sweep(spec.base, spec.grid, spec.seeds, progress=not args.no_progress, backend=args.backend,
+                        address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
+                        max_workers=args.max_workers, fail_fast=args.fail_fast)
+        failed = None
+    except SweepError as err:
+        results, failed = [r for r in err.results if r is not None], err
+    if results:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_columns", None):
+            print(summary_table(results, target=spec.target).round(4).to_string(index=False))
+    print(f"runs      {results[0].run_dir.parent if results else '-'} (logs in sweep-logs/ there)")
+    if failed is not None:
+        print(f"\n{failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench_args[:1] == ["sweep"]:  # `bench sweep`: the backends' wall time (fedlab.bench_sweep)
+        from fedlab.bench_sweep import main as bench_sweep_main
+
+        return bench_sweep_main(args.bench_args[1:])
     from fedlab.bench import main as bench_main
 
     return bench_main(args.bench_args)
@@ -168,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fedlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
+    _add_sweep_parser(sub)
     sub.add_parser("algorithms", help="list registered algorithms: paper, state, communication, cost")
-    b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`)",
+    b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`), "
+                                     "sweep backends (`bench sweep --help`)",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     argv = sys.argv[1:] if argv is None else argv
@@ -179,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args)
+        if args.command == "sweep":
+            return _cmd_sweep(args)
         if args.command == "algorithms":
             return _cmd_algorithms(args)
         return _cmd_bench(args)
-    except (ConfigError, ValueError) as err:
+    except (ConfigError, ValueError, ImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -29,6 +29,7 @@ new ones); :class:`SweepError` carries both the finished results and the failure
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -267,13 +268,23 @@ def _import_ray() -> Any:
     return ray
 
 
+def _ray_init(ray: Any, **kwargs: Any) -> None:
+    """``ray.init`` without its start-up chatter (the sweep's bar and logs say what happens)."""
+    import logging
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # about accelerator env vars of a future Ray
+        ray.init(log_to_driver=False, logging_level=logging.WARNING, **kwargs)
+
+
 def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: float,
              address: str | None, fail_fast: bool) -> None:
     ray = _import_ray()
     owned = not ray.is_initialized()
     if owned:
         # Worker output goes to the per-run log files; Ray's own logs stay in its session folder.
-        ray.init(address=address, log_to_driver=False)
+        _ray_init(ray, address=address)
     try:
         task = ray.remote(num_cpus=cpus, num_gpus=gpus)(execute_one)
         refs = {task.remote(k, tracker.configs[k], threads, "ray"): k for k in todo}
@@ -369,7 +380,11 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
             _run_ray(todo, tracker, cpus_per_run, cores, float(gpus_per_run), address, fail_fast)
     finally:
         tracker.close()
-    results: list[RunResult | None] = [tracker.results.get(a) for a in alias]
+    results: list[RunResult | None] = []
+    for k, a in enumerate(alias):
+        res = tracker.results.get(a)
+        # a repeat of an earlier config gets the shared result under its own (unhashed) fields
+        results.append(dataclasses.replace(res, config=configs[k]) if res is not None and a != k else res)
     if not tracker.failures and all(r is not None for r in results):
         return results  # type: ignore[return-value]
     failures = [tracker.failures[k] for k in todo if k in tracker.failures]
