@@ -25,6 +25,11 @@ kernels, and they are not part of the run hash). Each run appends what it prints
 and the traceback of a failure to its own log file ``<runs_dir>/sweep-logs/<algorithm>-seed<seed>-<hash>.log``.
 A failing run is reported with its error and does not stop the others (``fail_fast`` stops starting
 new ones); :class:`SweepError` carries both the finished results and the failures.
+
+A worker process that dies (killed, out of memory) ends the local pool: the runs it had not finished
+are reported as failed and resume from their checkpoints when the sweep runs again. As with any
+``spawn`` pool, a *script* that starts a local sweep must do so under ``if __name__ == "__main__":``
+(the workers import the script's main module; notebooks and ``python -m fedlab sweep`` need nothing).
 """
 from __future__ import annotations
 
