@@ -291,12 +291,17 @@ def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: 
         # Worker output goes to the per-run log files; Ray's own logs stay in its session folder.
         _ray_init(ray, address=address)
     try:
+        resources = ray.cluster_resources()
+        for name, need in (("CPU", cpus), ("GPU", gpus)):
+            if need > resources.get(name, 0):  # Ray would queue such a task forever
+                what = "cpus_per_run (or client_threads)" if name == "CPU" else "gpus_per_run"
+                raise ConfigError(f"{what} asks for {need:g} {name}s per run but the Ray cluster has "
+                                  f"{resources.get(name, 0):g} in all")
+        slots = int(resources["CPU"] // cpus)
+        if gpus:
+            slots = min(slots, int(resources["GPU"] // gpus))
         task = ray.remote(num_cpus=cpus, num_gpus=gpus)(execute_one)
         refs = {task.remote(k, tracker.configs[k], threads, "ray"): k for k in todo}
-        resources = ray.cluster_resources()
-        slots = int(resources.get("CPU", 0) // cpus) if cpus else len(todo)
-        if gpus:
-            slots = min(slots, int(resources.get("GPU", 0) // gpus))
         pending = list(refs)
         cancelled = False
         while pending:

@@ -186,6 +186,18 @@ def test_bad_resources_are_named_before_anything_runs(tmp_path, kwargs, field):
 
 
 @pytest.mark.xdist_group("ray")
+def test_ray_refuses_resources_the_cluster_lacks(ray_cluster, tmp_path):
+    from fedlab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="gpus_per_run asks for 0.25 GPUs per run but the Ray cluster has 0"):
+        sweep(_base(tmp_path / "runs", device="cuda"), GRID, SEEDS, backend="ray", gpus_per_run=0.25,
+              progress=False)
+    with pytest.raises(ConfigError, match="cpus_per_run"):
+        sweep(_base(tmp_path / "runs"), GRID, SEEDS, backend="ray", cpus_per_run=3, progress=False)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.xdist_group("ray")
 def test_bench_sweep_quick_prints_every_backend(ray_cluster, capsys):
     from fedlab.bench_sweep import main
 
