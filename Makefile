@@ -10,13 +10,13 @@ NB_OUT := runs/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
 
-.PHONY: venv data run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp clean-runs
+.PHONY: venv data run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp bench-sweep clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[notebooks,test,book,flower]"
+	$(PY) -m pip install -q -e ".[notebooks,test,book,flower,distributed]"
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root).
@@ -43,7 +43,7 @@ run: venv data
 test: venv data test-unit test-notebooks test-papermill
 
 test-unit: venv
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -q tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadgroup -q tests
 
 test-notebooks: venv
 	@if [ -n "$(NOTEBOOKS)" ]; then \
@@ -105,6 +105,11 @@ bench-speed: venv data
 bench-amp: venv data
 	@mkdir -p runs/bench
 	$(PY) -m fedlab bench --amp-check --json runs/bench/amp_check.json
+
+# Wall time of a 16-run sweep sequential vs a local process pool vs Ray (fedlab.bench_sweep).
+bench-sweep: venv data
+	@mkdir -p runs/bench
+	$(PY) -m fedlab bench sweep --json runs/bench/sweep.json
 
 clean-runs:
 	rm -rf runs

@@ -1,8 +1,9 @@
-"""Command line: ``python -m fedlab run | algorithms | bench | flower-sim | claims | figures --dry-run``.
+"""Command line: ``python -m fedlab run | sweep | algorithms | bench | flower-sim | claims | figures --dry-run``.
 
 Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
 their defaults. Algorithm hyperparameters go through repeated ``--param name=value``. Options must be
-spelled out (no abbreviations: ``--alp`` is an error, not ``--alpha``).
+spelled out (no abbreviations: ``--alp`` is an error, not ``--alpha``). ``sweep`` runs a grid
+file (format: :mod:`fedlab.sweep_file`) on a local process pool or a Ray cluster.
 
 Errors: every fedlab error (an invalid value, a corrupted run file, a missing dataset, a path that
 cannot be used) is one line ``error: ...`` on stderr and the exit code in :data:`EXIT_CODES`; a
@@ -22,6 +23,7 @@ from fedlab.results import CheckpointError
 
 EXIT_CODES: dict[int, str] = {
     0: "the run finished or collapsed (a completed measurement; the status line says which), or was loaded so",
+    1: "sweep: some runs failed (each is named with its error and log file; the others finished)",
     2: "invalid input: a config value, hyperparameter, schedule or partition file (the message names it)",
     3: "the run ended without finishing: diverged, or stopped early",
     4: "a run file is corrupted or belongs to another run (CheckpointError; nothing was changed)",
@@ -30,7 +32,8 @@ EXIT_CODES: dict[int, str] = {
 }
 # Most specific first: DatasetNotFoundError is a FileNotFoundError (an OSError), ConfigError a ValueError.
 _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
-    (CheckpointError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6))
+    (CheckpointError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6), (ImportError, 2))
+"""fedlab's errors and their exit codes (an ImportError is a missing optional extra, named in its message)."""
 
 _HELP = {
     "algorithm": "federated method (see `python -m fedlab algorithms`)",
@@ -208,6 +211,62 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
+    import fedlab.sweep_file
+    from fedlab.sweep_backends import BACKENDS
+
+    p = sub.add_parser("sweep", help="run a grid file (configs x seeds) on a local process pool or on Ray",
+                       allow_abbrev=False,
+                       description="Run every combination of a grid file's values, once per seed, through "
+                                   "fedlab.run (finished runs load from the results store, interrupted ones "
+                                   "resume), then print the summary table.",
+                       epilog="grid file format (fedlab.sweep_file):\n\n" + fedlab.sweep_file.EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("grid_file", metavar="GRID.yaml", help="the grid file")
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="local: a pool of worker processes here (default); ray: one Ray task per run; "
+                        "sequential: one after another in this process")
+    p.add_argument("--address", default=None,
+                   help="ray: the cluster to join ('auto': the one `ray start` made on this node; default: "
+                        "start a local one)")
+    p.add_argument("--cpus-per-run", type=int, default=1,
+                   help="cores (and intra-op threads) per run (default 1: one run per core)")
+    p.add_argument("--gpus-per-run", type=float, default=0,
+                   help="ray: GPUs per run, fractions share a GPU (0.25: four runs per GPU; default 0)")
+    p.add_argument("--max-workers", type=int, default=None,
+                   help="local: worker processes (default: usable cores / cores per run)")
+    p.add_argument("--runs-dir", default=None, help="override the grid file's runs_dir")
+    p.add_argument("--fail-fast", action="store_true", help="start no new run after the first failure")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fedlab.sweep import SweepError, summary_table, sweep
+    from fedlab.sweep_file import load_grid_file
+
+    spec = load_grid_file(args.grid_file, runs_dir=args.runs_dir)
+    n = len(spec.configs)
+    print(f"sweep     {spec.path}: {n} runs ({n // len(spec.seeds)} combinations x {len(spec.seeds)} seeds) "
+          f"on backend {args.backend}", flush=True)
+    try:
+        results = sweep(spec.base, spec.grid, spec.seeds, progress=not args.no_progress, backend=args.backend,
+                        address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
+                        max_workers=args.max_workers, fail_fast=args.fail_fast)
+        failed = None
+    except SweepError as err:
+        results, failed = [r for r in err.results if r is not None], err
+    if results:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_columns", None):
+            print(summary_table(results, target=spec.target).round(4).to_string(index=False))
+    print(f"runs      {results[0].run_dir.parent if results else '-'} (logs in sweep-logs/ there)")
+    if failed is not None:
+        print(f"\n{failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
 _FLOWER_DEFAULTS: dict[str, Any] = dict(algorithm="fedvssam", dataset="fmnist", model="cnn", n_clients=10,
                                         participation=0.5, rounds=5, local_steps=10, batch_size=32, lr=0.05,
                                         train_size=2000, test_size=1000, partition="dirichlet", alpha=0.1, seed=0)
@@ -269,6 +328,7 @@ BENCH_COMMANDS = {
     "analysis": "fedlab.bench_analysis",  # curvature and landscape: fedlab new/old vs plain autograd
     "flsim": "fedlab.bench_flsim",  # FL-Simulator's CPU configuration: seconds per round, training and evaluation
     "gpu": "fedlab.bench_gpu",  # the CUDA check of the speed goals (--dry-run: the same code on CPU)
+    "sweep": "fedlab.bench_sweep",  # the sweep backends' wall time: sequential vs local pool vs Ray
 }
 """``python -m fedlab bench NAME ...`` runs ``main`` of these modules; anything else goes to :mod:`fedlab.bench`."""
 
@@ -320,9 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run_parser(sub)
+    _add_sweep_parser(sub)
     sub.add_parser("algorithms", help="list registered algorithms: paper, state, communication, cost",
                    allow_abbrev=False)
-    b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`)",
+    b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`); "
+                                     "bench analysis | flsim | gpu | sweep",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     c = sub.add_parser("claims", allow_abbrev=False,
@@ -354,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args)
+        if args.command == "sweep":
+            return _cmd_sweep(args)
         if args.command == "algorithms":
             return _cmd_algorithms(args)
         if args.command == "flower-sim":

@@ -9,7 +9,11 @@ seeds::
     summary_table(runs, target=0.75)
 
 Every run goes through :func:`fedlab.run`, so it is cached under ``runs/`` by its config hash: a second
-call loads the finished runs from disk, and an interrupted sweep resumes where it stopped. Grid values
+call loads the finished runs from disk, and an interrupted sweep resumes where it stopped. The runs
+execute on a pool of local worker processes (``backend="local"``, the default), one after another in
+this process (``"sequential"``) or as tasks on a Ray cluster (``"ray"``), with the same results bit
+for bit (:mod:`fedlab.sweep_backends`); ``python -m fedlab sweep GRID.yaml`` runs a grid file
+(:mod:`fedlab.sweep_file`). Grid values
 for ``algorithm_params`` may be dicts (``{"algorithm_params": [{}, {"preset": "high"}]}``). Fields that
 must change *together* (a partition scheme and its parameter, a method and its hyperparameters) belong
 in separate sweeps over different ``base`` configs; the results of several sweeps can be concatenated
@@ -26,22 +30,23 @@ import dataclasses
 import itertools
 import json
 import math
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fedlab.config import Config, ConfigError
+from fedlab.config import _NOT_HASHED, Config, ConfigError
 from fedlab.results import RunResult
+from fedlab.sweep_backends import BACKENDS, MissingExtraError, RunFailure, SweepError, execute
 from fedlab.uncertainty import mean_interval
 
-__all__ = ["expand_grid", "rounds_to_target", "summary_table", "sweep"]
+__all__ = ["BACKENDS", "MissingExtraError", "RunFailure", "SweepError", "expand_grid", "rounds_to_target",
+           "summary_table", "sweep"]
 
-# Config fields that never identify a group of runs: the seed is averaged over, the rest does not
-# change any number (see fedlab.config._NOT_HASHED).
-_NOT_GROUPED = frozenset({"seed", "runs_dir", "checkpoint_every", "name", "memory_budget_mb"})
+# Config fields that never identify a group of runs: the seed is averaged over, and the fields that
+# are not hashed change no number.
+_NOT_GROUPED = _NOT_HASHED | {"seed"}
 
 
 def _field_names() -> tuple[str, ...]:
@@ -80,27 +85,31 @@ def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence
 
 
 def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noqa: B006 — read-only default
-          progress: bool = True) -> list[RunResult]:
+          progress: bool = True, backend: str = "local", address: str | None = None, cpus_per_run: int = 1,
+          gpus_per_run: float = 0, max_workers: int | None = None, fail_fast: bool = False) -> list[RunResult]:
     """Run (or load from ``runs/``) every combination of ``grid`` × ``seeds`` on top of ``base``.
 
     ``grid`` maps Config field names to lists of values (``{"algorithm": ["fedavg", "fedsam"],
     "lr": [0.05, 0.1]}``); the sweep runs their cartesian product, each combination once per seed.
     Results come back in the order of :func:`expand_grid`. ``progress`` shows one bar over the runs
-    (the runs themselves train silently). Diverged runs are returned like finished ones; check
+    (done, running, failed, ETA; the runs themselves train silently and log to
+    ``<runs_dir>/sweep-logs/``). Diverged runs are returned like finished ones; check
     ``RunResult.status`` (or the ``status`` column of :func:`summary_table`).
+
+    Execution (see :mod:`fedlab.sweep_backends`): ``backend`` is ``"local"`` (a pool of worker
+    processes, ``max_workers`` of them, default one per usable core ÷ ``cpus_per_run``),
+    ``"sequential"`` (this process) or ``"ray"`` (one Ray task per run holding ``cpus_per_run`` CPUs
+    and ``gpus_per_run`` GPUs, fractions allowed; ``address`` as for ``ray.init``: ``None`` starts a
+    local cluster, ``"auto"`` joins a running one). Every run computes at ``cpus_per_run`` intra-op
+    threads, so all backends give the same bits. A failing run does not stop the others; at the end
+    :class:`SweepError` reports every failure (error and log file) and carries the finished results.
+    ``fail_fast`` starts no new run after the first failure.
     """
-    from tqdm import tqdm
-
-    from fedlab.engine import run
-
     configs = expand_grid(base, grid, seeds)
-    results = []
-    bar = tqdm(configs, desc="sweep", disable=not progress, file=sys.stderr, dynamic_ncols=True, leave=False)
-    for cfg in bar:
-        bar.set_postfix_str(f"{cfg.algorithm} seed {cfg.seed}", refresh=False)
-        results.append(run(cfg, progress=False))
-    bar.close()
-    return results
+    keys = list(grid)
+    labels = [", ".join([f"{k}={_short(getattr(c, k))}" for k in keys] + [f"seed={c.seed}"]) for c in configs]
+    return execute(configs, labels=labels, backend=backend, address=address, cpus_per_run=cpus_per_run,
+                   gpus_per_run=gpus_per_run, max_workers=max_workers, fail_fast=fail_fast, progress=progress)
 
 
 def rounds_to_target(metrics: pd.DataFrame, target: float) -> float:

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from fedlab import run as fedlab_run
 from fedlab.config import ConfigError
 from fedlab.sweep import expand_grid, rounds_to_target, summary_table, sweep
 
@@ -84,3 +87,92 @@ def test_summary_table_groups_seeds_and_marks_unreached(tiny):
     assert "rounds_to_target" not in summary_table(runs).columns
     with pytest.raises(ValueError):
         summary_table([])
+
+
+def test_summary_table_never_splits_on_unhashed_fields(tiny):
+    # client_threads changes no number (config._NOT_HASHED): runs differing in it and the seed are one group
+    runs = [fedlab_run(tiny(rounds=2, seed=0, client_threads=1)), fedlab_run(tiny(rounds=2, seed=1, client_threads=2))]
+    table = summary_table(runs)
+    assert len(table) == 1 and table["n_seeds"].iloc[0] == 2
+    assert "client_threads" not in table.columns
+
+
+def test_repeated_configs_run_once_and_keep_their_own_fields(tiny):
+    runs = sweep(tiny(rounds=2), {"client_threads": [1, 2]}, seeds=[0], backend="local", progress=False)
+    assert runs[0].run_dir == runs[1].run_dir  # one run directory, trained once (in-process: one to do)
+    assert [r.config.client_threads for r in runs] == [1, 2]
+    assert torch.equal(runs[0].theta, runs[1].theta)
+    assert len(list((runs[0].run_dir.parent / "sweep-logs").glob("*.log"))) == 1
+
+
+# --- grid files (fedlab.sweep_file) and `python -m fedlab sweep` ---------------------------------------
+def test_the_documented_example_grid_file_is_valid(tmp_path):
+    from fedlab.sweep_file import EXAMPLE, load_grid_file
+
+    path = tmp_path / "example.yaml"
+    path.write_text(EXAMPLE)
+    spec = load_grid_file(path, runs_dir=str(tmp_path / "runs"))
+    assert len(spec.configs) == 12 and spec.seeds == [0, 1, 2] and spec.target == 0.7
+    assert {(c.algorithm, c.alpha) for c in spec.configs} == {
+        (a, al) for a in ("fedavg", "fedsam") for al in (0.5, 0.1)}
+    assert all(c.runs_dir == str(tmp_path / "runs") for c in spec.configs)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("grid: {algorithm: [fedavg]}\nbase: {}\nseed: [0]\n", "'seed'"),  # a top-level typo
+    ("base: {dataset: digits}\n", "'grid'"),
+    ("base: {algorithms: fedavg}\ngrid: {}\n", "algorithms"),
+    ("base: {seed: 3}\ngrid: {}\n", "seeds"),
+    ("base: {dataset: digits, lr: -1}\ngrid: {}\n", "lr"),
+    ("grid: {lr: 0.1}\n", "'lr'"),
+    ("grid: {optimizer: [sgd]}\n", "'optimizer'"),
+    ("grid: {lr: [0.1, -1]}\n", "lr"),
+    ("grid: {}\nseeds: [0, -1]\n", "seeds"),
+    ("grid: {}\nseeds: 3\n", "seeds"),
+    ("grid: {}\ntarget: 70\n", "target"),
+    ("- a list\n", "mapping"),
+    ("grid: {algorithm: [fedavg\n", "YAML"),
+])
+def test_bad_grid_files_name_the_file_and_key(tmp_path, text, key):
+    from fedlab.sweep_file import load_grid_file
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(key)) as info:
+        load_grid_file(path)
+    assert str(info.value).startswith(f"{path}: ")
+    with pytest.raises(ConfigError, match="no such grid file"):
+        load_grid_file(tmp_path / "missing.yaml")
+
+
+def test_cli_sweep_runs_a_grid_file_and_prints_the_summary(tmp_path, capsys):
+    from fedlab.cli import main
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(f"""
+base: {{dataset: digits, model: cnn, n_clients: 8, participation: 0.5, rounds: 4, local_steps: 4, lr: 0.1, partition: iid,
+        batch_size: 16, eval_every: 1, runs_dir: {tmp_path / 'runs'}}}
+grid: {{algorithm: [fedavg, scaffold]}}
+seeds: [0, 1]
+target: 0.0
+""")
+    assert main(["sweep", str(path), "--backend", "sequential", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs (2 combinations x 2 seeds) on backend sequential" in out
+    lines = [line.split() for line in out.splitlines()]
+    header = next(line for line in lines if line[:2] == ["algorithm", "n_seeds"])
+    rows = {line[0]: line for line in lines if line[:1] in (["fedavg"], ["scaffold"])}
+    assert set(rows) == {"fedavg", "scaffold"}
+    # the per-seed column holds a list with spaces: read the columns before it and check the rest by value
+    head = header[:header.index("final_acc_seeds")]
+    for line in rows.values():
+        r = dict(zip(head, line))
+        assert (r["n_seeds"], r["n_collapsed"], r["n_diverged"]) == ("2", "0", "0")
+        tail = header[header.index("final_acc_seeds") + 1:]  # the columns after it, read from the end
+        r = dict(zip(reversed(tail), reversed(line)))
+        assert (r["status"], r["reached"]) == ("finished", "2")
+    assert len(list((tmp_path / "runs" / "sweep-logs").glob("*.log"))) == 4
+    # bad input: exit code 2 and the file named, nothing run
+    path.write_text("grid: {algorithm: [fedavgg]}\n")
+    assert main(["sweep", str(path), "--no-progress"]) == 2
+    assert str(path) in capsys.readouterr().err

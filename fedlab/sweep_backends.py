@@ -1,0 +1,406 @@
+"""Where the runs of a sweep execute: in this process, on a pool of local processes, or on Ray.
+
+Three backends run the same list of configs and return the same results, bit for bit:
+
+* ``sequential`` — one run after another in the calling process (the original ``fedlab.sweep``);
+* ``local`` (the default) — a pool of worker processes on this machine (``spawn`` start method, so
+  nothing of the caller's state is forked into them), as many as fit: one per usable core at
+  ``cpus_per_run`` = 1 intra-op thread. With a single run to do, or room for a single worker, it
+  runs in-process like ``sequential`` (a pool of one would only add its start-up);
+* ``ray`` — every run a Ray task (https://docs.ray.io) holding ``num_cpus`` / ``num_gpus`` (fractional
+  GPUs allowed, e.g. 0.25 = four runs share one GPU). ``ray.init()`` starts a local cluster when no
+  ``address`` is given; ``address="auto"`` joins the cluster this node belongs to (``ray start``).
+  Ray is the optional extra ``distributed`` and is imported only when this backend is chosen.
+
+The results store is the only meeting point: every worker calls :func:`fedlab.run` on the config's
+``runs_dir`` (a shared filesystem on a cluster), which loads a finished run, resumes an unfinished one
+from its checkpoint and guards the run directory against a second process working in it. So a sweep
+that was killed, on whatever backend, is finished by running it again, on whatever backend: finished
+runs are loaded, interrupted ones resume, nothing finished is trained twice.
+
+Each run executes with ``torch.set_num_threads(cpus_per_run)`` on every backend (``sequential``
+restores the caller's thread count afterwards): results are bit-identical across backends because
+they are computed with the same intra-op thread count (thread counts change the last bits of some
+kernels, and they are not part of the run hash). Each run appends what it prints, warnings included,
+and the traceback of a failure to its own log file ``<runs_dir>/sweep-logs/<algorithm>-seed<seed>-<hash>.log``.
+A failing run is reported with its error and does not stop the others (``fail_fast`` stops starting
+new ones); :class:`SweepError` carries both the finished results and the failures.
+
+A worker process that dies (killed, out of memory) ends the local pool: the runs it had not finished
+are reported as failed and resume from their checkpoints when the sweep runs again. As with any
+``spawn`` pool, a *script* that starts a local sweep must do so under ``if __name__ == "__main__":``
+(the workers import the script's main module; notebooks and ``python -m fedlab sweep`` need nothing).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedlab.config import Config, ConfigError
+from fedlab.results import RunResult
+
+__all__ = ["BACKENDS", "LOG_DIR_NAME", "MissingExtraError", "RunFailure", "SweepError", "execute",
+           "log_path", "usable_cores"]
+
+BACKENDS = ("local", "ray", "sequential")
+LOG_DIR_NAME = "sweep-logs"
+RAY_EXTRA = "distributed"
+
+# Test hook: "<config.hash()>:<round>" makes the process that trains that config exit abruptly
+# (os._exit, no cleanup, like a SIGKILL) when that 0-based round starts, so tests can kill a worker
+# mid-run at a known point instead of racing a timer.
+_CRASH_ENV = "FEDLAB_SWEEP_TEST_CRASH"
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra that provides it."""
+
+
+class SweepError(RuntimeError):
+    """Some runs of a sweep failed (the others finished and are saved in the results store).
+
+    ``results`` holds one entry per config in sweep order: the :class:`RunResult`, or ``None`` for a
+    run that failed or was not started (``fail_fast``); ``failures`` describes the failed ones and
+    ``skipped`` the configs ``fail_fast`` never started.
+    """
+
+    def __init__(self, message: str, results: list[RunResult | None], failures: list[RunFailure],
+                 skipped: list[Config]) -> None:
+        super().__init__(message)
+        self.results, self.failures, self.skipped = results, failures, skipped
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """A run that raised (or whose worker died): its config, the error, and the run's log file."""
+
+    config: Config
+    label: str
+    error: str
+    log_path: Path
+
+
+@dataclass
+class _Outcome:
+    """What a worker sends back: the result, or the error of a failed run (workers never raise)."""
+
+    key: int
+    result: RunResult | None
+    error: str | None
+    log_path: str
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _runs_root(config: Config) -> Path:
+    from fedlab.repro import REPO_ROOT
+
+    return Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
+
+
+def log_path(config: Config) -> Path:
+    """The log file of one run of a sweep (appended to by every attempt)."""
+    return _runs_root(config) / LOG_DIR_NAME / f"{config.algorithm}-seed{config.seed}-{config.hash()}.log"
+
+
+@contextlib.contextmanager
+def _crash_hook(config: Config) -> Iterator[None]:
+    """Arm the test-only crash of :data:`_CRASH_ENV` for this config (see there)."""
+    spec = os.environ.get(_CRASH_ENV, "")
+    target, _, round_text = spec.partition(":")
+    if not spec or target != config.hash():
+        yield
+        return
+    from fedlab.engine.loop import Simulation
+
+    original = Simulation.train_round
+    crash_round = int(round_text)
+
+    def train_round(self: Simulation, state: Any, t: int, clients: Any = None) -> Any:
+        if t == crash_round:
+            os._exit(70)
+        return original(self, state, t, clients)
+
+    Simulation.train_round = train_round  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Simulation.train_round = original  # type: ignore[method-assign]
+
+
+def execute_one(key: int, config: Config, threads: int, backend: str) -> _Outcome:
+    """Train (or load, or resume) one config through :func:`fedlab.run`: the body of every backend.
+
+    Runs at ``threads`` intra-op threads, sends the run's output to its log file and returns its
+    error instead of raising, so one failing run never takes a pool or a sweep down with it.
+    """
+    from fedlab.engine import run
+
+    path = log_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    try:
+        with open(path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            print(f"== {now} start: {config.algorithm} seed {config.seed} (config hash {config.hash()}) on "
+                  f"{platform.node()} pid {os.getpid()}, backend {backend}, {threads} intra-op thread(s)",
+                  flush=True)
+            try:
+                with _crash_hook(config):
+                    result = run(config, progress=False)
+            except Exception as err:  # noqa: BLE001 — any failure of a run is reported, not raised
+                traceback.print_exc(file=log)
+                print(f"== failed after {time.perf_counter() - t0:.1f} s", flush=True)
+                return _Outcome(key, None, f"{type(err).__name__}: {err}", str(path))
+            print(f"== {result.status} after {time.perf_counter() - t0:.1f} s: {result.run_dir}", flush=True)
+        return _Outcome(key, result, None, str(path))
+    finally:
+        torch.set_num_threads(previous)
+
+
+# --- progress ------------------------------------------------------------------------------------
+@dataclass
+class _Tracker:
+    """Collects outcomes and keeps the sweep's one progress bar: done / running / failed, ETA."""
+
+    configs: list[Config]
+    labels: list[str]
+    progress: bool
+    results: dict[int, RunResult] = field(default_factory=dict)
+    failures: dict[int, RunFailure] = field(default_factory=dict)
+    bar: Any = None
+
+    def __post_init__(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=len(self.configs), desc="sweep", unit="run", disable=not self.progress,
+                        file=sys.stderr, dynamic_ncols=True, leave=False)
+        self.running(0)
+
+    def running(self, n: int) -> None:
+        self.bar.set_postfix_str(f"running {n}, failed {len(self.failures)}")
+
+    def record(self, outcome: _Outcome) -> bool:
+        """Store one outcome; True if it is a failure."""
+        k = outcome.key
+        if outcome.result is not None:
+            self.results[k] = outcome.result
+        else:
+            self.failures[k] = RunFailure(self.configs[k], self.labels[k], outcome.error or "unknown error",
+                                          Path(outcome.log_path))
+        self.bar.update(1)
+        return outcome.result is None
+
+    def fail(self, k: int, error: str) -> None:
+        self.record(_Outcome(k, None, error, str(log_path(self.configs[k]))))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# --- backends ------------------------------------------------------------------------------------
+def _run_sequential(todo: list[int], tracker: _Tracker, threads: int, fail_fast: bool) -> None:
+    for k in todo:
+        tracker.running(1)
+        if tracker.record(execute_one(k, tracker.configs[k], threads, "sequential")) and fail_fast:
+            return
+    tracker.running(0)
+
+
+def _worker_init(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _run_local(todo: list[int], tracker: _Tracker, threads: int, workers: int, fail_fast: bool) -> None:
+    import multiprocessing
+    from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                             initargs=(threads,)) as pool:
+        futures: dict[Future, int] = {pool.submit(execute_one, k, tracker.configs[k], threads, "local"): k
+                                      for k in todo}
+        pending = set(futures)
+        stop = False
+        while pending:
+            tracker.running(min(workers, sum(f.running() for f in pending)))
+            done, pending = wait(pending, return_when="FIRST_COMPLETED")
+            for fut in done:
+                k = futures[fut]
+                try:
+                    failed = tracker.record(fut.result())
+                except CancelledError:
+                    continue  # fail_fast: never started; reported as skipped
+                except BrokenProcessPool:
+                    tracker.fail(k, "the worker process died (killed or crashed) with this run queued or "
+                                    "running; run the sweep again to resume it from its checkpoint")
+                    failed = True
+                if failed and fail_fast and not stop:
+                    stop = True
+                    for other in pending:
+                        other.cancel()  # running ones finish and are saved; queued ones never start
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise MissingExtraError(
+            f"backend='ray' needs Ray, the optional extra {RAY_EXTRA!r}: pip install -e '.[{RAY_EXTRA}]' "
+            "(or pip install ray==2.55.1); the 'local' backend needs nothing extra") from None
+    return ray
+
+
+def _ray_init(ray: Any, **kwargs: Any) -> None:
+    """``ray.init`` without its start-up chatter (the sweep's bar and logs say what happens)."""
+    import logging
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # about accelerator env vars of a future Ray
+        ray.init(log_to_driver=False, logging_level=logging.WARNING, **kwargs)
+
+
+def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: float,
+             address: str | None, fail_fast: bool) -> None:
+    ray = _import_ray()
+    owned = not ray.is_initialized()
+    if owned:
+        # Worker output goes to the per-run log files; Ray's own logs stay in its session folder.
+        _ray_init(ray, address=address)
+    try:
+        resources = ray.cluster_resources()
+        for name, need in (("CPU", cpus), ("GPU", gpus)):
+            if need > resources.get(name, 0):  # Ray would queue such a task forever
+                what = "cpus_per_run (or client_threads)" if name == "CPU" else "gpus_per_run"
+                raise ConfigError(f"{what} asks for {need:g} {name}s per run but the Ray cluster has "
+                                  f"{resources.get(name, 0):g} in all")
+        slots = int(resources["CPU"] // cpus)
+        if gpus:
+            slots = min(slots, int(resources["GPU"] // gpus))
+        task = ray.remote(num_cpus=cpus, num_gpus=gpus)(execute_one)
+        refs = {task.remote(k, tracker.configs[k], threads, "ray"): k for k in todo}
+        pending = list(refs)
+        cancelled = False
+        while pending:
+            tracker.running(min(max(slots, 1), len(pending)))
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    failed = tracker.record(ray.get(ref))
+                except ray.exceptions.TaskCancelledError:
+                    continue
+                except ray.exceptions.RayError as err:  # the worker or its node died
+                    tracker.fail(refs[ref], f"{type(err).__name__}: {err}".splitlines()[0] +
+                                 "; run the sweep again to resume it from its checkpoint")
+                    failed = True
+                if failed and fail_fast and not cancelled:
+                    cancelled = True
+                    for other in pending:  # a running task is interrupted; its checkpoint survives
+                        ray.cancel(other)
+    finally:
+        if owned:
+            ray.shutdown()
+
+
+# --- entry point ---------------------------------------------------------------------------------
+def _check_resources(backend: str, cpus_per_run: Any, gpus_per_run: Any, configs: Sequence[Config],
+                     max_workers: Any) -> None:
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend={backend!r} is invalid; allowed: {', '.join(BACKENDS)}")
+    if isinstance(cpus_per_run, bool) or not isinstance(cpus_per_run, int) or cpus_per_run < 1:
+        raise ConfigError(f"cpus_per_run={cpus_per_run!r} is invalid; allowed: an integer ≥ 1")
+    if isinstance(gpus_per_run, bool) or not isinstance(gpus_per_run, (int, float)) or not 0 <= gpus_per_run:
+        raise ConfigError(f"gpus_per_run={gpus_per_run!r} is invalid; allowed: a number ≥ 0 (fractions share a GPU)")
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)
+                                    or max_workers < 1):
+        raise ConfigError(f"max_workers={max_workers!r} is invalid; allowed: None (as many as fit) or an integer ≥ 1")
+    if gpus_per_run and backend != "ray":
+        raise ConfigError(f"gpus_per_run={gpus_per_run} places runs on GPUs, which only backend='ray' does; "
+                          f"with backend={backend!r} set the device in the configs")
+    if backend == "ray":
+        on_gpu = sorted({c.device for c in configs if c.device != "cpu"})
+        if on_gpu and not gpus_per_run:
+            raise ConfigError(f"device {on_gpu[0]!r} needs gpus_per_run > 0 with backend='ray' (Ray hides the "
+                              "GPUs from tasks that hold none)")
+        if gpus_per_run and len(on_gpu) < len({c.device for c in configs}):
+            raise ConfigError(f"gpus_per_run={gpus_per_run} but some configs have device='cpu'; set device "
+                              "to 'cuda' (Ray shows each task only its own GPU) or gpus_per_run=0")
+
+
+def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, backend: str = "local",
+            address: str | None = None, cpus_per_run: int = 1, gpus_per_run: float = 0,
+            max_workers: int | None = None, fail_fast: bool = False, progress: bool = True) -> list[RunResult]:
+    """Run (or load, or resume) every config on ``backend``; the results in the order of ``configs``.
+
+    Configs that name the same run (same hash, same ``runs_dir``) run once and share the result.
+    Relative ``runs_dir`` are made absolute first, so workers with another working directory (Ray's)
+    write where the caller reads. A run's cores are ``max(cpus_per_run, config.client_threads)``;
+    the local pool has ``max_workers`` workers (default: usable cores ÷ cores per run). Ray retries
+    a task whose worker died (its node lost, an OOM kill) up to 3 times, its default; each retry
+    resumes from the run's checkpoint.
+
+    Raises :class:`SweepError` (after the other runs finished) if any run failed,
+    :class:`MissingExtraError` if Ray is asked for but not installed, and
+    :class:`~fedlab.config.ConfigError` for bad resources, before anything runs.
+    """
+    _check_resources(backend, cpus_per_run, gpus_per_run, configs, max_workers)
+    configs = [c.replace(runs_dir=str(Path(c.runs_dir).resolve()))
+               if c.runs_dir and not Path(c.runs_dir).is_absolute() else c for c in configs]
+    labels = list(labels) if labels is not None else [f"{c.algorithm} seed {c.seed}" for c in configs]
+    if backend == "ray":
+        _import_ray()  # fail before any run starts
+    first: dict[tuple[str, str], int] = {}
+    alias = [first.setdefault((c.hash(), str(_runs_root(c))), k) for k, c in enumerate(configs)]
+    todo = sorted(set(alias))
+    cores = max([cpus_per_run] + [c.client_threads for c in configs])
+    workers = max_workers or max(1, usable_cores() // cores)
+    workers = min(workers, len(todo))
+    if backend == "local" and workers <= 1:
+        backend = "sequential"  # nothing to run in parallel: skip the pool's start-up
+    tracker = _Tracker(configs, labels, progress)
+    try:
+        if backend == "sequential":
+            _run_sequential(todo, tracker, cpus_per_run, fail_fast)
+        elif backend == "local":
+            _run_local(todo, tracker, cpus_per_run, workers, fail_fast)
+        else:
+            _run_ray(todo, tracker, cpus_per_run, cores, float(gpus_per_run), address, fail_fast)
+    finally:
+        tracker.close()
+    results: list[RunResult | None] = []
+    for k, a in enumerate(alias):
+        res = tracker.results.get(a)
+        # a repeat of an earlier config gets the shared result under its own (unhashed) fields
+        results.append(dataclasses.replace(res, config=configs[k]) if res is not None and a != k else res)
+    if not tracker.failures and all(r is not None for r in results):
+        return results  # type: ignore[return-value]
+    failures = [tracker.failures[k] for k in todo if k in tracker.failures]
+    skipped = [configs[k] for k in todo if k not in tracker.failures and k not in tracker.results]
+    lines = [f"{len(failures)} of {len(todo)} runs failed" + (f", {len(skipped)} not started (fail_fast)"
+                                                              if skipped else "") + ":"]
+    lines += [f"  {f.label}: {f.error}\n    log: {f.log_path}" for f in failures]
+    lines.append("The other runs are saved; run the sweep again to retry (finished runs load from the store).")
+    raise SweepError("\n".join(lines), results, failures, skipped)
