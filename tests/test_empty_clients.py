@@ -76,7 +76,8 @@ def test_every_partitioner_sampler_and_mode_is_safe(tmp_path, scheme, sampling, 
     if sampling == "uniform":
         assert len(sim.sample(0)) == round(0.5 * sim.config.n_clients)  # m counts all N clients
     result = sim.run(progress=False)
-    assert result.status == "finished" and np.isfinite(result.metrics["train_loss"]).all()
+    # the run completes (two rounds on 3000 images may still sit at chance: "collapsed" completes too)
+    assert result.status in ("finished", "collapsed") and np.isfinite(result.metrics["train_loss"]).all()
 
 
 def test_schedule_naming_an_empty_client_is_refused_before_anything_is_written(tmp_path):

@@ -399,7 +399,10 @@ def stage(nb_dir: Path, src: Path) -> Path:
     claims = None
     if CLAIMS_FILE.exists():
         (src / "_includes").mkdir()
-        claims = shutil.copy2(CLAIMS_FILE, src / "_includes" / CLAIMS_FILE.name)
+        # the file's own "# title" would open a new top-level section outside the landing page's one
+        body = [line for line in CLAIMS_FILE.read_text().splitlines() if not line.startswith("# ")]
+        claims = src / "_includes" / CLAIMS_FILE.name
+        claims.write_text("\n".join(body) + "\n")
     (src / "index.md").write_text(landing_page(titles, readme_teaches(), claims, fedlab.__version__))
     (src / "figures").mkdir()
     for rec in records:
