@@ -37,8 +37,9 @@
 # | `"code"` (junkangLiu0/FedNSAM, default) | θ^t + γ m | local ρ g/‖g‖ (ordinary SAM) | 2 | 1·d / 1·d |
 # | `"paper"` (abstract, paper text) | θ^t + γ m | global ρ(−m)/‖m‖ | 1 | 2·d / 1·d |
 #
-# The official server code also has a **bug**: it overwrites the momentum with (1+γ)Δ̄ instead of
-# accumulating it, so nothing carries over between rounds (θ^{t+1} = θ^t + (1+γ)Δ̄^t). fedlab
+# The official server code also has a **bug**: from round 1 on it overwrites the momentum with (1+γ)Δ̄
+# instead of accumulating it, so nothing carries over between rounds (θ^{t+1} = θ^t + (1+γ)Δ̄^t; in
+# round 0 its empty-momentum branch sets m = Δ̄). fedlab
 # accumulates (as the FedSWA repository and a third-party re-implementation do) and keeps the bug as
 # `momentum_overwrite_bug=True` (preset `official_repo`) for reproducing the released code.
 #
@@ -117,7 +118,10 @@ def fednsam_by_hand(variant, bug, g_coef=gamma, rho_=rho, eps=1e-12):
             deltas.append(x - start)
         delta_bar = torch.stack(deltas).mean(0)
         mean_updates.append(delta_bar)
-        m = (1 + g_coef) * delta_bar if bug else g_coef * m + delta_bar
+        if bug:  # the official code: an empty momentum in round 0 (m = Δ̄), then m = (1+γ)Δ̄
+            m = delta_bar if t == 0 else (1 + g_coef) * delta_bar
+        else:
+            m = g_coef * m + delta_bar
         theta = theta + m
         thetas.append(theta)
         momenta.append(m)
@@ -147,11 +151,13 @@ _, _, updates = fednsam_by_hand("code", False)
 unrolled = sum(gamma ** (toy_rounds - 1 - s) * updates[s] for s in range(toy_rounds))
 print("library m^T = sum_s gamma^(T-s) * (mean update of round s):",
       bool(torch.allclose(toy_runs["code"].server["m"], unrolled, atol=1e-12)))
-# with the official bug it remembers nothing: each global step is (1+γ) × that round's mean update
+# with the official bug it remembers nothing: after round 0 (m = Δ̄, its empty-momentum branch) each
+# global step is (1+γ) × that round's mean update
 _, _, bug_updates = fednsam_by_hand("code", True)
 bug_traj = toy_runs["official_repo (bug)"].trajectory
-print("official-repo bug: theta^(t+1) - theta^t = (1+gamma) * (mean update of round t):",
-      bool(torch.allclose(bug_traj[1:] - bug_traj[:-1], (1 + gamma) * torch.stack(bug_updates), atol=1e-12)))
+bug_steps = torch.stack([bug_updates[0]] + [(1 + gamma) * u for u in bug_updates[1:]])
+print("official-repo bug: theta^(t+1) - theta^t = (1+gamma) * (mean update of round t) for t >= 1:",
+      bool(torch.allclose(bug_traj[1:] - bug_traj[:-1], bug_steps, atol=1e-12)))
 
 # %% [markdown]
 # On the same toy, the distance to the global optimum θ* shows both faces of the momentum. With every
