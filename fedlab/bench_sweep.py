@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['speedup']:>9.2f}x{'yes' if r['identical_to_first'] else 'NO':>11}"
               f"{r['load_before']:>7.2f}>{r['load_after']:<6.2f}   {note}")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"cores": usable_cores(), "rows": rows}, indent=2))
         print(f"wrote {args.json}")
     return 0 if all(r.get("identical_to_first", True) for r in rows) else 1
