@@ -21,7 +21,7 @@ Contract:
 * **Verified, never silently wrong.** A checkpoint whose digest does not match its contents (a
   flipped bit, a truncation), that cannot be unpickled, or that belongs to another key raises
   :class:`CheckpointError` naming the file; nothing in the run directory is touched.
-* **Atomic and durable writes** through :mod:`fedlab.atomic` (temporary sibling, fsync, rename,
+* **Atomic and durable writes** through :mod:`fedlab.store.atomic` (temporary sibling, fsync, rename,
   permissions 0666 minus the umask); the checkpoint is written before the views, so a kill at any
   point leaves either the previous checkpoint or the new one, and orphan ``.tmp`` files of
   interrupted writes are deleted the next time the run is opened.
@@ -55,7 +55,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from fedlab.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
+from fedlab.store.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
 from fedlab.config import Config, ConfigError
 
 __all__ = ["CheckpointError", "FAULT_ENV", "FAULT_POINTS", "RunResult", "RunStore", "STATUSES",

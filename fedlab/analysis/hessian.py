@@ -45,7 +45,7 @@ from fedlab.analysis.federation import (
     global_loss_fn,
     resolve_chunk,
 )
-from fedlab.repro import torch_generator
+from fedlab.tools.repro import torch_generator
 
 __all__ = [
     "HessianEigen",

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from fedlab import __version__
+from fedlab._version import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
 from fedlab.config import Config, ConfigError, check_device_available
 from fedlab.data import Dataset, balanced_subset, load_dataset
@@ -39,8 +39,8 @@ from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
 from fedlab.engine.schedule import learning_rate
 from fedlab.models import FlatModel, build_model
-from fedlab.repro import REPO_ROOT, torch_generator
-from fedlab.collapse import is_collapsed
+from fedlab.tools.repro import REPO_ROOT, torch_generator
+from fedlab.evidence.collapse import is_collapsed
 from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore, config_record
 
 
@@ -356,9 +356,9 @@ class Simulation:
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
         if self.use_records and not self.store.checkpoint_path.exists():
-            from fedlab.records import load_record
+            from fedlab.evidence.records import load_record
 
-            # trained elsewhere and committed (no θ, see fedlab.records): read-only, so no lock and
+            # trained elsewhere and committed (no θ, see fedlab.evidence.records): read-only, so no lock and
             # nothing is created under runs/
             committed = load_record(self.store.dir.name, partition=self.partition)
             if committed is not None:
@@ -490,7 +490,7 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
     theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
 
-    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.records`)
+    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.evidence.records`)
     is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
     the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
     the run is then trained (or loaded from ``runs/``) as usual.

@@ -41,6 +41,7 @@ from torch.utils._pytree import tree_flatten
 from fedlab.algorithms.base import Algorithm, RoundInfo, State, StepInfo
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, step_info
 from fedlab.models.functional import Batch, GradFn
+from fedlab.engine.hardware import sync
 
 MIB = 2**20
 """``memory_budget_mb`` is in MiB (2^20 bytes)."""
@@ -224,11 +225,6 @@ def default_budget_bytes(device: torch.device) -> int | None:
     return None
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _copy_generator(gen: torch.Generator | None) -> torch.Generator | None:
     if gen is None:
         return None
@@ -274,11 +270,11 @@ def measure_chunk(algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], s
             run_clients_vectorised(algorithm, msg, p_jobs, states, data, grad_fn, info, chunk=chunk)
 
     if device.type == "cuda":
-        _sync(device)
+        sync(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
         run()
-        _sync(device)
+        sync(device)
         peak = torch.cuda.max_memory_allocated(device) - base
     else:
         with LiveTensorBytes() as tracker:
@@ -286,10 +282,10 @@ def measure_chunk(algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], s
         peak = tracker.peak
     seconds = math.inf
     for _ in range(2):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         run()
-        _sync(device)
+        sync(device)
         seconds = min(seconds, time.perf_counter() - t0)
         if seconds >= 0.5:
             break
