@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from fedlab.algorithms.base import RoundInfo, StepInfo
 from fedlab.algorithms._registry import get_algorithm
 
 __all__ = ["communication_vectors"]
@@ -18,8 +17,9 @@ __all__ = ["communication_vectors"]
 def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
     """(uplink, downlink) per client per round in units of d, measured from what the method sends.
 
-    Runs one client through broadcast → local steps → upload on a quadratic oracle of dimension
-    ``dim`` and counts the floats of the upload and of the message.
+    Runs one round of one client (:func:`fedlab.engine.round.run_round`: broadcast → two local
+    steps → upload → aggregate) on a quadratic oracle of dimension ``dim`` and counts the floats of
+    the upload and of the message.
     """
     alg = get_algorithm(name)
     theta0 = torch.zeros(dim)
@@ -29,17 +29,22 @@ def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
         r = theta - target
         return r, 0.5 * (r * r).sum()
 
+    from fedlab.engine.clients import ClientJob, run_clients_sequential
+    from fedlab.engine.round import round_info, run_round
+
     server = alg.server_init(theta0)
-    info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, client_steps=(2,), n_clients=4,
-                     weight_decay=0.0, clip_norm=None)
-    msg = alg.broadcast(server, info)
-    cstate = alg.client_init(theta0)
-    start = alg.client_start(msg, cstate, info)
-    theta = start
-    for k in range(2):
-        theta, cstate, _ = alg.local_step(theta, cstate, msg, None, grad_fn,
-                                          StepInfo(k=k, K=2, lr=0.1, weight_decay=0.0, clip_norm=None))
-    upload, _ = alg.upload(start, theta, cstate, msg, info, 2)
-    up = sum(v.numel() for v in upload.values()) / dim
-    down = sum(v.numel() for v in msg.values()) / dim
+    info = round_info(0, lr0=0.1, schedule="constant", rounds=1, decay=1.0, client_steps=(2,), n_clients=4,
+                      weight_decay=0.0, clip_norm=None)
+    jobs = [ClientJob(0, [None, None], None)]
+    done = run_round(alg, server, {}, [0], theta0, info,
+                     lambda msg, states: run_clients_sequential(alg, msg, jobs, states, _NoData(), grad_fn, info))
+    up = sum(v.numel() for v in done.results[0].upload.values()) / dim
+    down = sum(v.numel() for v in done.msg.values()) / dim
     return round(up, 2), round(down, 2)
+
+
+class _NoData:
+    """The quadratic oracle needs no batch."""
+
+    def batch(self, batch: Any, generator: torch.Generator | None) -> Any:
+        return batch

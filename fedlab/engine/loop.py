@@ -37,7 +37,7 @@ from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_client
 from fedlab.engine.evaluate import evaluate
 from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
-from fedlab.engine.schedule import learning_rate
+from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
 from fedlab.tools.repro import REPO_ROOT, torch_generator
 from fedlab.evidence.collapse import is_collapsed
@@ -282,24 +282,18 @@ class Simulation:
         # round's info carries the steps the clients really run.
         jobs = self.client_jobs(t, clients, self.client_indices)
         info = self.round_info(t, tuple(len(job.batches) for job in jobs))
-        msg = alg.broadcast(state.server, info)
-        states = [state.client_states.get(i) or alg.client_init(state.theta0) for i in clients.tolist()]
-        results = self.run_clients(msg, jobs, states, self.local_data, info)
-        uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
-        state.server = alg.aggregate(state.server, uploads, info)
-        for r in results:
-            if r.state:
-                state.client_states[r.client] = r.state
+        done = run_round(alg, state.server, state.client_states, clients.tolist(), state.theta0, info,
+                         lambda msg, states: self.run_clients(msg, jobs, states, self.local_data, info))
+        state.server = done.server
         state.next_round = t + 1
-        return RoundOutcome(clients, info, msg, results)
+        return RoundOutcome(clients, info, done.msg, done.results)
 
     def round_info(self, t: int, client_steps: tuple[int, ...]) -> RoundInfo:
         """Round t's info; ``client_steps`` are the K_i of the sampled clients, in job order."""
         c = self.config
-        lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
-        prev = learning_rate(t - 1, c.lr, c.lr_schedule, c.rounds, c.lr_decay) if t > 0 else lr
-        return RoundInfo(round=t, lr=lr, prev_lr=prev, client_steps=client_steps, n_clients=c.n_clients,
-                         weight_decay=c.weight_decay, clip_norm=c.clip_norm)
+        return round_info(t, lr0=c.lr, schedule=c.lr_schedule, rounds=c.rounds, decay=c.lr_decay,
+                          client_steps=client_steps, n_clients=c.n_clients, weight_decay=c.weight_decay,
+                          clip_norm=c.clip_norm)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
         c = self.config
