@@ -21,7 +21,7 @@ remaining ≥ 3 rounds is reported. It also prints the SAM/FedAvg cost ratio per
 fedlab's best mode over the conventional loop (float32 against float32, bf16 against bf16, and bf16
 against the float32 loop, labelled as such), the fraction of a plain float32 matmul's FLOP rate
 that each mode achieves (model FLOPs from ``torch.utils.flop_counter.FlopCounterMode``), and the peak
-memory of the vectorised path per chunk size (see :mod:`fedlab.engine.vectorised`).
+memory of the vectorised path per chunk size (see :mod:`fedlab.engine.chunking`).
 """
 from __future__ import annotations
 

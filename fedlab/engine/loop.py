@@ -332,7 +332,7 @@ class Simulation:
                                         [m.autograd_grad_fn for m in self.thread_models], info)
         chunk = self.config.parallel_clients
         if chunk == "auto":
-            from fedlab.engine.vectorised import choose_chunk
+            from fedlab.engine.chunking import choose_chunk
 
             if self.chunk_choice is None:
                 self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
