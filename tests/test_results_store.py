@@ -344,3 +344,14 @@ def test_cli_documents_its_exit_codes(capsys):
     readme = " ".join((REPO / "README.md").read_text().split())
     for code in EXIT_CODES:
         assert f"`{code}`" in readme
+
+
+def test_run_result_carries_the_final_server_state(tiny):
+    """RunResult.server is the final server state, the same whether trained now or loaded from disk."""
+    cfg = tiny(algorithm="scaffold", rounds=2)
+    trained = fedlab.run(cfg, progress=False)
+    loaded = fedlab.run(cfg, progress=False)
+    assert set(trained.server) == set(loaded.server) == {"theta", "c"}
+    assert all(torch.equal(trained.server[k], loaded.server[k]) for k in trained.server)
+    alg = fedlab.get_algorithm("scaffold")
+    assert torch.equal(alg.global_model(trained.server), trained.theta.cpu())

@@ -371,7 +371,7 @@ class Simulation:
             if ckpt["status"] in TERMINAL_STATUSES:
                 theta = alg.global_model(ckpt["server"]).detach()
                 return RunResult(c, pd.DataFrame(rows), theta, ckpt["status"], store.dir,
-                                 self._summary(rows, ckpt["status"]), self.partition)
+                                 self._summary(rows, ckpt["status"]), self.partition, server=dict(ckpt["server"]))
             state = self.state_from_checkpoint(ckpt)
         else:
             state = self.initial_state()
@@ -426,11 +426,9 @@ class Simulation:
                 status = "collapsed" if self._collapsed(rows) else "finished"
             boundary = status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end
             if boundary:
-                ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
-                            "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()}
-                                        for i, s in sorted(state.client_states.items())},
-                            "rows": rows, "status": status, "config_hash": self.config_hash,
-                            "theta0": state.theta0.cpu(), "version": __version__}
+                ckpt_obj = RunStore.checkpoint(next_round=t + 1, server=server, client_states=state.client_states,
+                                               rows=rows, status=status, config_hash=self.config_hash,
+                                               theta0=state.theta0, version=__version__)
                 store.write_checkpoint(ckpt_obj)  # the record first, then the views derived from it
                 store.write_views(rows, self._summary(rows, status))
             if status != "running":
@@ -439,7 +437,8 @@ class Simulation:
         if not rows:
             raise RuntimeError("no round was run")
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
-                         self._summary(rows, status), self.partition)
+                         self._summary(rows, status), self.partition,
+                         server={k: v.detach().cpu() for k, v in state.server.items()})
 
     def _config_info(self) -> dict[str, Any]:
         return config_record(self.config, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
