@@ -8,6 +8,9 @@ file (format: :mod:`fedlab.sweep.gridfile`) on a local process pool or a Ray clu
 Errors: every fedlab error (an invalid value, a corrupted run file, a missing dataset, a path that
 cannot be used) is one line ``error: ...`` on stderr and the exit code in :data:`EXIT_CODES`; a
 Python traceback only with ``--debug``.
+
+Why ~440 lines: one parser and one handler per subcommand; deriving the ``run`` help from the Config
+fields (issue 13 item 4) will shrink it.
 """
 from __future__ import annotations
 

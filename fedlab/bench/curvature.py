@@ -35,6 +35,9 @@ but PyHessian, so their traces differ by float rounding only. The landscape part
 (notebook 09's cpu-ci measured F has 5 × 32) in the loss's own layout (old) and with the default
 channels-last evaluation on CPU (new). One thread by default (``--threads``); wall times on a shared
 machine are noisy, so the load average is printed with the numbers.
+
+Why ~440 lines: one benchmark — the plain-autograd reference solvers it compares against, the rows
+and the report.
 """
 from __future__ import annotations
 

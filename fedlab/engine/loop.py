@@ -7,6 +7,10 @@ while it returns a finished run from disk without recomputing (repairing its der
 checkpoint), resumes an unfinished one from its checkpoint, or starts from round 0. Every random
 choice draws from a generator derived from (seed, purpose, round, client), and every piece of state
 (server, clients) lives in the checkpoint, so a resumed run is bit-identical to an uninterrupted one.
+
+Why ~500 lines: it is the :class:`Simulation` (build, resume, train, record); splitting
+``Simulation.run`` (load-or-resume, evaluation, metrics row, checkpoint) is open work of issue 13
+item 3.
 """
 from __future__ import annotations
 
