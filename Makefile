@@ -119,7 +119,7 @@ bench-amp: venv data
 	@mkdir -p runs/bench
 	$(PY) -m fedlab bench --amp-check --json runs/bench/amp_check.json
 
-# Wall time of a 16-run sweep sequential vs a local process pool vs Ray (fedlab.bench_sweep).
+# Wall time of a 16-run sweep sequential vs a local process pool vs Ray (fedlab.bench.sweep).
 bench-sweep: venv data
 	@mkdir -p runs/bench
 	$(PY) -m fedlab bench sweep --json runs/bench/sweep.json

@@ -12,7 +12,7 @@ This is *not* the unrelated PyPI package of the same import name (SMILELab FedLa
 """
 from __future__ import annotations
 
-__version__ = "0.3.0"
+from fedlab._version import __version__  # noqa: E402
 FEDLAB_SAM_MARKER = "fedlab-sam: sharpness-aware federated learning notebooks"
 
 from fedlab.algorithms import ALGORITHMS, Algorithm, get_algorithm  # noqa: E402
@@ -22,7 +22,7 @@ from fedlab.data.partition import PARTITIONERS, Partition, make_partition  # noq
 from fedlab.engine import Simulation, run  # noqa: E402
 from fedlab.models import MODELS, FlatModel, build_model  # noqa: E402
 from fedlab.results import CheckpointError, RunResult  # noqa: E402
-from fedlab.tuning import TuneResult, tune  # noqa: E402
+from fedlab.evidence.tuning import TuneResult, tune  # noqa: E402
 from fedlab import sweep  # noqa: E402  (the module: fedlab.sweep.sweep(...), fedlab.sweep.summary_table(...))
 
 __all__ = [

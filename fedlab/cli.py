@@ -3,11 +3,14 @@
 Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
 their defaults. Algorithm hyperparameters go through repeated ``--param name=value``. Options must be
 spelled out (no abbreviations: ``--alp`` is an error, not ``--alpha``). ``sweep`` runs a grid
-file (format: :mod:`fedlab.sweep_file`) on a local process pool or a Ray cluster.
+file (format: :mod:`fedlab.sweep.gridfile`) on a local process pool or a Ray cluster.
 
 Errors: every fedlab error (an invalid value, a corrupted run file, a missing dataset, a path that
 cannot be used) is one line ``error: ...`` on stderr and the exit code in :data:`EXIT_CODES`; a
 Python traceback only with ``--debug``.
+
+Why ~440 lines: one parser and one handler per subcommand; deriving the ``run`` help from the Config
+fields (issue 13 item 4) will shrink it.
 """
 from __future__ import annotations
 
@@ -184,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"time      {s['mean_round_seconds'] * 1000:.1f} ms per round")
     print(f"uplink    {s['uplink_floats_total']:,} floats in total")
     if result.status == "collapsed":
-        from fedlab.collapse import CHANCE_MARGIN
+        from fedlab.evidence.collapse import CHANCE_MARGIN
 
         print(f"note      collapsed: the last quarter's accuracy stayed within {CHANCE_MARGIN} of chance")
     # a collapsed run is a completed measurement (exit 0, status printed); a diverged one is an error
@@ -193,7 +196,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
     from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.bench import communication_vectors
+    from fedlab.algorithms.accounting import communication_vectors
 
     rows = []
     for name in algorithm_names():
@@ -212,15 +215,15 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
 
 def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
-    import fedlab.sweep_file
-    from fedlab.sweep_backends import BACKENDS
+    import fedlab.sweep.gridfile
+    from fedlab.sweep.backends import BACKENDS
 
     p = sub.add_parser("sweep", help="run a grid file (configs x seeds) on a local process pool or on Ray",
                        allow_abbrev=False,
                        description="Run every combination of a grid file's values, once per seed, through "
                                    "fedlab.run (finished runs load from the results store, interrupted ones "
                                    "resume), then print the summary table.",
-                       epilog="grid file format (fedlab.sweep_file):\n\n" + fedlab.sweep_file.EXAMPLE,
+                       epilog="grid file format (fedlab.sweep.gridfile):\n\n" + fedlab.sweep.gridfile.EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("grid_file", metavar="GRID.yaml", help="the grid file")
     p.add_argument("--backend", choices=BACKENDS, default="local",
@@ -241,8 +244,8 @@ def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from fedlab.sweep import SweepError, summary_table, sweep
-    from fedlab.sweep_file import load_grid_file
+    from fedlab.sweep.grid import SweepError, summary_table, sweep
+    from fedlab.sweep.gridfile import load_grid_file
 
     spec = load_grid_file(args.grid_file, runs_dir=args.runs_dir)
     n = len(spec.configs)
@@ -325,12 +328,12 @@ def _cmd_flower_sim(args: argparse.Namespace) -> int:
 
 
 BENCH_COMMANDS = {
-    "analysis": "fedlab.bench_analysis",  # curvature and landscape: fedlab new/old vs plain autograd
-    "flsim": "fedlab.bench_flsim",  # FL-Simulator's CPU configuration: seconds per round, training and evaluation
-    "gpu": "fedlab.bench_gpu",  # the CUDA check of the speed goals (--dry-run: the same code on CPU)
-    "sweep": "fedlab.bench_sweep",  # the sweep backends' wall time: sequential vs local pool vs Ray
+    "analysis": "fedlab.bench.curvature",  # curvature and landscape: fedlab new/old vs plain autograd
+    "flsim": "fedlab.bench.flsim",  # FL-Simulator's CPU configuration: seconds per round, training and evaluation
+    "gpu": "fedlab.bench.gpu",  # the CUDA check of the speed goals (--dry-run: the same code on CPU)
+    "sweep": "fedlab.bench.sweep",  # the sweep backends' wall time: sequential vs local pool vs Ray
 }
-"""``python -m fedlab bench NAME ...`` runs ``main`` of these modules; anything else goes to :mod:`fedlab.bench`."""
+"""``python -m fedlab bench NAME ...`` runs ``main`` of these modules; anything else goes to :mod:`fedlab.bench.speed`."""
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -339,13 +342,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     rest = list(args.bench_args)
     if rest[:1] and rest[0] in BENCH_COMMANDS:
         return importlib.import_module(BENCH_COMMANDS[rest[0]]).main(rest[1:])
-    from fedlab.bench import main as bench_main
+    from fedlab.bench.speed import main as bench_main
 
     return bench_main(rest)
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from fedlab.claims import claims_table, evaluate_claims, write_claims
+    from fedlab.evidence.claims import claims_table, evaluate_claims, write_claims
 
     verdicts = evaluate_claims()
     table = claims_table(verdicts)
@@ -358,7 +361,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from fedlab.budget import estimate, print_estimate
+    from fedlab.evidence.budget import estimate, print_estimate
 
     if not args.dry_run:
         print("error: only `figures --dry-run` is implemented here; `make figures` runs the notebooks",

@@ -3,7 +3,7 @@
 ``Config.hash()`` is the run key: a stable digest of everything that changes the numbers — the
 hashed fields (not where results are stored or how often checkpoints are written), the partition
 fingerprint (the assignment itself, so a rewritten partition file gives a new key), the client
-schedule's contents, the code on the numeric path (:mod:`fedlab.code_digest`) and the fedlab
+schedule's contents, the code on the numeric path (:mod:`fedlab.store.code_digest`) and the fedlab
 version. It names the run directory (:mod:`fedlab.results`).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedlab import __version__
+from fedlab._version import __version__
 
 # fedlab.data's datasets, plus "custom": tensors the user hands to fedlab.run(cfg, dataset=...)
 DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic", "custom")
@@ -266,7 +266,7 @@ class Config:
         """The run key: 12 hex digits of SHA-256 over the hashed fields, ``extra`` (the partition
         fingerprint), ``schedule`` (a digest of the client schedule's contents, for
         ``sampling="schedule"``), the numeric-path code digest and the version."""
-        from fedlab.code_digest import code_digest
+        from fedlab.store.code_digest import code_digest
 
         payload = json.dumps({"config": self.hashed_fields(), "extra": extra, "version": __version__,
                               "schedule": schedule, "code": code_digest()},

@@ -21,7 +21,7 @@ Contract:
 * **Verified, never silently wrong.** A checkpoint whose digest does not match its contents (a
   flipped bit, a truncation), that cannot be unpickled, or that belongs to another key raises
   :class:`CheckpointError` naming the file; nothing in the run directory is touched.
-* **Atomic and durable writes** through :mod:`fedlab.atomic` (temporary sibling, fsync, rename,
+* **Atomic and durable writes** through :mod:`fedlab.store.atomic` (temporary sibling, fsync, rename,
   permissions 0666 minus the umask); the checkpoint is written before the views, so a kill at any
   point leaves either the previous checkpoint or the new one, and orphan ``.tmp`` files of
   interrupted writes are deleted the next time the run is opened.
@@ -55,7 +55,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from fedlab.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
+State = dict[str, Tensor]  # an algorithm's server or client state (fedlab.algorithms.base.State)
+
+from fedlab.store.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
 from fedlab.config import Config, ConfigError
 
 __all__ = ["CheckpointError", "FAULT_ENV", "FAULT_POINTS", "RunResult", "RunStore", "STATUSES",
@@ -72,10 +74,6 @@ FAULT_EXIT_CODE = 86
 CHECKPOINT_FORMAT = 2
 _REQUIRED = frozenset({"format", "next_round", "server", "clients", "rows", "status", "config_hash",
                        "theta0", "digest"})
-
-
-TERMINAL_STATUSES = frozenset({"finished", "diverged", "collapsed"})
-"""Statuses of a run that will not train further (a later ``run`` loads it instead of resuming)."""
 
 
 class CheckpointError(RuntimeError):
@@ -172,6 +170,8 @@ class RunResult:
     run_dir: Path
     summary: dict[str, Any] = field(default_factory=dict)
     partition: Any = None  # fedlab.data.partition.Partition when the run was built in this process
+    server: State | None = None  # the final server state (θ and the method's server vectors), on CPU;
+    # None for a run read from a committed record (records keep no tensors)
 
     @property
     def final_accuracy(self) -> float:
@@ -284,8 +284,17 @@ class RunStore:
         """Write config.json (a :func:`config_record`)."""
         atomic_write_json(self.config_path, record)
 
+    @staticmethod
+    def checkpoint(*, next_round: int, server: State, client_states: dict[int, State], rows: list[dict[str, Any]],
+                   status: str, config_hash: str, theta0: Tensor, version: str) -> dict[str, Any]:
+        """The checkpoint's layout, in this one place: every tensor detached and on the CPU, client ids
+        as strings (sorted), plus the rows, the status, the run key, θ_0 and the version."""
+        return {"next_round": next_round, "server": {k: v.detach().cpu() for k, v in server.items()},
+                "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()} for i, s in sorted(client_states.items())},
+                "rows": rows, "status": status, "config_hash": config_hash, "theta0": theta0.cpu(), "version": version}
+
     def write_checkpoint(self, ckpt: dict[str, Any]) -> None:
-        """Write the authoritative record (adds ``format`` and ``digest``)."""
+        """Write the authoritative record built by :meth:`checkpoint` (adds ``format`` and ``digest``)."""
         rounds_done = len(ckpt["rows"])
         obj = {**ckpt, "format": CHECKPOINT_FORMAT}
         obj["digest"] = payload_digest(obj)

@@ -44,8 +44,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 import fedlab
-from fedlab.plots import method_label, plot_curves, use_house_style
-from fedlab.repro import REPO_ROOT, save_figure
+from fedlab.tools.plots import method_label, plot_curves, use_house_style
+from fedlab.tools.repro import REPO_ROOT, save_figure
 
 use_house_style()
 print("fedlab-sam marker present:", hasattr(fedlab, "FEDLAB_SAM_MARKER"))

@@ -33,8 +33,8 @@ import pandas as pd
 
 import fedlab
 from fedlab.data import partition as P
-from fedlab.plots import heatmap, use_house_style
-from fedlab.repro import save_figure
+from fedlab.tools.plots import heatmap, use_house_style
+from fedlab.tools.repro import save_figure
 
 use_house_style()
 data = fedlab.load_dataset(dataset)

@@ -79,8 +79,8 @@ from fedlab.analysis import (
     gradient_decomposition,
     mixing_sweep,
 )
-from fedlab.plots import method_color, use_house_style
-from fedlab.repro import save_figure
+from fedlab.tools.plots import method_color, use_house_style
+from fedlab.tools.repro import save_figure
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

@@ -55,8 +55,8 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from fedlab.plots import method_color, method_label, plot_curves, use_house_style
-from fedlab.repro import save_figure
+from fedlab.tools.plots import method_color, method_label, plot_curves, use_house_style
+from fedlab.tools.repro import save_figure
 
 use_house_style()
 NB = "04_sam_baselines"

@@ -68,8 +68,8 @@ from torch.func import vmap
 import fedlab
 from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
-from fedlab.plots import method_color, use_house_style
-from fedlab.repro import save_figure, torch_generator
+from fedlab.tools.plots import method_color, use_house_style
+from fedlab.tools.repro import save_figure, torch_generator
 from fedlab.results import RunStore
 from fedlab.sweep import summary_table
 

@@ -78,8 +78,8 @@ from fedlab.analysis import (
     top_eigenvalues,
     track_sharpness,
 )
-from fedlab.plots import method_color, method_label, use_house_style
-from fedlab.repro import numpy_generator, save_figure, torch_generator
+from fedlab.tools.plots import method_color, method_label, use_house_style
+from fedlab.tools.repro import numpy_generator, save_figure, torch_generator
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

@@ -67,8 +67,8 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from fedlab.plots import METHOD_ORDER, method_color, method_label, use_house_style
-from fedlab.repro import CITABLE_PROFILES, FIGURES_DIR, save_figure
+from fedlab.tools.plots import METHOD_ORDER, method_color, method_label, use_house_style
+from fedlab.tools.repro import CITABLE_PROFILES, FIGURES_DIR, save_figure
 from fedlab.sweep import summary_table, sweep
 
 use_house_style()

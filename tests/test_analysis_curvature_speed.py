@@ -26,7 +26,7 @@ from fedlab.analysis import (
     top_eigenvalues,
 )
 from fedlab.models import FlatModel, build_model
-from fedlab.repro import torch_generator
+from fedlab.tools.repro import torch_generator
 
 
 def _tiny_mlp() -> FlatModel:

@@ -19,7 +19,7 @@ from fedlab.analysis import (
     track_sharpness,
 )
 from fedlab.models import FlatModel
-from fedlab.repro import torch_generator
+from fedlab.tools.repro import torch_generator
 
 
 def tiny_mlp(seed: int = 0) -> FlatModel:

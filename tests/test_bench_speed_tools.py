@@ -9,7 +9,7 @@ import torch
 
 from fedlab.config import Config, ConfigError
 from fedlab.engine.clients import LocalData
-from fedlab.repro import torch_generator
+from fedlab.tools.repro import torch_generator
 
 
 def _need_fmnist() -> None:

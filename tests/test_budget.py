@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fedlab.budget import ANALYSIS_ALLOWANCE_S, PARALLEL_EFFICIENCY, estimate, measure_costs
+from fedlab.evidence.budget import ANALYSIS_ALLOWANCE_S, PARALLEL_EFFICIENCY, estimate, measure_costs
 
 COSTS = {"cnn": {"grad_per_sample": 1e-3, "forward_per_sample": 2e-4}}
 

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 import fedlab
-from fedlab.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
-from fedlab.records import write_record
+from fedlab.evidence.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
+from fedlab.evidence.records import write_record
 from fedlab.results import RunResult
-from fedlab.uncertainty import mean_interval
+from fedlab.evidence.uncertainty import mean_interval
 
 
 def _fake(algorithm: str, seed: int, acc: float, status: str = "finished", **params) -> RunResult:
@@ -113,7 +113,7 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
                 cls = algorithm_class(arm["algorithm"])
                 names = {f.name for f in dataclasses.fields(cls.hparams_cls)}
                 assert set(arm.get("params", {})) <= names, (c.id, arm)
-        assert (fedlab.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
+        assert (fedlab.tools.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
     verdicts = [evaluate_claim(c, tmp_path) for c in claims]  # an empty figures dir: nothing run yet
     assert {v.verdict for v in verdicts} == {"not run"}
     paths = write_claims(verdicts, tmp_path / "claims_cpu")

@@ -20,7 +20,7 @@ from fedlab.data import (
     pad_to_cifar_shape,
 )
 from fedlab.data import datasets as ds_mod
-from fedlab.repro import data_root, numpy_generator
+from fedlab.tools.repro import data_root, numpy_generator
 
 FMNIST_BACKGROUND = (0.0 - 0.2860) / 0.3530
 

@@ -23,7 +23,7 @@ import torch
 import fedlab
 from fedlab import CheckpointError
 from fedlab import results as results_mod
-from fedlab.repro import numpy_generator
+from fedlab.tools.repro import numpy_generator
 
 REPO = Path(__file__).resolve().parent.parent
 NUMBERS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_distance", "uplink_floats",

@@ -14,9 +14,9 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import fedlab  # noqa: E402
-from fedlab.plots import curve_data, plot_curves  # noqa: E402
-from fedlab.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
-from fedlab.repro import save_figure  # noqa: E402
+from fedlab.tools.plots import curve_data, plot_curves  # noqa: E402
+from fedlab.evidence.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
+from fedlab.tools.repro import save_figure  # noqa: E402
 from fedlab.sweep import summary_table  # noqa: E402
 
 
@@ -80,7 +80,7 @@ def test_replot_from_committed_data_without_training(two_runs, tmp_path, monkeyp
 
 def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, monkeypatch):
     records = tmp_path / "records"
-    from fedlab.records import write_record
+    from fedlab.evidence.records import write_record
 
     for r in two_runs:
         write_record(r, records)
@@ -105,7 +105,7 @@ def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, m
 
 
 def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
-    from fedlab.records import record_path, write_record
+    from fedlab.evidence.records import record_path, write_record
 
     path = write_record(two_runs[0], tmp_path)
     path.write_bytes(path.read_bytes()[:-8])

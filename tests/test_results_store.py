@@ -21,8 +21,8 @@ import torch
 import fedlab
 from fedlab import CheckpointError, ConfigError
 from fedlab import results as results_mod
-from fedlab.atomic import atomic_torch_save, atomic_write_bytes
-from fedlab.code_digest import PACKAGE, code_digest, module_digest_text, numeric_sources, package_digest
+from fedlab.store.atomic import atomic_torch_save, atomic_write_bytes
+from fedlab.store.code_digest import PACKAGE, code_digest, module_digest_text, numeric_sources, package_digest
 from fedlab.engine import Simulation
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,9 +146,9 @@ def test_code_digest_changes_with_code_not_with_docs(tmp_path):
     _edit(fedsam, '"""', '"""A docstring edit. ')
     _edit(fedsam, "from __future__", "# a new comment\n\n\nfrom __future__")
     _edit(copy / "analysis" / "__init__.py", '"""', '"""Analysis code is not on the numeric path. ')
-    _edit(copy / "repro.py", "def save_figure(", "def _unused():\n    return 1\n\n\ndef save_figure(")
+    _edit(copy / "tools" / "repro.py", "def save_figure(", "def _unused():\n    return 1\n\n\ndef save_figure(")
     assert package_digest(copy) == code_digest()
-    _edit(copy / "repro.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
+    _edit(copy / "tools" / "repro.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
     assert package_digest(copy) != code_digest()
     copy = _copy_package(tmp_path / "b")
     _edit(copy / "algorithms" / "fedsam.py", "rho: float = ", "rho: float = 2 * ")  # an algorithm's default
@@ -167,7 +167,7 @@ def test_code_digest_covers_the_numeric_path_only():
 def test_run_key_includes_the_code_digest(monkeypatch, tiny):
     cfg = tiny()
     key = cfg.hash("fp")
-    monkeypatch.setattr("fedlab.code_digest.code_digest", lambda: "another code base")
+    monkeypatch.setattr("fedlab.store.code_digest.code_digest", lambda: "another code base")
     assert cfg.hash("fp") != key
 
 
@@ -344,3 +344,14 @@ def test_cli_documents_its_exit_codes(capsys):
     readme = " ".join((REPO / "README.md").read_text().split())
     for code in EXIT_CODES:
         assert f"`{code}`" in readme
+
+
+def test_run_result_carries_the_final_server_state(tiny):
+    """RunResult.server is the final server state, the same whether trained now or loaded from disk."""
+    cfg = tiny(algorithm="scaffold", rounds=2)
+    trained = fedlab.run(cfg, progress=False)
+    loaded = fedlab.run(cfg, progress=False)
+    assert set(trained.server) == set(loaded.server) == {"theta", "c"}
+    assert all(torch.equal(trained.server[k], loaded.server[k]) for k in trained.server)
+    alg = fedlab.get_algorithm("scaffold")
+    assert torch.equal(alg.global_model(trained.server), trained.theta.cpu())

@@ -105,9 +105,9 @@ def test_repeated_configs_run_once_and_keep_their_own_fields(tiny):
     assert len(list((runs[0].run_dir.parent / "sweep-logs").glob("*.log"))) == 1
 
 
-# --- grid files (fedlab.sweep_file) and `python -m fedlab sweep` ---------------------------------------
+# --- grid files (fedlab.sweep.gridfile) and `python -m fedlab sweep` ---------------------------------------
 def test_the_documented_example_grid_file_is_valid(tmp_path):
-    from fedlab.sweep_file import EXAMPLE, load_grid_file
+    from fedlab.sweep.gridfile import EXAMPLE, load_grid_file
 
     path = tmp_path / "example.yaml"
     path.write_text(EXAMPLE)
@@ -134,7 +134,7 @@ def test_the_documented_example_grid_file_is_valid(tmp_path):
     ("grid: {algorithm: [fedavg\n", "YAML"),
 ])
 def test_bad_grid_files_name_the_file_and_key(tmp_path, text, key):
-    from fedlab.sweep_file import load_grid_file
+    from fedlab.sweep.gridfile import load_grid_file
 
     path = tmp_path / "grid.yaml"
     path.write_text(text)

@@ -56,7 +56,7 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
-    from fedlab.sweep_backends import _ray_init
+    from fedlab.sweep.backends import _ray_init
 
     temp = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths live under it
     options = dict(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20, _temp_dir=temp)
@@ -202,7 +202,7 @@ def test_ray_refuses_resources_the_cluster_lacks(ray_cluster, tmp_path):
 
 @pytest.mark.xdist_group("ray")
 def test_bench_sweep_quick_prints_every_backend(ray_cluster, capsys):
-    from fedlab.bench_sweep import main
+    from fedlab.bench.sweep import main
 
     assert main(["--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out

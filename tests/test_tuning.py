@@ -10,7 +10,7 @@ import torch
 import fedlab
 from fedlab.config import ConfigError
 from fedlab.engine import build_dataset, hold_out_validation
-from fedlab.tuning import DEFAULT_GRIDS, default_grid
+from fedlab.evidence.tuning import DEFAULT_GRIDS, default_grid
 
 GRID = {"rho": [0.01, 0.3, 1.0]}
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fedlab.uncertainty import mean_interval
+from fedlab.evidence.uncertainty import mean_interval
 
 
 def test_t_interval_matches_the_table_value():

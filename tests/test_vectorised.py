@@ -22,6 +22,7 @@ import fedlab
 from fedlab import Config, ConfigError
 from fedlab.algorithms import algorithm_names
 from fedlab.engine import Simulation
+from fedlab.engine import chunking
 from fedlab.engine import vectorised as vec
 from fedlab.engine.clients import ClientJob, LocalData
 
@@ -122,13 +123,13 @@ def test_unequal_local_steps_rejected(tiny):
 
 def test_auto_picks_a_measured_chunk_once_per_simulation(tiny, tmp_path, monkeypatch):
     calls = []
-    real = vec.choose_chunk
+    real = chunking.choose_chunk
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(vec, "choose_chunk", spy)
+    monkeypatch.setattr(chunking, "choose_chunk", spy)
     ref = fedlab.run(tiny(algorithm="scaffold" if "scaffold" in algorithm_names() else "fedavg", rounds=3,
                           runs_dir=str(tmp_path / "a")), progress=False)
     sim = Simulation.build(tiny(algorithm=ref.config.algorithm, rounds=3, parallel_clients="auto",
@@ -136,7 +137,7 @@ def test_auto_picks_a_measured_chunk_once_per_simulation(tiny, tmp_path, monkeyp
     got = sim.run(progress=False)
     assert len(calls) == 1  # cached on the Simulation
     choice = sim.chunk_choice
-    assert choice.chunk in vec.candidate_chunks(4) and 1 <= choice.chunk <= 4
+    assert choice.chunk in chunking.candidate_chunks(4) and 1 <= choice.chunk <= 4
     assert [c.chunk for c in choice.measurements] == [1, 2, 4]
     assert all(c.status == "ok" and c.peak_bytes > 0 and c.seconds_per_step > 0 for c in choice.measurements)
     assert choice.measurements[2].peak_bytes > choice.measurements[0].peak_bytes  # more clients, more memory
@@ -148,16 +149,16 @@ def test_auto_respects_memory_budget(tiny, tmp_path):
     sim = Simulation.build(tiny(algorithm="fedsam"))
     msg, jobs, states, data, info = _round_inputs(sim)
     args = (sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info)
-    free = vec.choose_chunk(*args, budget_mb=1e6)
+    free = chunking.choose_chunk(*args, budget_mb=1e6)
     peaks = {c.chunk: c.peak_bytes for c in free.measurements}
     assert peaks[1] < peaks[2] < peaks[4]
-    between = (peaks[1] + peaks[2]) / 2 / vec.MIB  # only chunk 1 fits
-    tight = vec.choose_chunk(*args, budget_mb=between)
+    between = (peaks[1] + peaks[2]) / 2 / chunking.MIB  # only chunk 1 fits
+    tight = chunking.choose_chunk(*args, budget_mb=between)
     assert tight.chunk == 1
     assert {c.chunk: c.status for c in tight.measurements} == {
         1: "ok", 2: "over budget", 4: "predicted over budget"}
     with pytest.warns(RuntimeWarning, match="below even one client"):
-        assert vec.choose_chunk(*args, budget_mb=1e-3).chunk == 1
+        assert chunking.choose_chunk(*args, budget_mb=1e-3).chunk == 1
     # through the engine: a tiny budget makes "auto" fall back to the sequential path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -168,7 +169,7 @@ def test_auto_respects_memory_budget(tiny, tmp_path):
 
 
 def test_live_tensor_bytes_tracks_peak_and_frees():
-    with vec.LiveTensorBytes() as tracker:
+    with chunking.LiveTensorBytes() as tracker:
         a = torch.ones(1000)  # 4000 bytes
         b = a * 2  # 4000 more
         del b
@@ -197,7 +198,7 @@ def test_config_accepts_auto_and_budget_and_rejects_bad_values():
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedsam"])
 def test_conventional_baseline_matches_fedlab(tiny, tmp_path, algorithm):
     """Same init, sampling, batch order (clients hold ≥ K·B samples) and hyperparameters → same θ."""
-    from fedlab.bench_conventional import ConventionalFL
+    from fedlab.bench.conventional import ConventionalFL
     from fedlab.models.functional import flatten_params
 
     for n_clients, participation in ((1, 1.0), (4, 0.5)):

@@ -22,7 +22,7 @@ from fedlab.algorithms.base import (
 from fedlab.algorithms.sam import sam_gradient, sam_perturbation
 
 for _mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if not _mod.startswith("_") and _mod not in {"base", "sam"}:
+    if not _mod.startswith("_") and _mod not in {"accounting", "base", "sam"}:
         importlib.import_module(f"{__name__}.{_mod}")
 
 ALGORITHMS: tuple[str, ...] = algorithm_names()

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend, stacked_mean
 from fedlab.algorithms.fedswa import FedSWA, FedSWAParams, swa_learning_rate_sum
+from fedlab.algorithms.scaffold import ControlVariates
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -70,7 +70,7 @@ class FedMoSWAParams(FedSWAParams):
 
 
 @register
-class FedMoSWA(FedSWA):
+class FedMoSWA(ControlVariates, FedSWA):
     name = "fedmoswa"
     paper = "Liu et al., ICML 2025 (FedMoSWA)"
     hparams_cls = FedMoSWAParams
@@ -81,15 +81,6 @@ class FedMoSWA(FedSWA):
         "code": {"rho": 1.0, "alpha": 1.0, "gamma": 0.4, "c_first_round_mean": True},
         "first_upload": {"rho": 0.1, "alpha": 1.0, "gamma": 0.1, "c_first_round_mean": True},
     }
-
-    def server_init(self, theta0: Tensor) -> State:
-        return {"theta": theta0.clone(), "c": torch.zeros_like(theta0)}
-
-    def client_init(self, theta0: Tensor) -> State:
-        return {"c_i": torch.zeros_like(theta0)}
-
-    def broadcast(self, server: State, info: RoundInfo) -> State:
-        return {"theta": server["theta"], "c": server["c"]}
 
     def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
                    step: StepInfo) -> tuple[Tensor, State, Tensor]:

@@ -45,13 +45,9 @@ class ScaffoldParams(FedAvgParams):
     """SCAFFOLD's only hyperparameter is the server learning rate η_g (``server_lr``, default 1)."""
 
 
-@register
-class Scaffold(Algorithm):
-    name = "scaffold"
-    paper = "Karimireddy et al., ICML 2020"
-    hparams_cls = ScaffoldParams
-    grad_evals_per_step = 1
-    state_where = "server: θ, c; client: c_i"
+class ControlVariates:
+    """The state of the control-variate methods (SCAFFOLD, FedMoSWA): the server keeps θ and the
+    global variate c, each client its own c_i (zero at the start), and both θ and c are broadcast."""
 
     def server_init(self, theta0: Tensor) -> State:
         return {"theta": theta0.clone(), "c": torch.zeros_like(theta0)}
@@ -61,6 +57,15 @@ class Scaffold(Algorithm):
 
     def broadcast(self, server: State, info: RoundInfo) -> State:
         return {"theta": server["theta"], "c": server["c"]}
+
+
+@register
+class Scaffold(ControlVariates, Algorithm):
+    name = "scaffold"
+    paper = "Karimireddy et al., ICML 2020"
+    hparams_cls = ScaffoldParams
+    grad_evals_per_step = 1
+    state_where = "server: θ, c; client: c_i"
 
     def _data_gradient(self, theta: Tensor, g: Tensor, correction: Tensor, batch: Batch,
                        grad_fn: GradFn) -> Tensor:

@@ -1,7 +1,7 @@
 """The validation hold-out used for hyperparameter selection (``Config.validation_size``).
 
 Hyperparameters are chosen on data the clients do not train on and that is not the test set: a
-class-balanced part of the *training* set (:func:`fedlab.tuning.tune`). One function makes that split
+class-balanced part of the *training* set (:func:`fedlab.evidence.tuning.tune`). One function makes that split
 for the engine, and each split is built once per (dataset, size) in a process.
 """
 from __future__ import annotations

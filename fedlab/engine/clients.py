@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -58,6 +58,13 @@ class LocalData:
         return x, self.y[idx]
 
 
+class BatchSource(Protocol):
+    """What the sequential path asks of local data: job batch → what ``grad_fn`` takes
+    (:class:`LocalData` on real tensors; an oracle federation's batches are already that)."""
+
+    def batch(self, idx: Any, generator: torch.Generator | None) -> Any: ...
+
+
 def step_info(info: RoundInfo, k: int, K: int) -> StepInfo:
     return StepInfo(k=k, K=K, lr=info.lr, weight_decay=info.weight_decay, clip_norm=info.clip_norm,
                     round=info.round)
@@ -65,7 +72,7 @@ def step_info(info: RoundInfo, k: int, K: int) -> StepInfo:
 
 def run_clients_sequential(
     algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
-    data: LocalData, grad_fn: GradFn, info: RoundInfo,
+    data: BatchSource, grad_fn: GradFn, info: RoundInfo,
 ) -> list[ClientResult]:
     """Train every job one after another; ``states[j]`` is job j's persistent client state."""
     results = []

@@ -7,6 +7,10 @@ while it returns a finished run from disk without recomputing (repairing its der
 checkpoint), resumes an unfinished one from its checkpoint, or starts from round 0. Every random
 choice draws from a generator derived from (seed, purpose, round, client), and every piece of state
 (server, clients) lives in the checkpoint, so a resumed run is bit-identical to an uninterrupted one.
+
+Why ~500 lines: it is the :class:`Simulation` (build, resume, train, record); splitting
+``Simulation.run`` (load-or-resume, evaluation, metrics row, checkpoint) is open work of issue 13
+item 3.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from fedlab import __version__
+from fedlab._version import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
 from fedlab.config import Config, ConfigError, check_device_available
 from fedlab.data import Dataset, balanced_subset, load_dataset
@@ -37,10 +41,10 @@ from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_client
 from fedlab.engine.evaluate import evaluate
 from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
-from fedlab.engine.schedule import learning_rate
+from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
-from fedlab.repro import REPO_ROOT, torch_generator
-from fedlab.collapse import is_collapsed
+from fedlab.tools.repro import REPO_ROOT, torch_generator
+from fedlab.evidence.collapse import is_collapsed
 from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore, config_record
 
 
@@ -282,24 +286,18 @@ class Simulation:
         # round's info carries the steps the clients really run.
         jobs = self.client_jobs(t, clients, self.client_indices)
         info = self.round_info(t, tuple(len(job.batches) for job in jobs))
-        msg = alg.broadcast(state.server, info)
-        states = [state.client_states.get(i) or alg.client_init(state.theta0) for i in clients.tolist()]
-        results = self.run_clients(msg, jobs, states, self.local_data, info)
-        uploads = {k: torch.stack([r.upload[k] for r in results]) for k in results[0].upload}
-        state.server = alg.aggregate(state.server, uploads, info)
-        for r in results:
-            if r.state:
-                state.client_states[r.client] = r.state
+        done = run_round(alg, state.server, state.client_states, clients.tolist(), state.theta0, info,
+                         lambda msg, states: self.run_clients(msg, jobs, states, self.local_data, info))
+        state.server = done.server
         state.next_round = t + 1
-        return RoundOutcome(clients, info, msg, results)
+        return RoundOutcome(clients, info, done.msg, done.results)
 
     def round_info(self, t: int, client_steps: tuple[int, ...]) -> RoundInfo:
         """Round t's info; ``client_steps`` are the K_i of the sampled clients, in job order."""
         c = self.config
-        lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
-        prev = learning_rate(t - 1, c.lr, c.lr_schedule, c.rounds, c.lr_decay) if t > 0 else lr
-        return RoundInfo(round=t, lr=lr, prev_lr=prev, client_steps=client_steps, n_clients=c.n_clients,
-                         weight_decay=c.weight_decay, clip_norm=c.clip_norm)
+        return round_info(t, lr0=c.lr, schedule=c.lr_schedule, rounds=c.rounds, decay=c.lr_decay,
+                          client_steps=client_steps, n_clients=c.n_clients, weight_decay=c.weight_decay,
+                          clip_norm=c.clip_norm)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
         c = self.config
@@ -338,7 +336,7 @@ class Simulation:
                                         [m.autograd_grad_fn for m in self.thread_models], info)
         chunk = self.config.parallel_clients
         if chunk == "auto":
-            from fedlab.engine.vectorised import choose_chunk
+            from fedlab.engine.chunking import choose_chunk
 
             if self.chunk_choice is None:
                 self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
@@ -356,9 +354,9 @@ class Simulation:
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
         if self.use_records and not self.store.checkpoint_path.exists():
-            from fedlab.records import load_record
+            from fedlab.evidence.records import load_record
 
-            # trained elsewhere and committed (no θ, see fedlab.records): read-only, so no lock and
+            # trained elsewhere and committed (no θ, see fedlab.evidence.records): read-only, so no lock and
             # nothing is created under runs/
             committed = load_record(self.store.dir.name, partition=self.partition)
             if committed is not None:
@@ -377,7 +375,7 @@ class Simulation:
             if ckpt["status"] in TERMINAL_STATUSES:
                 theta = alg.global_model(ckpt["server"]).detach()
                 return RunResult(c, pd.DataFrame(rows), theta, ckpt["status"], store.dir,
-                                 self._summary(rows, ckpt["status"]), self.partition)
+                                 self._summary(rows, ckpt["status"]), self.partition, server=dict(ckpt["server"]))
             state = self.state_from_checkpoint(ckpt)
         else:
             state = self.initial_state()
@@ -432,11 +430,9 @@ class Simulation:
                 status = "collapsed" if self._collapsed(rows) else "finished"
             boundary = status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end
             if boundary:
-                ckpt_obj = {"next_round": t + 1, "server": {k: v.detach().cpu() for k, v in server.items()},
-                            "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()}
-                                        for i, s in sorted(state.client_states.items())},
-                            "rows": rows, "status": status, "config_hash": self.config_hash,
-                            "theta0": state.theta0.cpu(), "version": __version__}
+                ckpt_obj = RunStore.checkpoint(next_round=t + 1, server=server, client_states=state.client_states,
+                                               rows=rows, status=status, config_hash=self.config_hash,
+                                               theta0=state.theta0, version=__version__)
                 store.write_checkpoint(ckpt_obj)  # the record first, then the views derived from it
                 store.write_views(rows, self._summary(rows, status))
             if status != "running":
@@ -445,7 +441,8 @@ class Simulation:
         if not rows:
             raise RuntimeError("no round was run")
         return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
-                         self._summary(rows, status), self.partition)
+                         self._summary(rows, status), self.partition,
+                         server={k: v.detach().cpu() for k, v in state.server.items()})
 
     def _config_info(self) -> dict[str, Any]:
         return config_record(self.config, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,
@@ -490,7 +487,7 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
     theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
 
-    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.records`)
+    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.evidence.records`)
     is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
     the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
     the run is then trained (or loaded from ``runs/``) as usual.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlab.repro import numpy_generator
+from fedlab.tools.repro import numpy_generator
 
 
 def eligible_clients(sizes: Sequence[int] | np.ndarray) -> np.ndarray:

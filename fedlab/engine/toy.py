@@ -15,12 +15,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedlab.algorithms.base import Algorithm, RoundInfo, State, StepInfo
+from fedlab.algorithms.base import Algorithm, State
+from fedlab.engine.clients import ClientJob, run_clients_sequential
+from fedlab.engine.round import round_info, run_round
 from fedlab.engine.sampling import sample_clients
 from fedlab.models.functional import GradFn
 
 BatchFn = Callable[[int, int, int], Any]
 """``batch_fn(client, round, step) -> batch`` handed to ``grad_fn``."""
+
+
+class _GivenBatches:
+    """The "local data" of an oracle federation: a job's batches are already what ``grad_fn`` takes."""
+
+    def batch(self, batch: Any, generator: torch.Generator | None) -> Any:
+        return batch
 
 
 @dataclass
@@ -42,31 +51,22 @@ def run_functional(
     states: dict[int, State] = {}
     traj = [algorithm.global_model(server).clone()]
     endpoints, losses = [], []
+    given = _GivenBatches()
     for t in range(rounds):
-        clients = sample_clients(t, n_clients, participation, seed=seed)
-        lr_t = lr * lr_decay**t
-        info = RoundInfo(round=t, lr=lr_t, prev_lr=lr * lr_decay ** max(t - 1, 0),
-                         client_steps=(local_steps,) * len(clients), n_clients=n_clients,
-                         weight_decay=weight_decay, clip_norm=clip_norm)
-        msg = algorithm.broadcast(server, info)
-        ups, ends, round_losses = [], [], []
-        for i in clients.tolist():
-            cstate = states.get(i) or algorithm.client_init(theta0)
-            start = algorithm.client_start(msg, cstate, info)
-            theta = start
-            for k in range(local_steps):
-                step = StepInfo(k=k, K=local_steps, lr=lr_t, weight_decay=weight_decay, clip_norm=clip_norm, round=t)
-                theta, cstate, loss = algorithm.local_step(theta, cstate, msg, batch_fn(i, t, k), grad_fn, step)
-                round_losses.append(float(loss))
-            up, cstate = algorithm.upload(start, theta, cstate, msg, info, local_steps)
-            if cstate:
-                states[i] = cstate
-            ups.append(up)
-            ends.append(theta)
-        server = algorithm.aggregate(server, {k: torch.stack([u[k] for u in ups]) for k in ups[0]}, info)
+        clients = sample_clients(t, n_clients, participation, seed=seed).tolist()
+        # the exponential schedule η_t = η_0 · γ^t with γ = lr_decay (constant for lr_decay = 1)
+        info = round_info(t, lr0=lr, schedule="exponential", rounds=rounds, decay=lr_decay,
+                          client_steps=(local_steps,) * len(clients), n_clients=n_clients,
+                          weight_decay=weight_decay, clip_norm=clip_norm)
+        jobs = [ClientJob(i, [batch_fn(i, t, k) for k in range(local_steps)], None) for i in clients]
+        done = run_round(algorithm, server, states, clients, theta0, info,
+                         lambda msg, cstates: run_clients_sequential(algorithm, msg, jobs, cstates, given,
+                                                                     grad_fn, info))
+        server = done.server
         traj.append(algorithm.global_model(server).clone())
-        endpoints.append(torch.stack(ends))
-        losses.append(sum(round_losses) / len(round_losses))
+        endpoints.append(torch.stack([r.theta_final for r in done.results]))
+        # every client runs local_steps steps, so the mean of the client means is the mean local loss
+        losses.append(float(torch.stack([r.mean_loss for r in done.results]).mean()))
     return ToyRun(server, states, torch.stack(traj), endpoints, losses)
 
 
@@ -80,7 +80,7 @@ def quadratic_federation(
     minimiser of F = mean_i f_i. A batch is the pair (client id, noise draw). Heterogeneity scales the
     spread of the b_i; distinct A_i make FedAvg's fixed point differ from θ* (client drift).
     """
-    from fedlab.repro import torch_generator
+    from fedlab.tools.repro import torch_generator
 
     gen = torch_generator(seed, "quadratic")
     problems = []

@@ -7,7 +7,7 @@ Defaults are the issue's setting: Fashion-MNIST, ``cnn``, 100 clients, 10 % part
 B = 32.
 
 ``python -m fedlab bench --speed`` (or ``--quick``, a seconds-long version for CI) compares execution
-modes instead: the conventional loop of :mod:`fedlab.bench_conventional` (FedAvg/FedSAM only),
+modes instead: the conventional loop of :mod:`fedlab.bench.conventional` (FedAvg/FedSAM only),
 fedlab's sequential path, fedlab's vectorised path (chunk = m, and ``parallel_clients="auto"``) and,
 on CPU, fedlab's client threads (``client_threads`` = the usable cores, one client per core),
 alone and with ``channels_last=True``; and, as a separate precision, bf16 autocast (``amp=True``) for
@@ -21,7 +21,10 @@ remaining ≥ 3 rounds is reported. It also prints the SAM/FedAvg cost ratio per
 fedlab's best mode over the conventional loop (float32 against float32, bf16 against bf16, and bf16
 against the float32 loop, labelled as such), the fraction of a plain float32 matmul's FLOP rate
 that each mode achieves (model FLOPs from ``torch.utils.flop_counter.FlopCounterMode``), and the peak
-memory of the vectorised path per chunk size (see :mod:`fedlab.engine.vectorised`).
+memory of the vectorised path per chunk size (see :mod:`fedlab.engine.chunking`).
+
+Why ~520 lines: the execution-mode comparison (``speed_main``, ~180 lines) and the per-algorithm
+table share the modes and the timing helpers; splitting ``speed_main`` is open work.
 """
 from __future__ import annotations
 
@@ -41,36 +44,8 @@ from typing import Any
 import torch
 
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_class, algorithm_names, get_algorithm
+from fedlab.bench.machine import machine_description, sync, usable_cores
 
-
-def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
-    """(uplink, downlink) per client per round in units of d, measured from what the method sends.
-
-    Runs one client through broadcast → local steps → upload on a quadratic oracle of dimension
-    ``dim`` and counts the floats of the upload and of the message.
-    """
-    alg = get_algorithm(name)
-    theta0 = torch.zeros(dim)
-    target = torch.linspace(-1.0, 1.0, dim)
-
-    def grad_fn(theta: torch.Tensor, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        r = theta - target
-        return r, 0.5 * (r * r).sum()
-
-    server = alg.server_init(theta0)
-    info = RoundInfo(round=0, lr=0.1, prev_lr=0.1, client_steps=(2,), n_clients=4,
-                     weight_decay=0.0, clip_norm=None)
-    msg = alg.broadcast(server, info)
-    cstate = alg.client_init(theta0)
-    start = alg.client_start(msg, cstate, info)
-    theta = start
-    for k in range(2):
-        theta, cstate, _ = alg.local_step(theta, cstate, msg, None, grad_fn,
-                                          StepInfo(k=k, K=2, lr=0.1, weight_decay=0.0, clip_norm=None))
-    upload, _ = alg.upload(start, theta, cstate, msg, info, 2)
-    up = sum(v.numel() for v in upload.values()) / dim
-    down = sum(v.numel() for v in msg.values()) / dim
-    return round(up, 2), round(down, 2)
 
 
 def time_algorithm(name: str, *, rounds: int = 5, **config: Any) -> dict[str, Any]:
@@ -87,13 +62,6 @@ def time_algorithm(name: str, *, rounds: int = 5, **config: Any) -> dict[str, An
             "grad_evals_per_step": algorithm_class(name).grad_evals_per_step}
 
 
-def machine_description() -> str:
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-            f"{dev}, torch {torch.__version__}")
-
-
-
 # ------------------------------------------------------------------------------------------------
 # --speed: execution modes compared (conventional loop, fedlab sequential, fedlab vectorised)
 # ------------------------------------------------------------------------------------------------
@@ -105,7 +73,7 @@ class Mode:
     """One execution mode of the speed comparison: how the same rounds are run."""
 
     name: str
-    conventional: bool = False  # the loop of fedlab.bench_conventional instead of fedlab's engine
+    conventional: bool = False  # the loop of fedlab.bench.conventional instead of fedlab's engine
     parallel: str = "one"  # fedlab: "one" (parallel_clients=1), "m" (one vmapped chunk), "auto"
     threads: bool = False  # client_threads = --client-threads (CPU only)
     channels_last: bool = False
@@ -127,7 +95,7 @@ _MODES: tuple[Mode, ...] = (
 )
 MODE_SPECS: dict[str, Mode] = {md.name: md for md in _MODES}
 MODES: tuple[str, ...] = tuple(MODE_SPECS)
-"""conventional = :mod:`fedlab.bench_conventional` (FedAvg/FedSAM only); sequential =
+"""conventional = :mod:`fedlab.bench.conventional` (FedAvg/FedSAM only); sequential =
 ``parallel_clients=1``; vectorised = ``parallel_clients=m`` (one vmapped chunk); auto =
 ``parallel_clients="auto"``; threads = ``client_threads=--client-threads``; threads_cl = the same
 with ``channels_last=True`` (the threads modes are CPU only). The ``_bf16`` modes add ``amp=True``
@@ -167,7 +135,7 @@ def random_dataset(input_shape: tuple[int, ...], n_train: int, n_test: int = 100
                    *, device: str = "cpu", seed: int = 0):
     """A fedlab ``Dataset`` of standard-normal images and uniform labels (for timing only)."""
     from fedlab.data import Dataset
-    from fedlab.repro import torch_generator
+    from fedlab.tools.repro import torch_generator
 
     gen = torch_generator(seed, "bench", "random-data")
     channels = input_shape[0]
@@ -181,11 +149,6 @@ def random_dataset(input_shape: tuple[int, ...], n_train: int, n_test: int = 100
     )
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def matmul_flops_per_second(device: str | torch.device = "cpu", n: int | None = None, repeats: int = 5) -> float:
     """FLOP/s of a plain n×n float32 matmul (2n³ FLOPs), median of ``repeats`` after a warm-up."""
     device = torch.device(device)
@@ -195,10 +158,10 @@ def matmul_flops_per_second(device: str | torch.device = "cpu", n: int | None = 
     a @ b
     times = []
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         a @ b
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
     return 2.0 * n**3 / statistics.median(times)
 
@@ -246,10 +209,10 @@ def interleaved_round_seconds(runners: dict[str, Callable[[int], None]], rounds:
     for t in range(rounds):
         shift = t % len(names)
         for n in names[shift:] + names[:shift]:
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             runners[n](t)
-            _sync(device)
+            sync(device)
             walls[n].append(time.perf_counter() - t0)
     return walls
 
@@ -277,14 +240,6 @@ def tune_malloc() -> bool:
         return False
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask), the default of the threads modes."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _release_memory(device: torch.device) -> None:
     import gc
 
@@ -295,7 +250,7 @@ def _release_memory(device: torch.device) -> None:
 
 def speed_main(args: argparse.Namespace) -> int:
     """``python -m fedlab bench --speed`` / ``--quick``: see the module docstring."""
-    from fedlab.bench_conventional import CONVENTIONAL_ALGORITHMS, ConventionalFL
+    from fedlab.bench.conventional import CONVENTIONAL_ALGORITHMS, ConventionalFL
     from fedlab.config import Config
     from fedlab.data import load_dataset
     from fedlab.engine import Simulation
@@ -509,15 +464,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="memory budget (MiB) for the auto mode's chunk choice (default: the device's)")
     speed.add_argument("--tune-malloc", action="store_true",
                        help="CPU: stop glibc from mmap-ing (and page-faulting) every large tensor; applies to "
-                            "all modes alike (see fedlab.bench.tune_malloc)")
+                            "all modes alike (see fedlab.bench.speed.tune_malloc)")
     check = p.add_argument_group("bf16 accuracy check (--amp-check; with --quick a seconds-long version; "
                                  "--rounds, --client-threads and --json apply)")
     check.add_argument("--amp-check", action="store_true",
                        help="FedAvg and FedSAM in float32, bf16 and float32 with another seed on Fashion-MNIST "
-                            "(see fedlab.bench_amp)")
+                            "(see fedlab.bench.amp)")
     args = p.parse_args(argv)
     if args.amp_check:
-        from fedlab.bench_amp import amp_check_main
+        from fedlab.bench.amp import amp_check_main
 
         t0 = time.perf_counter()
         print(f"machine: {machine_description()}")

@@ -29,20 +29,21 @@ Solvers (rows):
   not a fedlab dependency); its products are counted by wrapping its product function, and it draws
   its random vectors from torch's global generator, which is seeded for it here.
 
-The same Rademacher probes (drawn from :func:`fedlab.repro.torch_generator`) are used by every solver
+The same Rademacher probes (drawn from :func:`fedlab.tools.repro.torch_generator`) are used by every solver
 but PyHessian, so their traces differ by float rounding only. The landscape part times
 :func:`fedlab.analysis.slice_2d` on a ``--grid`` × ``--grid`` grid over ``--landscape-n`` images
 (notebook 09's cpu-ci measured F has 5 × 32) in the loss's own layout (old) and with the default
 channels-last evaluation on CPU (new). One thread by default (``--threads``); wall times on a shared
 machine are noisy, so the load average is printed with the numbers.
+
+Why ~440 lines: one benchmark — the plain-autograd reference solvers it compares against, the rows
+and the report.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,24 +53,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedlab.repro import torch_generator
+from fedlab.tools.repro import torch_generator
+from fedlab.bench.machine import load_average, machine_info, sync
+
 
 SOLVERS = ("new", "power", "old", "plain", "pyhessian")
 LABELS = {"new": "fedlab new", "power": "fedlab power", "old": "fedlab old", "plain": "plain autograd",
           "pyhessian": "pyhessian"}
-
-
-def load_average() -> str:
-    """``uptime``'s three load averages (the machine may be shared), or ``"n/a"``."""
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "n/a"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _rademacher(gen: torch.Generator, d: int, like: Tensor) -> Tensor:
@@ -168,11 +158,11 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
     On a shared machine the wall time of a one-thread computation grows with the load, its CPU time
     much less: both are reported.
     """
-    _sync(device)
+    sync(device)
     c0 = time.process_time()
     t0 = time.perf_counter()
     out = fn()
-    _sync(device)
+    sync(device)
     _last_cpu[0] = time.process_time() - c0
     return out, time.perf_counter() - t0
 
@@ -356,10 +346,7 @@ def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200
                      "reference": ref["solver"] if ref else None},
         "tight": {"eigenvalues": tight_values, "tol": tol * 1e-3, "hvps": tight.n_hvp, "seconds": tight_s,
                   "converged": bool(all(tight.converged))},
-        "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                    "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads(),
-                    "gpu": torch.cuda.get_device_name(0) if dev.type == "cuda" else None},
+        "machine": machine_info(dev),
         "load_average": {"before": load_before, "after": load_average()},
         "rows": rows,
         "landscape": land,

@@ -12,7 +12,7 @@ short micro-benchmark at one thread (the fastest of several repetitions, so that
 shared machine do not inflate it; the estimate is therefore for quiet cores), and n_eval the evaluated samples. Runs are counted from the
 figures' sidecars (``config_hashes``), scaled from the seeds they used to ``seeds`` (default 3), and
 runs already committed as records (``figures/records/``) are subtracted. Tuning adds, per split, one
-run per point of each method's declared grid (:data:`fedlab.tuning.DEFAULT_GRIDS`) at the tuning
+run per point of each method's declared grid (:data:`fedlab.evidence.tuning.DEFAULT_GRIDS`) at the tuning
 horizon. Analysis-only work (Hessians, landscapes, toy problems) is not in the formula; the
 estimate adds :data:`ANALYSIS_ALLOWANCE_S` per notebook that trains for it.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from fedlab.repro import FIGURES_DIR, REPO_ROOT
+from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
 
 ANALYSIS_ALLOWANCE_S = 120.0
 """Seconds per training notebook for its analysis cells (eigenvalues, slices, decompositions)."""
@@ -122,7 +122,7 @@ def _round_seconds(p: dict[str, Any], costs: dict[str, float], grads: float, n_e
 def estimate(seeds: int = 3, cores: int = 2, tune_rounds: int | None = None, tune_splits: int = 3,
              figures_dir: Path | None = None, costs: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
     """The dry-run estimate: a :class:`NotebookEstimate` per training notebook, tuning, and the total."""
-    from fedlab.tuning import DEFAULT_GRIDS
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     records = figures_dir / "records"

@@ -26,8 +26,8 @@ import torch
 
 from fedlab.config import Config
 from fedlab.results import RunResult
-from fedlab.sweep import sweep
-from fedlab.sweep_backends import BACKENDS, MissingExtraError, _ray_init, usable_cores
+from fedlab.sweep.grid import sweep
+from fedlab.sweep.backends import BACKENDS, MissingExtraError, _ray_init, usable_cores
 
 __all__ = ["bench_sweep", "main", "slice_grid"]
 

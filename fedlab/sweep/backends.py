@@ -50,6 +50,7 @@ import torch
 
 from fedlab.config import Config, ConfigError
 from fedlab.results import RunResult
+from fedlab.engine.hardware import usable_cores
 
 __all__ = ["BACKENDS", "LOG_DIR_NAME", "MissingExtraError", "RunFailure", "SweepError", "execute",
            "log_path", "usable_cores"]
@@ -102,16 +103,8 @@ class _Outcome:
     log_path: str
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _runs_root(config: Config) -> Path:
-    from fedlab.repro import REPO_ROOT
+    from fedlab.tools.repro import REPO_ROOT
 
     return Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
 

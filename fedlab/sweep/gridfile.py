@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from fedlab.config import Config, ConfigError
-from fedlab.sweep import expand_grid
+from fedlab.sweep.grid import expand_grid
 
 __all__ = ["EXAMPLE", "GRID_KEYS", "GridFile", "load_grid_file"]
 

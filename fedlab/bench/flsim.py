@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedlab.bench_analysis import load_average
+from fedlab.bench.curvature import load_average
 
 FLSIM_CONFIG: dict[str, Any] = dict(
     dataset="fmnist", model="lenet5", as_cifar_shape=True, n_clients=100, sampling="bernoulli", participation=0.1,
@@ -92,7 +92,8 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
                     eval_batch: int | None, device: str, matmul_rate: float, **overrides: Any) -> dict[str, Any]:
     """Rounds 0 … rounds−1 of ``algorithm`` in the FL-Simulator configuration, each part timed."""
     from fedlab.algorithms import algorithm_class
-    from fedlab.bench import _sync, model_flops
+    from fedlab.bench.machine import sync
+    from fedlab.bench.speed import model_flops
     from fedlab.engine import Simulation
 
     dev = torch.device(device)
@@ -110,10 +111,10 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
         grads = algorithm_class(algorithm).grad_evals_per_step
         rows = []
         for t in range(rounds):
-            _sync(dev)
+            sync(dev)
             c0, t0 = time.process_time(), time.perf_counter()
             outcome = sim.train_round(state, t)
-            _sync(dev)
+            sync(dev)
             train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
             # samples processed by the local gradients (the last batch of an epoch may be smaller)
             samples = sum(int(sum(b.numel() for b in job.batches)) for job in
@@ -201,7 +202,7 @@ def print_diagnosis(d: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fedlab.bench import matmul_flops_per_second
+    from fedlab.bench.speed import matmul_flops_per_second
 
     p = argparse.ArgumentParser(prog="python -m fedlab bench flsim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from fedlab.results import RunResult
 
-REPO_ROOT: Path = Path(__file__).resolve().parent.parent
+REPO_ROOT: Path = Path(__file__).resolve().parents[2]  # this file is <repo>/fedlab/tools/repro.py
 """The repository root (notebooks resolve every path from here, never from the cwd)."""
 
 
@@ -80,7 +80,7 @@ def package_versions() -> dict[str, str]:
     import matplotlib
     import pandas
 
-    from fedlab import __version__
+    from fedlab._version import __version__
 
     return {"fedlab": __version__, "torch": torch.__version__, "numpy": np.__version__,
             "pandas": pandas.__version__, "matplotlib": matplotlib.__version__}
@@ -171,7 +171,7 @@ def save_figure(
 
     ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
     ``name.csv``. ``runs`` — the runs behind the figure — are committed as records
-    (:mod:`fedlab.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
+    (:mod:`fedlab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
     full configs, so the figure can be re-plotted and every number checked without training. The
     sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
     fedlab version, the commit and the command line of the process.
@@ -211,7 +211,7 @@ def save_figure(
         "environment": environment(),
     }
     if runs:
-        from fedlab.records import write_records
+        from fedlab.evidence.records import write_records
 
         meta["records"] = write_records(runs, out / "records")
         meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
@@ -257,7 +257,7 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
     lines = [
         "# Figures",
         "",
-        "Every figure here was made by a notebook through `fedlab.repro.save_figure`, which writes a PNG,",
+        "Every figure here was made by a notebook through `fedlab.tools.repro.save_figure`, which writes a PNG,",
         "a PDF and a JSON sidecar with the provenance (parameters, seed, run config hashes, git commit,",
         "package versions, date). Rebuild all of them with `make figures`, or one with its command below.",
         "To cite a figure, cite the repository (`CITATION.cff`) and give the figure name and git commit",

@@ -3,7 +3,7 @@
 A *sweep* is the cartesian product of a few :class:`~fedlab.config.Config` fields, repeated over
 seeds::
 
-    from fedlab.sweep import sweep, summary_table
+    from fedlab.sweep.grid import sweep, summary_table
     base = fedlab.Config(dataset="fmnist", rounds=50, partition="dirichlet", alpha=0.1)
     runs = sweep(base, {"algorithm": ["fedavg", "fedsam", "fedvssam"]}, seeds=[0, 1, 2])
     summary_table(runs, target=0.75)
@@ -12,8 +12,8 @@ Every run goes through :func:`fedlab.run`, so it is cached under ``runs/`` by it
 call loads the finished runs from disk, and an interrupted sweep resumes where it stopped. The runs
 execute on a pool of local worker processes (``backend="local"``, the default), one after another in
 this process (``"sequential"``) or as tasks on a Ray cluster (``"ray"``), with the same results bit
-for bit (:mod:`fedlab.sweep_backends`); ``python -m fedlab sweep GRID.yaml`` runs a grid file
-(:mod:`fedlab.sweep_file`). Grid values
+for bit (:mod:`fedlab.sweep.backends`); ``python -m fedlab sweep GRID.yaml`` runs a grid file
+(:mod:`fedlab.sweep.gridfile`). Grid values
 for ``algorithm_params`` may be dicts (``{"algorithm_params": [{}, {"preset": "high"}]}``). Fields that
 must change *together* (a partition scheme and its parameter, a method and its hyperparameters) belong
 in separate sweeps over different ``base`` configs; the results of several sweeps can be concatenated
@@ -38,8 +38,8 @@ import pandas as pd
 
 from fedlab.config import _NOT_HASHED, Config, ConfigError
 from fedlab.results import RunResult
-from fedlab.sweep_backends import BACKENDS, MissingExtraError, RunFailure, SweepError, execute
-from fedlab.uncertainty import mean_interval
+from fedlab.sweep.backends import BACKENDS, MissingExtraError, RunFailure, SweepError, execute
+from fedlab.evidence.uncertainty import mean_interval
 
 __all__ = ["BACKENDS", "MissingExtraError", "RunFailure", "SweepError", "expand_grid", "rounds_to_target",
            "summary_table", "sweep"]
@@ -96,7 +96,7 @@ def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noq
     ``<runs_dir>/sweep-logs/``). Diverged runs are returned like finished ones; check
     ``RunResult.status`` (or the ``status`` column of :func:`summary_table`).
 
-    Execution (see :mod:`fedlab.sweep_backends`): ``backend`` is ``"local"`` (a pool of worker
+    Execution (see :mod:`fedlab.sweep.backends`): ``backend`` is ``"local"`` (a pool of worker
     processes, ``max_workers`` of them, default one per usable core ÷ ``cpus_per_run``),
     ``"sequential"`` (this process) or ``"ray"`` (one Ray task per run holding ``cpus_per_run`` CPUs
     and ``gpus_per_run`` GPUs, fractions allowed; ``address`` as for ``ray.init``: ``None`` starts a
@@ -140,7 +140,7 @@ def _short(value: Any) -> Any:
 
 def _uplink_per_client(res: RunResult, column: str) -> float:
     """Mean floats one client sends (or receives) per round, in units of the model size d."""
-    # records (fedlab.records) carry no θ, but their summary has the model size
+    # records (fedlab.evidence.records) carry no θ, but their summary has the model size
     d = int(res.theta.numel()) if res.theta is not None else int(res.summary["n_params"])
     m = res.metrics
     return float((m[column] / (m["n_sampled"] * d)).mean())
@@ -152,10 +152,10 @@ def summary_table(results: Iterable[RunResult], target: float | None = None) -> 
     Columns: the config fields that vary between groups (always ``algorithm``), then
 
     * ``n_seeds``; ``n_collapsed`` and ``n_diverged`` — seeds whose run collapsed to chance
-      (:mod:`fedlab.collapse`) or diverged; they are **not** averaged into the accuracy columns;
+      (:mod:`fedlab.evidence.collapse`) or diverged; they are **not** averaged into the accuracy columns;
     * ``final_acc_mean``, ``final_acc_std`` and ``final_acc_ci95`` — the last evaluated test accuracy
       over the *finished* seeds: mean, sample standard deviation (ddof = 1) and the half-width of the
-      95 % Student-t interval (:func:`fedlab.uncertainty.mean_interval`; NaN with one finished seed,
+      95 % Student-t interval (:func:`fedlab.evidence.uncertainty.mean_interval`; NaN with one finished seed,
       all NaN with none), and ``final_acc_seeds`` — every seed's value (collapsed ones included) as
       ``seed:value`` pairs;
     * ``best_acc`` — the best evaluated test accuracy, averaged over the finished seeds;

@@ -3,7 +3,7 @@
 A cached run is only valid for the code that produced it: an edited algorithm, a changed batch
 order or model initialisation must not return the old θ. The key therefore covers the source of the
 *numeric path* — the subpackages ``algorithms``, ``engine``, ``models``, ``data``, the module
-``config``, and the seed-derivation functions of ``repro`` (every random draw goes through them).
+``config``, and the seed-derivation functions of ``tools/repro`` (every random draw goes through them).
 
 What is hashed is the **abstract syntax tree** of each module, with every bare string statement
 (module, class, function and attribute docstrings) removed, not the bytes of the file. Comments and
@@ -22,11 +22,12 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent  # fedlab/ (this file is fedlab/store/code_digest.py)
 NUMERIC_PACKAGES = ("algorithms", "engine", "models", "data")
 NUMERIC_MODULES = ("config.py",)
-# repro.py also holds paths and figure helpers; only its generator derivation is on the numeric path.
+# tools/repro.py also holds paths and figure helpers; only its generator derivation is on the numeric path.
 REPRO_FUNCTIONS = ("derive_seed", "torch_generator", "numpy_generator")
+REPRO_MODULE = "tools/repro.py"
 
 
 class _DropDocstrings(ast.NodeTransformer):
@@ -51,11 +52,11 @@ def module_digest_text(source: str) -> str:
 
 
 def _repro_text(package: Path) -> str:
-    tree = ast.parse((package / "repro.py").read_text(encoding="utf-8"))
+    tree = ast.parse((package / REPRO_MODULE).read_text(encoding="utf-8"))
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in REPRO_FUNCTIONS]
     missing = set(REPRO_FUNCTIONS) - {f.name for f in funcs}
     if missing:  # a rename must be reflected here, or the key would silently stop covering it
-        raise RuntimeError(f"fedlab.code_digest: repro.py lacks {sorted(missing)}")
+        raise RuntimeError(f"fedlab.store.code_digest: {REPRO_MODULE} lacks {sorted(missing)}")
     return module_digest_text(ast.unparse(ast.Module(body=funcs, type_ignores=[])))
 
 

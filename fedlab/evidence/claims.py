@@ -2,9 +2,9 @@
 
 The claims are data (``figures/claims.yaml``, next to the results they judge); this module is the
 evaluator. For each claim it collects the evidence — the committed records of the figure named in
-its setting (:func:`fedlab.records.figure_runs`, filtered by ``select``) or a column of that figure's
+its setting (:func:`fedlab.evidence.records.figure_runs`, filtered by ``select``) or a column of that figure's
 CSV — reduces each *arm* (a method, optionally with hyperparameters) to a mean ± 95 % interval over
-seeds (:func:`fedlab.uncertainty.mean_interval`) and compares the arms:
+seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
 
 * ``>`` / ``<`` — **holds** when the intervals are disjoint in the claimed order, **fails** when
   they are disjoint the other way, **inconclusive** when they overlap;
@@ -32,9 +32,9 @@ from typing import Any
 
 import pandas as pd
 
-from fedlab.repro import FIGURES_DIR
+from fedlab.tools.repro import FIGURES_DIR
 from fedlab.results import RunResult
-from fedlab.uncertainty import Estimate, mean_interval
+from fedlab.evidence.uncertainty import Estimate, mean_interval
 
 __all__ = ["CLAIMS_FILE", "MIN_SEEDS", "VERDICTS", "Claim", "Verdict", "evaluate_claims", "load_claims",
            "claims_table", "write_claims"]
@@ -121,7 +121,7 @@ def load_claims(path: Path | None = None) -> list[Claim]:
 
 # --- evidence --------------------------------------------------------------------------------------
 def _arm_name(arm: Mapping[str, Any]) -> str:
-    from fedlab.plots import method_label
+    from fedlab.tools.plots import method_label
 
     if not arm:
         return "value"
@@ -219,7 +219,7 @@ def _few(est: Estimate | None) -> bool:
 
 def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
     """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``)."""
-    from fedlab.records import RecordError, figure_runs
+    from fedlab.evidence.records import RecordError, figure_runs
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     if isinstance(claim.metric, Mapping):

@@ -1,8 +1,8 @@
 """Benchmark of the analysis tools: seconds for (a) the top Hessian eigenvalue and (b) a 2-D loss
 landscape, for the ``cnn`` model on Fashion-MNIST.
 
-    python -m fedlab.analysis.bench                       # defaults below
-    python -m fedlab.analysis.bench --train-size 500 --grid 11 --device cuda --json
+    python -m fedlab.bench.analysis_tools                       # defaults below
+    python -m fedlab.bench.analysis_tools --train-size 500 --grid 11 --device cuda --json
 
 The objective is the federated F = (1/N) Σ_i F_i over an IID split of a class-balanced training
 subset (``--train-size`` samples, ``--clients`` clients), at the model's initial weights. Each
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -23,25 +21,7 @@ from typing import Any
 
 import torch
 
-
-def machine() -> dict[str, Any]:
-    """Where the numbers come from: Python, torch, CPU threads, GPU name if any."""
-    info: dict[str, Any] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "processor": platform.processor() or platform.machine(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from fedlab.bench.machine import machine_info, sync
 
 
 def run_benchmark(
@@ -64,7 +44,7 @@ def run_benchmark(
     from fedlab.analysis.landscape import filter_normalized_direction, slice_2d
     from fedlab.data import load_dataset, make_partition
     from fedlab.models import FlatModel, build_model
-    from fedlab.repro import torch_generator
+    from fedlab.tools.repro import torch_generator
 
     dev = torch.device(device)
     data = load_dataset("fmnist", train_size=train_size, device=dev, seed=seed)
@@ -77,26 +57,26 @@ def run_benchmark(
     hvp(loss, theta, torch.ones_like(theta))  # warm-up (not timed)
     with torch.no_grad():
         loss(theta)
-    _sync(dev)
+    sync(dev)
     t0 = time.perf_counter()
     eig = top_eigenvalues(loss, theta, 1, iters=iters, tol=tol, generator=torch_generator(seed, "bench-eig"),
                           progress=progress)
-    _sync(dev)
+    sync(dev)
     eig_seconds = time.perf_counter() - t0
 
     d1 = filter_normalized_direction(model, theta, torch_generator(seed, "bench-d1"))
     d2 = filter_normalized_direction(model, theta, torch_generator(seed, "bench-d2"))
-    _sync(dev)
+    sync(dev)
     t0 = time.perf_counter()
     land = slice_2d(loss, theta, d1, d2, span=span, n=grid, vmap_chunk=vmap_chunk, progress=progress)
-    _sync(dev)
+    sync(dev)
     land_seconds = time.perf_counter() - t0
 
     return {
         "settings": {"dataset": "fmnist", "model": "cnn", "d": model.dim, "train_size": data.n_train,
                      "clients": len(fed), "iters": iters, "tol": tol, "grid": f"{grid}x{grid}", "span": span,
                      "device": str(dev), "vmap_chunk": vmap_chunk, "chunk_size": chunk_size, "seed": seed},
-        "machine": machine(),
+        "machine": machine_info(),
         "top_eigenvalue": {"seconds": eig_seconds, "value": float(eig.values[0]), "hvps": eig.n_hvp,
                            "converged": bool(eig.converged[0]),
                            "seconds_per_hvp": eig_seconds / max(eig.n_hvp, 1)},
@@ -107,7 +87,7 @@ def run_benchmark(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedlab.analysis.bench", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m fedlab.bench.analysis_tools", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--train-size", type=int, default=1000, help="training samples (class-balanced subset)")
     parser.add_argument("--clients", type=int, default=10, help="IID clients sharing them")

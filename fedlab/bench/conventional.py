@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, RandomSampler, Subset, TensorDataset
 
 from fedlab.engine.sampling import sample_clients
 from fedlab.engine.schedule import learning_rate
-from fedlab.repro import derive_seed
+from fedlab.tools.repro import derive_seed
 
 CONVENTIONAL_ALGORITHMS: tuple[str, ...] = ("fedavg", "fedsam")
 

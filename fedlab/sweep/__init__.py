@@ -1,0 +1,12 @@
+"""Sweeps: grids of experiments, where their runs execute, grid files, the summary table.
+
+``fedlab.sweep.sweep(base, grid, seeds)`` and ``fedlab.sweep.summary_table(results)`` are the public
+API (re-exported from :mod:`fedlab.sweep.grid`); :mod:`fedlab.sweep.backends` runs the configs
+sequentially, on a local process pool or on Ray; :mod:`fedlab.sweep.gridfile` reads the YAML grid
+files of ``python -m fedlab sweep``.
+"""
+from fedlab.sweep.grid import (BACKENDS, MissingExtraError, RunFailure, SweepError, expand_grid,
+                               rounds_to_target, summary_table, sweep)
+
+__all__ = ["BACKENDS", "MissingExtraError", "RunFailure", "SweepError", "expand_grid", "rounds_to_target",
+           "summary_table", "sweep"]
