@@ -70,7 +70,6 @@ from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
 from fedlab.tools.plots import method_color, use_house_style
 from fedlab.tools.repro import save_figure, torch_generator
-from fedlab.results import RunStore
 from fedlab.sweep import summary_table
 
 use_house_style()
@@ -158,14 +157,16 @@ plt.show()
 
 # %% [markdown]
 # ## 2. One local step and one server step, by hand
-# We take the global model θ and direction h that the full run ended with (from its checkpoint), pick
+# We take the global model θ and direction h that the full run ended with (`RunResult.server`), pick
 # the client with the most data and one of its minibatches, and redo the client step of the table above
 # in plain tensor code; then we aggregate three made-up client models by the GU rule. Both must agree
 # with `fedlab`'s `FedVSSAM` to float rounding.
 
 # %%
 full_run = runs["full (LF + LU + GU)"] if ablation == "paper" else runs["LF+LU+GU"]
-server = RunStore(full_run.run_dir).load_checkpoint(full_run.summary["config_hash"])["server"]
+# RunResult.server is the final server state (None for a run read from a committed record: retrain it)
+server = full_run.server if full_run.server is not None else fedlab.run(full_run.config, need_theta=True,
+                                                                        progress=False).server
 theta, h = server["theta"].to(device), server["h"].to(device)
 sim = fedlab.Simulation.build(full_run.config)
 grad_fn = sim.model.grad_fn

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from fedlab import repro  # noqa: E402
+from fedlab.tools import repro  # noqa: E402
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 

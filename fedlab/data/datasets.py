@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..atomic import atomic_write_bytes
-from ..repro import data_root, numpy_generator
+from fedlab.store.atomic import atomic_write_bytes
+from fedlab.tools.repro import data_root, numpy_generator
 
 __all__ = [
     "DATASETS",
