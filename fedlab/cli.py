@@ -416,20 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
     args = parser.parse_args(argv)
+    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim,
+                "claims": _cmd_claims, "figures": _cmd_figures, "bench": _cmd_bench}
     try:
-        if args.command == "run":
-            return _cmd_run(args)
-        if args.command == "sweep":
-            return _cmd_sweep(args)
-        if args.command == "algorithms":
-            return _cmd_algorithms(args)
-        if args.command == "flower-sim":
-            return _cmd_flower_sim(args)
-        if args.command == "claims":
-            return _cmd_claims(args)
-        if args.command == "figures":
-            return _cmd_figures(args)
-        return _cmd_bench(args)
+        return commands[args.command](args)
     except tuple(cls for cls, _ in _ERRORS) as err:
         if args.debug:
             raise

@@ -51,12 +51,7 @@ EXECUTORS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one intra-op thread, restored after
 
 
 @dataclass(frozen=True)
