@@ -70,6 +70,7 @@ _HELP = {
     "eval_every": "evaluate the global model every this many rounds (and at the end)",
     "eval_subsample": "evaluate on a fixed class-balanced subset of this many test samples",
     "seed": "the one seed every generator is derived from",
+    "partition_seed": "seed of the partition alone (default: --seed); fix it to compare seeds on one split",
     "device": "cpu, cuda, cuda:N or mps",
     "parallel_clients": "clients trained together with torch.func.vmap (1 = sequential reference path, "
                         "'auto' = chosen by a short measurement)",

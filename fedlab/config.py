@@ -107,6 +107,7 @@ class Config:
     eval_every: int = 1
     eval_subsample: int | None = None  # evaluate on a fixed class-balanced subset of the test set
     seed: int = 0
+    partition_seed: int | None = None  # seed of the partition alone (None: `seed`); fix it to compare seeds on one split
     device: str = "cpu"
     parallel_clients: int | str = 1  # clients vmapped together (1 = sequential; "auto" = measured)
     memory_budget_mb: float | None = None  # MiB a vmapped chunk may use ("auto"; None = device default)
@@ -211,6 +212,9 @@ class Config:
             raise bad("clip_norm", "None (no clipping) or a number > 0")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise bad("seed", "an integer ≥ 0")
+        if self.partition_seed is not None and (not isinstance(self.partition_seed, int)
+                                                or isinstance(self.partition_seed, bool) or self.partition_seed < 0):
+            raise bad("partition_seed", "None (use seed) or an integer ≥ 0")
         if not _DEVICE.fullmatch(self.device):
             raise bad("device", "cpu, cuda, cuda:N (N an integer ≥ 0) or mps")
         if self.parallel_clients != "auto" and (not isinstance(self.parallel_clients, int)

@@ -444,3 +444,24 @@ def test_partition_is_immutable() -> None:
         part.labels[0] = 3
     with pytest.raises(ValueError, match="out of range"):
         Partition(([0, 5],), "file", {}, 1, np.zeros(3, dtype=np.int64))
+
+
+def test_partition_seed_fixes_the_split_across_training_seeds():
+    """``partition_seed`` alone draws the split: seeds 0 and 1 share it, another partition seed moves it,
+    and None falls back to ``seed`` (so a single-seed config keeps its old split)."""
+    from fedlab import Config
+    from fedlab.config import ConfigError
+    from fedlab.engine.loop import build_dataset, build_partition
+
+    base = Config(dataset="digits", partition="dirichlet", alpha=0.3, n_clients=10)
+    data = build_dataset(base)
+
+    def split(**kw):
+        return [c.tolist() for c in build_partition(base.replace(**kw), data).client_indices]
+
+    assert split(seed=0, partition_seed=5) == split(seed=1, partition_seed=5)
+    assert split(seed=0, partition_seed=5) != split(seed=0, partition_seed=6)
+    assert split(seed=3) == split(seed=0, partition_seed=3)
+    assert split(seed=0) != split(seed=1)
+    with pytest.raises(ConfigError, match="partition_seed"):
+        base.replace(partition_seed=-1)

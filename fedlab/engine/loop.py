@@ -84,7 +84,8 @@ def build_partition(config: Config, dataset: Dataset) -> Partition:
             return Partition(client_indices=tuple(np.asarray(c, dtype=np.int64) for c in dataset.natural_clients),
                              scheme="natural", params={}, n_classes=dataset.n_classes, labels=labels)
         params: dict[str, Any] = dict(config.partition_params)
-        return make_partition(config.partition, labels, config.n_clients, seed=config.seed,
+        seed = config.seed if config.partition_seed is None else config.partition_seed
+        return make_partition(config.partition, labels, config.n_clients, seed=seed,
                               alpha=config.alpha, classes_per_client=config.classes_per_client,
                               shards_per_client=config.shards_per_client, **params)
     except (ValueError, TypeError) as err:
