@@ -377,6 +377,19 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0 if print_estimate(est, args.budget_hours) else 1
 
 
+def _cmd_tune_profile(args: argparse.Namespace) -> int:
+    from fedlab.evidence.protocol import tune_profile
+
+    split_list = [s for s in (args.splits or "").split(",") if s] or None
+    method_list = [m for m in (args.methods or "").split(",") if m] or None
+    paths = tune_profile(args.profile, methods=method_list, splits=split_list, client_threads=args.client_threads,
+                         record=not args.no_record, progress=not args.no_progress)
+    for path in paths:
+        best = __import__("json").loads(path.read_text())["best"]
+        print(f"{path.parent.name:18s} {path.stem:18s} {best}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m fedlab`` parser (run, algorithms, bench, claims, figures, flower-sim)."""
     parser = _Parser(prog="python -m fedlab", description=__doc__.splitlines()[0],
@@ -407,6 +420,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "2-core machine: 2145 ms per FedAvg round / 3200 sample-gradients = 0.67)")
     f.add_argument("--forward-ms", type=float, default=None, help="ms per sample-forward (default: grad-ms / 3)")
     f.add_argument("--budget-hours", type=float, default=4.0, help="exit 1 if the estimate exceeds this")
+    t = sub.add_parser("tune-profile", allow_abbrev=False,
+                       help="tune every method on every split of a profile on held-out validation data "
+                            "(resumable; writes figures/tuning/<split>/<method>.csv/json and run records)")
+    t.add_argument("--profile", default="cpu", help="the profile whose federation and splits are tuned")
+    t.add_argument("--splits", default=None, help="comma-separated split keys (default: all), e.g. dirichlet-0.1")
+    t.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
+    t.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
+    t.add_argument("--no-record", action="store_true", help="do not write the grid points' run records")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_flower_parser(sub)
     return parser
 
@@ -418,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
     args = parser.parse_args(argv)
     commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim,
-                "claims": _cmd_claims, "figures": _cmd_figures, "bench": _cmd_bench}
+                "claims": _cmd_claims, "figures": _cmd_figures, "bench": _cmd_bench,
+                "tune-profile": _cmd_tune_profile}
     try:
         return commands[args.command](args)
     except tuple(cls for cls, _ in _ERRORS) as err:

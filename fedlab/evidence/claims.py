@@ -62,6 +62,7 @@ class Claim:
     tol: float = 0.0
     margin: float = 0.0
     cost: dict[str, float] | None = None
+    reasons: dict[str, str] = field(default_factory=dict)  # verdict -> the likely reason, shown with that verdict
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Claim":
@@ -84,7 +85,16 @@ class Claim:
                    where=str(d["source"].get("where", "")), notebook=str(d["setting"]["notebook"]),
                    figure=str(d["setting"]["figure"]), select=dict(d["setting"].get("select") or {}),
                    metric=metric, left=dict(d["left"] or {}), op=str(d["op"]), right=right,
-                   tol=float(d.get("tol", 0.0)), margin=float(d.get("margin", 0.0)), cost=d.get("cost"))
+                   tol=float(d.get("tol", 0.0)), margin=float(d.get("margin", 0.0)), cost=d.get("cost"),
+                   reasons=_reasons(where, d.get("reasons")))
+
+
+def _reasons(where: str, value: Any) -> dict[str, str]:
+    reasons = dict(value or {})
+    bad = sorted(set(reasons) - {"fails", "inconclusive"})
+    if bad:
+        raise ValueError(f"{where}: reasons may be given for the verdicts fails and inconclusive, not {bad}")
+    return {k: str(v) for k, v in reasons.items()}
 
 
 @dataclass

@@ -1,0 +1,51 @@
+"""Each notebook's "What the cpu run shows" section, from committed data (fedlab.evidence.report)."""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from fedlab.evidence.report import cpu_report
+from test_claims import _fake  # the synthetic-run builder of the claims tests
+
+CLAIM = {"id": "vs_above_sam", "claim": "FedVSSAM > FedSAM", "source": {"paper": "P", "where": "T1"},
+         "setting": {"notebook": "08_fedvssam", "figure": "08_fig"}, "metric": "final_test_acc",
+         "left": {"algorithm": "fedvssam"}, "op": ">", "right": {"algorithm": "fedsam"},
+         "reasons": {"fails": "a small model on an easy dataset"}}
+
+
+def _setup(tmp_path, left, right, seeds=(0, 1, 2)):
+    from fedlab.evidence.records import write_record
+
+    runs = [_fake("fedvssam", s, a) for s, a in zip(seeds, left)] + [_fake("fedsam", s, a) for s, a in zip(seeds, right)]
+    for r in runs:
+        write_record(r, tmp_path / "records")
+    meta = {"figure": "08_fig", "notebook": "notebooks/08_fedvssam.ipynb", "profile": "cpu", "caption": "cap",
+            "parameters": {"seeds": list(seeds)}, "records": [r.run_dir.name for r in runs]}
+    (tmp_path / "08_fig.json").write_text(json.dumps(meta))
+    (tmp_path / "08_toy.json").write_text(json.dumps({"figure": "08_toy", "notebook": "08_fedvssam", "profile": "cpu"}))
+    (tmp_path / "09_other.json").write_text(json.dumps({**meta, "notebook": "09_x"}))
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump({"claims": [CLAIM]}))
+
+
+def test_the_section_reports_verdict_numbers_and_the_reason_only_when_it_fails(tmp_path):
+    _setup(tmp_path, [0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
+    rep = cpu_report("08_fedvssam", tmp_path)
+    assert [f.name for f in rep.figures] == ["08_fig", "08_toy"]  # only this notebook's figures
+    assert rep.figures[0].protocol and not rep.figures[1].trains
+    text = rep.text()
+    assert "verdict: fails" in text and "61.00" in text and "71.00" in text
+    assert "likely reason: a small model on an easy dataset" in text
+    assert "08_toy: no federated training" in text and "under the protocol" in text
+
+    _setup(tmp_path, [0.80, 0.81, 0.82], [0.70, 0.71, 0.72])
+    text = cpu_report("08_fedvssam", tmp_path).text()
+    assert "verdict: holds" in text and "likely reason" not in text
+
+
+def test_too_few_seeds_is_said(tmp_path):
+    _setup(tmp_path, [0.80], [0.70], seeds=(0,))
+    rep = cpu_report("08_fedvssam", tmp_path)
+    assert not rep.figures[0].protocol
+    assert "1 seed(s), fewer than the protocol's 3" in rep.text()
+    assert "verdict: inconclusive" in rep.text()
