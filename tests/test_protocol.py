@@ -60,3 +60,18 @@ def test_unknown_methods_are_refused_before_training(tiny, tmp_path):
         tune_splits({"iid": tiny(partition="iid", alpha=None)}, methods=["nosuch"], directory=tmp_path,
                     tuning=TINY_TUNING, progress=False)
     assert not any(tmp_path.iterdir())
+
+
+def test_run_seeds_fixes_the_partition_and_records_each_run(tiny, tmp_path, monkeypatch, one_thread):
+    from fedlab.evidence.protocol import run_seeds
+
+    monkeypatch.setenv("FEDLAB_RECORDS", str(tmp_path / "records"))
+    runs = run_seeds(tiny(rounds=2), seeds=[0, 1], record=True)
+    assert [r.config.seed for r in runs] == [0, 1]
+    assert {r.config.partition_seed for r in runs} == {PARTITION_SEED}
+    assert [c.tolist() for c in runs[0].partition.client_indices] == [c.tolist() for c in runs[1].partition.client_indices]
+    assert runs[0].final_accuracy != runs[1].final_accuracy or not runs[0].metrics.equals(runs[1].metrics)
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == sorted(
+        f"{r.run_dir.name}.json.gz" for r in runs)
+    with pytest.raises(ValueError, match="distinct"):
+        run_seeds(tiny(), seeds=[0, 0])

@@ -33,7 +33,7 @@ from typing import Any
 from fedlab.config import Config
 from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
 
-__all__ = ["PARTITION_SEED", "SEEDS", "TUNING", "Tuned", "profile_federation", "profile_splits", "split_key",
+__all__ = ["PARTITION_SEED", "SEEDS", "TUNING", "Tuned", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_profile", "tune_splits", "tuned_params", "tuning_dir"]
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
@@ -205,3 +205,29 @@ def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[s
         raise ValueError(f"{path} was tuned under another protocol, grid or base config (differs in: "
                          f"{', '.join(differ) or 'protocol/grid'}); move it away (git keeps it) to retune, "
                          "or tune into another directory")
+
+
+def run_seeds(config: Config, seeds: Sequence[int] | None = None, *, record: bool = False,
+              need_theta: bool = False, dataset: Any = None) -> list[Any]:
+    """``config`` once per training seed (default :data:`SEEDS`), the partition fixed across them.
+
+    The partition seed is ``config.partition_seed`` if set, else :data:`PARTITION_SEED`, so the seeds
+    vary initialisation, client sampling and batch order only. Runs go through :func:`fedlab.run`
+    (cached under ``runs/``, or loaded from committed records unless ``need_theta``); with ``record``
+    each finished run's record is written at once (``figures/records/``), so an interrupted profile
+    keeps what it finished. Returns the :class:`~fedlab.results.RunResult` of each seed, in order.
+    """
+    from fedlab.engine import run
+    from fedlab.evidence.records import write_record
+
+    seeds = list(SEEDS if seeds is None else seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and non-empty, got {seeds}")
+    fixed = config if config.partition_seed is not None else config.replace(partition_seed=PARTITION_SEED)
+    out = []
+    for s in seeds:
+        res = run(fixed.replace(seed=int(s)), progress=False, need_theta=need_theta, dataset=dataset)
+        if record:
+            write_record(res)
+        out.append(res)
+    return out
