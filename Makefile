@@ -86,17 +86,23 @@ lab: venv
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-# Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients), training one
+# Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients): first the
+# tuning of every method on every split (validation data held out; resumable), then the notebooks in
+# the order of fedlab.evidence.budget.RUN_ORDER (10 first: the others reuse its runs), training one
 # client per core where a notebook trains (client_threads: same numbers as one client at a time).
+# Every finished run is written to figures/records/ at once: commit them as they come (a rerun, here
+# or on another machine, skips every committed run). `make figures-dry-run` estimates the time.
 CORES ?= $(shell nproc 2>/dev/null || echo 1)
 figures: venv data
-	@for nb in $(NOTEBOOKS); do \
-	  base=$$(basename $$nb .ipynb); params=notebooks/params/$$base.cpu.yaml; \
+	OMP_NUM_THREADS=1 $(PY) -m fedlab tune-profile --client-threads $(CORES)
+	@for base in $$($(PY) -c "from fedlab.evidence.budget import RUN_ORDER; print(' '.join(RUN_ORDER))"); do \
+	  params=notebooks/params/$$base.cpu.yaml; \
 	  threads=$$(grep -q '^client_threads = ' notebooks/$$base.py && echo "-p client_threads $(CORES)"); \
-	  echo "== $$nb ($$params $$threads)"; \
-	  $(PY) -m papermill $$nb runs/figures/$$base.ipynb -f $$params $$threads -k python3 --cwd notebooks \
-	    --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
+	  echo "== $$base ($$params $$threads)"; \
+	  OMP_NUM_THREADS=1 $(PY) -m papermill notebooks/$$base.ipynb runs/figures/$$base.ipynb -f $$params $$threads \
+	    -k python3 --cwd notebooks --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
 	done
+	$(PY) -m fedlab claims --write
 
 # What `make figures` would cost (runs x rounds x measured per-round cost, minus committed records),
 # and the papers' claims evaluated from the committed results (writes figures/claims_cpu.{md,csv}).

@@ -372,8 +372,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     if args.grad_ms is not None:  # a quiet-machine calibration instead of measuring on a busy one
         fwd = args.forward_ms if args.forward_ms is not None else args.grad_ms / 3
         costs = {"cnn": {"grad_per_sample": args.grad_ms / 1e3, "forward_per_sample": fwd / 1e3}}
-    est = estimate(seeds=args.seeds, cores=args.cores, tune_rounds=args.tune_rounds, tune_splits=args.tune_splits,
-                   costs=costs)
+    est = estimate(seeds=args.seeds, cores=args.cores, costs=costs)
     return 0 if print_estimate(est, args.budget_hours) else 1
 
 
@@ -413,8 +412,6 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dry-run", action="store_true", help="print the per-notebook estimate; train nothing")
     f.add_argument("--seeds", type=int, default=3, help="seeds per comparison")
     f.add_argument("--cores", type=int, default=2, help="CPU cores (client_threads)")
-    f.add_argument("--tune-rounds", type=int, default=None, help="tuning horizon (default: notebook 10's rounds)")
-    f.add_argument("--tune-splits", type=int, default=3, help="splits tuned separately")
     f.add_argument("--grad-ms", type=float, default=None,
                    help="ms per sample-gradient of the cnn instead of measuring it (README Benchmarks, quiet "
                         "2-core machine: 2145 ms per FedAvg round / 3200 sample-gradients = 0.67)")
