@@ -123,3 +123,34 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
     with pytest.raises(ValueError, match="op='=='"):
         Claim.from_dict({**{"id": "x", "claim": "x", "source": {"paper": "p"}, "setting": {"notebook": "n",
                          "figure": "f"}, "metric": "final_test_acc", "left": {}, "op": "=="}})
+
+
+def test_the_claims_block_of_a_page_is_regenerated_and_the_rest_kept(tmp_path):
+    from fedlab.evidence.claims import BLOCK_END, BLOCK_START, replace_claims_block
+
+    runs = [_fake("fedvssam", s, a) for s, a in enumerate([0.8, 0.81, 0.82])]
+    runs += [_fake("fedsam", s, a) for s, a in enumerate([0.7, 0.71, 0.72])]
+    _figure(tmp_path, "fig", runs)
+    page = tmp_path / "README.md"
+    page.write_text(f"# Title\n\nbefore\n{BLOCK_START}\nstale table\n{BLOCK_END}\nafter\n")
+    v = [evaluate_claim(_claim(">"), tmp_path)]
+    write_claims(v, stem=tmp_path / "claims_cpu", pages=[page])
+    text = page.read_text()
+    assert "stale table" not in text and "| x | P, T1 |" in text and "holds" in text
+    assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{BLOCK_END}\nafter\n")
+    with pytest.raises(ValueError, match="no <!-- fedlab:claims:start -->"):
+        replace_claims_block("no block here", "t", "X.md")
+
+
+def test_the_committed_pages_show_the_claims_as_the_data_say():
+    """README.md and figures/README.md carry the claims table generated from the committed data
+    (rerun `python -m fedlab claims --write` after committing records)."""
+    from fedlab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims
+    from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
+
+    block = claims_markdown(evaluate_claims())
+    for page in (REPO_ROOT / "README.md", FIGURES_DIR / "README.md"):
+        text = page.read_text()
+        assert BLOCK_START in text, f"{page} lacks the claims block"
+        assert text[text.index(BLOCK_START) + len(BLOCK_START):text.index(BLOCK_END)].strip() == block.strip(), \
+            f"{page}: the claims table is stale; run `python -m fedlab claims --write`"
