@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from fedlab.data import Dataset, balanced_subset, load_dataset
 from fedlab.data.holdout import hold_out_validation
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
-from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
+from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
 from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
@@ -330,26 +330,25 @@ class Simulation:
         the functorch one (``FlatModel.autograd_grad_fn`` vs ``grad_fn``).
         """
         model = self.model
+        work = RoundWork(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
         if self.config.client_threads > 1:
             from fedlab.engine.threads import run_clients_threaded
 
-            return run_clients_threaded(self.algorithm, msg, jobs, states, data,
-                                        [m.autograd_grad_fn for m in self.thread_models], info)
+            return run_clients_threaded(work, [m.autograd_grad_fn for m in self.thread_models])
+        vmap_work = replace(work, grad_fn=model.grad_fn)
         chunk = self.config.parallel_clients
         if chunk == "auto":
             from fedlab.engine.chunking import choose_chunk
 
             if self.chunk_choice is None:
-                self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
-                                                 info, budget_mb=self.config.memory_budget_mb,
+                self.chunk_choice = choose_chunk(vmap_work, budget_mb=self.config.memory_budget_mb,
                                                  sequential_grad_fn=model.autograd_grad_fn)
             chunk = self.chunk_choice.chunk
         if chunk > 1:
             from fedlab.engine.vectorised import run_clients_vectorised
 
-            return run_clients_vectorised(self.algorithm, msg, jobs, states, data, model.grad_fn,
-                                          info, chunk=chunk)
-        return run_clients_sequential(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
+            return run_clients_vectorised(vmap_work, chunk=chunk)
+        return run_clients_sequential(work)
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
