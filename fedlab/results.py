@@ -238,8 +238,9 @@ class RunStore:
         self.lock_path = self.dir / ".lock"
 
     @staticmethod
-    def for_config(config: Config, fingerprint: str, root: Path, schedule: str = "") -> "RunStore":
-        return RunStore(root / f"{config.algorithm}-{config.hash(fingerprint, schedule)}")
+    def for_run(root: Path, algorithm: str, run_key: str) -> "RunStore":
+        """The store of the run with key ``run_key`` (:meth:`fedlab.config.Config.hash`) under ``root``."""
+        return RunStore(root / f"{algorithm}-{run_key}")
 
     # --- the lock ---------------------------------------------------------------------------------
     @contextmanager

@@ -220,10 +220,9 @@ class Simulation:
         model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
-        digest = schedule_digest(schedule)
-        store = RunStore.for_config(config, key, root, digest)
-        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(key, digest), theta0_digest,
-                  schedule)
+        config_hash = config.hash(key, schedule_digest(schedule))
+        sim = cls(config, dataset, partition, model, algorithm, RunStore.for_run(root, config.algorithm, config_hash),
+                  config_hash, theta0_digest, schedule)
         sim.check_sampling()
         return sim
 
