@@ -121,7 +121,7 @@ def write_records(results: Iterable[RunResult], directory: Path | None = None) -
 def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
     path = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by fedlab.tools.repro.save_figure?")
+        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by fedlab.tools.figures.save_figure?")
     return json.loads(path.read_text())
 
 
