@@ -60,7 +60,7 @@ State = dict[str, Tensor]  # an algorithm's server or client state (fedlab.algor
 from fedlab.store.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
 from fedlab.config import Config, ConfigError
 
-__all__ = ["CheckpointError", "FAULT_ENV", "FAULT_POINTS", "RunResult", "RunStore", "STATUSES",
+__all__ = ["Checkpoint", "CheckpointError", "FAULT_ENV", "FAULT_POINTS", "RunResult", "RunStore", "STATUSES",
            "TERMINAL_STATUSES", "atomic_torch_save", "atomic_write_bytes", "atomic_write_json",
            "atomic_write_text", "payload_digest"]
 
@@ -187,6 +187,45 @@ class RunResult:
                 f"final_acc={self.final_accuracy:.4f})")
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint records: everything a run needs to resume or to be returned as finished.
+
+    The on-disk layout (:meth:`payload`, :meth:`from_payload`) is known here and nowhere else: every
+    tensor detached and on the CPU, client ids as strings in ascending order, plus the rows, the
+    status, the run key, θ_0 and the fedlab version; :meth:`RunStore.write_checkpoint` adds the
+    format number and the SHA-256 digest.
+    """
+
+    next_round: int  # rounds done: the round a resumed run starts with
+    server: State
+    client_states: dict[int, State]
+    rows: list[dict[str, Any]]  # one metrics row per round done
+    status: str  # one of STATUSES
+    config_hash: str  # the run key
+    theta0: Tensor  # the initial global model (stateful methods initialise client state from it)
+    version: str | None  # the fedlab version that wrote it
+
+    def payload(self) -> dict[str, Any]:
+        """The dict saved to ``checkpoint.pt`` (without ``format`` and ``digest``)."""
+        return {"next_round": self.next_round, "server": _on_cpu(self.server),
+                "clients": {str(i): _on_cpu(s) for i, s in sorted(self.client_states.items())},
+                "rows": self.rows, "status": self.status, "config_hash": self.config_hash,
+                "theta0": self.theta0.cpu(), "version": self.version}
+
+    @classmethod
+    def from_payload(cls, ckpt: dict[str, Any]) -> "Checkpoint":
+        """A verified ``checkpoint.pt`` dict (see :meth:`RunStore.load_checkpoint`) as a Checkpoint."""
+        return cls(next_round=int(ckpt["next_round"]), server=dict(ckpt["server"]),
+                   client_states={int(i): dict(s) for i, s in ckpt["clients"].items()},
+                   rows=list(ckpt["rows"]), status=ckpt["status"], config_hash=ckpt["config_hash"],
+                   theta0=ckpt["theta0"], version=ckpt.get("version"))
+
+
+def _on_cpu(state: State) -> State:
+    return {k: v.detach().cpu() for k, v in state.items()}
+
+
 class RunStore:
     """The files of one run directory (see the module docstring for the contract)."""
 
@@ -199,8 +238,9 @@ class RunStore:
         self.lock_path = self.dir / ".lock"
 
     @staticmethod
-    def for_config(config: Config, fingerprint: str, root: Path, schedule: str = "") -> "RunStore":
-        return RunStore(root / f"{config.algorithm}-{config.hash(fingerprint, schedule)}")
+    def for_run(root: Path, algorithm: str, run_key: str) -> "RunStore":
+        """The store of the run with key ``run_key`` (:meth:`fedlab.config.Config.hash`) under ``root``."""
+        return RunStore(root / f"{algorithm}-{run_key}")
 
     # --- the lock ---------------------------------------------------------------------------------
     @contextmanager
@@ -255,8 +295,8 @@ class RunStore:
             raise CheckpointError(f"cannot read {self.metrics_path}: {err}; rerun the config to rebuild it "
                                   "from the checkpoint") from None
 
-    def load_checkpoint(self, expected_hash: str) -> dict[str, Any] | None:
-        """The verified checkpoint dict, ``None`` if there is none; ``CheckpointError`` if it is unusable."""
+    def load_checkpoint(self, expected_hash: str) -> "Checkpoint | None":
+        """The verified checkpoint, ``None`` if there is none; ``CheckpointError`` if it is unusable."""
         path = self.checkpoint_path
         if not path.exists():
             return None
@@ -277,26 +317,17 @@ class RunStore:
                                   f"not {expected_hash}; refusing to mix runs. {keep}")
         if ckpt["status"] not in STATUSES:
             raise CheckpointError(f"checkpoint {path} has unknown status {ckpt['status']!r}. {keep}")
-        return ckpt
+        return Checkpoint.from_payload(ckpt)
 
     # --- writing ---------------------------------------------------------------------------------
     def write_config(self, record: dict[str, Any]) -> None:
         """Write config.json (a :func:`config_record`)."""
         atomic_write_json(self.config_path, record)
 
-    @staticmethod
-    def checkpoint(*, next_round: int, server: State, client_states: dict[int, State], rows: list[dict[str, Any]],
-                   status: str, config_hash: str, theta0: Tensor, version: str) -> dict[str, Any]:
-        """The checkpoint's layout, in this one place: every tensor detached and on the CPU, client ids
-        as strings (sorted), plus the rows, the status, the run key, θ_0 and the version."""
-        return {"next_round": next_round, "server": {k: v.detach().cpu() for k, v in server.items()},
-                "clients": {str(i): {k: v.detach().cpu() for k, v in s.items()} for i, s in sorted(client_states.items())},
-                "rows": rows, "status": status, "config_hash": config_hash, "theta0": theta0.cpu(), "version": version}
-
-    def write_checkpoint(self, ckpt: dict[str, Any]) -> None:
-        """Write the authoritative record built by :meth:`checkpoint` (adds ``format`` and ``digest``)."""
-        rounds_done = len(ckpt["rows"])
-        obj = {**ckpt, "format": CHECKPOINT_FORMAT}
+    def write_checkpoint(self, ckpt: "Checkpoint") -> None:
+        """Write the authoritative record (:meth:`Checkpoint.payload`, plus ``format`` and ``digest``)."""
+        rounds_done = len(ckpt.rows)
+        obj = {**ckpt.payload(), "format": CHECKPOINT_FORMAT}
         obj["digest"] = payload_digest(obj)
         _fault_point("before_checkpoint", rounds_done)
         atomic_torch_save(self.checkpoint_path, obj)

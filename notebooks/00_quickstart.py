@@ -45,7 +45,8 @@ import matplotlib.pyplot as plt
 
 import fedlab
 from fedlab.tools.plots import method_label, plot_curves, use_house_style
-from fedlab.tools.repro import REPO_ROOT, save_figure
+from fedlab.tools.figures import save_figure
+from fedlab.tools.repro import REPO_ROOT
 
 use_house_style()
 print("fedlab-sam marker present:", hasattr(fedlab, "FEDLAB_SAM_MARKER"))

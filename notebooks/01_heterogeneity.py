@@ -34,7 +34,7 @@ import pandas as pd
 import fedlab
 from fedlab.data import partition as P
 from fedlab.tools.plots import heatmap, use_house_style
-from fedlab.tools.repro import save_figure
+from fedlab.tools.figures import save_figure
 
 use_house_style()
 data = fedlab.load_dataset(dataset)

@@ -85,7 +85,8 @@ from fedlab.analysis import (
 from fedlab.data.datasets import balanced_subset
 from fedlab.engine.toy import run_functional
 from fedlab.tools.plots import method_color, method_label, use_house_style
-from fedlab.tools.repro import save_figure, torch_generator
+from fedlab.tools.figures import save_figure
+from fedlab.tools.repro import torch_generator
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

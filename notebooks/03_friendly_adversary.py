@@ -80,7 +80,7 @@ from fedlab.analysis import (
     mixing_sweep,
 )
 from fedlab.tools.plots import method_color, use_house_style
-from fedlab.tools.repro import save_figure
+from fedlab.tools.figures import save_figure
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

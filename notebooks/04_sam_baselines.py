@@ -56,7 +56,7 @@ import pandas as pd
 
 import fedlab
 from fedlab.tools.plots import method_color, method_label, plot_curves, use_house_style
-from fedlab.tools.repro import save_figure
+from fedlab.tools.figures import save_figure
 
 use_house_style()
 NB = "04_sam_baselines"

@@ -60,7 +60,7 @@ import torch
 import fedlab
 from fedlab.engine.toy import quadratic_federation, run_functional
 from fedlab.tools.plots import method_color, method_label, plot_curves, use_house_style
-from fedlab.tools.repro import save_figure
+from fedlab.tools.figures import save_figure
 
 use_house_style()
 NB = "05_fedsmoo"

@@ -60,7 +60,7 @@ import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
 from fedlab.tools.plots import heatmap, method_color, method_label, plot_curves, use_house_style
-from fedlab.tools.repro import save_figure
+from fedlab.tools.figures import save_figure
 
 use_house_style()
 NB = "06_fedswa_fedmoswa"

@@ -78,7 +78,7 @@ import fedlab
 from fedlab.engine.sampling import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
 from fedlab.tools.plots import method_color, plot_curves, use_house_style
-from fedlab.tools.repro import save_figure
+from fedlab.tools.figures import save_figure
 from fedlab.sweep import summary_table
 
 use_house_style()

@@ -69,7 +69,8 @@ import fedlab
 from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
 from fedlab.tools.plots import method_color, use_house_style
-from fedlab.tools.repro import save_figure, torch_generator
+from fedlab.tools.figures import save_figure
+from fedlab.tools.repro import torch_generator
 from fedlab.sweep import summary_table
 
 use_house_style()

@@ -79,7 +79,8 @@ from fedlab.analysis import (
     track_sharpness,
 )
 from fedlab.tools.plots import method_color, method_label, use_house_style
-from fedlab.tools.repro import numpy_generator, save_figure, torch_generator
+from fedlab.tools.figures import save_figure
+from fedlab.tools.repro import numpy_generator, torch_generator
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

@@ -68,7 +68,8 @@ import pandas as pd
 
 import fedlab
 from fedlab.tools.plots import METHOD_ORDER, method_color, method_label, use_house_style
-from fedlab.tools.repro import CITABLE_PROFILES, FIGURES_DIR, save_figure
+from fedlab.tools.figures import save_figure
+from fedlab.tools.repro import CITABLE_PROFILES, FIGURES_DIR
 from fedlab.sweep import summary_table, sweep
 
 use_house_style()

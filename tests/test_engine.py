@@ -78,6 +78,29 @@ def test_finished_run_loads_from_disk_without_training(tiny, monkeypatch):
     pd.testing.assert_frame_equal(_numbers(again.metrics), _numbers(first.metrics), check_dtype=False)
 
 
+def test_build_instantiates_the_algorithm_it_uses(tiny, monkeypatch):
+    from fedlab.algorithms import algorithm_class
+
+    cfg = tiny(algorithm="fedsam")
+    cls = algorithm_class("fedsam")
+    made = []
+    real_init = cls.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, "__init__", counting_init)
+    sim = Simulation.build(cfg)
+    # one instance is the Simulation's; the other is Config.hashed_fields resolving the hyperparameters
+    # for the run key (fedlab/config.py), built once for the key and the store together
+    assert len(made) == 2
+    assert any(m is sim.algorithm for m in made)
+    made.clear()
+    sim.train_round(sim.initial_state(), 0)  # training reuses the instance
+    assert made == []
+
+
 def test_fedsam_with_rho_zero_equals_fedavg(tiny, tmp_path):
     avg = fedlab.run(tiny(algorithm="fedavg", runs_dir=str(tmp_path / "a")), progress=False)
     sam = fedlab.run(tiny(algorithm="fedsam", algorithm_params={"rho": 0.0}, runs_dir=str(tmp_path / "b")),

@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import fedlab  # noqa: E402
 from fedlab.tools.plots import curve_data, plot_curves  # noqa: E402
 from fedlab.evidence.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
-from fedlab.tools.repro import save_figure  # noqa: E402
+from fedlab.tools.figures import save_figure  # noqa: E402
 from fedlab.sweep import summary_table  # noqa: E402
 
 

@@ -1,4 +1,5 @@
-"""Provenance helpers: the git stamp of a figure and the sidecar/index that save_figure writes."""
+"""Provenance helpers: the git stamp of a figure (tools/repro) and the sidecar/index that save_figure
+(tools/figures) writes."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from fedlab.tools import repro  # noqa: E402
+from fedlab.tools import figures, repro  # noqa: E402
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 
@@ -45,9 +46,9 @@ def test_git_commit_outside_a_checkout(tmp_path):
 def test_save_figure_writes_png_pdf_and_provenance(tmp_path):
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
-    paths = repro.save_figure(fig, "t_fig", notebook="notebooks/99_test.ipynb", profile="cpu",
-                              caption="a test", parameters={"seed": 3, "alpha": 0.1},
-                              config_hashes=["abc"], out_dir=tmp_path)
+    paths = figures.save_figure(fig, "t_fig", notebook="notebooks/99_test.ipynb", profile="cpu",
+                                caption="a test", parameters={"seed": 3, "alpha": 0.1},
+                                config_hashes=["abc"], out_dir=tmp_path)
     plt.close(fig)
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert paths["pdf"].read_bytes()[:5] == b"%PDF-"
@@ -55,7 +56,31 @@ def test_save_figure_writes_png_pdf_and_provenance(tmp_path):
     assert meta["figure"] == "t_fig" and meta["seed"] == 3 and meta["config_hashes"] == ["abc"]
     assert meta["profile"] == "cpu" and "-f notebooks/params/99_test.cpu.yaml" in meta["command"]
     assert set(meta["packages"]) >= {"fedlab", "torch", "numpy"}
-    index = repro.write_figure_index(tmp_path).read_text()
+    index = figures.write_figure_index(tmp_path).read_text()
     assert "[t_fig](t_fig.png)" in index and "a test" in index
     with pytest.raises(ValueError, match="figure name"):
-        repro.save_figure(fig, "Bad Name", notebook="x", profile="cpu", caption="", out_dir=tmp_path)
+        figures.save_figure(fig, "Bad Name", notebook="x", profile="cpu", caption="", out_dir=tmp_path)
+
+
+def _fedlab_imports(module) -> set[str]:
+    """The fedlab modules a module's source imports (anywhere in it, lazily or not)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedlab"):
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name.startswith("fedlab")}
+    return names
+
+
+def test_records_repro_and_figures_import_in_one_direction():
+    from fedlab.evidence import records
+
+    assert "fedlab.tools.repro" in _fedlab_imports(records)
+    assert not {"fedlab.evidence.records", "fedlab.tools.figures"} & _fedlab_imports(repro)
+    assert "fedlab.tools.figures" not in _fedlab_imports(records)
+    assert {"fedlab.tools.repro", "fedlab.evidence.records"} <= _fedlab_imports(figures)

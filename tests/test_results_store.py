@@ -103,6 +103,37 @@ def test_checkpoint_holds_a_digest_of_every_tensor_and_row(small):
     assert results_mod.payload_digest({**ckpt, "server": server}) != ckpt["digest"]
 
 
+def test_saved_state_is_the_state_training_reached(small):
+    cfg = small(algorithm="scaffold", rounds=4)  # server and client vectors both in the checkpoint
+    sim = Simulation.build(cfg)
+    assert sim.saved_state() is None
+    sim.run(progress=False, stop_after_rounds=2)
+    saved = sim.saved_state()
+    ref = Simulation.build(cfg)
+    state = ref.initial_state()
+    for t in range(2):
+        ref.train_round(state, t)
+    assert saved.next_round == state.next_round == 2
+    assert torch.equal(saved.theta0, state.theta0)
+    assert saved.server.keys() == state.server.keys()
+    assert all(torch.equal(saved.server[k], state.server[k]) for k in state.server)
+    assert sorted(saved.client_states) == sorted(state.client_states) and state.client_states
+    for i, s in state.client_states.items():
+        assert all(torch.equal(saved.client_states[i][k], v) for k, v in s.items())
+
+
+def test_checkpoint_payload_round_trips(small):
+    first = fedlab.run(small(), progress=False)
+    ckpt = results_mod.RunStore(first.run_dir).load_checkpoint(first.summary["config_hash"])
+    assert ckpt.next_round == 3 and ckpt.status == "finished" and len(ckpt.rows) == 3
+    payload = ckpt.payload()
+    assert list(payload["clients"]) == sorted(payload["clients"], key=int)  # ids as strings, ascending
+    again = results_mod.Checkpoint.from_payload(payload)
+    assert results_mod.payload_digest(again.payload()) == results_mod.payload_digest(payload)
+    raw = torch.load(first.run_dir / "checkpoint.pt", weights_only=True)
+    assert results_mod.payload_digest({**payload, "format": raw["format"]}) == raw["digest"]
+
+
 # --- 4. the run key covers schedule contents and the code ---------------------------------------------
 def test_rewritten_schedule_file_is_a_new_run(small, tmp_path):
     path = tmp_path / "schedule.json"
@@ -146,7 +177,8 @@ def test_code_digest_changes_with_code_not_with_docs(tmp_path):
     _edit(fedsam, '"""', '"""A docstring edit. ')
     _edit(fedsam, "from __future__", "# a new comment\n\n\nfrom __future__")
     _edit(copy / "analysis" / "__init__.py", '"""', '"""Analysis code is not on the numeric path. ')
-    _edit(copy / "tools" / "repro.py", "def save_figure(", "def _unused():\n    return 1\n\n\ndef save_figure(")
+    _edit(copy / "tools" / "repro.py", "def git_commit(", "def _unused():\n    return 1\n\n\ndef git_commit(")
+    _edit(copy / "tools" / "figures.py", "def save_figure(", "def _unused():\n    return 1\n\n\ndef save_figure(")
     assert package_digest(copy) == code_digest()
     _edit(copy / "tools" / "repro.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
     assert package_digest(copy) != code_digest()

@@ -14,6 +14,7 @@ import fedlab
 from fedlab import Config, ConfigError
 from fedlab.algorithms import algorithm_names
 from fedlab.engine import threads as threads_mod
+from fedlab.engine.clients import RoundWork
 from fedlab.models import FlatModel, build_model
 
 
@@ -35,7 +36,7 @@ def test_threads_equal_sequential_bit_for_bit(tiny, tmp_path, algorithm, one_thr
     real = threads_mod.run_clients_threaded
 
     def spy(*args, **kwargs):
-        calls.append(len(args[5]))
+        calls.append(len(args[1]))  # (work, grad_fns)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(threads_mod, "run_clients_threaded", spy)
@@ -86,11 +87,15 @@ def test_threaded_executor_rejects_bad_arguments(tiny):
     msg = sim.algorithm.broadcast(state.server, info)
     states = [sim.algorithm.client_init(state.theta0) for _ in clients]
     fns = [sim.model.autograd_grad_fn, sim.model.replica().autograd_grad_fn]
+
+    def work(jobs, states):
+        return RoundWork(sim.algorithm, msg, jobs, states, sim.local_data, sim.model.autograd_grad_fn, info)
+
     with pytest.raises(ValueError, match="one gradient oracle per worker"):
-        threads_mod.run_clients_threaded(sim.algorithm, msg, jobs, states, sim.local_data, [], info)
+        threads_mod.run_clients_threaded(work(jobs, states), [])
     with pytest.raises(ValueError, match="client states"):
-        threads_mod.run_clients_threaded(sim.algorithm, msg, jobs, states[:-1], sim.local_data, fns, info)
-    assert threads_mod.run_clients_threaded(sim.algorithm, msg, [], [], sim.local_data, fns, info) == []
+        threads_mod.run_clients_threaded(work(jobs, states[:-1]), fns)
+    assert threads_mod.run_clients_threaded(work([], []), fns) == []
 
 
 def test_replicas_do_not_share_parameters():

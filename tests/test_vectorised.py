@@ -24,7 +24,7 @@ from fedlab.algorithms import algorithm_names
 from fedlab.engine import Simulation
 from fedlab.engine import chunking
 from fedlab.engine import vectorised as vec
-from fedlab.engine.clients import ClientJob, LocalData
+from fedlab.engine.clients import ClientJob, LocalData, RoundWork
 
 REPO = Path(__file__).resolve().parent.parent
 RTOL = 1e-5
@@ -116,9 +116,11 @@ def test_unequal_local_steps_rejected(tiny):
     msg, jobs, states, data, info = _round_inputs(sim)
     jobs[1] = ClientJob(jobs[1].client, jobs[1].batches[:2], None)
     with pytest.raises(ValueError, match="same number of local steps"):
-        vec.run_clients_vectorised(sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info, chunk=2)
+        vec.run_clients_vectorised(RoundWork(sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info),
+                                   chunk=2)
     with pytest.raises(ValueError, match="chunk must be an integer"):
-        vec.run_clients_vectorised(sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info, chunk=0)
+        vec.run_clients_vectorised(RoundWork(sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info),
+                                   chunk=0)
 
 
 def test_auto_picks_a_measured_chunk_once_per_simulation(tiny, tmp_path, monkeypatch):
@@ -148,17 +150,17 @@ def test_auto_picks_a_measured_chunk_once_per_simulation(tiny, tmp_path, monkeyp
 def test_auto_respects_memory_budget(tiny, tmp_path):
     sim = Simulation.build(tiny(algorithm="fedsam"))
     msg, jobs, states, data, info = _round_inputs(sim)
-    args = (sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info)
-    free = chunking.choose_chunk(*args, budget_mb=1e6)
+    work = RoundWork(sim.algorithm, msg, jobs, states, data, sim.model.grad_fn, info)
+    free = chunking.choose_chunk(work, budget_mb=1e6)
     peaks = {c.chunk: c.peak_bytes for c in free.measurements}
     assert peaks[1] < peaks[2] < peaks[4]
     between = (peaks[1] + peaks[2]) / 2 / chunking.MIB  # only chunk 1 fits
-    tight = chunking.choose_chunk(*args, budget_mb=between)
+    tight = chunking.choose_chunk(work, budget_mb=between)
     assert tight.chunk == 1
     assert {c.chunk: c.status for c in tight.measurements} == {
         1: "ok", 2: "over budget", 4: "predicted over budget"}
     with pytest.warns(RuntimeWarning, match="below even one client"):
-        assert chunking.choose_chunk(*args, budget_mb=1e-3).chunk == 1
+        assert chunking.choose_chunk(work, budget_mb=1e-3).chunk == 1
     # through the engine: a tiny budget makes "auto" fall back to the sequential path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -29,7 +29,7 @@ def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
         r = theta - target
         return r, 0.5 * (r * r).sum()
 
-    from fedlab.engine.clients import ClientJob, run_clients_sequential
+    from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
     from fedlab.engine.round import round_info, run_round
 
     server = alg.server_init(theta0)
@@ -37,7 +37,8 @@ def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
                       weight_decay=0.0, clip_norm=None)
     jobs = [ClientJob(0, [None, None], None)]
     done = run_round(alg, server, {}, [0], theta0, info,
-                     lambda msg, states: run_clients_sequential(alg, msg, jobs, states, _NoData(), grad_fn, info))
+                     lambda msg, states: run_clients_sequential(
+                         RoundWork(alg, msg, jobs, states, _NoData(), grad_fn, info)))
     up = sum(v.numel() for v in done.results[0].upload.values()) / dim
     down = sum(v.numel() for v in done.msg.values()) / dim
     return round(up, 2), round(down, 2)

@@ -137,7 +137,7 @@ def one_round_updates(
 
     ``round_ = 0`` starts from the initial model. For ``round_ > 0`` the engine first trains rounds
     0..round_−1 in a temporary run directory (``Simulation.run(stop_after_rounds=round_)``) and the
-    server and client states are read back from its checkpoint, so round ``round_`` runs exactly as in
+    server and client states are read back from it (``Simulation.saved_state``), so round ``round_`` runs exactly as in
     a full run. ``all_clients=True`` trains every client instead of the round's sampled ones (the
     returned θ^{t+1} then aggregates all of them). Nothing is written to ``config.runs_dir``.
     """
@@ -153,10 +153,10 @@ def one_round_updates(
             state = sim.initial_state()
         else:
             sim.run(progress=progress, stop_after_rounds=round_)
-            ckpt = sim.store.load_checkpoint(sim.config_hash)
-            if ckpt is None or int(ckpt["next_round"]) != round_:
+            saved = sim.saved_state()
+            if saved is None or saved.next_round != round_:
                 raise RuntimeError(f"the run stopped before round {round_} (diverged?)")
-            state = sim.state_from_checkpoint(ckpt)
+            state = saved
     alg = sim.algorithm
     theta_start = alg.global_model(state.server).detach()
     clients = np.arange(config.n_clients, dtype=np.int64) if all_clients else None

@@ -98,8 +98,8 @@ def _measure_key(settings: dict[str, Any]) -> str:
 
 
 def _rounds_done(sim: "Simulation") -> int:
-    ckpt = sim.store.load_checkpoint(sim.config_hash)
-    return 0 if ckpt is None else int(ckpt["next_round"])
+    saved = sim.saved_state()
+    return 0 if saved is None else saved.next_round
 
 
 def _drive(sim: "Simulation", targets: list[int], upto: int, on_theta: Callable[[int, Tensor], None],

@@ -14,7 +14,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -22,8 +22,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from fedlab.algorithms.base import Algorithm, RoundInfo, State
-from fedlab.engine.clients import ClientJob, LocalData
+from fedlab.engine.clients import ClientJob, RoundWork
 from fedlab.engine.hardware import sync
 from fedlab.engine.vectorised import _check_fixed_k, run_clients_vectorised
 from fedlab.models.functional import GradFn
@@ -108,16 +107,15 @@ def probe_jobs(jobs: Sequence[ClientJob], steps: int) -> list[ClientJob]:
     return [ClientJob(job.client, job.batches[:steps], _copy_generator(job.aug_generator)) for job in jobs]
 
 
-def measure_chunk(algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
-                  data: LocalData, grad_fn: GradFn, info: RoundInfo, chunk: int,
-                  steps: int = 2) -> tuple[float, int]:
+def measure_chunk(work: RoundWork, chunk: int, steps: int = 2) -> tuple[float, int]:
     """(seconds per local step of ``chunk`` clients, peak bytes of training ``chunk`` clients).
 
     Runs the real executor — ``run_clients_sequential`` for ``chunk == 1``, else
-    ``run_clients_vectorised`` with one chunk — on the first ``chunk`` jobs cut to ``steps`` local
-    steps (:func:`probe_jobs`), so per-client overheads (batch gathering, stacking, uploads) are
-    included. The first run is a warm-up that also measures memory; then the run is timed once, or
-    twice (keeping the faster) when it takes under 0.5 s, where noise matters most. Memory is
+    ``run_clients_vectorised`` with one chunk — on the first ``chunk`` jobs of ``work`` cut to
+    ``steps`` local steps (:func:`probe_jobs`), so per-client overheads (batch gathering, stacking,
+    uploads) are included. The first run is a warm-up that also measures memory; then the run is
+    timed once, or twice (keeping the faster) when it takes under 0.5 s, where noise matters most.
+    Memory is
 
     * CUDA: ``torch.cuda.max_memory_allocated`` during the run minus what was allocated before;
     * CPU: the peak bytes of tensors created during the run and still alive, tracked by
@@ -127,16 +125,16 @@ def measure_chunk(algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], s
     """
     from fedlab.engine.clients import run_clients_sequential
 
-    jobs, states = list(jobs[:chunk]), list(states[:chunk])
-    steps = max(1, min(steps, len(jobs[0].batches)))
-    device = data.x.device
+    first = work.part(0, chunk)
+    steps = max(1, min(steps, len(first.jobs[0].batches)))
+    device = work.data.x.device
 
     def run() -> None:
-        p_jobs = probe_jobs(jobs, steps)
+        probe = first.with_jobs(probe_jobs(first.jobs, steps), first.states)
         if chunk == 1:
-            run_clients_sequential(algorithm, msg, p_jobs, states, data, grad_fn, info)
+            run_clients_sequential(probe)
         else:
-            run_clients_vectorised(algorithm, msg, p_jobs, states, data, grad_fn, info, chunk=chunk)
+            run_clients_vectorised(probe, chunk=chunk)
 
     if device.type == "cuda":
         sync(device)
@@ -201,9 +199,8 @@ def candidate_chunks(m: int) -> list[int]:
 
 
 def choose_chunk(
-    algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State], data: LocalData,
-    grad_fn: GradFn, info: RoundInfo, *, budget_mb: float | None = None,
-    candidates: Sequence[int] | None = None, sequential_grad_fn: GradFn | None = None,
+    work: RoundWork, *, budget_mb: float | None = None, candidates: Sequence[int] | None = None,
+    sequential_grad_fn: GradFn | None = None,
 ) -> ChunkChoice:
     """Choose how many clients to vmap together, by measurement, within a memory budget.
 
@@ -215,16 +212,16 @@ def choose_chunk(
     the chunk with the smallest ⌈m/c⌉ · t(c) wins. If not even c = 1 fits, 1 is returned with a
     warning. No job's generators or states are changed.
 
-    ``budget_mb`` (MiB) defaults to :func:`default_budget_bytes`. ``sequential_grad_fn`` is the
-    oracle the engine's sequential path would use for c = 1 (default ``grad_fn``), so that c = 1 is
-    timed as it would run.
+    ``work.grad_fn`` is the vmap-able oracle. ``budget_mb`` (MiB) defaults to
+    :func:`default_budget_bytes`. ``sequential_grad_fn`` is the oracle the engine's sequential path
+    would use for c = 1 (default ``work.grad_fn``), so that c = 1 is timed as it would run.
     """
     t_start = time.perf_counter()
-    m = len(jobs)
+    m = len(work.jobs)
     if m == 0:
         raise ValueError("choose_chunk needs at least one job")
-    _check_fixed_k(jobs)
-    device = data.x.device
+    _check_fixed_k(work.jobs)
+    device = work.data.x.device
     budget = int(budget_mb * MIB) if budget_mb is not None else default_budget_bytes(device)
     method = ("torch.cuda.max_memory_allocated" if device.type == "cuda"
               else "peak live tensor bytes of a probe run (LiveTensorBytes)")
@@ -238,8 +235,8 @@ def choose_chunk(
                 choice.measurements.append(ChunkMeasurement(c, None, predicted, "predicted over budget"))
                 continue
         try:
-            fn = sequential_grad_fn if (c == 1 and sequential_grad_fn is not None) else grad_fn
-            seconds, peak = measure_chunk(algorithm, msg, jobs, states, data, fn, info, c)
+            probe = replace(work, grad_fn=sequential_grad_fn) if c == 1 and sequential_grad_fn is not None else work
+            seconds, peak = measure_chunk(probe, c)
         except torch.OutOfMemoryError:
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -1,14 +1,16 @@
 """Local training of the sampled clients of one round — the sequential reference path.
 
 A :class:`ClientJob` holds everything one client needs in one round: its id, its minibatch index
-lists and its augmentation generator. :func:`run_clients_sequential` trains the jobs one by one with
-the algorithm's pure ``local_step``; the vectorised executor (``fedlab.engine.vectorised``) must give
-the same numbers.
+lists and its augmentation generator. A :class:`RoundWork` is one round's local work as every
+executor receives it: the algorithm, the broadcast message, the jobs, their client states, the data,
+the gradient oracle and the round's info. :func:`run_clients_sequential` trains the jobs one by one
+with the algorithm's pure ``local_step``; the vectorised and threaded executors
+(``fedlab.engine.vectorised``, ``fedlab.engine.threads``) must give the same numbers.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -65,18 +67,44 @@ class BatchSource(Protocol):
     def batch(self, idx: Any, generator: torch.Generator | None) -> Any: ...
 
 
+@dataclass(frozen=True)
+class RoundWork:
+    """One round's local work, as every executor receives it; ``states[j]`` is job j's persistent
+    client state (so ``jobs`` and ``states`` have equal lengths: :meth:`check` says so otherwise)."""
+
+    algorithm: Algorithm
+    msg: State  # the broadcast message, shared by all jobs
+    jobs: Sequence[ClientJob]
+    states: Sequence[State]
+    data: BatchSource
+    grad_fn: GradFn
+    info: RoundInfo
+
+    def check(self) -> None:
+        """ValueError unless there is one client state per job."""
+        if len(self.jobs) != len(self.states):
+            raise ValueError(f"{len(self.jobs)} jobs but {len(self.states)} client states")
+
+    def part(self, start: int, stop: int) -> "RoundWork":
+        """The same work for jobs ``start … stop−1`` (and their states) only."""
+        return replace(self, jobs=self.jobs[start:stop], states=self.states[start:stop])
+
+    def with_jobs(self, jobs: Sequence[ClientJob], states: Sequence[State]) -> "RoundWork":
+        """The same work for other jobs and states (a probe, or one job of a worker thread)."""
+        return replace(self, jobs=jobs, states=states)
+
+
 def step_info(info: RoundInfo, k: int, K: int) -> StepInfo:
     return StepInfo(k=k, K=K, lr=info.lr, weight_decay=info.weight_decay, clip_norm=info.clip_norm,
                     round=info.round)
 
 
-def run_clients_sequential(
-    algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
-    data: BatchSource, grad_fn: GradFn, info: RoundInfo,
-) -> list[ClientResult]:
-    """Train every job one after another; ``states[j]`` is job j's persistent client state."""
+def run_clients_sequential(work: RoundWork) -> list[ClientResult]:
+    """Train every job of ``work`` one after another, in job order."""
+    work.check()
+    algorithm, msg, data, grad_fn, info = work.algorithm, work.msg, work.data, work.grad_fn, work.info
     results = []
-    for job, cstate in zip(jobs, states):
+    for job, cstate in zip(work.jobs, work.states):
         theta0 = algorithm.client_start(msg, cstate, info)
         theta = theta0
         K = len(job.batches)

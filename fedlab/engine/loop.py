@@ -8,9 +8,14 @@ checkpoint), resumes an unfinished one from its checkpoint, or starts from round
 choice draws from a generator derived from (seed, purpose, round, client), and every piece of state
 (server, clients) lives in the checkpoint, so a resumed run is bit-identical to an uninterrupted one.
 
-Why ~500 lines: it is the :class:`Simulation` (build, resume, train, record); splitting
-``Simulation.run`` (load-or-resume, evaluation, metrics row, checkpoint) is open work of issue 13
-item 3.
+``Simulation.run`` is a chain of small steps: ``_run_locked`` (load, resume or start),
+``_train`` (the rounds and the progress bar), ``eval_set`` (evaluation subsample), ``_round_row``
+(one metrics row and divergence), ``_status`` (diverged / collapsed / finished), ``_save`` (a
+:class:`fedlab.results.Checkpoint`, whose on-disk layout only the results store knows) and
+``_result``.
+
+Why ~550 lines: it is the :class:`Simulation` (build, resume, train, record) plus the build-time
+validators it calls; each method holds one step.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,7 +42,7 @@ from fedlab.data import Dataset, balanced_subset, load_dataset
 from fedlab.data.holdout import hold_out_validation
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
-from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
+from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
 from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
@@ -45,7 +50,7 @@ from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
 from fedlab.tools.repro import REPO_ROOT, torch_generator
 from fedlab.evidence.collapse import is_collapsed
-from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore, config_record
+from fedlab.results import TERMINAL_STATUSES, Checkpoint, RunResult, RunStore, config_record
 
 
 def _numel(state: State) -> int:
@@ -215,10 +220,9 @@ class Simulation:
         model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
-        digest = schedule_digest(schedule)
-        store = RunStore.for_config(config, key, root, digest)
-        sim = cls(config, dataset, partition, model, algorithm, store, config.hash(key, digest), theta0_digest,
-                  schedule)
+        config_hash = config.hash(key, schedule_digest(schedule))
+        sim = cls(config, dataset, partition, model, algorithm, RunStore.for_run(root, config.algorithm, config_hash),
+                  config_hash, theta0_digest, schedule)
         sim.check_sampling()
         return sim
 
@@ -227,14 +231,22 @@ class Simulation:
         theta0 = self.model.theta0()
         return TrainingState(self.algorithm.server_init(theta0), {}, theta0, 0)
 
-    def state_from_checkpoint(self, ckpt: dict[str, Any]) -> TrainingState:
+    def state_from_checkpoint(self, ckpt: Checkpoint) -> TrainingState:
+        """The training state a checkpoint records, on the run's device."""
         dev = torch.device(self.config.device)
         return TrainingState(
-            server={k: v.to(dev) for k, v in ckpt["server"].items()},
-            client_states={int(i): {k: v.to(dev) for k, v in s.items()} for i, s in ckpt["clients"].items()},
-            theta0=ckpt["theta0"].to(dev),
-            next_round=int(ckpt["next_round"]),
+            server={k: v.to(dev) for k, v in ckpt.server.items()},
+            client_states={i: {k: v.to(dev) for k, v in s.items()} for i, s in ckpt.client_states.items()},
+            theta0=ckpt.theta0.to(dev),
+            next_round=ckpt.next_round,
         )
+
+    def saved_state(self) -> TrainingState | None:
+        """The training state of this run's last checkpoint (``next_round`` = rounds done), on the
+        run's device; ``None`` when nothing has been checkpointed yet. ``CheckpointError`` if the
+        checkpoint is unusable (see :meth:`fedlab.results.RunStore.load_checkpoint`)."""
+        ckpt = self.store.load_checkpoint(self.config_hash)
+        return None if ckpt is None else self.state_from_checkpoint(ckpt)
 
     @cached_property
     def client_indices(self) -> list[Tensor]:
@@ -330,26 +342,25 @@ class Simulation:
         the functorch one (``FlatModel.autograd_grad_fn`` vs ``grad_fn``).
         """
         model = self.model
+        work = RoundWork(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
         if self.config.client_threads > 1:
             from fedlab.engine.threads import run_clients_threaded
 
-            return run_clients_threaded(self.algorithm, msg, jobs, states, data,
-                                        [m.autograd_grad_fn for m in self.thread_models], info)
+            return run_clients_threaded(work, [m.autograd_grad_fn for m in self.thread_models])
+        vmap_work = replace(work, grad_fn=model.grad_fn)
         chunk = self.config.parallel_clients
         if chunk == "auto":
             from fedlab.engine.chunking import choose_chunk
 
             if self.chunk_choice is None:
-                self.chunk_choice = choose_chunk(self.algorithm, msg, jobs, states, data, model.grad_fn,
-                                                 info, budget_mb=self.config.memory_budget_mb,
+                self.chunk_choice = choose_chunk(vmap_work, budget_mb=self.config.memory_budget_mb,
                                                  sequential_grad_fn=model.autograd_grad_fn)
             chunk = self.chunk_choice.chunk
         if chunk > 1:
             from fedlab.engine.vectorised import run_clients_vectorised
 
-            return run_clients_vectorised(self.algorithm, msg, jobs, states, data, model.grad_fn,
-                                          info, chunk=chunk)
-        return run_clients_sequential(self.algorithm, msg, jobs, states, data, model.autograd_grad_fn, info)
+            return run_clients_vectorised(vmap_work, chunk=chunk)
+        return run_clients_sequential(work)
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
@@ -366,84 +377,109 @@ class Simulation:
             return self._run_locked(progress, stop_after_rounds)
 
     def _run_locked(self, progress: bool, stop_after_rounds: int | None) -> RunResult:
-        c, alg, store = self.config, self.algorithm, self.store
+        """Load a finished run, or resume an unfinished one, or start at round 0; under the lock."""
+        store = self.store
         ckpt = store.load_checkpoint(self.config_hash)  # raises, touching nothing, if it is unusable
         store.remove_orphans()  # no one else writes here while we hold the lock
-        if ckpt is not None:
-            rows: list[dict[str, Any]] = list(ckpt["rows"])
-            # The checkpoint is the record; the CSV and the summary are views that must agree with it.
-            store.repair_views(rows, self._summary(rows, ckpt["status"]), self._config_info())
-            if ckpt["status"] in TERMINAL_STATUSES:
-                theta = alg.global_model(ckpt["server"]).detach()
-                return RunResult(c, pd.DataFrame(rows), theta, ckpt["status"], store.dir,
-                                 self._summary(rows, ckpt["status"]), self.partition, server=dict(ckpt["server"]))
-            state = self.state_from_checkpoint(ckpt)
-        else:
-            state = self.initial_state()
-            rows = []
+        if ckpt is None:
             store.write_config(self._config_info())
-        start = state.next_round
+            return self._train(self.initial_state(), [], progress, stop_after_rounds)
+        # The checkpoint is the record; the CSV and the summary are views that must agree with it.
+        store.repair_views(ckpt.rows, self._summary(ckpt.rows, ckpt.status), self._config_info())
+        if ckpt.status in TERMINAL_STATUSES:
+            return self._result(ckpt.rows, ckpt.status, ckpt.server)
+        return self._train(self.state_from_checkpoint(ckpt), ckpt.rows, progress, stop_after_rounds)
 
+    def _train(self, state: TrainingState, rows: list[dict[str, Any]], progress: bool,
+               stop_after_rounds: int | None) -> RunResult:
+        """Train from ``state`` (``rows``: the rows of the rounds already done) until the run ends, it
+        diverges, or ``stop_after_rounds`` rounds are done; checkpoint at every boundary."""
+        c = self.config
+        start = state.next_round
+        end = c.rounds if stop_after_rounds is None else min(c.rounds, start + stop_after_rounds)
+        eval_set = self.eval_set()
+        status = "running"
+        last_acc = next((r["test_acc"] for r in reversed(rows) if not math.isnan(r["test_acc"])), float("nan"))
+        with tqdm(total=c.rounds, initial=start, desc=f"{c.algorithm} {c.dataset}", disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
+            for t in range(start, end):
+                t0 = time.perf_counter()
+                outcome = self.train_round(state, t)
+                row, diverged = self._round_row(t, outcome, state.server, eval_set)
+                row["wall_seconds"] = time.perf_counter() - t0
+                rows.append(row)
+                if not math.isnan(row["test_acc"]):
+                    last_acc = row["test_acc"]
+                bar.set_postfix(acc=f"{last_acc:.4f}", loss=f"{row['train_loss']:.3f}", refresh=False)
+                bar.update(1)
+                status = self._status(t, diverged, rows)
+                if status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end:
+                    self._save(state, rows, status)
+                if status != "running":
+                    break
+        if not rows:
+            raise RuntimeError("no round was run")
+        return self._result(rows, status, state.server)
+
+    def eval_set(self) -> tuple[Tensor, Tensor]:
+        """What a run is evaluated on: the test (or validation) set, or its class-balanced subsample
+        of ``eval_subsample`` examples drawn with the run's seed."""
+        c = self.config
         x_test, y_test = self.dataset.x_test, self.dataset.y_test
         if c.eval_subsample is not None and c.eval_subsample < x_test.shape[0]:
             keep = torch.as_tensor(balanced_subset(y_test.cpu().numpy(), c.eval_subsample, seed=c.seed,
                                                    purpose="eval"), device=x_test.device)
             x_test, y_test = x_test[keep], y_test[keep]
+        return x_test, y_test
 
-        status = "running"
-        end = c.rounds if stop_after_rounds is None else min(c.rounds, start + stop_after_rounds)
-        bar = tqdm(total=c.rounds, initial=start, desc=f"{c.algorithm} {c.dataset}", disable=not progress,
-                   file=sys.stderr, dynamic_ncols=True, leave=False)
-        last_acc = next((r["test_acc"] for r in reversed(rows) if not math.isnan(r["test_acc"])), float("nan"))
-        for t in range(start, end):
-            t0 = time.perf_counter()
-            outcome = self.train_round(state, t)
-            clients, info, msg, results = outcome.clients, outcome.info, outcome.msg, outcome.results
-            server = state.server
-            theta = alg.global_model(server)
-            thetas_k = torch.stack([r.theta_final for r in results])
-            train_loss = float(torch.stack([r.mean_loss for r in results]).mean())
-            row: dict[str, Any] = {
-                "round": t + 1,
-                "lr": info.lr,
-                "train_loss": train_loss,
-                "test_acc": float("nan"),
-                "test_loss": float("nan"),
-                "flatness_distance": float(((thetas_k - theta) ** 2).sum(dim=1).mean()),
-                "uplink_floats": sum(_numel(r.upload) for r in results),
-                "downlink_floats": _numel(msg) * len(clients),
-                "n_sampled": len(clients),
-            }
-            diverged = not (math.isfinite(train_loss) and bool(torch.isfinite(theta).all()))
-            if not diverged and ((t + 1) % c.eval_every == 0 or t + 1 == c.rounds):
-                acc, loss = evaluate(self.model, theta, x_test, y_test)
-                row["test_acc"], row["test_loss"] = acc, loss
-                last_acc = acc
-                diverged = not math.isfinite(loss)
-            row.update(alg.round_metrics(server))
-            row["wall_seconds"] = time.perf_counter() - t0
-            rows.append(row)
-            bar.set_postfix(acc=f"{last_acc:.4f}", loss=f"{train_loss:.3f}", refresh=False)
-            bar.update(1)
-            if diverged:
-                status = "diverged"
-            elif t + 1 == c.rounds:
-                status = "collapsed" if self._collapsed(rows) else "finished"
-            boundary = status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end
-            if boundary:
-                ckpt_obj = RunStore.checkpoint(next_round=t + 1, server=server, client_states=state.client_states,
-                                               rows=rows, status=status, config_hash=self.config_hash,
-                                               theta0=state.theta0, version=__version__)
-                store.write_checkpoint(ckpt_obj)  # the record first, then the views derived from it
-                store.write_views(rows, self._summary(rows, status))
-            if status != "running":
-                break
-        bar.close()
-        if not rows:
-            raise RuntimeError("no round was run")
-        return RunResult(c, pd.DataFrame(rows), alg.global_model(state.server).detach(), status, store.dir,
-                         self._summary(rows, status), self.partition,
-                         server={k: v.detach().cpu() for k, v in state.server.items()})
+    def _round_row(self, t: int, outcome: RoundOutcome, server: State,
+                   eval_set: tuple[Tensor, Tensor]) -> tuple[dict[str, Any], bool]:
+        """Round t's metrics row (without ``wall_seconds``) and whether the run diverged in it.
+
+        The global model is evaluated every ``eval_every`` rounds and after the last one, unless the
+        round already diverged (a non-finite mean local loss or θ); a non-finite test loss diverges too.
+        """
+        c, alg, results = self.config, self.algorithm, outcome.results
+        theta = alg.global_model(server)
+        thetas_k = torch.stack([r.theta_final for r in results])
+        train_loss = float(torch.stack([r.mean_loss for r in results]).mean())
+        row: dict[str, Any] = {
+            "round": t + 1,
+            "lr": outcome.info.lr,
+            "train_loss": train_loss,
+            "test_acc": float("nan"),
+            "test_loss": float("nan"),
+            "flatness_distance": float(((thetas_k - theta) ** 2).sum(dim=1).mean()),
+            "uplink_floats": sum(_numel(r.upload) for r in results),
+            "downlink_floats": _numel(outcome.msg) * len(outcome.clients),
+            "n_sampled": len(outcome.clients),
+        }
+        diverged = not (math.isfinite(train_loss) and bool(torch.isfinite(theta).all()))
+        if not diverged and ((t + 1) % c.eval_every == 0 or t + 1 == c.rounds):
+            row["test_acc"], row["test_loss"] = evaluate(self.model, theta, *eval_set)
+            diverged = not math.isfinite(row["test_loss"])
+        row.update(alg.round_metrics(server))
+        return row, diverged
+
+    def _status(self, t: int, diverged: bool, rows: list[dict[str, Any]]) -> str:
+        """The run's status after round t: diverged, collapsed or finished after the last round, else running."""
+        if diverged:
+            return "diverged"
+        if t + 1 == self.config.rounds:
+            return "collapsed" if self._collapsed(rows) else "finished"
+        return "running"
+
+    def _save(self, state: TrainingState, rows: list[dict[str, Any]], status: str) -> None:
+        """Checkpoint (the record first), then the views derived from it."""
+        self.store.write_checkpoint(Checkpoint(
+            next_round=state.next_round, server=state.server, client_states=state.client_states, rows=rows,
+            status=status, config_hash=self.config_hash, theta0=state.theta0, version=__version__))
+        self.store.write_views(rows, self._summary(rows, status))
+
+    def _result(self, rows: list[dict[str, Any]], status: str, server: State) -> RunResult:
+        return RunResult(self.config, pd.DataFrame(rows), self.algorithm.global_model(server).detach(), status,
+                         self.store.dir, self._summary(rows, status), self.partition,
+                         server={k: v.detach().cpu() for k, v in server.items()})
 
     def _config_info(self) -> dict[str, Any]:
         return config_record(self.config, {"hash": self.config_hash, "partition_fingerprint": self.partition.fingerprint,

@@ -22,39 +22,37 @@ import itertools
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import torch
 
-from fedlab.algorithms.base import Algorithm, RoundInfo, State
-from fedlab.engine.clients import ClientJob, ClientResult, LocalData, run_clients_sequential
+from fedlab.algorithms.base import State
+from fedlab.engine.clients import ClientJob, ClientResult, RoundWork, run_clients_sequential
 from fedlab.models.functional import GradFn
 
 
-def run_clients_threaded(
-    algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
-    data: LocalData, grad_fns: Sequence[GradFn], info: RoundInfo,
-) -> list[ClientResult]:
-    """Train the jobs on ``len(grad_fns)`` worker threads; results in job order.
+def run_clients_threaded(work: RoundWork, grad_fns: Sequence[GradFn]) -> list[ClientResult]:
+    """Train the jobs of ``work`` on ``len(grad_fns)`` worker threads; results in job order.
 
-    Worker w uses ``grad_fns[w]``, which must not share a module with any other entry (see the
-    module docstring). ``states[j]`` is job j's persistent client state. CPU only: kernels on one
-    CUDA stream serialise anyway, so use the vectorised executor there. The caller's intra-op
-    thread count is restored on return.
+    Worker w uses ``grad_fns[w]`` in place of ``work.grad_fn``; no entry may share a module with
+    another (see the module docstring). ``work.data`` must be a
+    :class:`~fedlab.engine.clients.LocalData` on the CPU: kernels on one CUDA stream serialise
+    anyway, so use the vectorised executor there. The caller's intra-op thread count is restored on
+    return.
     """
     threads = len(grad_fns)
     if threads < 1:
         raise ValueError("grad_fns must hold one gradient oracle per worker thread (got none)")
-    if len(jobs) != len(states):
-        raise ValueError(f"{len(jobs)} jobs but {len(states)} client states")
-    if data.x.device.type != "cpu":
-        raise ValueError(f"client threads are a CPU execution mode; the data lives on {data.x.device}")
-    if not jobs:
+    work.check()
+    if work.data.x.device.type != "cpu":
+        raise ValueError(f"client threads are a CPU execution mode; the data lives on {work.data.x.device}")
+    if not work.jobs:
         return []
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        if threads == 1 or len(jobs) == 1:
-            return run_clients_sequential(algorithm, msg, jobs, states, data, grad_fns[0], info)
+        if threads == 1 or len(work.jobs) == 1:
+            return run_clients_sequential(replace(work, grad_fn=grad_fns[0]))
         slot = threading.local()
         numbers = itertools.count()  # next() on a count is atomic under the GIL
 
@@ -63,11 +61,12 @@ def run_clients_threaded(
             torch.set_num_threads(1)  # the OpenMP thread count is per thread: set it in every worker
 
         def train(job: ClientJob, state: State) -> ClientResult:
-            return run_clients_sequential(algorithm, msg, [job], [state], data, grad_fns[slot.index], info)[0]
+            one = replace(work, jobs=[job], states=[state], grad_fn=grad_fns[slot.index])
+            return run_clients_sequential(one)[0]
 
-        with ThreadPoolExecutor(max_workers=min(threads, len(jobs)), initializer=start_worker,
+        with ThreadPoolExecutor(max_workers=min(threads, len(work.jobs)), initializer=start_worker,
                                 thread_name_prefix="fedlab-client") as pool:
-            futures = [pool.submit(train, job, state) for job, state in zip(jobs, states)]
+            futures = [pool.submit(train, job, state) for job, state in zip(work.jobs, work.states)]
             return [f.result() for f in futures]
     finally:
         torch.set_num_threads(previous)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from fedlab.algorithms.base import Algorithm, State
-from fedlab.engine.clients import ClientJob, run_clients_sequential
+from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
 from fedlab.engine.round import round_info, run_round
 from fedlab.engine.sampling import sample_clients
 from fedlab.models.functional import GradFn
@@ -60,8 +60,8 @@ def run_functional(
                           weight_decay=weight_decay, clip_norm=clip_norm)
         jobs = [ClientJob(i, [batch_fn(i, t, k) for k in range(local_steps)], None) for i in clients]
         done = run_round(algorithm, server, states, clients, theta0, info,
-                         lambda msg, cstates: run_clients_sequential(algorithm, msg, jobs, cstates, given,
-                                                                     grad_fn, info))
+                         lambda msg, cstates: run_clients_sequential(
+                             RoundWork(algorithm, msg, jobs, cstates, given, grad_fn, info)))
         server = done.server
         traj.append(algorithm.global_model(server).clone())
         endpoints.append(torch.stack([r.theta_final for r in done.results]))

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from fedlab.algorithms.base import Algorithm, RoundInfo, State, StepInfo
-from fedlab.engine.clients import ClientJob, ClientResult, LocalData, step_info
+from fedlab.algorithms.base import Algorithm, State, StepInfo
+from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, step_info
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -106,39 +106,37 @@ def vmapped_step(algorithm: Algorithm, msg: State, grad_fn: GradFn, step: StepIn
 # ------------------------------------------------------------------------------------------------
 # the executor
 # ------------------------------------------------------------------------------------------------
-def run_clients_vectorised(
-    algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
-    data: LocalData, grad_fn: GradFn, info: RoundInfo, chunk: int,
-) -> list[ClientResult]:
-    """Train the jobs ``chunk`` clients at a time with ``torch.func.vmap``; same results as sequential.
+def run_clients_vectorised(work: RoundWork, chunk: int) -> list[ClientResult]:
+    """Train the jobs of ``work`` ``chunk`` clients at a time with ``torch.func.vmap``; same results
+    as sequential, in job order.
 
-    ``states[j]`` is job j's persistent client state. All jobs must have the same K and batch shapes
-    (fixed-step mode). The last chunk holds the remainder when ``chunk`` does not divide m.
+    ``work.data`` must be a :class:`~fedlab.engine.clients.LocalData` and ``work.grad_fn`` a
+    vmap-able (functorch) oracle. All jobs must have the same K and batch shapes (fixed-step mode).
+    The last chunk holds the remainder when ``chunk`` does not divide m.
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be an integer ≥ 1 (got {chunk!r})")
-    if len(jobs) != len(states):
-        raise ValueError(f"{len(jobs)} jobs but {len(states)} client states")
-    if not jobs:
+    work.check()
+    if not work.jobs:
         return []
-    K = _check_fixed_k(jobs)
+    K = _check_fixed_k(work.jobs)
     results: list[ClientResult] = []
-    for start in range(0, len(jobs), chunk):
-        results.extend(_run_chunk(algorithm, msg, jobs[start:start + chunk], states[start:start + chunk],
-                                  data, grad_fn, info, K))
+    for start in range(0, len(work.jobs), chunk):
+        results.extend(_run_chunk(work.part(start, start + chunk), K))
     return results
 
 
-def _run_chunk(algorithm: Algorithm, msg: State, jobs: Sequence[ClientJob], states: Sequence[State],
-               data: LocalData, grad_fn: GradFn, info: RoundInfo, K: int) -> list[ClientResult]:
-    theta0 = torch.stack([algorithm.client_start(msg, s, info) for s in states])
-    cstate = stack_states(states)
+def _run_chunk(work: RoundWork, K: int) -> list[ClientResult]:
+    algorithm, msg, jobs, info = work.algorithm, work.msg, work.jobs, work.info
+    theta0 = torch.stack([algorithm.client_start(msg, s, info) for s in work.states])
+    cstate = stack_states(work.states)
     idx = _batch_indices(jobs)
     theta = theta0
     losses = []
     for k in range(K):
-        batch = gather_batch(data, jobs, k, idx)
-        theta, cstate, loss = vmapped_step(algorithm, msg, grad_fn, step_info(info, k, K))(theta, cstate, batch)
+        batch = gather_batch(work.data, jobs, k, idx)
+        step = vmapped_step(algorithm, msg, work.grad_fn, step_info(info, k, K))
+        theta, cstate, loss = step(theta, cstate, batch)
         losses.append(loss.detach())
     theta = theta.detach()
     mean_loss = torch.stack(losses).mean(dim=0)  # (chunk,): mean over the K steps, per client

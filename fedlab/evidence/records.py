@@ -7,7 +7,7 @@ file named after the run directory::
     figures/records/<algorithm>-<hash>.json.gz
 
 Why this form: one file per run is add-only in git (notebooks that share runs, as 04/05/06 do, never
-conflict over a shared table), the name is the run directory's (``RunStore.for_config``), so a record
+conflict over a shared table), the name is the run directory's (``RunStore.for_run``), so a record
 follows the store's key whatever goes into it, and gzipped JSON needs no extra dependency and is
 readable with ``zcat``. A 50-round run is about 3 KB. The gzip CRC is checked on every load.
 
@@ -121,7 +121,7 @@ def write_records(results: Iterable[RunResult], directory: Path | None = None) -
 def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
     path = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by fedlab.tools.repro.save_figure?")
+        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by fedlab.tools.figures.save_figure?")
     return json.loads(path.read_text())
 
 

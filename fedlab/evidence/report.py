@@ -26,7 +26,7 @@ from fedlab.evidence.claims import Verdict, evaluate_claims, load_claims
 from fedlab.evidence.protocol import SEEDS
 from fedlab.tools.repro import FIGURES_DIR
 
-__all__ = ["CpuFigure", "CpuReport", "cpu_report"]
+__all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ class CpuFigure:
     seeds: int  # seeds per comparison it states
     png: Path
     trains: bool = True  # federated runs behind it (False: partition statistics, toy problems)
+
+    def evidence(self) -> str:
+        """One line on what stands behind the figure."""
+        if not self.trains:
+            return "no federated training (a toy problem or partition statistics)"
+        if self.records == 0:
+            return "made before the evidence protocol: no committed records (an illustration)"
+        extra = "" if self.seeds >= len(SEEDS) else f"; fewer than the protocol's {len(SEEDS)} seeds"
+        return f"{self.records} run records, {self.seeds} seed(s){extra}"
 
     @property
     def protocol(self) -> bool:
@@ -85,18 +94,23 @@ class CpuReport:
             display(Image(filename=str(f.png), width=720))
 
 
+def figure_from_sidecar(sidecar: Path) -> CpuFigure:
+    """A figure's evidence, read from its JSON sidecar (``save_figure``)."""
+    meta: dict[str, Any] = json.loads(Path(sidecar).read_text())
+    params = meta.get("parameters") or {}
+    seeds = len(params.get("seeds") or []) or 1
+    records = len(meta.get("records") or [])
+    trains = bool(records or meta.get("config_hashes"))
+    return CpuFigure(Path(sidecar).stem, str(meta.get("caption", "")), records, seeds,
+                     Path(sidecar).with_suffix(".png"), trains)
+
+
 def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
     out = []
     for sidecar in sorted(figures_dir.glob(f"{notebook[:2]}_*.json")):
         meta: dict[str, Any] = json.loads(sidecar.read_text())
-        if Path(meta.get("notebook", "")).stem != notebook or meta.get("profile") != "cpu":
-            continue
-        params = meta.get("parameters") or {}
-        seeds = len(params.get("seeds") or []) or 1
-        records = len(meta.get("records") or [])
-        trains = bool(records or meta.get("config_hashes"))
-        out.append(CpuFigure(sidecar.stem, str(meta.get("caption", "")), records, seeds, sidecar.with_suffix(".png"),
-                             trains))
+        if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
+            out.append(figure_from_sidecar(sidecar))
     return out
 
 

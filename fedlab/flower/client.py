@@ -29,7 +29,7 @@ from flwr.clientapp import ClientApp
 
 from fedlab.algorithms import State
 from fedlab.config import Config
-from fedlab.engine.clients import run_clients_sequential
+from fedlab.engine.clients import RoundWork, run_clients_sequential
 from fedlab.engine.loop import Simulation
 from fedlab.flower.protocol import (
     BROADCAST, CLIENT_META, CLIENT_STATE, METRICS, NUM_PARTITIONS, PARTITION_ID, QUERY_CLIENT_ID, ROUND, UPLOAD,
@@ -143,8 +143,8 @@ class FedlabClient:
         keys = state_keys(name)
         cstate = restore_client_state(sim, context, i, last, keys)
         jobs = sim.client_jobs(t, np.array([i], dtype=np.int64), sim.client_indices)
-        (result,) = run_clients_sequential(sim.algorithm, broadcast, jobs, [cstate], sim.local_data,
-                                           sim.model.autograd_grad_fn, info)
+        (result,) = run_clients_sequential(RoundWork(sim.algorithm, broadcast, jobs, [cstate], sim.local_data,
+                                                     sim.model.autograd_grad_fn, info))
         if result.state:  # the engine keeps non-empty states only; so do we
             context.state[keys[0]] = to_record(result.state)
             context.state[keys[1]] = ConfigRecord({"client": i, "last-round": t})

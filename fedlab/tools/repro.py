@@ -1,25 +1,20 @@
-"""Reproducibility helpers: repository paths, derived random generators, figure provenance.
+"""Reproducibility helpers: repository paths, derived random generators, the environment and git stamp.
 
 Every random choice in fedlab draws from its own generator, derived from the experiment seed and a
 *purpose* tuple such as ``("batches", round, client)``. The derivation goes through SHA-256 of the
 textual key, so it is independent of ``PYTHONHASHSEED``, dict order and the global RNG state, and a
 resumed run re-creates exactly the generators an uninterrupted run would have used.
+
+Saving a figure with its provenance is :mod:`fedlab.tools.figures`; it uses the stamp helpers here.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    import pandas as pd
-    from matplotlib.figure import Figure
-
-    from fedlab.results import RunResult
 
 REPO_ROOT: Path = Path(__file__).resolve().parents[2]  # this file is <repo>/fedlab/tools/repro.py
 """The repository root (notebooks resolve every path from here, never from the cwd)."""
@@ -49,9 +44,10 @@ def numpy_generator(seed: int, *purpose: object) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, *purpose))
 
 
-# --- figures with provenance -------------------------------------------------------------------
+# --- where figures go, and the stamp of where they were made -------------------------------------
 FIGURES_DIR: Path = REPO_ROOT / "figures"
 CITABLE_PROFILES = ("cpu", "paper")
+"""Profiles whose figures are citable: saved to ``figures/`` (others to ``figures/_scratch/``)."""
 
 
 def git_commit(root: Path | None = None) -> str:
@@ -107,169 +103,3 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-_CHECKSUMS: dict[str, dict[str, str]] = {}
-
-
-def dataset_checksums(name: str) -> dict[str, str]:
-    """SHA-256 of the files a dataset is read from (``{}`` for generated data; cached per process)."""
-    if name not in _CHECKSUMS:
-        root = data_root()
-        if name == "fmnist":
-            files = sorted((root / "FashionMNIST" / "raw").glob("*-ubyte"))
-        elif name == "cifar10":
-            files = sorted((root / "cifar-10-batches-py").glob("*"))
-        elif name == "cifar100":
-            files = sorted((root / "cifar-100-python").glob("*"))
-        elif name == "digits":
-            import sklearn.datasets
-
-            files = sorted((Path(sklearn.datasets.__file__).parent / "data").glob("digits.csv*"))
-        else:  # synthetic: generated from the seed
-            files = []
-        sums = {}
-        for f in files:
-            digest = hashlib.sha256()
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-            sums[f.name] = digest.hexdigest()
-        _CHECKSUMS[name] = sums
-    return _CHECKSUMS[name]
-
-
-def _frames(data: "pd.DataFrame | dict[str, pd.DataFrame]") -> "pd.DataFrame":
-    import pandas as pd
-
-    if isinstance(data, pd.DataFrame):
-        return data
-    if isinstance(data, dict) and all(isinstance(v, pd.DataFrame) for v in data.values()):
-        return pd.concat([v.assign(panel=k) for k, v in data.items()], ignore_index=True)
-    raise TypeError("save_figure(data=...) takes a DataFrame or a dict of panel name → DataFrame, "
-                    f"got {type(data).__name__}")
-
-
-def save_figure(
-    fig: Figure,
-    name: str,
-    *,
-    notebook: str,
-    profile: str,
-    caption: str,
-    parameters: dict | None = None,
-    config_hashes: list[str] | None = None,
-    out_dir: str | Path | None = None,
-    data: "pd.DataFrame | dict[str, pd.DataFrame] | None" = None,
-    runs: "list[RunResult] | None" = None,
-) -> dict[str, Path]:
-    """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
-
-    Figures of the citable profiles (``cpu``, ``paper``) go to ``figures/`` and are indexed in
-    ``figures/README.md``; ``ci``-profile figures go to ``figures/_scratch/`` (not committed), so a
-    quick check never overwrites a citable figure.
-
-    ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
-    ``name.csv``. ``runs`` — the runs behind the figure — are committed as records
-    (:mod:`fedlab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
-    full configs, so the figure can be re-plotted and every number checked without training. The
-    sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
-    fedlab version, the commit and the command line of the process.
-    """
-    import datetime
-    import json
-    import re
-
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_\-]*", name):
-        raise ValueError(f"figure name {name!r} must be lower-case letters, digits, '_' or '-'")
-    if out_dir is None:
-        out_dir = FIGURES_DIR if profile in CITABLE_PROFILES else FIGURES_DIR / "_scratch"
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"png": out / f"{name}.png", "pdf": out / f"{name}.pdf", "json": out / f"{name}.json"}
-    table = _frames(data) if data is not None else None
-    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None,
-                                                             "Producer": None})
-    nb = Path(notebook).stem
-    params_file = f"notebooks/params/{nb}.{profile}.yaml"
-    command = (f"papermill notebooks/{nb}.ipynb runs/figures/{nb}.ipynb -k python3 --cwd notebooks"
-               + (f" -f {params_file}" if profile in CITABLE_PROFILES else ""))
-    meta = {
-        "figure": name,
-        "caption": caption,
-        "notebook": f"notebooks/{nb}.ipynb",
-        "profile": profile,
-        "parameters": parameters or {},
-        "seed": (parameters or {}).get("seed"),
-        "config_hashes": config_hashes or [],
-        "git_commit": git_commit(),
-        "packages": package_versions(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": command,
-        "argv": list(__import__("sys").argv),
-        "environment": environment(),
-    }
-    if runs:
-        from fedlab.evidence.records import write_records
-
-        meta["records"] = write_records(runs, out / "records")
-        meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
-                                 "status": r.status} for key, r in zip(meta["records"], _unique(runs))}
-        meta["dataset_checksums"] = {ds: dataset_checksums(ds) for ds in sorted({r.config.dataset for r in runs})}
-        if not config_hashes:
-            meta["config_hashes"] = [r.summary.get("config_hash") for r in _unique(runs)]
-        meta["collapsed"] = [k for k, r in zip(meta["records"], _unique(runs)) if r.status == "collapsed"]
-    if table is not None:
-        paths["csv"] = out / f"{name}.csv"
-        table.to_csv(paths["csv"], index=False, float_format="%.6g")
-        meta["data"] = f"{name}.csv"
-    paths["json"].write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-    if out.resolve() == FIGURES_DIR.resolve():
-        write_figure_index(FIGURES_DIR)
-    return paths
-
-
-def _unique(runs: "list[RunResult]") -> "list[RunResult]":
-    seen: set[str] = set()
-    out = []
-    for r in runs:
-        key = Path(r.run_dir).name
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
-
-
-def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
-    """Regenerate ``figures/README.md`` (the citation index) from the JSON sidecars."""
-    import json
-
-    entries = []
-    for sidecar in sorted(Path(figures_dir).glob("*.json")):
-        try:
-            meta = json.loads(sidecar.read_text())
-        except json.JSONDecodeError:
-            continue
-        if "figure" in meta:
-            entries.append(meta)
-    entries.sort(key=lambda m: (m["notebook"], m["figure"]))
-    lines = [
-        "# Figures",
-        "",
-        "Every figure here was made by a notebook through `fedlab.tools.repro.save_figure`, which writes a PNG,",
-        "a PDF and a JSON sidecar with the provenance (parameters, seed, run config hashes, git commit,",
-        "package versions, date). Rebuild all of them with `make figures`, or one with its command below.",
-        "To cite a figure, cite the repository (`CITATION.cff`) and give the figure name and git commit",
-        "from its sidecar.",
-        "",
-        "| figure | caption | notebook | profile | command |",
-        "|---|---|---|---|---|",
-    ]
-    for m in entries:
-        caption = str(m.get("caption", "")).replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| [{m['figure']}]({m['figure']}.png) ([pdf]({m['figure']}.pdf), [json]({m['figure']}.json))"
-                     f" | {caption} | `{m['notebook']}` | {m['profile']} | `{m['command']}` |")
-    path = Path(figures_dir) / "README.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
