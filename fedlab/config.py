@@ -18,9 +18,8 @@ from typing import Any
 
 from fedlab._version import __version__
 
-# fedlab.data's datasets, plus "custom": tensors the user hands to fedlab.run(cfg, dataset=...)
-DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic", "custom")
-PARTITIONS = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
+CUSTOM_DATASET = "custom"
+"""The dataset name of tensors the user hands to ``fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))``."""
 SAMPLINGS = ("uniform", "bernoulli", "schedule")
 LR_SCHEDULES = ("exponential", "cosine", "constant")
 
@@ -29,6 +28,30 @@ LR_SCHEDULES = ("exponential", "cosine", "constant")
 # client_threads gives the sequential path's numbers bit for bit (at one intra-op thread, and the
 # intra-op thread count is not hashed either).
 _NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb", "client_threads"})
+
+
+def dataset_names() -> tuple[str, ...]:
+    """The allowed ``Config.dataset`` values: :data:`fedlab.data.datasets.DATASETS` plus ``"custom"``."""
+    from fedlab.data.datasets import DATASETS as registered  # lazy: keeps ``import fedlab.config`` light
+
+    return (*registered, CUSTOM_DATASET)
+
+
+def partition_names() -> tuple[str, ...]:
+    """The allowed ``Config.partition`` values: the partitioner registry :data:`fedlab.data.partition.PARTITIONERS`."""
+    from fedlab.data.partition import PARTITIONERS
+
+    return PARTITIONERS
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # ``fedlab.config.DATASETS`` / ``PARTITIONS`` stay importable, derived from the data registries on
+    # first use (PEP 562) rather than copied here.
+    if name == "DATASETS":
+        return dataset_names()
+    if name == "PARTITIONS":
+        return partition_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigError(ValueError):
@@ -146,12 +169,12 @@ class Config:
                 raise bad(name, "True or False")
         if self.augment is not None and not isinstance(self.augment, bool):
             raise bad("augment", "None (the dataset's default), True or False")
-        if self.dataset not in DATASETS:
-            raise bad("dataset", ", ".join(DATASETS))
+        if self.dataset not in dataset_names():
+            raise bad("dataset", ", ".join(dataset_names()))
         if self.model not in MODELS:
             raise bad("model", ", ".join(MODELS))
-        if self.partition not in PARTITIONS:
-            raise bad("partition", ", ".join(PARTITIONS))
+        if self.partition not in partition_names():
+            raise bad("partition", ", ".join(partition_names()))
         if self.sampling not in SAMPLINGS:
             raise bad("sampling", ", ".join(SAMPLINGS))
         if self.lr_schedule not in LR_SCHEDULES:
