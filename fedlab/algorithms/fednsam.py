@@ -53,7 +53,6 @@ BatchNorm buffers; fedlab's models have none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -92,22 +91,27 @@ class FedNSAMParams(HParams):
             raise ValueError(f"momentum_overwrite_bug must be a bool (got {self.momentum_overwrite_bug!r})")
 
 
+class _GradEvals:
+    """``FedNSAM.grad_evals_per_step``: 2 on the class (the maximum over the variants, what the registry
+    lists), and on an instance its own variant's count (2 for "code": g at θ then at θ + ρ ĝ; 1 for
+    "paper": the ascent direction −m is free). Derived from the hyperparameters, never assigned."""
+
+    def __get__(self, obj: "FedNSAM | None", objtype: type | None = None) -> int:
+        return 2 if obj is None or obj.hp.variant == "code" else 1
+
+
 @register
 class FedNSAM(Algorithm):
     name = "fednsam"
     paper = "Liu et al., MM 2025 (arXiv 2602.23827)"
     hparams_cls = FedNSAMParams
-    grad_evals_per_step = 2  # maximum over the variants; instances report their own
+    grad_evals_per_step = _GradEvals()  # type: ignore[assignment]  # class: 2 (the maximum); instance: its variant's
     state_where = "server: θ, m"
     presets = {
         "code": {"variant": "code", "extrapolation": "round_start"},
         "paper": {"variant": "paper", "extrapolation": "round_start"},
         "official_repo": {"variant": "code", "extrapolation": "round_start", "momentum_overwrite_bug": True},
     }
-
-    def __init__(self, hparams: Any = None, **overrides: Any) -> None:
-        super().__init__(hparams, **overrides)
-        self.grad_evals_per_step = 2 if self.hp.variant == "code" else 1  # type: ignore[misc]
 
     @property
     def _every_step(self) -> bool:
