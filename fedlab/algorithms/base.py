@@ -218,22 +218,27 @@ class Algorithm:
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, hparams: HParams | Mapping[str, Any] | None = None, **overrides: Any) -> None:
+        self.hp = self.resolve_hparams(hparams, overrides)
+
+    @classmethod
+    def resolve_hparams(cls, hparams: HParams | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> HParams:
+        """The validated hyperparameters of ``cls(hparams, **overrides)``: a dict (with an optional
+        ``"preset"`` name, whose values the explicit ones override) or an :class:`HParams` instance."""
         if isinstance(hparams, HParams):
             if overrides:
                 hparams = dataclasses.replace(hparams, **overrides)
-                hparams.check_types(self.name)
+                hparams.check_types(cls.name)
                 hparams.validate()
-            self.hp = hparams
-        else:
-            values = dict(hparams or {})
-            values.update(overrides)
-            preset = values.pop("preset", None)
-            if preset is not None:
-                if preset not in self.presets:
-                    allowed = ", ".join(sorted(self.presets)) or "(none)"
-                    raise ValueError(f"preset '{preset}' unknown for '{self.name}'; allowed: {allowed}")
-                values = {**self.presets[preset], **values}
-            self.hp = self.hparams_cls.from_dict(values, algorithm=self.name)
+            return hparams
+        values = dict(hparams or {})
+        values.update(overrides)
+        preset = values.pop("preset", None)
+        if preset is not None:
+            if preset not in cls.presets:
+                allowed = ", ".join(sorted(cls.presets)) or "(none)"
+                raise ValueError(f"preset '{preset}' unknown for '{cls.name}'; allowed: {allowed}")
+            values = {**cls.presets[preset], **values}
+        return cls.hparams_cls.from_dict(values, algorithm=cls.name)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.hp})"
