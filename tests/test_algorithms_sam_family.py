@@ -559,6 +559,15 @@ def test_fedvssam_local_steps_have_gamma_l_squared_the_variance_of_their_sam_gra
     assert var_u[0.7] > var_u[0.4] > var_u[0.1]
 
 
+def test_fedlesam_has_one_class_per_declared_variant():
+    import typing
+
+    from fedlab.algorithms.fedlesam import _BY_VARIANT, FedLESAMParams
+
+    declared = typing.get_args(typing.get_type_hints(FedLESAMParams)["variant"])
+    assert set(declared) == set(_BY_VARIANT) and all(c.variant == v for v, c in _BY_VARIANT.items())
+
+
 @pytest.mark.parametrize("variant", ["paper", "last_global_update"])
 def test_fedlesam_variant_selects_its_own_class(variant):
     from fedlab.algorithms.fedlesam import FedLESAM

@@ -43,32 +43,25 @@ FedLESAM-S, preset ``readme``), ε = 1e-12, η_g = 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
 
-VARIANTS = ("paper", "last_global_update")
+Variant = Literal["paper", "last_global_update"]
 
 
 @dataclass(frozen=True)
 class FedLESAMParams(FedAvgParams):
-    rho: float = 0.01  # perturbation radius (issue #1: 0.01 as in the paper; README 0.5 for -S)
-    eps: float = 1e-12  # added to ‖θ_old − θ^t‖
-    variant: str = "paper"  # "paper" (per-client θ_old) or "last_global_update" (code's intent)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("rho", self.rho, 0.0)
-        check_range("eps", self.eps, 0.0)
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)} (got {self.variant!r})")
+    rho: float = hparam(0.01, lo=0)  # perturbation radius (issue #1: 0.01 as in the paper; README 0.5 for -S)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖θ_old − θ^t‖
+    variant: Variant = "paper"  # "paper" (per-client θ_old) or "last_global_update" (code's intent)
 
 
 @register
