@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import typing
 from typing import Any, NoReturn
 
 from fedlab.config import LR_SCHEDULES, SAMPLINGS, Config, ConfigError, dataset_names, help_text, partition_names
@@ -65,6 +66,17 @@ def _int_or_auto(text: str) -> int | str:
     return text if text == "auto" else int(text)
 
 
+_ARG_KINDS: dict[frozenset, Any] = {
+    # a Config field's annotation (without None) → how argparse reads the flag; str needs nothing
+    frozenset({bool}): bool, frozenset({int}): int, frozenset({float}): float, frozenset({int, str}): _int_or_auto,
+}
+
+
+def _types_of(hint: Any) -> frozenset:
+    """The types an annotation admits, None left out: ``int | None`` → {int}, ``int`` → {int}."""
+    return frozenset(typing.get_args(hint) or (hint,)) - {type(None)}
+
+
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
     out = {}
     for item in items:
@@ -80,6 +92,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False,
                        epilog=_exit_code_text())
     defaults = Config()
+    hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
         if f.name in ("algorithm_params", "partition_params"):
             continue
@@ -88,18 +101,11 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
         kwargs: dict[str, Any] = {"default": default, "help": _help(f.name)}
         if f.name in _CHOICES:
             kwargs["choices"] = _CHOICES[f.name]
-        if isinstance(default, bool) or f.name in ("augment",):
+        kind = _ARG_KINDS.get(_types_of(hints[f.name]))
+        if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif isinstance(default, int) and not isinstance(default, bool):
-            kwargs["type"] = int
-        elif isinstance(default, float):
-            kwargs["type"] = float
-        elif f.name in ("train_size", "test_size", "local_epochs", "eval_subsample", "classes_per_client"):
-            kwargs["type"] = int
-        elif f.name == "memory_budget_mb":
-            kwargs["type"] = float
-        if f.name == "parallel_clients":
-            kwargs["type"] = _int_or_auto
+        elif kind is not None:
+            kwargs["type"] = kind
         if f.name == "local_steps":  # unset = the default K, or epoch mode when --local-epochs is given
             kwargs.update(default=None, type=int)
         p.add_argument(flag, **kwargs)
