@@ -9,8 +9,8 @@ Errors: every fedlab error (an invalid value, a corrupted run file, a missing da
 cannot be used) is one line ``error: ...`` on stderr and the exit code in :data:`EXIT_CODES`; a
 Python traceback only with ``--debug``.
 
-Why ~440 lines: one parser and one handler per subcommand; deriving the ``run`` help from the Config
-fields (issue 13 item 4) will shrink it.
+Why ~400 lines: one parser and one handler per subcommand. The ``run`` help is derived from the Config
+fields' own descriptions (:func:`fedlab.config.help_text`).
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ import argparse
 import dataclasses
 import json
 import sys
+import typing
 from typing import Any, NoReturn
 
-from fedlab.config import DATASETS, LR_SCHEDULES, PARTITIONS, SAMPLINGS, Config, ConfigError
+from fedlab.config import LR_SCHEDULES, SAMPLINGS, Config, ConfigError, dataset_names, help_text, partition_names
 from fedlab.data.datasets import DatasetNotFoundError
 from fedlab.results import CheckpointError
 
@@ -38,52 +39,20 @@ _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (CheckpointError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6), (ImportError, 2))
 """fedlab's errors and their exit codes (an ImportError is a missing optional extra, named in its message)."""
 
-_HELP = {
-    "algorithm": "federated method (see `python -m fedlab algorithms`)",
-    "dataset": "dataset name",
-    "model": "model name (GroupNorm CNNs/ResNets)",
-    "train_size": "class-balanced subset of the training set (default: all)",
-    "test_size": "class-balanced subset of the test set (default: all)",
-    "as_cifar_shape": "pad 28x28 images to 32x32 and repeat channels (lenet5/ResNets on Fashion-MNIST)",
-    "augment": "force on-device augmentation on/off (default: the dataset's own: crop+flip for CIFAR)",
-    "crop_prob": "probability that a training sample is randomly cropped (FL-Simulator: 0.5)",
-    "crop_padding": "zero padding in pixels per side before the random crop",
-    "flip_prob": "probability of a horizontal flip of a training sample",
-    "partition": "how the training set is split among clients",
-    "alpha": "Dirichlet concentration (dirichlet: per class over clients; dirichlet_client: per-client class prior)",
-    "classes_per_client": "c for the pathological partition",
-    "shards_per_client": "shards per client for the shards partition",
-    "n_clients": "number of clients N",
-    "participation": "fraction of clients per round, in (0, 1]",
-    "sampling": "uniform = exactly m without replacement; bernoulli = FL-Simulator's; schedule = replay a file",
-    "schedule_path": "JSON list of per-round client-id lists (with --sampling schedule)",
-    "rounds": "communication rounds T",
-    "local_steps": f"local steps K per round (default {Config().local_steps}; leave it unset with --local-epochs)",
-    "local_epochs": "if given (without --local-steps), K_i = E*ceil(n_i/B) local steps (the reference codes' "
-                    "epoch mode)",
-    "batch_size": "local minibatch size B",
-    "lr": "initial local learning rate",
-    "lr_schedule": "per-round learning-rate schedule",
-    "lr_decay": "per-round decay factor for the exponential schedule",
-    "weight_decay": "L2 weight decay of the local SGD",
-    "clip_norm": "global-norm gradient clipping (0 or less = off)",
-    "eval_every": "evaluate the global model every this many rounds (and at the end)",
-    "eval_subsample": "evaluate on a fixed class-balanced subset of this many test samples",
-    "seed": "the one seed every generator is derived from",
-    "partition_seed": "seed of the partition alone (default: --seed); fix it to compare seeds on one split",
-    "device": "cpu, cuda, cuda:N or mps",
-    "parallel_clients": "clients trained together with torch.func.vmap (1 = sequential reference path, "
-                        "'auto' = chosen by a short measurement)",
-    "memory_budget_mb": "MiB a vmapped chunk may use when --parallel-clients auto (default: device-dependent)",
-    "client_threads": "CPU: train this many clients at once, one per thread with one intra-op thread each "
-                      "(bit-identical to the sequential path at one thread)",
-    "channels_last": "run convolutions in NHWC memory layout (faster kernels; same function, last-bit differences)",
-    "amp": "bf16 autocast of the local gradients (CUDA, or a CPU with native bf16); evaluation stays float32",
-    "checkpoint_every": "write a checkpoint every this many rounds",
-    "runs_dir": "where run directories live (default: <repo>/runs)",
-    "name": "label for plots and summaries",
+_CLI_NOTES = {
+    # what only the command line does differently; every field's description is Config's (help_text)
+    "local_steps": f"default {Config().local_steps}; leave it unset with --local-epochs",
+    "clip_norm": "on the command line 0 or less = off",
 }
-_CHOICES = {"dataset": DATASETS, "partition": PARTITIONS, "sampling": SAMPLINGS, "lr_schedule": LR_SCHEDULES}
+
+
+def _help(name: str) -> str:
+    note = _CLI_NOTES.get(name)
+    return help_text(name) + (f" ({note})" if note else "")
+
+
+_CHOICES = {"dataset": dataset_names(), "partition": partition_names(), "sampling": SAMPLINGS,
+            "lr_schedule": LR_SCHEDULES}
 
 
 def _parse_value(text: str) -> Any:
@@ -95,6 +64,17 @@ def _parse_value(text: str) -> Any:
 
 def _int_or_auto(text: str) -> int | str:
     return text if text == "auto" else int(text)
+
+
+_ARG_KINDS: dict[frozenset, Any] = {
+    # a Config field's annotation (without None) → how argparse reads the flag; str needs nothing
+    frozenset({bool}): bool, frozenset({int}): int, frozenset({float}): float, frozenset({int, str}): _int_or_auto,
+}
+
+
+def _types_of(hint: Any) -> frozenset:
+    """The types an annotation admits, None left out: ``int | None`` → {int}, ``int`` → {int}."""
+    return frozenset(typing.get_args(hint) or (hint,)) - {type(None)}
 
 
 def _key_values(items: list[str], flag: str) -> dict[str, Any]:
@@ -112,26 +92,20 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False,
                        epilog=_exit_code_text())
     defaults = Config()
+    hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
         if f.name in ("algorithm_params", "partition_params"):
             continue
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
-        kwargs: dict[str, Any] = {"default": default, "help": _HELP.get(f.name, f.name)}
+        kwargs: dict[str, Any] = {"default": default, "help": _help(f.name)}
         if f.name in _CHOICES:
             kwargs["choices"] = _CHOICES[f.name]
-        if isinstance(default, bool) or f.name in ("augment",):
+        kind = _ARG_KINDS.get(_types_of(hints[f.name]))
+        if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
-        elif isinstance(default, int) and not isinstance(default, bool):
-            kwargs["type"] = int
-        elif isinstance(default, float):
-            kwargs["type"] = float
-        elif f.name in ("train_size", "test_size", "local_epochs", "eval_subsample", "classes_per_client"):
-            kwargs["type"] = int
-        elif f.name == "memory_budget_mb":
-            kwargs["type"] = float
-        if f.name == "parallel_clients":
-            kwargs["type"] = _int_or_auto
+        elif kind is not None:
+            kwargs["type"] = kind
         if f.name == "local_steps":  # unset = the default K, or epoch mode when --local-epochs is given
             kwargs.update(default=None, type=int)
         p.add_argument(flag, **kwargs)
@@ -282,14 +256,14 @@ def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
                                           "(needs the [flower] extra)", allow_abbrev=False,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in _FLOWER_DEFAULTS.items():
-        kwargs: dict[str, Any] = {"default": default, "help": _HELP[name]}
+        kwargs: dict[str, Any] = {"default": default, "help": _help(name)}
         if name in _CHOICES:
             kwargs["choices"] = _CHOICES[name]
         if isinstance(default, (int, float)) and not isinstance(default, bool):
             kwargs["type"] = type(default)
         p.add_argument("--" + name.replace("_", "-"), **kwargs)
-    p.add_argument("--sampling", default="uniform", choices=SAMPLINGS, help=_HELP["sampling"])
-    p.add_argument("--schedule-path", default=None, help=_HELP["schedule_path"])
+    p.add_argument("--sampling", default="uniform", choices=SAMPLINGS, help=_help("sampling"))
+    p.add_argument("--schedule-path", default=None, help=_help("schedule_path"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="algorithm hyperparameter, repeatable (e.g. --param rho=0.05)")
     p.add_argument("--num-cpus", type=int, default=1, help="CPUs Ray may use")

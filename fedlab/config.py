@@ -18,9 +18,8 @@ from typing import Any
 
 from fedlab._version import __version__
 
-# fedlab.data's datasets, plus "custom": tensors the user hands to fedlab.run(cfg, dataset=...)
-DATASETS = ("fmnist", "cifar10", "cifar100", "digits", "synthetic", "custom")
-PARTITIONS = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
+CUSTOM_DATASET = "custom"
+"""The dataset name of tensors the user hands to ``fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))``."""
 SAMPLINGS = ("uniform", "bernoulli", "schedule")
 LR_SCHEDULES = ("exponential", "cosine", "constant")
 
@@ -29,6 +28,30 @@ LR_SCHEDULES = ("exponential", "cosine", "constant")
 # client_threads gives the sequential path's numbers bit for bit (at one intra-op thread, and the
 # intra-op thread count is not hashed either).
 _NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb", "client_threads"})
+
+
+def dataset_names() -> tuple[str, ...]:
+    """The allowed ``Config.dataset`` values: :data:`fedlab.data.datasets.DATASETS` plus ``"custom"``."""
+    from fedlab.data.datasets import DATASETS as registered  # lazy: keeps ``import fedlab.config`` light
+
+    return (*registered, CUSTOM_DATASET)
+
+
+def partition_names() -> tuple[str, ...]:
+    """The allowed ``Config.partition`` values: the partitioner registry :data:`fedlab.data.partition.PARTITIONERS`."""
+    from fedlab.data.partition import PARTITIONERS
+
+    return PARTITIONERS
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    # ``fedlab.config.DATASETS`` / ``PARTITIONS`` stay importable, derived from the data registries on
+    # first use (PEP 562) rather than copied here.
+    if name == "DATASETS":
+        return dataset_names()
+    if name == "PARTITIONS":
+        return partition_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigError(ValueError):
@@ -65,58 +88,88 @@ def check_device_available(device: str) -> None:
         raise ConfigError("device='mps' is not available on this machine; use device='cpu'")
 
 
+def _opt(default: Any, help: str) -> Any:
+    """A :class:`Config` field with its description in ``metadata["help"]`` (a callable default is a factory)."""
+    if callable(default):
+        return field(default_factory=default, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def help_text(name: str) -> str:
+    """The one-line description of :class:`Config` field ``name`` (declared with the field)."""
+    return _FIELDS[name].metadata["help"]
+
+
 @dataclass(frozen=True)
 class Config:
     """One federated experiment. Defaults: a laptop-sized Fashion-MNIST run (FL-Simulator's rules)."""
 
+    # Every field: a default and its one-line description, the single source of ``help_text`` (the CLI's
+    # ``--help``, the docs). ``_opt`` keeps each declaration on one line.
     # what is trained
-    algorithm: str = "fedavg"
-    algorithm_params: dict[str, Any] = field(default_factory=dict)  # hyperparameters (+ "preset")
-    dataset: str = "fmnist"  # "custom": your own tensors, fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))
-    model: str = "cnn"
-    train_size: int | None = None  # class-balanced subset of the training set (None = all)
-    test_size: int | None = None  # class-balanced subset of the test set (None = all)
-    validation_size: int | None = None  # hold out this many training samples and evaluate on them (tuning)
-    as_cifar_shape: bool = False  # pad 28×28 → 32×32 and repeat channels (lenet5/ResNets on FMNIST)
-    augment: bool | None = None  # None = the dataset's default (crop+flip for CIFAR)
-    crop_prob: float = 1.0  # probability that a sample is randomly cropped (FL-Simulator: 0.5)
-    crop_padding: int = 4  # zero padding (pixels per side) before the random crop
-    flip_prob: float = 0.5  # probability of a horizontal flip
+    algorithm: str = _opt("fedavg", "federated method (see `python -m fedlab algorithms`)")
+    algorithm_params: dict[str, Any] = _opt(dict, "hyperparameters of the method, name → value, plus an optional "
+                                            "\"preset\" (on the command line: --param rho=0.05)")
+    dataset: str = _opt("fmnist", "dataset name; \"custom\": your own tensors, "
+                        "fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))")
+    model: str = _opt("cnn", "model name (GroupNorm CNNs/ResNets)")
+    train_size: int | None = _opt(None, "class-balanced subset of the training set (None = all)")
+    test_size: int | None = _opt(None, "class-balanced subset of the test set (None = all)")
+    validation_size: int | None = _opt(None, "hold out this many training samples and evaluate on them "
+                                       "(tuning; None = evaluate on the test set)")
+    as_cifar_shape: bool = _opt(False, "pad 28×28 images to 32×32 and repeat channels (lenet5/ResNets on "
+                                "Fashion-MNIST)")
+    augment: bool | None = _opt(None, "on-device augmentation on/off (None = the dataset's default: crop+flip "
+                                "for CIFAR)")
+    crop_prob: float = _opt(1.0, "probability that a training sample is randomly cropped (FL-Simulator: 0.5)")
+    crop_padding: int = _opt(4, "zero padding in pixels per side before the random crop")
+    flip_prob: float = _opt(0.5, "probability of a horizontal flip of a training sample")
     # how data is split
-    partition: str = "dirichlet"
-    alpha: float | None = 0.1  # Dirichlet concentration (see fedlab.data.partition for its meaning)
-    classes_per_client: int | None = None  # pathological c
-    shards_per_client: int = 2
-    partition_params: dict[str, Any] = field(default_factory=dict)  # min_size, balance_cap, ...
-    n_clients: int = 100
+    partition: str = _opt("dirichlet", "how the training set is split among clients (fedlab.data.partition)")
+    alpha: float | None = _opt(0.1, "Dirichlet concentration (dirichlet: per class over clients; "
+                               "dirichlet_client: per-client class prior; see fedlab.data.partition)")
+    classes_per_client: int | None = _opt(None, "c for the pathological partition")
+    shards_per_client: int = _opt(2, "shards per client for the shards partition")
+    partition_params: dict[str, Any] = _opt(dict, "partitioner options, name → value: min_size, balance_cap, "
+                                            "concentration, reuse_on_exhaustion, path")
+    n_clients: int = _opt(100, "number of clients N")
     # who takes part
-    participation: float = 0.1  # fraction of clients per round (m = round(p·N) for "uniform")
-    sampling: str = "uniform"  # uniform: exactly m without replacement; bernoulli: FL-Simulator's
-    schedule_path: str | None = None  # JSON list of per-round client-id lists (sampling="schedule")
+    participation: float = _opt(0.1, "fraction of clients per round, in (0, 1] (m = round(p·N) for uniform)")
+    sampling: str = _opt("uniform", "uniform = exactly m without replacement; bernoulli = FL-Simulator's; "
+                         "schedule = replay a file")
+    schedule_path: str | None = _opt(None, "JSON list of per-round client-id lists (sampling schedule)")
     # local work
-    rounds: int = 50
-    local_steps: int | None = 10  # K fixed local steps; None with local_epochs set (epoch mode)
-    local_epochs: int | None = None  # E: K_i = E·⌈n_i/B⌉ (the reference codes' epoch mode); needs local_steps=None
-    batch_size: int = 32
-    lr: float = 0.1
-    lr_schedule: str = "exponential"
-    lr_decay: float = 0.998  # per round, for "exponential" (FL-Simulator)
-    weight_decay: float = 1e-3
-    clip_norm: float | None = 10.0
+    rounds: int = _opt(50, "communication rounds T")
+    local_steps: int | None = _opt(10, "local steps K per round; None with local_epochs set (epoch mode)")
+    local_epochs: int | None = _opt(None, "E: K_i = E·⌈n_i/B⌉ local steps (the reference codes' epoch mode); "
+                                    "needs local_steps unset")
+    batch_size: int = _opt(32, "local minibatch size B")
+    lr: float = _opt(0.1, "initial local learning rate")
+    lr_schedule: str = _opt("exponential", "per-round learning-rate schedule")
+    lr_decay: float = _opt(0.998, "per-round decay factor of the exponential schedule (FL-Simulator)")
+    weight_decay: float = _opt(1e-3, "L2 weight decay of the local SGD")
+    clip_norm: float | None = _opt(10.0, "global-norm gradient clipping (None = off)")
     # measurement and execution
-    eval_every: int = 1
-    eval_subsample: int | None = None  # evaluate on a fixed class-balanced subset of the test set
-    seed: int = 0
-    partition_seed: int | None = None  # seed of the partition alone (None: `seed`); fix it to compare seeds on one split
-    device: str = "cpu"
-    parallel_clients: int | str = 1  # clients vmapped together (1 = sequential; "auto" = measured)
-    memory_budget_mb: float | None = None  # MiB a vmapped chunk may use ("auto"; None = device default)
-    client_threads: int = 1  # CPU: clients trained concurrently, one per thread (fedlab.engine.threads)
-    amp: bool = False  # bf16 autocast of the local gradients (CUDA; CPUs with native bf16, e.g. AVX512-BF16/AMX)
-    channels_last: bool = False  # run convolutions in NHWC layout (faster kernels; last-bit differences)
-    checkpoint_every: int = 10
-    runs_dir: str | None = None  # default <repo>/runs
-    name: str | None = None  # a label for plots; not hashed
+    eval_every: int = _opt(1, "evaluate the global model every this many rounds (and at the end)")
+    eval_subsample: int | None = _opt(None, "evaluate on a fixed class-balanced subset of this many test "
+                                      "samples (None = all)")
+    seed: int = _opt(0, "the one seed every generator is derived from")
+    partition_seed: int | None = _opt(None, "seed of the partition alone (None = seed); fix it to compare "
+                                      "seeds on one split")
+    device: str = _opt("cpu", "cpu, cuda, cuda:N or mps")
+    parallel_clients: int | str = _opt(1, "clients trained together with torch.func.vmap (1 = sequential "
+                                       "reference path, 'auto' = chosen by a short measurement)")
+    memory_budget_mb: float | None = _opt(None, "MiB a vmapped chunk may use with parallel_clients 'auto' "
+                                          "(None = device-dependent)")
+    client_threads: int = _opt(1, "CPU: train this many clients at once, one per thread with one intra-op "
+                               "thread each (bit-identical to the sequential path at one thread)")
+    amp: bool = _opt(False, "bf16 autocast of the local gradients (CUDA, or a CPU with native bf16, e.g. "
+                     "AVX512-BF16/AMX); evaluation stays float32")
+    channels_last: bool = _opt(False, "run convolutions in NHWC memory layout (faster kernels; same function, "
+                               "last-bit differences)")
+    checkpoint_every: int = _opt(10, "write a checkpoint every this many rounds")
+    runs_dir: str | None = _opt(None, "where run directories live (None = <repo>/runs)")
+    name: str | None = _opt(None, "label for plots and summaries (not hashed)")
 
     def __post_init__(self) -> None:
         self.validate()
@@ -146,12 +199,12 @@ class Config:
                 raise bad(name, "True or False")
         if self.augment is not None and not isinstance(self.augment, bool):
             raise bad("augment", "None (the dataset's default), True or False")
-        if self.dataset not in DATASETS:
-            raise bad("dataset", ", ".join(DATASETS))
+        if self.dataset not in dataset_names():
+            raise bad("dataset", ", ".join(dataset_names()))
         if self.model not in MODELS:
             raise bad("model", ", ".join(MODELS))
-        if self.partition not in PARTITIONS:
-            raise bad("partition", ", ".join(PARTITIONS))
+        if self.partition not in partition_names():
+            raise bad("partition", ", ".join(partition_names()))
         if self.sampling not in SAMPLINGS:
             raise bad("sampling", ", ".join(SAMPLINGS))
         if self.lr_schedule not in LR_SCHEDULES:
@@ -281,3 +334,6 @@ class Config:
     def clients_per_round(self) -> int:
         """m for uniform sampling: round(p·N), at least 1."""
         return max(1, round(self.participation * self.n_clients))
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}

@@ -557,3 +557,24 @@ def test_fedvssam_local_steps_have_gamma_l_squared_the_variance_of_their_sam_gra
         torch.testing.assert_close(no_lu, g_tilde, rtol=1e-9, atol=1e-12)
         assert var_u[gl] < 2 * gl**2 * var_sam  # suppressed relative to FedSAM's steps
     assert var_u[0.7] > var_u[0.4] > var_u[0.1]
+
+
+def test_fedlesam_has_one_class_per_declared_variant():
+    import typing
+
+    from fedlab.algorithms.fedlesam import _BY_VARIANT, FedLESAMParams
+
+    declared = typing.get_args(typing.get_type_hints(FedLESAMParams)["variant"])
+    assert set(declared) == set(_BY_VARIANT) and all(c.variant == v for v, c in _BY_VARIANT.items())
+
+
+@pytest.mark.parametrize("variant", ["paper", "last_global_update"])
+def test_fedlesam_variant_selects_its_own_class(variant):
+    from fedlab.algorithms.fedlesam import FedLESAM
+
+    alg = get_algorithm("fedlesam", variant=variant)
+    assert isinstance(alg, FedLESAM) and type(alg) is not FedLESAM and type(alg).variant == variant
+    assert type(FedLESAM(variant=variant)) is type(alg)  # the class itself dispatches like the registry
+    other = "paper" if variant == "last_global_update" else "last_global_update"
+    with pytest.raises(ValueError, match="variant"):
+        type(alg)(variant=other)  # a variant class refuses the other variant's hyperparameters

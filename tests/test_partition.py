@@ -22,6 +22,7 @@ from fedlab.data.partition import (
     from_file,
     iid,
     make_partition,
+    natural,
     pathological,
     shards,
 )
@@ -331,9 +332,10 @@ def test_allow_empty_clients(tmp_path: Path) -> None:
 
 
 Y500 = np.arange(500) % 10
+DRAWN_SCHEMES = [s for s in PARTITIONERS if s not in ("file", "natural")]  # drawn from labels and a seed
 
 
-@pytest.mark.parametrize("scheme", [s for s in PARTITIONERS if s != "file"])
+@pytest.mark.parametrize("scheme", DRAWN_SCHEMES)
 @pytest.mark.parametrize("n_clients, match", [
     (0, "n_clients must be >= 1"),
     (-3, "n_clients must be >= 1"),
@@ -351,7 +353,7 @@ def test_bad_n_clients(scheme: str, n_clients: object, match: str) -> None:
     (np.array([0, 1, -1, 2]), "labels must be >= 0"),
     (np.array([], dtype=int), "labels must be non-empty"),
 ])
-@pytest.mark.parametrize("scheme", [s for s in PARTITIONERS if s != "file"])
+@pytest.mark.parametrize("scheme", DRAWN_SCHEMES)
 def test_bad_labels(scheme: str, labels: np.ndarray, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make_partition(scheme, labels, 2, seed=0, alpha=1.0, classes_per_client=1)
@@ -465,3 +467,27 @@ def test_partition_seed_fixes_the_split_across_training_seeds():
     assert split(seed=0) != split(seed=1)
     with pytest.raises(ConfigError, match="partition_seed"):
         base.replace(partition_seed=-1)
+
+
+# ---------------------------------------------------------------------------- natural
+
+
+def test_natural_keeps_the_datasets_clients_as_given() -> None:
+    own = [np.array([4, 0, 2]), np.array([1]), np.array([3, 5])]
+    part = make_partition("natural", np.array([0, 1, 0, 1, 2, 2]), 3, seed=7, natural_clients=own)
+    assert part.scheme == "natural" and part.n_classes == 3 and part.params == {}
+    assert [c.tolist() for c in part.client_indices] == [[4, 0, 2], [1], [3, 5]]
+    again = make_partition("natural", np.array([0, 1, 0, 1, 2, 2]), 3, seed=8, natural_clients=own)
+    assert again.fingerprint == part.fingerprint  # no randomness: the seed is not used
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: natural(Y500, None, 5), "this dataset has no natural clients"),
+    (lambda: make_partition("natural", Y500, 5, seed=0), "this dataset has no natural clients"),
+    (lambda: natural(Y500, [np.arange(3), np.arange(3, 9)], 5), "n_clients=5 must equal the dataset's 2 natural"),
+    (lambda: natural(Y500, [np.arange(3)], 0), "n_clients must be >= 1"),
+    (lambda: natural(Y500, [np.array([500])], 1), "out of range for 500 labels"),
+])
+def test_natural_bad_input(call, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()

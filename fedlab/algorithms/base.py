@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -136,8 +138,80 @@ def stacked_mean(uploads: State, key: str) -> Tensor:
 
 
 @dataclass(frozen=True)
+class Interval:
+    """The allowed values of a numeric hyperparameter: a finite number in [lo, hi] (``None``: unbounded
+    on that side; ``lo_open``/``hi_open`` exclude the bound). ``str()`` gives the usual notation."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        ok = math.isfinite(value)
+        if self.lo is not None:
+            ok = ok and (value > self.lo if self.lo_open else value >= self.lo)
+        if self.hi is not None:
+            ok = ok and (value < self.hi if self.hi_open else value <= self.hi)
+        return ok
+
+    def __str__(self) -> str:
+        left = "(-inf" if self.lo is None else f"{'(' if self.lo_open else '['}{self.lo:g}"
+        right = "inf)" if self.hi is None else f"{self.hi:g}{')' if self.hi_open else ']'}"
+        return f"{left}, {right}"
+
+
+def hparam(default: Any, *, lo: float | None = None, hi: float | None = None,
+           lo_open: bool = False, hi_open: bool = False) -> Any:
+    """A numeric :class:`HParams` field with its allowed :class:`Interval`, checked by :meth:`HParams.check_fields`.
+
+    ``rho: float = hparam(0.1, lo=0)`` reads "ρ ∈ [0, ∞), default 0.1"; ``hparam(0.85, lo=0, hi=1,
+    hi_open=True)`` is [0, 1). The interval lives in the field's metadata (``"interval"``).
+    """
+    return dataclasses.field(default=default, metadata={"interval": Interval(lo, hi, lo_open, hi_open)})
+
+
+_KINDS: dict[Any, tuple[str, Callable[[Any], bool]]] = {
+    # bool is an int subclass, but rho=True or window=True is a mistake, never 1
+    float: ("a number (not a bool)", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    int: ("an integer (not a bool)", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    bool: ("True or False", lambda v: isinstance(v, bool)),
+    str: ("a string", lambda v: isinstance(v, str)),
+}
+
+
+def _admits(hint: Any, value: Any) -> tuple[bool, str]:
+    """Whether ``value`` has the annotated type ``hint``, and the allowed values in words.
+
+    Understood: ``float``, ``int``, ``bool``, ``str``, ``Literal[...]`` and ``X | None``.
+    """
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        (inner,) = [a for a in args if a is not type(None)]  # one type, optionally with None
+        if value is None and type(None) in args:
+            return True, ""
+        ok, allowed = _admits(inner, value)
+        return ok, f"{allowed} or None"
+    if typing.get_origin(hint) is typing.Literal:
+        choices = typing.get_args(hint)
+        # type(value) is type(c): True must not pass for a Literal[1], nor 1 for Literal[True]
+        ok = any(value == c and type(value) is type(c) for c in choices)
+        return ok, "one of " + ", ".join(repr(c) for c in choices)
+    if hint not in _KINDS:
+        raise TypeError(f"hyperparameter annotation {hint!r} is not one of float, int, bool, str, Literal[...], X | None")
+    allowed, ok = _KINDS[hint]
+    return ok(value), allowed
+
+
+@dataclass(frozen=True)
 class HParams:
-    """Base class of every algorithm's hyperparameter dataclass."""
+    """Base class of every algorithm's hyperparameter dataclass.
+
+    Each field is checked from its declaration alone (:meth:`check_fields`): its annotation (``float``,
+    ``int``, ``bool``, ``str``, ``Literal["a", "b"]``, ``X | None``) and, for numbers, the
+    :class:`Interval` given with :func:`hparam`. A subclass overrides :meth:`validate` only for what a
+    single field cannot say (a bound that depends on another field).
+    """
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], *, algorithm: str = "") -> "HParams":
@@ -149,38 +223,37 @@ class HParams:
                 f"algorithm_params: unknown hyperparameter(s) {unknown} for '{algorithm}'; allowed: {allowed}"
             )
         hp = cls(**dict(values))
-        hp.check_types(algorithm)
-        hp.validate()
+        hp.check(algorithm)
         return hp
 
-    def check_types(self, algorithm: str = "") -> None:
-        """Raise ValueError naming the field when a value does not have its declared type.
+    def check(self, algorithm: str = "") -> None:
+        """:meth:`check_fields`, then :meth:`validate` (its message prefixed with the algorithm's name)."""
+        self.check_fields(algorithm)
+        try:
+            self.validate()
+        except ValueError as err:
+            raise ValueError(f"algorithm_params for '{algorithm}': {err}") from None
 
-        Read from each field's annotation (``float``, ``int``, ``bool``, ``str``, ``X | None``):
-        a float field takes any real number but not a bool (``rho=True`` is a mistake, not 1.0), an
-        int field an integer but not a bool, a bool field only ``True``/``False``. This runs before
-        :meth:`validate`, whose range checks may then assume numbers.
+    def check_fields(self, algorithm: str = "") -> None:
+        """Raise ValueError naming the algorithm, the field, the value and what is allowed when a value
+        does not have its declared type (a float field takes any real number but not a bool, a
+        ``Literal`` field one of its strings) or lies outside its :class:`Interval` (finite numbers only).
+        Runs before :meth:`validate`, which may then assume well-typed values.
         """
-        kinds = (("float", "a number (not a bool)", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
-                 ("int", "an integer (not a bool)", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-                 ("bool", "True or False", lambda v: isinstance(v, bool)),
-                 ("str", "a string", lambda v: isinstance(v, str)))
+        hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
-            text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            declared = {part.strip() for part in text.split("|")}
             value = getattr(self, f.name)
-            if value is None and "None" in declared:
-                continue
-            for kind, allowed, ok in kinds:
-                if kind in declared:
-                    if not ok(value):
-                        extra = " or None" if "None" in declared else ""
-                        raise ValueError(f"algorithm_params: {f.name}={value!r} for '{algorithm}' is invalid; "
-                                         f"allowed: {allowed}{extra}")
-                    break
+            ok, allowed = _admits(hints[f.name], value)
+            interval = f.metadata.get("interval")
+            if interval is not None:
+                ok = ok and (value is None or value in interval)
+                allowed = allowed.replace("(not a bool)", f"(not a bool) in {interval}", 1)
+            if not ok:
+                raise ValueError(f"algorithm_params: {f.name}={value!r} for '{algorithm}' is invalid; "
+                                 f"allowed: {allowed}")
 
     def validate(self) -> None:
-        """Raise ValueError naming the field when a value is out of range (override per method)."""
+        """Raise ValueError naming the field when fields are inconsistent with each other (override per method)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -188,18 +261,13 @@ class HParams:
 
 def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None,
                 *, lo_open: bool = False, hi_open: bool = False) -> None:
-    """Raise ``ValueError("name must be in ... (got v)")`` if value lies outside the interval."""
-    ok = math.isfinite(value)
-    if lo is not None:
-        ok = ok and (value > lo if lo_open else value >= lo)
-    if hi is not None:
-        ok = ok and (value < hi if hi_open else value <= hi)
-    if not ok:
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
-        raise ValueError(f"{name} must be in {left}{lo_s}, {hi_s}{right} (got {value!r})")
+    """Raise ``ValueError("name must be in ... (got v)")`` if value lies outside the interval.
+
+    For bounds that depend on another field (in :meth:`HParams.validate`); a fixed bound belongs on the
+    field (:func:`hparam`)."""
+    interval = Interval(lo, hi, lo_open, hi_open)
+    if value not in interval:
+        raise ValueError(f"{name} must be in {interval} (got {value!r})")
 
 
 class Algorithm:
@@ -218,22 +286,26 @@ class Algorithm:
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, hparams: HParams | Mapping[str, Any] | None = None, **overrides: Any) -> None:
+        self.hp = self.resolve_hparams(hparams, overrides)
+
+    @classmethod
+    def resolve_hparams(cls, hparams: HParams | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> HParams:
+        """The validated hyperparameters of ``cls(hparams, **overrides)``: a dict (with an optional
+        ``"preset"`` name, whose values the explicit ones override) or an :class:`HParams` instance."""
         if isinstance(hparams, HParams):
             if overrides:
                 hparams = dataclasses.replace(hparams, **overrides)
-                hparams.check_types(self.name)
-                hparams.validate()
-            self.hp = hparams
-        else:
-            values = dict(hparams or {})
-            values.update(overrides)
-            preset = values.pop("preset", None)
-            if preset is not None:
-                if preset not in self.presets:
-                    allowed = ", ".join(sorted(self.presets)) or "(none)"
-                    raise ValueError(f"preset '{preset}' unknown for '{self.name}'; allowed: {allowed}")
-                values = {**self.presets[preset], **values}
-            self.hp = self.hparams_cls.from_dict(values, algorithm=self.name)
+                hparams.check(cls.name)
+            return hparams
+        values = dict(hparams or {})
+        values.update(overrides)
+        preset = values.pop("preset", None)
+        if preset is not None:
+            if preset not in cls.presets:
+                allowed = ", ".join(sorted(cls.presets)) or "(none)"
+                raise ValueError(f"preset '{preset}' unknown for '{cls.name}'; allowed: {allowed}")
+            values = {**cls.presets[preset], **values}
+        return cls.hparams_cls.from_dict(values, algorithm=cls.name)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.hp})"

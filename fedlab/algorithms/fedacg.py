@@ -36,19 +36,15 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
-    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+    Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
 from fedlab.models.functional import Batch, GradFn
 
 
 @dataclass(frozen=True)
 class FedACGParams(HParams):
-    lam: float = 0.85  # λ, server momentum and look-ahead coefficient (FedACG `server.momentum`)
-    beta: float = 1e-3  # β, weight of Σ(θ − θ̃)² in the local loss (FedACG `prox_loss.weight`)
-
-    def validate(self) -> None:
-        check_range("lam", self.lam, 0.0, 1.0, hi_open=True)
-        check_range("beta", self.beta, 0.0)
+    lam: float = hparam(0.85, lo=0, hi=1, hi_open=True)  # λ, server momentum and look-ahead coefficient (FedACG `server.momentum`)
+    beta: float = hparam(1e-3, lo=0)  # β, weight of Σ(θ − θ̃)² in the local loss (FedACG `prox_loss.weight`)
 
 
 @register

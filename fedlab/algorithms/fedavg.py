@@ -12,17 +12,14 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
-    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+    Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
 from fedlab.models.functional import Batch, GradFn
 
 
 @dataclass(frozen=True)
 class FedAvgParams(HParams):
-    server_lr: float = 1.0  # η_g; 1 = plain averaging of client models
-
-    def validate(self) -> None:
-        check_range("server_lr", self.server_lr, 0.0, lo_open=True)
+    server_lr: float = hparam(1.0, lo=0, lo_open=True)  # η_g; 1 = plain averaging of client models
 
 
 @register

@@ -37,17 +37,14 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
-    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+    Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
 from fedlab.models.functional import Batch, GradFn
 
 
 @dataclass(frozen=True)
 class FedDynParams(HParams):
-    lam: float = 0.1  # λ, dynamic-regulariser weight (FL-Simulator `--lamb` default; README also 0.01)
-
-    def validate(self) -> None:
-        check_range("lam", self.lam, 0.0)
+    lam: float = hparam(0.1, lo=0)  # λ, dynamic-regulariser weight (FL-Simulator `--lamb` default; README also 0.01)
 
 
 @register

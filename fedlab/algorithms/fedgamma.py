@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import check_range
+from fedlab.algorithms.base import hparam
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.algorithms.scaffold import Scaffold, ScaffoldParams
 from fedlab.models.functional import Batch, GradFn
@@ -37,16 +37,9 @@ from fedlab.models.functional import Batch, GradFn
 
 @dataclass(frozen=True)
 class FedGammaParams(ScaffoldParams):
-    rho: float = 0.01  # SAM radius ρ (FL-Simulator README for FedGamma)
-    eps: float = 1e-12  # added to ‖v‖ (FL-Sim ESAM 1e-7; fedlab's FedSAM default 1e-12)
+    rho: float = hparam(0.01, lo=0)  # SAM radius ρ (FL-Simulator README for FedGamma)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖v‖ (FL-Sim ESAM 1e-7; fedlab's FedSAM default 1e-12)
     perturb_with_correction: bool = False  # True: ascent along g + (c − c_i); False: along g (reference code)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("rho", self.rho, 0.0)
-        check_range("eps", self.eps, 0.0)
-        if not isinstance(self.perturb_with_correction, bool):
-            raise ValueError(f"perturb_with_correction must be a bool (got {self.perturb_with_correction!r})")
 
 
 @register

@@ -33,72 +33,64 @@ the "norm" is a sum of |scalars|; the released perturbation is meaningless. (2) 
 uses the same last global update for every client instead of each client's θ_old,i (the paper).
 (3) The repo does not import (server/__init__ imports missing modules).
 
+Code layout: the two variants are two algorithms (:class:`FedLESAMPaper`, :class:`FedLESAMLastGlobalUpdate`)
+sharing :class:`FedLESAM`'s local step; ``get_algorithm("fedlesam", {"variant": ...})`` (and ``FedLESAM(...)``)
+builds the one the ``variant`` hyperparameter names.
+
 Defaults: ρ = 0.01 (the value issue #1 reports "as in the paper"; the README uses ρ = 0.5 for
 FedLESAM-S, preset ``readme``), ε = 1e-12, η_g = 1.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
 
-VARIANTS = ("paper", "last_global_update")
+Variant = Literal["paper", "last_global_update"]
 
 
 @dataclass(frozen=True)
 class FedLESAMParams(FedAvgParams):
-    rho: float = 0.01  # perturbation radius (issue #1: 0.01 as in the paper; README 0.5 for -S)
-    eps: float = 1e-12  # added to ‖θ_old − θ^t‖
-    variant: str = "paper"  # "paper" (per-client θ_old) or "last_global_update" (code's intent)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("rho", self.rho, 0.0)
-        check_range("eps", self.eps, 0.0)
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)} (got {self.variant!r})")
+    rho: float = hparam(0.01, lo=0)  # perturbation radius (issue #1: 0.01 as in the paper; README 0.5 for -S)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖θ_old − θ^t‖
+    variant: Variant = "paper"  # "paper" (per-client θ_old) or "last_global_update" (code's intent)
 
 
 @register
 class FedLESAM(FedAvg):
+    """What both variants share: SAM at θ + ρ d/‖d‖ along a direction d that costs no gradient, FedAvg's
+    upload and server. Constructing ``FedLESAM`` builds the subclass of ``hp.variant``."""
+
     name = "fedlesam"
     paper = "Fan et al., ICML 2024"
     hparams_cls = FedLESAMParams
     grad_evals_per_step = 1
     state_where = "server: θ; client: θ_old,i, seen_i"
     presets = {"readme": {"rho": 0.5}}
+    variant: ClassVar[str] = ""
 
-    @property
-    def _paper(self) -> bool:
-        return self.hp.variant == "paper"
+    def __new__(cls, hparams: Any = None, **overrides: Any) -> "FedLESAM":
+        if cls is FedLESAM:  # the registry's entry: dispatch on the variant hyperparameter
+            cls = _BY_VARIANT[cls.resolve_hparams(hparams, overrides).variant]
+        return super().__new__(cls)
 
-    def server_init(self, theta0: Tensor) -> State:
-        if self._paper:
-            return {"theta": theta0.clone()}
-        return {"theta": theta0.clone(), "last_update": torch.zeros_like(theta0)}
-
-    def client_init(self, theta0: Tensor) -> State:
-        if not self._paper:
-            return {}
-        return {"theta_old": torch.zeros_like(theta0), "seen": torch.zeros((), dtype=theta0.dtype)}
-
-    def broadcast(self, server: State, info: RoundInfo) -> State:
-        if self._paper:
-            return {"theta": server["theta"]}
-        return {"theta": server["theta"], "last_update": server["last_update"]}
+    def __init__(self, hparams: Any = None, **overrides: Any) -> None:
+        super().__init__(hparams, **overrides)
+        if self.hp.variant != self.variant:
+            raise ValueError(f"algorithm_params: variant={self.hp.variant!r} for '{self.name}' does not fit "
+                             f"{type(self).__name__} (variant={self.variant!r}); build FedLESAM(...) to choose by variant")
 
     def perturbation_direction(self, cstate: State, msg: State) -> Tensor:
-        """The (unnormalised) ascent direction: seen_i·(θ_old,i − θ^t), or −Δ^{t−1}."""
-        if self._paper:
-            return cstate["seen"] * (cstate["theta_old"] - msg["theta"])
-        return -msg["last_update"]
+        """The (unnormalised) ascent direction d of this variant."""
+        raise NotImplementedError
 
     def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
                    step: StepInfo) -> tuple[Tensor, State, Tensor]:
@@ -106,15 +98,42 @@ class FedLESAM(FedAvg):
         g_sam, loss = sam_gradient(theta, direction, self.hp.rho, batch, grad_fn, self.hp.eps)
         return descend(theta, g_sam, step), cstate, loss
 
+
+class FedLESAMPaper(FedLESAM):
+    """The paper's rule: d = seen_i·(θ_old,i − θ^t), the client's own last received model, kept on the client."""
+
+    variant = "paper"
+
+    def client_init(self, theta0: Tensor) -> State:
+        return {"theta_old": torch.zeros_like(theta0), "seen": torch.zeros((), dtype=theta0.dtype)}
+
+    def perturbation_direction(self, cstate: State, msg: State) -> Tensor:
+        return cstate["seen"] * (cstate["theta_old"] - msg["theta"])
+
     def upload(self, theta0: Tensor, thetaK: Tensor, cstate: State, msg: State, info: RoundInfo,
                K: int) -> tuple[State, State]:
-        up = {"delta": thetaK - theta0}
-        if not self._paper:
-            return up, cstate
-        return up, {"theta_old": msg["theta"].clone(), "seen": torch.ones_like(cstate["seen"])}
+        return {"delta": thetaK - theta0}, {"theta_old": msg["theta"].clone(), "seen": torch.ones_like(cstate["seen"])}
+
+
+class FedLESAMLastGlobalUpdate(FedLESAM):
+    """The released code's intent: d = −Δ^{t−1}, the server's last global update, broadcast to every client."""
+
+    variant = "last_global_update"
+    state_where = "server: θ, Δ^{t−1}"
+
+    def server_init(self, theta0: Tensor) -> State:
+        return {"theta": theta0.clone(), "last_update": torch.zeros_like(theta0)}
+
+    def broadcast(self, server: State, info: RoundInfo) -> State:
+        return {"theta": server["theta"], "last_update": server["last_update"]}
+
+    def perturbation_direction(self, cstate: State, msg: State) -> Tensor:
+        return -msg["last_update"]
 
     def aggregate(self, server: State, uploads: State, info: RoundInfo) -> State:
         new = super().aggregate(server, uploads, info)
-        if not self._paper:
-            new["last_update"] = new["theta"] - server["theta"]
+        new["last_update"] = new["theta"] - server["theta"]
         return new
+
+
+_BY_VARIANT: dict[str, type[FedLESAM]] = {cls.variant: cls for cls in (FedLESAMPaper, FedLESAMLastGlobalUpdate)}

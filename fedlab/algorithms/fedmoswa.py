@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend, stacked_mean
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam, stacked_mean
 from fedlab.algorithms.fedswa import FedSWA, FedSWAParams, swa_learning_rate_sum
 from fedlab.algorithms.scaffold import ControlVariates
 from fedlab.models.functional import Batch, GradFn
@@ -57,16 +57,9 @@ from fedlab.models.functional import Batch, GradFn
 
 @dataclass(frozen=True)
 class FedMoSWAParams(FedSWAParams):
-    gamma: float = 0.2  # momentum of the global control variate (paper ablation: 0.2 best)
+    gamma: float = hparam(0.2, lo=0, hi=1, lo_open=True)  # momentum of the global control variate (paper ablation: 0.2 best)
     clip_correction: bool = False  # True: clip(g + c − c_i) (FL-Sim SCAFFOLD) instead of clip(g) + c − c_i
     c_first_round_mean: bool = False  # True: c^1 = mean c_i⁺ (both code versions), else the EMA from 0
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("gamma", self.gamma, 0.0, 1.0, lo_open=True)
-        for field in ("clip_correction", "c_first_round_mean"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"{field} must be a bool (got {getattr(self, field)!r})")
 
 
 @register

@@ -53,43 +53,39 @@ BatchNorm buffers; fedlab's models have none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
-    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+    Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
 
-VARIANTS = ("code", "paper")
-EXTRAPOLATIONS = ("round_start", "every_step")
+Variant = Literal["code", "paper"]
+Extrapolation = Literal["round_start", "every_step"]
 
 
 @dataclass(frozen=True)
 class FedNSAMParams(HParams):
-    rho: float = 0.05  # SAM radius (hard-coded 0.05 in the official client)
-    gamma: float = 0.85  # global momentum / extrapolation coefficient (hard-coded 0.85)
-    eps: float = 1e-12  # added to the norm of the perturbation direction
-    variant: str = "code"  # "code": local-gradient SAM; "paper": perturb along −m (1 grad/step)
-    extrapolation: str = "round_start"  # "round_start" (code) or "every_step" (look-ahead gradients)
+    rho: float = hparam(0.05, lo=0)  # SAM radius (hard-coded 0.05 in the official client)
+    gamma: float = hparam(0.85, lo=0, hi=1, hi_open=True)  # global momentum / extrapolation coefficient (hard-coded 0.85)
+    eps: float = hparam(1e-12, lo=0)  # added to the norm of the perturbation direction
+    variant: Variant = "code"  # "code": local-gradient SAM; "paper": perturb along −m (1 grad/step)
+    extrapolation: Extrapolation = "round_start"  # "round_start" (code) or "every_step" (look-ahead gradients)
     momentum_overwrite_bug: bool = False  # True: official repo's m ← (1+γ)Δ̄ (no accumulation)
 
-    def validate(self) -> None:
-        check_range("rho", self.rho, 0.0)
-        check_range("gamma", self.gamma, 0.0, 1.0, hi_open=True)
-        check_range("eps", self.eps, 0.0)
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)} (got {self.variant!r})")
-        if self.extrapolation not in EXTRAPOLATIONS:
-            raise ValueError(
-                f"extrapolation must be one of {', '.join(EXTRAPOLATIONS)} (got {self.extrapolation!r})"
-            )
-        if not isinstance(self.momentum_overwrite_bug, bool):
-            raise ValueError(f"momentum_overwrite_bug must be a bool (got {self.momentum_overwrite_bug!r})")
+
+class _GradEvals:
+    """``FedNSAM.grad_evals_per_step``: 2 on the class (the maximum over the variants, what the registry
+    lists), and on an instance its own variant's count (2 for "code": g at θ then at θ + ρ ĝ; 1 for
+    "paper": the ascent direction −m is free). Derived from the hyperparameters, never assigned."""
+
+    def __get__(self, obj: "FedNSAM | None", objtype: type | None = None) -> int:
+        return 2 if obj is None or obj.hp.variant == "code" else 1
 
 
 @register
@@ -97,17 +93,13 @@ class FedNSAM(Algorithm):
     name = "fednsam"
     paper = "Liu et al., MM 2025 (arXiv 2602.23827)"
     hparams_cls = FedNSAMParams
-    grad_evals_per_step = 2  # maximum over the variants; instances report their own
+    grad_evals_per_step = _GradEvals()  # type: ignore[assignment]  # class: 2 (the maximum); instance: its variant's
     state_where = "server: θ, m"
     presets = {
         "code": {"variant": "code", "extrapolation": "round_start"},
         "paper": {"variant": "paper", "extrapolation": "round_start"},
         "official_repo": {"variant": "code", "extrapolation": "round_start", "momentum_overwrite_bug": True},
     }
-
-    def __init__(self, hparams: Any = None, **overrides: Any) -> None:
-        super().__init__(hparams, **overrides)
-        self.grad_evals_per_step = 2 if self.hp.variant == "code" else 1  # type: ignore[misc]
 
     @property
     def _every_step(self) -> bool:

@@ -30,18 +30,14 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import State, StepInfo, check_range, descend
+from fedlab.algorithms.base import State, StepInfo, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
 from fedlab.models.functional import Batch, GradFn
 
 
 @dataclass(frozen=True)
 class FedProxParams(FedAvgParams):
-    mu: float = 0.01  # proximal weight μ, gradient μ(θ − θ^t) (FL-Sim `--lamb` convention; README 0.1 / 0.01)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("mu", self.mu, 0.0)
+    mu: float = hparam(0.01, lo=0)  # proximal weight μ, gradient μ(θ − θ^t) (FL-Sim `--lamb` convention; README 0.1 / 0.01)
 
 
 @register

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import State, StepInfo, check_range, descend
+from fedlab.algorithms.base import State, StepInfo, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
@@ -25,13 +25,8 @@ from fedlab.models.functional import Batch, GradFn
 
 @dataclass(frozen=True)
 class FedSAMParams(FedAvgParams):
-    rho: float = 0.1  # SAM radius ρ (FL-Simulator default 0.1; Liu's code hard-codes 0.05)
-    eps: float = 1e-12  # added to ‖g‖ (FL-Sim 1e-7, Liu 1e-12, Caldarola 1e-16)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("rho", self.rho, 0.0)
-        check_range("eps", self.eps, 0.0)
+    rho: float = hparam(0.1, lo=0)  # SAM radius ρ (FL-Simulator default 0.1; Liu's code hard-codes 0.05)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖g‖ (FL-Sim 1e-7, Liu 1e-12, Caldarola 1e-16)
 
 
 @register

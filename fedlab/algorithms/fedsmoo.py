@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, stacked_mean
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, hparam, stacked_mean
 from fedlab.algorithms.feddyn import FedDyn, FedDynParams
 from fedlab.algorithms.sam import sam_gradient, sam_perturbation
 from fedlab.models.functional import Batch, GradFn
@@ -50,13 +50,8 @@ from fedlab.models.functional import Batch, GradFn
 
 @dataclass(frozen=True)
 class FedSMOOParams(FedDynParams):
-    rho: float = 0.1  # SAM radius ρ, also the norm of the global perturbation s (README / issue #17)
-    eps: float = 1e-12  # added to ‖ĝ‖ and ‖μ̄‖ (FL-Sim 1e-7)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("rho", self.rho, 0.0)
-        check_range("eps", self.eps, 0.0)
+    rho: float = hparam(0.1, lo=0)  # SAM radius ρ, also the norm of the global perturbation s (README / issue #17)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖ĝ‖ and ‖μ̄‖ (FL-Sim 1e-7)
 
 
 @register

@@ -58,51 +58,41 @@ With λ_k ∈ [0.01, 0.3], ρ_k lies in [ρ_max e^{−0.3}, ρ_max e^{−0.01}] 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
 from fedlab.algorithms.sam import sam_gradient, sam_perturbation
 from fedlab.models.functional import Batch, GradFn
 
 
-OBJECTIVES = ("blog", "perturbed_only")
+Objective = Literal["blog", "perturbed_only"]
 
 
 @dataclass(frozen=True)
 class FedSMOOAdaptiveParams(FedAvgParams):
-    a: float = 0.4  # weight of the inconsistency 1 − γ_k (blog)
-    b: float = 0.5  # weight of the sharpness σ_k (blog)
-    c: float = 0.1  # weight of the instability τ_k (blog)
-    lam_min: float = 0.01  # λ_k clipped to [lam_min, lam_max] (blog)
-    lam_max: float = 0.3
-    rho_min: float = 0.001  # ρ_k = max(rho_min, rho_max e^{−λ_k}) (blog)
-    rho_max: float = 0.05
-    window: int = 5  # rounds of angle history for τ_k (blog)
-    warmup_rounds: int = 3  # plain FedAvg rounds at the start (blog)
-    eps: float = 1e-12  # added to ‖g‖ in the SAM perturbation and the σ probe
-    cos_eps: float = 1e-8  # added to ‖g‖‖g_prev‖ in γ_k (blog)
-    objective: str = "blog"  # "blog": L(θ) + λ‖θ−θ^t‖² + L(θ+ε); "perturbed_only": L(θ+ε) + λ‖θ−θ^t‖²
+    a: float = hparam(0.4, lo=0)  # weight of the inconsistency 1 − γ_k (blog)
+    b: float = hparam(0.5, lo=0)  # weight of the sharpness σ_k (blog)
+    c: float = hparam(0.1, lo=0)  # weight of the instability τ_k (blog)
+    lam_min: float = hparam(0.01, lo=0)  # λ_k clipped to [lam_min, lam_max] (blog)
+    lam_max: float = hparam(0.3, lo=0)  # ≥ lam_min (validate)
+    rho_min: float = hparam(0.001, lo=0)  # ρ_k = max(rho_min, rho_max e^{−λ_k}) (blog)
+    rho_max: float = hparam(0.05, lo=0)  # ≥ rho_min (validate)
+    window: int = hparam(5, lo=2)  # rounds of angle history for τ_k (blog)
+    warmup_rounds: int = hparam(3, lo=0)  # plain FedAvg rounds at the start (blog)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖g‖ in the SAM perturbation and the σ probe
+    cos_eps: float = hparam(1e-8, lo=0)  # added to ‖g‖‖g_prev‖ in γ_k (blog)
+    objective: Objective = "blog"  # "blog": L(θ) + λ‖θ−θ^t‖² + L(θ+ε); "perturbed_only": L(θ+ε) + λ‖θ−θ^t‖²
 
     def validate(self) -> None:
         super().validate()
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
-        for name in ("a", "b", "c", "eps", "cos_eps"):
-            check_range(name, getattr(self, name), 0.0)
-        check_range("lam_min", self.lam_min, 0.0)
+        # the only bounds that depend on another field; the rest is declared on the fields
         check_range("lam_max", self.lam_max, self.lam_min)
-        check_range("rho_min", self.rho_min, 0.0)
         check_range("rho_max", self.rho_max, self.rho_min)
-        for name, lo in (("window", 2), ("warmup_rounds", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"{name} must be an integer (got {value!r})")
-            check_range(name, value, lo)
-
 
 @register
 class FedSMOOAdaptive(FedAvg):

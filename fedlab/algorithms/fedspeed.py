@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import State, StepInfo, check_range
+from fedlab.algorithms.base import State, StepInfo, hparam
 from fedlab.algorithms.feddyn import FedDyn, FedDynParams
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
@@ -35,13 +35,8 @@ from fedlab.models.functional import Batch, GradFn
 
 @dataclass(frozen=True)
 class FedSpeedParams(FedDynParams):
-    rho: float = 0.1  # SAM radius ρ (FL-Simulator README)
-    eps: float = 1e-12  # added to ‖g‖ (FL-Sim ESAM 1e-7)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("rho", self.rho, 0.0)
-        check_range("eps", self.eps, 0.0)
+    rho: float = hparam(0.1, lo=0)  # SAM radius ρ (FL-Simulator README)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖g‖ (FL-Sim ESAM 1e-7)
 
 
 @register

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
-    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+    Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
 from fedlab.models.functional import Batch, GradFn
 
@@ -56,14 +56,9 @@ def swa_learning_rate_sum(lr: float, K: int, rho: float, multiplier: float = 1.0
 
 @dataclass(frozen=True)
 class FedSWAParams(HParams):
-    rho: float = 0.1  # end of the in-round lr decay, as a fraction of η_t (paper ablation: 0.1 best)
-    alpha: float = 1.0  # server EMA/extrapolation weight (code: 1; paper ablation: 1.5 best)
-    lr_multiplier: float = 1.0  # λ: the code's optimizer uses 2× the scheduled lr
-
-    def validate(self) -> None:
-        check_range("rho", self.rho, 0.0, 1.0)
-        check_range("alpha", self.alpha, 0.0, lo_open=True)
-        check_range("lr_multiplier", self.lr_multiplier, 0.0, lo_open=True)
+    rho: float = hparam(0.1, lo=0, hi=1)  # end of the in-round lr decay, as a fraction of η_t (paper ablation: 0.1 best)
+    alpha: float = hparam(1.0, lo=0, lo_open=True)  # server EMA/extrapolation weight (code: 1; paper ablation: 1.5 best)
+    lr_multiplier: float = hparam(1.0, lo=0, lo_open=True)  # λ: the code's optimizer uses 2× the scheduled lr
 
 
 @register

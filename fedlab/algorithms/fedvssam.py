@@ -56,18 +56,19 @@ Defaults: ρ = 0.05, (γ_l, γ_g) = (0.4, 0.6) — the paper's values for modera
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
-    Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, stacked_mean,
+    Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
 
-H_INITS = ("zero", "first_round")
+HInit = Literal["zero", "first_round"]
 
 
 def mix(h: Tensor | None, x: Tensor, weight: float) -> Tensor:
@@ -80,27 +81,15 @@ def mix(h: Tensor | None, x: Tensor, weight: float) -> Tensor:
 
 @dataclass(frozen=True)
 class FedVSSAMParams(HParams):
-    rho: float = 0.05  # SAM radius (paper)
-    gamma_l: float = 0.4  # local mixing weight of the fresh gradient (paper, moderate heterogeneity)
-    gamma_g: float = 0.6  # server EMA weight of the new pseudo-gradient (paper)
-    server_lr_scale: float = 1.0  # β in η_g = β η_t K (fedlab choice; the paper's η_g is not public)
+    rho: float = hparam(0.05, lo=0)  # SAM radius (paper)
+    gamma_l: float = hparam(0.4, lo=0, hi=1, lo_open=True)  # local mixing weight of the fresh gradient (paper, moderate heterogeneity)
+    gamma_g: float = hparam(0.6, lo=0, hi=1, lo_open=True)  # server EMA weight of the new pseudo-gradient (paper)
+    server_lr_scale: float = hparam(1.0, lo=0, lo_open=True)  # β in η_g = β η_t K (fedlab choice; the paper's η_g is not public)
     lf: bool = True  # variance-suppressed local flatness search (perturb along h_i)
     lu: bool = True  # variance-suppressed local update (step along u)
     gu: bool = True  # variance-suppressed global update (EMA h); False: γ_g := 1
-    h_init: str = "zero"  # "zero" or "first_round" (round 0 = plain FedSAM, h¹ = g¹)
-    eps: float = 1e-12  # added to ‖h_i‖
-
-    def validate(self) -> None:
-        check_range("rho", self.rho, 0.0)
-        check_range("gamma_l", self.gamma_l, 0.0, 1.0, lo_open=True)
-        check_range("gamma_g", self.gamma_g, 0.0, 1.0, lo_open=True)
-        check_range("server_lr_scale", self.server_lr_scale, 0.0, lo_open=True)
-        check_range("eps", self.eps, 0.0)
-        for field in ("lf", "lu", "gu"):
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"{field} must be a bool (got {getattr(self, field)!r})")
-        if self.h_init not in H_INITS:
-            raise ValueError(f"h_init must be one of {', '.join(H_INITS)} (got {self.h_init!r})")
+    h_init: HInit = "zero"  # "zero" or "first_round" (round 0 = plain FedSAM, h¹ = g¹)
+    eps: float = hparam(1e-12, lo=0)  # added to ‖h_i‖
 
 
 @register

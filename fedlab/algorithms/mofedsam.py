@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from fedlab.algorithms._registry import register
-from fedlab.algorithms.base import RoundInfo, State, StepInfo, check_range, descend, stacked_mean
+from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam, stacked_mean
 from fedlab.algorithms.fedsam import FedSAM, FedSAMParams
 from fedlab.algorithms.sam import sam_gradient
 from fedlab.models.functional import Batch, GradFn
@@ -53,11 +53,7 @@ from fedlab.models.functional import Batch, GradFn
 
 @dataclass(frozen=True)
 class MoFedSAMParams(FedSAMParams):
-    alpha: float = 0.1  # weight of the SAM gradient in d = α g̃ + (1 − α) m (FL-Simulator --alpha 0.1)
-
-    def validate(self) -> None:
-        super().validate()
-        check_range("alpha", self.alpha, 0.0, 1.0)
+    alpha: float = hparam(0.1, lo=0, hi=1)  # weight of the SAM gradient in d = α g̃ + (1 − α) m (FL-Simulator --alpha 0.1)
 
 
 @register

@@ -20,6 +20,7 @@ from .partition import (
     from_file,
     iid,
     make_partition,
+    natural,
     pathological,
     shards,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "from_file",
     "iid",
     "make_partition",
+    "natural",
     "pathological",
     "shards",
     "DATASETS",

@@ -21,12 +21,14 @@ pathological        exactly ``classes_per_client`` classes per client, balanced 
 shards              sort by label, ``shards_per_client`` random shards each             yes
                     (McMahan et al. 2017)
 file                loaded from JSON (:meth:`Partition.to_json` or another code base)  as stored
+natural             the dataset's own clients (``Dataset.natural_clients``, e.g. the   as given
+                    per-device split of ``synthetic``); no randomness
 ==================  ==================================================================  =========
 
 The same number α is *not* comparable across conventions: FedGloSS's "α = 0.5" (total
 concentration over 10 classes) is roughly FL-Simulator's "Dir-0.05" (per-class concentration).
 
-Why one ~680-line file: the six partitioners (and the file format) share the input checks, the class
+Why one ~710-line file: the seven partitioners (and the file format) share the input checks, the class
 pools and the :class:`Partition` type; each scheme is one function of ~50 lines, and apart they
 would import each other's private helpers.
 """
@@ -58,11 +60,13 @@ __all__ = [
     "from_file",
     "iid",
     "make_partition",
+    "natural",
     "pathological",
     "shards",
 ]
 
-PARTITIONERS: tuple[str, ...] = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file")
+PARTITIONERS: tuple[str, ...] = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
+"""Every scheme :func:`make_partition` builds; ``Config.partition`` allows exactly these."""
 CONCENTRATIONS: tuple[str, ...] = ("per_class", "total")
 
 
@@ -545,6 +549,25 @@ def shards(labels: Any, n_clients: int, shards_per_client: int = 2, *, seed: int
     return _partition("shards", clients, {"shards_per_client": s, "seed": seed}, y)
 
 
+def natural(labels: Any, natural_clients: Any, n_clients: int) -> Partition:
+    """The dataset's own clients (scheme ``"natural"``): client i holds ``natural_clients[i]``.
+
+    For datasets that come split by device or writer (:attr:`fedlab.data.Dataset.natural_clients`,
+    e.g. ``synthetic``). Nothing is drawn, so there is no seed; the indices are kept as given. Raises
+    ``ValueError`` when the dataset has no natural clients (``natural_clients=None``) or when
+    ``n_clients`` differs from their number (the split is the dataset's, not a choice).
+    """
+    y = _check_labels(labels)
+    n = _check_int("n_clients", n_clients, 1)
+    if natural_clients is None:
+        raise ValueError("this dataset has no natural clients (partition 'natural' needs a dataset that "
+                         "defines its clients, e.g. dataset='synthetic')")
+    clients = tuple(np.asarray(c, dtype=np.int64) for c in natural_clients)
+    if len(clients) != n:
+        raise ValueError(f"n_clients={n} must equal the dataset's {len(clients)} natural clients")
+    return Partition(client_indices=clients, scheme="natural", params={}, n_classes=int(y.max()) + 1, labels=y)
+
+
 # --------------------------------------------------------------------------------------------
 # Files
 # --------------------------------------------------------------------------------------------
@@ -654,13 +677,14 @@ def make_partition(
     reuse_on_exhaustion: bool = True,
     path: str | os.PathLike | None = None,
     allow_empty: bool = False,
+    natural_clients: Any = None,
 ) -> Partition:
     """Build a partition by scheme name (one of :data:`PARTITIONERS`), e.g. from a config.
 
     Arguments that the chosen scheme does not use are ignored, so a config can carry all of them.
     For ``"file"``, ``path`` is required, ``labels`` may be ``None`` and the file must hold exactly
     ``n_clients`` clients; ``allow_empty=True`` accepts clients without indices (the engine never
-    samples them).
+    samples them). For ``"natural"``, ``natural_clients`` is the dataset's own split (:func:`natural`).
     """
     if scheme not in PARTITIONERS:
         raise ValueError(f"unknown partition scheme {scheme!r}; allowed: {', '.join(PARTITIONERS)}")
@@ -678,6 +702,8 @@ def make_partition(
         return pathological(labels, n_clients, classes_per_client, seed=seed)
     if scheme == "shards":
         return shards(labels, n_clients, shards_per_client, seed=seed)
+    if scheme == "natural":
+        return natural(labels, natural_clients, n_clients)
     # scheme == "file"
     if path is None:
         raise ValueError("path is required for scheme 'file'")

@@ -78,21 +78,15 @@ def build_dataset(config: Config) -> Dataset:
 
 
 def build_partition(config: Config, dataset: Dataset) -> Partition:
+    """The config's partition of ``dataset``'s training set (:func:`fedlab.data.partition.make_partition`)."""
     labels = dataset.y_train.cpu().numpy()
     try:
-        if config.partition == "natural":
-            if dataset.natural_clients is None:
-                raise ValueError("this dataset has no natural clients")
-            if len(dataset.natural_clients) != config.n_clients:
-                raise ValueError(f"n_clients={config.n_clients} must equal the dataset's "
-                                 f"{len(dataset.natural_clients)} natural clients")
-            return Partition(client_indices=tuple(np.asarray(c, dtype=np.int64) for c in dataset.natural_clients),
-                             scheme="natural", params={}, n_classes=dataset.n_classes, labels=labels)
         params: dict[str, Any] = dict(config.partition_params)
         seed = config.seed if config.partition_seed is None else config.partition_seed
         return make_partition(config.partition, labels, config.n_clients, seed=seed,
                               alpha=config.alpha, classes_per_client=config.classes_per_client,
-                              shards_per_client=config.shards_per_client, **params)
+                              shards_per_client=config.shards_per_client,
+                              natural_clients=dataset.natural_clients, **params)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"partition: {err}") from None
 
