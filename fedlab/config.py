@@ -311,21 +311,23 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
-    def hashed_fields(self) -> dict[str, Any]:
-        """The fields that determine the numbers, with algorithm hyperparameters fully resolved."""
+    def hashed_fields(self, hparams: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The fields that determine the numbers, with algorithm hyperparameters fully resolved
+        (``hparams``: the resolved ones of an algorithm already built from this config)."""
         from fedlab.algorithms import get_algorithm
 
         values = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
-        values["algorithm_params"] = get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
+        values["algorithm_params"] = (get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
+                                      if hparams is None else dict(hparams))
         return values
 
-    def hash(self, extra: str = "", schedule: str = "") -> str:
+    def hash(self, extra: str = "", schedule: str = "", hparams: dict[str, Any] | None = None) -> str:
         """The run key: 12 hex digits of SHA-256 over the hashed fields, ``extra`` (the partition
         fingerprint), ``schedule`` (a digest of the client schedule's contents, for
         ``sampling="schedule"``), the numeric-path code digest and the version."""
         from fedlab.store.code_digest import code_digest
 
-        payload = json.dumps({"config": self.hashed_fields(), "extra": extra, "version": __version__,
+        payload = json.dumps({"config": self.hashed_fields(hparams), "extra": extra, "version": __version__,
                               "schedule": schedule, "code": code_digest()},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]

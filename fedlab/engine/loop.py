@@ -214,7 +214,7 @@ class Simulation:
         model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
         algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
-        config_hash = config.hash(key, schedule_digest(schedule))
+        config_hash = config.hash(key, schedule_digest(schedule), hparams=algorithm.hp.to_dict())
         sim = cls(config, dataset, partition, model, algorithm, RunStore.for_run(root, config.algorithm, config_hash),
                   config_hash, theta0_digest, schedule)
         sim.check_sampling()
