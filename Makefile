@@ -27,30 +27,20 @@ data:
 	else echo "note: Fashion-MNIST not on disk; install the Debian package dataset-fashion-mnist or let torchvision download it"; fi
 
 # The main job (<= 10 min on 2 cores once the venv exists): every notebook at its ci size, two at a
-# time through papermill, then FedAvg, FedSAM and FedVSSAM on the same Fashion-MNIST federation and
-# rounds, FedSAM's radius taken from the committed validation sweep (the best radius > 0 there).
-TUNING := figures/tuning/04_rho_sweep_fedsam_cnn.csv
-SUMMARY := --dataset fmnist --n-clients 100 --participation 0.1 --partition dirichlet --alpha 0.1 \
-  --rounds 20 --local-steps 10 --lr 0.05 --eval-every 5 --client-threads 2 --channels-last --no-progress
+# time through papermill, then FedAvg, FedSAM and FedVSSAM on the cpu profile's Dirichlet-0.1
+# federation with the hyperparameters tuned for it (fedlab/tools/summary.py; notebook 10's seed-0 runs,
+# loaded from figures/records/ where committed).
 run: venv data
 	@mkdir -p $(NB_OUT); t0=$$(date +%s); \
 	printf '%s\n' $(NOTEBOOKS) | xargs -P 2 -I{} sh -c 'nb={}; out=$(NB_OUT)/$$(basename $$nb); \
 	  OMP_NUM_THREADS=1 $(PY) -m papermill $$nb $$out -k python3 --cwd notebooks --execution-timeout 1800 \
 	    --no-progress-bar --log-level WARNING > $${out%.ipynb}.log 2>&1 \
 	  && echo "executed  $$nb" || { echo "FAILED    $$nb (log: $${out%.ipynb}.log)"; exit 255; }' || exit 1; \
-	t1=$$(date +%s); \
-	rho=$$($(PY) -c "import pandas as pd; t = pd.read_csv('$(TUNING)'); t = t[(t.rho > 0) & (t.status == 'finished')]; print(t.loc[t.score.idxmax(), 'rho'])"); \
-	echo; echo "FedSAM radius: rho=$$rho, the best radius > 0 on a validation set held out from the training data"; \
-	$(PY) -c "import pandas as pd; t = pd.read_csv('$(TUNING)'); print('  (' + '$(TUNING)' + ': ' + ', '.join(f'rho={r:g} -> {s:.3f}' for r, s in zip(t.rho, t.score)) + ')')"; \
-	echo "Three methods, one federation (Fashion-MNIST, 100 clients, Dirichlet 0.1, 10 % per round), 20 rounds each:"; echo; \
-	$(PY) -m fedlab run --algorithm fedavg $(SUMMARY) --name "FedAvg (summary run)" || exit 1; echo; \
-	$(PY) -m fedlab run --algorithm fedsam $(SUMMARY) --param rho=$$rho --name "FedSAM (summary run)" || exit 1; echo; \
-	$(PY) -m fedlab run --algorithm fedvssam $(SUMMARY) --param rho=$$rho --param preset=high \
-	  --name "FedVSSAM (summary run)" || exit 1; \
+	t1=$$(date +%s); echo; \
+	OMP_NUM_THREADS=1 $(PY) -m fedlab.tools.summary --client-threads 2 || exit 1; \
 	t2=$$(date +%s); echo; \
-	echo "one seed each: read gaps of a few points as seed noise until notebook 10's seeds say otherwise"; \
 	echo "executed notebooks (ci size): $(NB_OUT)/   their figures: figures/_scratch/   runs: runs/"; \
-	echo "committed cpu-profile figures and what they show: figures/README.md; papers' claims: figures/claims_cpu.md"; \
+	echo "committed cpu-profile figures, their data and evidence: figures/README.md"; \
 	echo "time: $$((t2 - t0)) s (notebooks $$((t1 - t0)) s, summary runs $$((t2 - t1)) s); a second make run loads finished runs"
 
 test: venv data test-unit test-notebooks test-papermill
