@@ -93,7 +93,7 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
                      parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
                      client_threads=client_threads)
-tuned = tuned_params("fedvssam", base)
+tuned = tuned_params("fedvssam", base, profile=profile)
 full_params = {**tuned.params, **fedvssam_params}  # exactly notebook 10's FedVSSAM on this split
 hp = fedlab.get_algorithm("fedvssam", full_params).hp  # the resolved values (preset expanded)
 rho, gamma_l, gamma_g = hp.rho, hp.gamma_l, hp.gamma_g
@@ -101,7 +101,7 @@ print(pd.DataFrame([{"method": "FedVSSAM (full)", "params": ", ".join(f"{k}={v}"
                      or "(defaults)", "resolved": f"rho={rho}, gamma_l={gamma_l}, gamma_g={gamma_g}",
                      "source": tuned.source + (f"; override {fedvssam_params}" if fedvssam_params else "")},
                     {"method": "FedAvg", "params": "(defaults)", "resolved": "",
-                     "source": tuned_params("fedavg", base).source}]).to_string(index=False))
+                     "source": tuned_params("fedavg", base, profile=profile).source}]).to_string(index=False))
 
 # %% [markdown]
 # ## 1. Train the full method and the ablation

@@ -103,7 +103,7 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, device=device,
                      client_threads=client_threads, partition_seed=PARTITION_SEED)
-choices = {name: (tuned_params(name, base), method_params.get(name, {})) for name in methods}
+choices = {name: (tuned_params(name, base, profile=profile), method_params.get(name, {})) for name in methods}
 
 
 def method_config(name):

@@ -136,7 +136,7 @@ for ds, split, cfg, _ in benchmarks:
 choices = {}  # (dataset, split, method) -> (algorithm_params, source)
 for ds, split, cfg, _ in benchmarks:
     for method in methods:
-        tuned = tuned_params(method, cfg)
+        tuned = tuned_params(method, cfg, profile=profile)
         override = method_params.get(method, {})
         choices[ds, split, method] = ({**tuned.params, **override},
                                       tuned.source + (f"; override {override}" if override else ""))

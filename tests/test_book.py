@@ -96,7 +96,7 @@ def test_every_figure_has_a_sidecar_and_a_cell_that_saves_it():
         nb = nbformat.read(REPO / rec["meta"]["notebook"], as_version=4)
         assert book.figure_cell_index(nb, rec["name"]) is not None, rec["name"]
     bench = next(r for r in records if r["name"] == "10_benchmarks_bars_fmnist")
-    assert [p.name for p in bench["data"]] == ["10_benchmarks_cpu.csv"]  # named in its caption
+    assert "10_benchmarks_cpu.csv" in [p.name for p in bench["data"]]  # named in its caption
 
 
 def test_bibtex_of_a_reference_has_its_facts():

@@ -154,3 +154,13 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
         assert BLOCK_START in text, f"{page} lacks the claims block"
         assert text[text.index(BLOCK_START) + len(BLOCK_START):text.index(BLOCK_END)].strip() == block.strip(), \
             f"{page}: the claims table is stale; run `python -m fedlab claims --write`"
+
+
+def test_a_collapsed_arm_of_a_figure_table_is_counted_not_dropped(tmp_path):
+    pd.DataFrame({"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "lambda_max": [1.0, 1.1, 1.2, 0.1, 0.1, 0.1],
+                  "status": ["finished"] * 3 + ["collapsed"] * 3}).to_csv(tmp_path / "fig.csv", index=False)
+    claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"}, "setting": {"notebook": "nb",
+                             "figure": "fig"}, "metric": {"column": "lambda_max", "arm_column": "method"},
+                             "left": {"algorithm": "fedvssam"}, "op": "<", "right": {"algorithm": "fedsam"}})
+    v = evaluate_claim(claim, tmp_path)
+    assert v.verdict == "inconclusive" and "3 collapsed" in v.note

@@ -188,10 +188,15 @@ def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -
     rows = table
     if arm_col and arm.get("algorithm"):
         rows = rows[rows[arm_col] == arm["algorithm"]]
+    note = ""
     if "status" in rows.columns:
-        rows = rows[rows["status"].fillna("finished") == "finished"]
+        status = rows["status"].fillna("finished")
+        counts = {s: int((status == s).sum()) for s in ("collapsed", "diverged")}
+        if any(counts.values()):
+            note = f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        rows = rows[status == "finished"]
     vals = rows[col].dropna()
-    return (mean_interval(vals) if len(vals) else None), ""
+    return (mean_interval(vals) if len(vals) else None), note
 
 
 # --- comparison ------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from fedlab.config import Config
 from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["PARTITION_SEED", "SEEDS", "TUNING", "Tuned", "profile_federation", "profile_splits", "run_seeds", "split_key",
-           "tune_profile", "tune_splits", "tuned_params", "tuning_dir"]
+           "tune_profile", "tune_splits", "tuned_params", "tuning_dir", "UNTUNED_PROFILES"]
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
 """Training seeds of every real-data comparison in the cpu profile."""
@@ -100,15 +100,24 @@ class Tuned:
         return self.source.endswith(".json")
 
 
-def tuned_params(algorithm: str, config: Config, directory: Path | None = None) -> Tuned:
+UNTUNED_PROFILES = ("paper",)
+"""Profiles that run the papers' own settings: the cpu tuning (Fashion-MNIST, a small CNN) does not apply."""
+
+
+def tuned_params(algorithm: str, config: Config, directory: Path | None = None, *, profile: str = "cpu") -> Tuned:
     """The committed tuning choice of ``algorithm`` on ``config``'s split.
 
     Reads ``<directory>/<split_key>/<algorithm>.json`` (default ``figures/tuning``) written by
     :func:`tune_profile`. Without one — a method with nothing to tune, or a split not tuned yet —
     the method runs at its defaults and ``source`` says so. The choice is the grid point only
-    (e.g. ``{"rho": 0.02}``); merge it into ``algorithm_params``.
+    (e.g. ``{"rho": 0.02}``); merge it into ``algorithm_params``. The ``ci`` profile takes the cpu
+    profile's choices (so the quick run exercises them); a profile in :data:`UNTUNED_PROFILES` gets
+    the method's defaults (its parameter file sets the paper's values).
     """
     from fedlab.evidence.tuning import DEFAULT_GRIDS
+
+    if profile in UNTUNED_PROFILES:
+        return Tuned({}, f"{profile} profile: the paper's settings, not tuned here")
 
     root = tuning_dir() if directory is None else Path(directory)
     path = root / split_key(config) / f"{algorithm}.json"
