@@ -84,3 +84,13 @@ def test_records_repro_and_figures_import_in_one_direction():
     assert not {"fedlab.evidence.records", "fedlab.tools.figures"} & _fedlab_imports(repro)
     assert "fedlab.tools.figures" not in _fedlab_imports(records)
     assert {"fedlab.tools.repro", "fedlab.evidence.records"} <= _fedlab_imports(figures)
+
+
+def test_every_method_has_its_own_colour_and_style():
+    from fedlab.algorithms import algorithm_names
+    from fedlab.tools.plots import method_style
+
+    styles = [method_style(m) for m in algorithm_names()]
+    colours = [s["color"] for s in styles]
+    assert len(set(colours)) == len(colours)
+    assert all(s["linestyle"] != ":" for s in styles)  # dotted means collapsed

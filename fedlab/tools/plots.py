@@ -23,9 +23,14 @@ METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD
                  "fedspeed": "FedSpeed", "fedsmoo": "FedSMOO", "fedsmoo_adaptive": "FedSMOO (adaptive)",
                  "fedlesam": "FedLESAM", "fedswa": "FedSWA", "fedmoswa": "FedMoSWA", "fednsam": "FedNSAM",
                  "fedvssam": "FedVSSAM"}
-_PALETTE = ["#4d4d4d", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
-            "#e377c2", "#2ca02c", "#98df8a", "#7f7f7f", "#aec7e8", "#393b79", "#ffbb78", "#d62728"]
+# one colour per method, no two alike (FedAvg black as the reference, FedProx the only grey)
+_PALETTE = ["#000000", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
+            "#e377c2", "#2ca02c", "#006d2c", "#b15928", "#1b9e77", "#393b79", "#e6ab02", "#d62728"]
 METHOD_COLORS = dict(zip(METHOD_ORDER, _PALETTE))
+# line styles and markers cycle with a different period than the colours, so that no two methods share
+# all three; dotted is kept for collapsed runs (COLLAPSED_STYLE)
+_LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def use_house_style() -> None:
@@ -45,6 +50,15 @@ def method_label(name: str) -> str:
 
 def method_color(name: str) -> str:
     return METHOD_COLORS.get(name, "#333333")
+
+
+def method_style(name: str, index: int | None = None) -> dict[str, Any]:
+    """Colour, line style and marker of a method's line (matplotlib keywords), distinct for every method.
+
+    ``index`` picks the style for a variant that is not a registered method (e.g. an ablation row)."""
+    i = METHOD_ORDER.index(name) if index is None and name in METHOD_ORDER else (index or 0)
+    return {"color": METHOD_COLORS.get(name, _PALETTE[i % len(_PALETTE)]),
+            "linestyle": _LINESTYLES[i % len(_LINESTYLES)], "marker": _MARKERS[i % len(_MARKERS)]}
 
 
 COLLAPSED_STYLE = {"linestyle": ":", "linewidth": 1.0, "alpha": 0.8}
@@ -87,13 +101,22 @@ def plot_curves(ax: plt.Axes, results: Iterable[Any], metric: str = "test_acc", 
                 labels: Sequence[str] | None = None, smooth: int = 1) -> plt.Axes:
     """One line per RunResult of ``metric`` against round (NaN rows, i.e. rounds without eval, dropped).
 
-    Collapsed and diverged runs get :func:`status_style` and a status suffix in the legend.
+    Each method has its :func:`method_style`; a second run of the same method (a variant) keeps the
+    colour and takes the next line style and marker. Collapsed and diverged runs get
+    :func:`status_style` and a status suffix in the legend.
     """
+    seen: dict[str, int] = {}
     for j, res in enumerate(results):
         df = res.metrics[["round", metric]].dropna()
         y = df[metric].rolling(smooth, min_periods=1).mean() if smooth > 1 else df[metric]
         label = status_label(labels[j] if labels else method_label(res.label), res.status)
-        ax.plot(df["round"], y, label=label, color=method_color(res.config.algorithm), **status_style(res.status))
+        alg = res.config.algorithm
+        k = seen[alg] = seen.get(alg, -1) + 1
+        style = method_style(alg)
+        if k:
+            i = METHOD_ORDER.index(alg) if alg in METHOD_ORDER else 0
+            style |= {"linestyle": _LINESTYLES[(i + k) % len(_LINESTYLES)], "marker": _MARKERS[(i + k) % len(_MARKERS)]}
+        ax.plot(df["round"], y, label=label, **{**style, "markersize": 3, **status_style(res.status)})
     ax.set_xlabel("round")
     ax.set_ylabel(metric.replace("_", " "))
     ax.legend()
