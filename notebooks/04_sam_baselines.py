@@ -232,17 +232,17 @@ if grids:
     for m, table in grids.items():
         color, ls, marker = STYLES[m]
         others = [c for c in table.columns if c not in ("rho", "score", "final_val_acc", "status", "run")]
-        for key, part in (table.groupby(others) if others else [((), table)]):
+        for j, (key, part) in enumerate(table.groupby(others) if others else [((), table)]):
             tag = ", ".join(f"{c}={v}" for c, v in zip(others, np.atleast_1d(key)))
-            part = part.sort_values("rho")
-            ax.plot(part["rho"], part["score"], color=color, linestyle=ls, marker=marker,
-                    label=method_label(m) + (f" ({tag})" if tag else ""))
+            part = part.sort_values("rho")  # further values of the other hyperparameters: open markers, thinner
+            ax.plot(part["rho"], part["score"], color=color, linestyle=ls, marker=marker, linewidth=1.6 / (1 + j),
+                    markerfacecolor=color if j == 0 else "none", label=method_label(m) + (f" ({tag})" if tag else ""))
             bad = part[part["status"] != "finished"]
             ax.scatter(bad["rho"], bad["score"], marker="x", color="k", zorder=4)
     ax.axhline(threshold, color="0.3", linewidth=0.8, linestyle="--")
     ax.set_xlabel("SAM radius ρ")
     ax.set_title("tuning grids, Dirichlet 0.1 (✕: not finished)")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper right")
 sweep_data = {f"sweep_{arch}": t.assign(model=arch) for arch, (t, _) in sweeps.items()}
 sweep_data |= {f"grid_{m}": t.assign(method=m) for m, t in grids.items()}
 save_figure(fig, "04_rho_sweep", notebook=NB, profile=profile,
