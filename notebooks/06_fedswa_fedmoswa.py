@@ -378,6 +378,7 @@ cell_means = pd.DataFrame([{"rho": r_, "alpha": a_, "mean": e.mean, "half_width"
 alpha_style = {a_: (c, m) for a_, c, m in zip(grid_swa_alpha, ("#393b79", "#e6550d", "#31a354"), ("D", "o", "s"))}
 fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
 xs = {r_: i for i, r_ in enumerate(grid_swa_rho)}
+labelled_bad = False
 for j, a_ in enumerate(grid_swa_alpha):
     color, marker = alpha_style[a_]
     dx = 0.12 * (j - (len(grid_swa_alpha) - 1) / 2)
@@ -386,7 +387,9 @@ for j, a_ in enumerate(grid_swa_alpha):
         mine = cells[(cells["rho"] == r_) & (cells["alpha"] == a_)]
         ok, bad = mine[mine["status"] == "finished"], mine[mine["status"] != "finished"]
         ax.scatter([x] * len(ok), 100 * ok["final_acc"], color=color, s=10, alpha=0.5, zorder=2)
-        ax.scatter([x] * len(bad), 100 * bad["final_acc"], color=color, marker="x", s=30, zorder=3)
+        ax.scatter([x] * len(bad), 100 * bad["final_acc"], color=color, marker="x", s=30, zorder=3,
+                   label=None if (labelled_bad or not len(bad)) else "collapsed or diverged seed (not averaged)")
+        labelled_bad = labelled_bad or bool(len(bad))
         e = final_estimate(grid[r_, a_])
         if e is None:
             continue
