@@ -20,10 +20,12 @@
 # distance* Δ_D (§5), the spread of the clients' end points around the new global model.
 #
 # Sizes: the defaults are the `ci` profile (seconds on two CPU cores: 10 clients, 10 rounds of 4
-# steps). At that size the curves are noisy and the ranking of the methods is *not* meaningful —
-# the point is to see the machinery run and the cost table, which does not depend on the size. The
-# `cpu` profile (`params/04_sam_baselines.cpu.yaml`: all of Fashion-MNIST, 100 clients, 10 %
-# participation) and the `paper` profile (CIFAR-10, ResNet-18-GN, GPU) produce the citable figures.
+# steps, one seed). At that size the curves are noisy and the ranking of the methods is *not*
+# meaningful — the point is to see the machinery run and the cost table, which does not depend on
+# the size. The `cpu` profile (`params/04_sam_baselines.cpu.yaml`: notebook 10's federation — all of
+# Fashion-MNIST, 100 clients, 10 % participation, Dirichlet 0.1, 30 rounds of K = 5 — over 3 seeds)
+# and the `paper` profile (CIFAR-10, ResNet-18-GN, GPU) produce the citable figures; what the
+# committed cpu run shows is generated in the last section.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -39,27 +41,99 @@ rounds = 10  # communication rounds
 local_steps = 4  # K
 batch_size = 16  # B
 lr = 0.05  # local learning rate η_l
-rho = 0.02  # SAM radius ρ shared by FedSAM, MoFedSAM, FedGAMMA, FedSpeed and FedLESAM
-lam = 0.1  # λ of FedDyn and FedSpeed (FL-Simulator's default)
+rho = None  # SAM radius ρ of every SAM method; None: each method's tuned radius (tuned_params)
+lam = None  # λ of FedDyn and FedSpeed; None: the tuned value (tuned_params)
 mofedsam_alpha = 0.1  # MoFedSAM: weight α of the fresh SAM gradient against the server momentum
 eval_every = 2  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a fixed class-balanced subset of the test set (None: all of it)
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" measures the best chunk on a GPU)
-seed = 0  # drives partition, init, sampling, batches
+seed = 0  # first training seed: init, sampling, batches (the partition is fixed: PARTITION_SEED)
+n_seeds = 1  # training seeds seed, seed+1, ... of every comparison (cpu profile: 3)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 
 # %%
+import json
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 import fedlab
-from fedlab.tools.plots import method_color, method_label, plot_curves, use_house_style
+from fedlab.evidence.collapse import chance_threshold
+from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
+from fedlab.evidence.uncertainty import mean_interval
+from fedlab.tools.plots import curve_data, method_label, status_note, use_house_style
 from fedlab.tools.figures import save_figure
+from fedlab.tools.repro import CITABLE_PROFILES
 
 use_house_style()
 NB = "04_sam_baselines"
+seeds = list(range(seed, seed + n_seeds))
+
+# %% [markdown]
+# Plot helpers used by every figure below. Each method gets its own colour, line style *and* marker;
+# a curve is the mean over the seeds whose run finished, with its 95 % interval as a band (none with
+# one seed); a seed whose run collapsed (accuracy at chance over its last quarter,
+# `fedlab.evidence.collapse`) or diverged is drawn on its own, thin, dotted, with ✕ markers and its
+# status in the legend, and never averaged in.
+
+# %%
+STYLES = {  # method -> (colour, line style, marker): distinct in every figure of this notebook
+    "fedavg": ("#4d4d4d", "--", "s"), "scaffold": ("#1f77b4", "-.", "D"), "feddyn": ("#9467bd", (0, (1, 1)), "v"),
+    "fedsam": ("#ff7f0e", "-", "o"), "mofedsam": ("#bcbd22", (0, (5, 1)), "^"),
+    "fedgamma": ("#8c564b", (0, (3, 1, 1, 1)), "P"), "fedspeed": ("#e377c2", (0, (6, 2, 1, 2, 1, 2)), "X"),
+    "fedlesam": ("#17becf", (0, (4, 2)), "*"),
+}
+
+
+def finished(results):
+    return [r for r in results if r.status == "finished"]
+
+
+def mean_curve(results, metric):
+    """Per evaluated round: mean ± 95 % interval of ``metric`` over the finished runs."""
+    tidy = curve_data(finished(results), metric) if finished(results) else pd.DataFrame(columns=["round", metric])
+    rows = [{"round": r, "mean": e.mean, "half_width": e.half_width, "n": e.n}
+            for r, e in ((r, mean_interval(v)) for r, v in tidy.groupby("round")[metric])]
+    return pd.DataFrame(rows, columns=["round", "mean", "half_width", "n"])
+
+
+def draw_method(ax, name, results, metric):
+    """One method on ``ax``: mean line and band over finished seeds, every other seed dotted with ✕."""
+    color, ls, marker = STYLES[name]
+    curve = mean_curve(results, metric)
+    every = max(1, len(curve) // 8)
+    if len(curve):
+        ax.plot(curve["round"], curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
+                markevery=every, label=f"{method_label(name)} (n={int(curve['n'].max())})")
+        half = curve["half_width"].fillna(0.0)
+        ax.fill_between(curve["round"], curve["mean"] - half, curve["mean"] + half, color=color, alpha=0.15,
+                        linewidth=0)
+    for status in ("collapsed", "diverged"):
+        bad = [r for r in results if r.status == status]
+        for j, r in enumerate(bad):
+            df = r.metrics[["round", metric]].dropna()
+            ax.plot(df["round"], df[metric], color=color, linestyle=":", linewidth=1.0, marker="x",
+                    markevery=max(1, len(df) // 8),
+                    label=f"{method_label(name)} ({status}, {len(bad)} seed(s))" if j == 0 else None)
+
+
+def curves_table(runs, metric):
+    """The numbers a curve figure plots: every seed's rows (with status) and the per-method means."""
+    per_seed = pd.concat([curve_data(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
+    means = pd.concat([mean_curve(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
+    return {f"{metric}_per_seed": per_seed, f"{metric}_mean": means}
+
+
+def final_estimate(results):
+    """Final test accuracy over the finished seeds (None when no seed finished)."""
+    ok = finished(results)
+    return mean_interval(r.final_accuracy for r in ok) if ok else None
+
+
+def all_runs(runs):
+    return [r for rs in runs.values() for r in rs]
 
 # %% [markdown]
 # ## 1. The eight update rules
@@ -88,52 +162,150 @@ NB = "04_sam_baselines"
 # the paper (it perturbs every client along the last global update and has an indexing bug, issue
 # #1); fedlab implements the paper's rule (`variant="paper"`).
 #
-# **About ρ.** FL-Simulator's default radius ρ = 0.1 is tuned for ResNet-18 (11 M parameters). On the
-# 0.2 M-parameter CNN used here, ρ ≥ 0.05 makes the local SAM steps drive every client towards an
-# almost input-independent network in the first rounds — a very flat, and useless, minimum from which
-# the average never recovers. The `ci` and `cpu` profiles therefore use one smaller radius for every
-# SAM method (`rho` above); the `paper` profile uses 0.1.
+# **About ρ, and the model of the `cpu` profile.** FL-Simulator's default radius ρ = 0.1 was chosen
+# for ResNet-18 (11 M parameters) on CIFAR. A radius is a distance in parameter space, and what it
+# does depends on the model: on a small network the same ρ is a much larger step relative to the
+# weights, and a too large radius can push the local SAM steps towards an almost input-independent
+# network — a flat, useless minimum from which the average does not recover. Whether that happens
+# here is *measured*, not assumed: §1b plots the committed ρ sweep of FedSAM on the GroupNorm `cnn`
+# and on LeNet-5 (the reference simulator's small model), scored on a validation set held out from
+# the training data. The `cpu` profile keeps the `cnn` (notebook 10's federation) and takes every
+# method's radius from the protocol's tuning on that same federation (`tuned_params`: a small grid
+# per method, chosen on validation data, never on the test set); the `paper` profile sets the
+# papers' ρ = 0.1 through the parameters `rho` and `lam`.
+
+# %% [markdown]
+# ## 1b. The measured ρ sweep, and the protocol's tuning grids
+# Two committed sweeps (`figures/tuning/04_rho_sweep_fedsam_<model>.csv`, made by `fedlab.tune`):
+# FedSAM at ρ ∈ {0, 0.02, 0.05, 0.1} on Fashion-MNIST, Dirichlet 0.1, 100 clients, scored by the mean
+# validation accuracy over the last quarter of a short horizon (its protocol is printed below, read
+# from the sweep's JSON). The dashed line is the collapse threshold of `fedlab.evidence.collapse`
+# (chance + 5 points). When they are committed, the right panel shows the protocol's tuning grid of
+# every SAM-family method on the Dirichlet-0.1 split (`figures/tuning/dirichlet-0.1/<method>.csv`,
+# written by `python -m fedlab tune-profile`) — the grids from which this notebook's radii come.
+# These are committed files: the figure is the same whatever profile runs the notebook.
 
 # %%
-algorithm_params = {
-    "fedavg": {},
-    "scaffold": {},
-    "feddyn": {"lam": lam},
-    "fedsam": {"rho": rho},
-    "mofedsam": {"rho": rho, "alpha": mofedsam_alpha},
-    "fedgamma": {"rho": rho},
-    "fedspeed": {"rho": rho, "lam": lam},
-    "fedlesam": {"rho": rho},
-}
-methods = list(algorithm_params)
+SAM_FAMILY = ("fedsam", "mofedsam", "fedgamma", "fedspeed", "fedlesam")
+sweeps = {}
+for arch in ("cnn", "lenet5"):
+    stem = tuning_dir() / f"04_rho_sweep_fedsam_{arch}"
+    sweeps[arch] = (pd.read_csv(stem.with_suffix(".csv")), json.loads(stem.with_suffix(".json").read_text()))
+grid_dir = tuning_dir() / "dirichlet-0.1"
+grids = {m: pd.read_csv(grid_dir / f"{m}.csv") for m in SAM_FAMILY if (grid_dir / f"{m}.csv").exists()}
+threshold = chance_threshold(10)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for arch, (table, meta) in sweeps.items():
+    b, p = meta["base"], meta["protocol"]
+    print(f"{arch}: FedSAM on {b['dataset']} {b['partition']} α={b['alpha']}, {b['n_clients']} clients × "
+          f"{b['participation']}, {p['rounds']} rounds of K={b['local_steps']}, B={b['batch_size']}, η={b['lr']}, "
+          f"{p['validation_size']} validation samples, seed {p['seed']}")
+    for _, row in table.iterrows():
+        near = "at or below the collapse threshold" if row["score"] <= threshold else "above the collapse threshold"
+        print(f"   ρ = {row['rho']:<5g} validation score {row['score']:.3f} ({row['status']}; {near})")
+    print(f"   chosen by the sweep: ρ = {meta['best']['rho']:g}")
+missing = [m for m in SAM_FAMILY if m not in grids]
+print(f"tuning grids on dirichlet-0.1 committed for: {', '.join(method_label(m) for m in grids) or 'none'}")
+if missing:
+    print(f"not committed yet (run `python -m fedlab tune-profile`): {', '.join(method_label(m) for m in missing)}")
+
+# %%
+n_panels = 2 if grids else 1
+fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 3.8), layout="constrained", squeeze=False)
+ax = axes[0, 0]
+for arch, marker in (("cnn", "o"), ("lenet5", "s")):
+    table = sweeps[arch][0]
+    ax.plot(table["rho"], table["score"], marker=marker, label=f"FedSAM, {arch}")
+    for _, row in table.iterrows():
+        ax.annotate(f"{row['score']:.2f}", (row["rho"], row["score"]), textcoords="offset points", xytext=(4, 4),
+                    fontsize=7)
+ax.axhline(0.1, color="0.5", linewidth=0.8, linestyle=":", label="chance (10 classes)")
+ax.axhline(threshold, color="0.3", linewidth=0.8, linestyle="--", label="collapse threshold")
+ax.set_xticks(sorted(sweeps["cnn"][0]["rho"].unique()))
+ax.set_xlabel("SAM radius ρ")
+ax.set_ylabel("validation score (last-quarter mean accuracy)")
+ax.set_title("measured ρ sweep (one seed)")
+ax.legend(loc="upper right")
+if grids:
+    ax = axes[0, 1]
+    for m, table in grids.items():
+        color, ls, marker = STYLES[m]
+        others = [c for c in table.columns if c not in ("rho", "score", "final_val_acc", "status", "run")]
+        for j, (key, part) in enumerate(table.groupby(others) if others else [((), table)]):
+            tag = ", ".join(f"{c}={v}" for c, v in zip(others, np.atleast_1d(key)))
+            part = part.sort_values("rho")  # further values of the other hyperparameters: open markers, thinner
+            ax.plot(part["rho"], part["score"], color=color, linestyle=ls, marker=marker, linewidth=1.6 / (1 + j),
+                    markerfacecolor=color if j == 0 else "none", label=method_label(m) + (f" ({tag})" if tag else ""))
+            bad = part[part["status"] != "finished"]
+            ax.scatter(bad["rho"], bad["score"], marker="x", color="k", zorder=4)
+    ax.axhline(threshold, color="0.3", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("SAM radius ρ")
+    ax.set_title("tuning grids, Dirichlet 0.1 (✕: not finished)")
+    ax.legend(fontsize=7, loc="upper right")
+sweep_data = {f"sweep_{arch}": t.assign(model=arch) for arch, (t, _) in sweeps.items()}
+sweep_data |= {f"grid_{m}": t.assign(method=m) for m, t in grids.items()}
+save_figure(fig, "04_rho_sweep", notebook=NB, profile=profile,
+            caption="Validation score of FedSAM against the SAM radius ρ on the GroupNorm cnn and on LeNet-5 "
+                    "(committed sweeps, one seed, Fashion-MNIST Dirichlet 0.1); when committed, the tuning grids "
+                    "of the SAM-family methods on the Dirichlet-0.1 split.",
+            parameters=dict(sweeps=[f"04_rho_sweep_fedsam_{a}" for a in sweeps], grids=sorted(grids), seeds=[0]),
+            config_hashes=[str(k).rsplit("-", 1)[-1] for t, _ in sweeps.values() for k in t["run"]],
+            data=sweep_data)
+plt.show()
+
+# %% [markdown]
+# ## 1c. The federation and each method's hyperparameters
+# Every hyperparameter comes from `tuned_params(method, base)` — the committed choice of the
+# protocol's tuning on this split, or the method's defaults (labelled *untuned*) while none is
+# committed — unless the parameters `rho` / `lam` set them (the `paper` profile).
+
+# %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition=partition, alpha=alpha,
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
-                     parallel_clients=parallel_clients, seed=seed,
+                     parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
                      client_threads=client_threads)
+structural = {"mofedsam": {"alpha": mofedsam_alpha}}
+overrides = {"rho": rho, "lam": lam}
+methods = ["fedavg", "scaffold", "feddyn", "fedsam", "mofedsam", "fedgamma", "fedspeed", "fedlesam"]
+algorithm_params, sources = {}, {}
+for name in methods:
+    tuned = tuned_params(name, base, profile=profile)
+    params = {**structural.get(name, {}), **tuned.params}
+    declared = fedlab.get_algorithm(name).hp.to_dict()
+    forced = {k: v for k, v in overrides.items() if v is not None and k in declared}
+    algorithm_params[name] = {**params, **forced}
+    sources[name] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
+hp_table = pd.DataFrame({"params": {method_label(n): algorithm_params[n] or "defaults" for n in methods},
+                         "source": {method_label(n): sources[n] for n in methods}})
+print(hp_table.to_string())
 data = fedlab.engine.build_dataset(base)
 split = fedlab.engine.build_partition(base, data)
 stats = split.stats.summary()
 print(data.describe())
-print(f"{split.n_clients} clients ({partition}, α={alpha}), {base.clients_per_round} per round; "
+print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} per round; "
       f"mean effective classes per client {stats['mean_effective_classes']:.2f} of {data.n_classes}")
 
 # %% [markdown]
 # ## 2. Train the eight methods
-# All eight share the federation, the initial model, the client sampling and every minibatch order
-# (each is drawn from a generator derived from the seed), so the curves differ only by the update
-# rule. Runs are cached under `runs/`: a second execution of the notebook loads them.
+# For each training seed, all eight share the federation, the initial model, the client sampling and
+# every minibatch order (each drawn from a generator derived from the seed), so the curves differ only
+# by the update rule; the partition is the same for every seed (`run_seeds`). Runs are cached under
+# `runs/` (and, in the `cpu` profile, committed as records): a second execution loads them.
 
 # %%
-runs = {name: fedlab.run(base.replace(algorithm=name, algorithm_params=params), progress=False)
+runs = {name: run_seeds(base.replace(algorithm=name, algorithm_params=params), seeds,
+                        record=profile in CITABLE_PROFILES)
         for name, params in algorithm_params.items()}
-print({method_label(name): res.status for name, res in runs.items()})
+print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 
 # %% [markdown]
 # ## 3. Accuracy and loss
 # Left: test accuracy of the global model; right: the clients' mean local training loss during the
-# round (at the unperturbed iterates). Dashed lines are the baselines without SAM. The papers' claims
+# round (at the unperturbed iterates); mean over seeds with a 95 % band. The papers' claims
 # to compare with, at their sizes (CIFAR-10, ResNet-18, 100 clients, 10 %):
 #
 # * FedVSSAM's table (PAPERS.md §1): at Dirichlet 0.5 FedAvg reaches 77.05 % and the best of the
@@ -144,39 +316,29 @@ print({method_label(name): res.status for name, res in runs.items()})
 # * FedLESAM with the released code (issue #1): 76.40 % vs FedSAM's 77.51 % on CIFAR-10 Dir-0.1,
 #   blamed on the code's indexing bug; the paper presents FedLESAM as FedSAM's accuracy or better at
 #   half the gradient cost. fedlab's FedLESAM follows the paper, not the buggy code.
+# * FedSWA's table also has MoFedSAM well above FedSAM at Dirichlet 0.1 (CIFAR-100: 51.5 % vs 40.1 %);
+#   `figures/claims.yaml` checks that comparison and FedLESAM ≈ FedSAM on this notebook's runs.
 #
 # In the `ci` size the curves are dominated by which few clients were sampled in each round; do not
 # read a ranking into them. Compare the `cpu`/`paper` figures (`figures/04_sam_curves.png`).
 
 # %%
-BASELINES = {"fedavg", "scaffold", "feddyn"}
-
-
-def dash_baselines(ax):
-    """Draw the three non-SAM baselines dashed, so the SAM variants stand out."""
-    for line, name in zip(ax.get_lines(), methods):
-        if name in BASELINES:
-            line.set_linestyle("--")
-
-
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-plot_curves(ax1, runs.values(), "test_acc")
-plot_curves(ax2, runs.values(), "train_loss")
-for ax in (ax1, ax2):
-    dash_baselines(ax)
-ax1.set_title("global model, test accuracy")
-ax2.set_title("clients' mean local training loss")
-ax2.get_legend().remove()
-ax1.legend(ncol=2)
-fig.suptitle(f"{dataset}, {n_clients} clients, {partition} α={alpha}, {base.clients_per_round} per round, "
-             f"K={local_steps}, ρ={rho}")
-fig.tight_layout()
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
+for name, rs in runs.items():
+    draw_method(ax1, name, rs, "test_acc")
+    draw_method(ax2, name, rs, "train_loss")
+ax1.set(title="global model, test accuracy", xlabel="round", ylabel="test accuracy")
+ax2.set(title="clients' mean local training loss", xlabel="round", ylabel="train loss")
+fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=5)
+fig.suptitle(f"{dataset}, {n_clients} clients, {split_key(base)}, {base.clients_per_round} per round, "
+             f"K={local_steps}, {len(seeds)} seed(s)")
 save_figure(fig, "04_sam_curves", notebook=NB, profile=profile,
-            caption=f"Test accuracy and local training loss of FedAvg, SCAFFOLD, FedDyn and five SAM-based "
-                    f"methods on {dataset} ({partition} α={alpha}, {n_clients} clients, ρ={rho}).",
+            caption=f"Test accuracy and local training loss of FedAvg, SCAFFOLD, FedDyn and five SAM-based methods "
+                    f"on {dataset} ({split_key(base)}, {n_clients} clients), mean ± 95 % interval over "
+                    f"{len(seeds)} seed(s), tuned hyperparameters. " + status_note(all_runs(runs)),
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, rho=rho, seed=seed),
-            config_hashes=[r.summary["config_hash"] for r in runs.values()])
+                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
+            data={**curves_table(runs, "test_acc"), **curves_table(runs, "train_loss")}, runs=all_runs(runs))
 plt.show()
 
 # %% [markdown]
@@ -204,11 +366,12 @@ def per_client_model_units(res, column):
     return float(m[column].sum() / m["n_sampled"].sum() / d)
 
 
+first = {n: rs[0] for n, rs in runs.items()}  # costs are the same for every seed
 costs = pd.DataFrame({
-    "uplink ×FedAvg": {n: per_client_model_units(r, "uplink_floats") / per_client_model_units(runs["fedavg"], "uplink_floats")
-                       for n, r in runs.items()},
-    "downlink ×FedAvg": {n: per_client_model_units(r, "downlink_floats") / per_client_model_units(runs["fedavg"], "downlink_floats")
-                         for n, r in runs.items()},
+    "uplink ×FedAvg": {n: per_client_model_units(r, "uplink_floats") / per_client_model_units(first["fedavg"], "uplink_floats")
+                       for n, r in first.items()},
+    "downlink ×FedAvg": {n: per_client_model_units(r, "downlink_floats") / per_client_model_units(first["fedavg"], "downlink_floats")
+                         for n, r in first.items()},
     "grad evals/step": {n: fedlab.algorithms.algorithm_class(n).grad_evals_per_step for n in runs},
     "client state (models)": {n: sum(v.numel() for v in fedlab.get_algorithm(n, p).client_init(theta_init).values()) / d
                               for n, p in algorithm_params.items()},
@@ -222,41 +385,65 @@ print(costs.to_string(float_format=lambda v: f"{v:.2f}"))
 
 # %% [markdown]
 # Accuracies next to the costs (not checked by nbval: trained numbers change in the last digits
-# from one CPU to another). "final" is the last evaluation, "best" the best over the run.
+# from one CPU to another): the final test accuracy, mean ± 95 % interval over the seeds that
+# finished, and how many seeds finished.
 
 # %%
 table = costs.copy()
-table.insert(0, "final acc", [runs[n].final_accuracy for n in runs])
-table.insert(1, "best acc", [runs[n].metrics["test_acc"].max() for n in runs])
-print(table.to_string(float_format=lambda v: f"{v:.3f}"))
+est = {n: final_estimate(rs) for n, rs in runs.items()}
+table.insert(0, "final acc (mean ± 95 %)", [est[n].format(digits=3) if est[n] else "–" for n in runs])
+table.insert(1, "finished seeds", [f"{len(finished(rs))}/{len(rs)}" for rs in runs.values()])
+print(table.to_string(float_format=lambda v: f"{v:.2f}"))
 
 # %% [markdown]
-# The same numbers as a picture: accuracy against client computation (gradient evaluations per
-# round, K per step times the gradients per step) and against uplink. Up and to the left is better.
+# The same numbers as a picture: final accuracy (mean ± 95 % interval over the finished seeds;
+# small dots: each seed; ✕: a collapsed or diverged seed) against client computation (gradient
+# evaluations per round, K per step times the gradients per step) and against uplink. Up and to the
+# left is better.
 
 # %%
 grads_per_round = {n: costs.loc[method_label(n), "grad evals/step"] * local_steps for n in runs}
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-for ax, xcol, xlabel in [(axes[0], None, "gradient evaluations per client per round"),
-                         (axes[1], "uplink ×FedAvg", "uplink per client per round (× FedAvg)")]:
-    for n, res in runs.items():
-        x = grads_per_round[n] if xcol is None else costs.loc[method_label(n), xcol]
-        ax.scatter(x, res.metrics["test_acc"].max(), color=method_color(n), s=50,
-                   marker="s" if n in BASELINES else "o", zorder=3)
-        ax.annotate(method_label(n), (x, res.metrics["test_acc"].max()), textcoords="offset points",
-                    xytext=(5, 3), fontsize=8)
+rows = [{"method": n, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy,
+         "grads_per_round": grads_per_round[n], "uplink_x_fedavg": costs.loc[method_label(n), "uplink ×FedAvg"]}
+        for n, rs in runs.items() for r in rs]
+per_seed = pd.DataFrame(rows)
+summary = pd.DataFrame([{"method": n, "mean": e.mean, "half_width": e.half_width, "n": e.n,
+                         "grads_per_round": grads_per_round[n],
+                         "uplink_x_fedavg": costs.loc[method_label(n), "uplink ×FedAvg"]}
+                        for n, e in est.items() if e is not None])
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True, layout="constrained")
+for ax, xcol, xlabel in [(axes[0], "grads_per_round", "gradient evaluations per client per round"),
+                         (axes[1], "uplink_x_fedavg", "uplink per client per round (× FedAvg)")]:
+    offsets = {}
+    for n in runs:
+        color, _, marker = STYLES[n]
+        x0 = float(per_seed.loc[per_seed["method"] == n, xcol].iloc[0])
+        k = offsets[x0] = offsets.get(x0, -1) + 1  # spread methods at the same cost so none hides another
+        x = x0 * (1 + 0.05 * (k - 1.5))
+        mine = per_seed[per_seed["method"] == n]
+        ok = mine[mine["status"] == "finished"]
+        ax.scatter([x] * len(ok), ok["final_acc"], color=color, s=10, alpha=0.5, zorder=2)
+        bad = mine[mine["status"] != "finished"]
+        ax.scatter([x] * len(bad), bad["final_acc"], color=color, marker="x", s=30, zorder=3,
+                   label=f"{method_label(n)} ({', '.join(sorted(set(bad['status'])))})" if len(bad) else None)
+        if est[n] is not None:
+            e = est[n]
+            ax.errorbar(x, e.mean, yerr=0 if np.isnan(e.half_width) else e.half_width, color=color, marker=marker,
+                        markersize=7, capsize=3, linestyle="none", zorder=4, label=method_label(n))
+            ax.annotate(f"{e.mean:.3f}", (x, e.mean), textcoords="offset points", xytext=(5, 3), fontsize=7,
+                        color=color)
     ax.set_xlabel(xlabel)
-axes[0].set_ylabel("best test accuracy")
-axes[0].margins(x=0.25)
-axes[1].margins(x=0.35)
-fig.suptitle("accuracy against cost (squares: no SAM)")
-fig.tight_layout()
+    ax.margins(x=0.15)
+axes[0].set_ylabel("final test accuracy (mean ± 95 %)")
+fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
+fig.suptitle(f"accuracy against cost, {len(seeds)} seed(s) (✕: collapsed or diverged seed)")
 save_figure(fig, "04_sam_cost_accuracy", notebook=NB, profile=profile,
-            caption=f"Best test accuracy against gradient evaluations and uplink per client per round, "
-                    f"eight methods on {dataset} ({partition} α={alpha}).",
+            caption=f"Final test accuracy (mean ± 95 % interval over {len(seeds)} seed(s)) against gradient evaluations "
+                    f"and uplink per client per round, eight methods on {dataset} ({split_key(base)}). "
+                    + status_note(all_runs(runs)),
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, rho=rho, seed=seed),
-            config_hashes=[r.summary["config_hash"] for r in runs.values()])
+                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
+            data={"per_seed": per_seed, "mean": summary}, runs=all_runs(runs))
 plt.show()
 
 # %% [markdown]
@@ -275,25 +462,35 @@ plt.show()
 # server momentum, so the sampled clients move together by construction.
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 4))
-plot_curves(ax, runs.values(), "flatness_distance")
-dash_baselines(ax)
+fig, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
+for name, rs in runs.items():
+    draw_method(ax, name, rs, "flatness_distance")
 ax.set_yscale("log")
+ax.set_xlabel("round")
 ax.set_ylabel(r"$\Delta_D$ = mean $\|\theta_{i,K}-\theta^{t+1}\|^2$")
-ax.set_title("flatness distance between client end points and the new global model")
-ax.legend(ncol=2)
+ax.set_title(f"flatness distance, client end points vs new global model ({len(seeds)} seed(s))")
+fig.legend(*ax.get_legend_handles_labels(), loc="outside right center")
 save_figure(fig, "04_flatness_distance", notebook=NB, profile=profile,
-            caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({partition} α={alpha}).",
+            caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({split_key(base)}), mean ± 95 % "
+                    f"interval over {len(seeds)} seed(s). " + status_note(all_runs(runs)),
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, rho=rho, seed=seed),
-            config_hashes=[r.summary["config_hash"] for r in runs.values()])
+                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
+            data=curves_table(runs, "flatness_distance"), runs=all_runs(runs))
 plt.show()
 
 # %%
-dd = pd.DataFrame({method_label(n): [r.metrics["flatness_distance"].mean(),
-                                     r.metrics["flatness_distance"].iloc[-1]] for n, r in runs.items()},
+def dd_estimate(results, tail=None):
+    ok = finished(results)
+    if not ok:
+        return "–"
+    vals = [r.metrics["flatness_distance"].mean() if tail is None else r.metrics["flatness_distance"].iloc[-1]
+            for r in ok]
+    return mean_interval(vals).format(digits=4)
+
+
+dd = pd.DataFrame({method_label(n): [dd_estimate(rs), dd_estimate(rs, tail=1)] for n, rs in runs.items()},
                   index=["mean Δ_D over rounds", "last round"]).T
-print(dd.to_string(float_format=lambda v: f"{v:.4f}"))
+print(dd.to_string())
 
 # %% [markdown]
 # ## 6. Identities: each SAM method contains its base method
@@ -313,12 +510,14 @@ import tempfile
 
 tiny = base.replace(model="cnn", device="cpu", parallel_clients=1, n_clients=4, participation=0.5, rounds=3,
                     local_steps=3, batch_size=16, eval_every=3, eval_subsample=200)
+sam_rho = fedlab.get_algorithm("fedsam", algorithm_params["fedsam"]).hp.rho  # the radius FedSAM ran with
+dyn_lam = fedlab.get_algorithm("feddyn", algorithm_params["feddyn"]).hp.lam
 pairs = [
     ("fedgamma", {"rho": 0.0}, "scaffold", {}),
-    ("fedspeed", {"rho": 0.0, "lam": lam}, "feddyn", {"lam": lam}),
+    ("fedspeed", {"rho": 0.0, "lam": dyn_lam}, "feddyn", {"lam": dyn_lam}),
     ("fedsam", {"rho": 0.0}, "fedavg", {}),
     ("fedlesam", {"rho": 0.0}, "fedavg", {}),
-    ("mofedsam", {"rho": rho, "alpha": 1.0}, "fedsam", {"rho": rho}),
+    ("mofedsam", {"rho": sam_rho, "alpha": 1.0}, "fedsam", {"rho": sam_rho}),
 ]
 tiny_init = fedlab.FlatModel(fedlab.build_model("cnn", data.input_shape, data.n_classes, seed=seed)).theta0()
 identity = []
@@ -332,12 +531,12 @@ with tempfile.TemporaryDirectory(prefix="fedlab-identity-") as scratch:
 # %%
 # NBVAL_CHECK_OUTPUT
 for name, params, ref, diff, moved in identity:
-    setting = ", ".join(f"{k}={v}" for k, v in params.items() if k != "lam")
+    setting = ", ".join(f"{k}={v}" for k, v in params.items() if k not in ("lam", "rho") or v == 0.0)
     print(f"{method_label(name)}({setting}) vs {method_label(ref)}: max |Δθ| = {diff:.1e}, "
           f"identical: {diff == 0.0}, model trained: {moved > 0}")
 
 # %% [markdown]
-# ## What to take away
+# ## What to take away (the methods)
 # * Every SAM method here doubles the client's gradient work except FedLESAM; only SCAFFOLD and
 #   FedGAMMA double the uplink. MoFedSAM's extra vector travels downstream only.
 # * The drift-correcting pairs (SCAFFOLD/FedGAMMA, FedDyn/FedSpeed) attack client drift; MoFedSAM
@@ -351,9 +550,26 @@ for name, params, ref, diff, moved in identity:
 # %% [markdown]
 # ## Exercises
 #
-# 1. Set `rho = 0.0`. Which methods become which baseline (FedSAM → ?, FedGAMMA → ?, FedSpeed → ?)?
+# 1. Set `rho = 0.0` in the parameters. Which methods become which baseline (FedSAM → ?, FedGAMMA → ?, FedSpeed → ?)?
 #    Check your answers against §6.
 # 2. Without running anything, fill in the cost table for a new method "SCAFFOLD + SAM": gradient
 #    evaluations per step, uplink and downlink floats. Then compare with FedGAMMA's row.
 # 3. Rerun with `rho = 0.1` (FL-Simulator's default). Predict which methods collapse on this small
 #    GroupNorm CNN, and look at the flatness distance of those that do.
+
+# %% [markdown]
+# ## What the cpu run shows
+# This section is generated from the committed cpu-profile data — the figures in `figures/`, the run
+# records in `figures/records/` and the claims in `figures/claims.yaml` — whatever profile this
+# notebook was run with: it lists each committed figure with the evidence behind it and the claims
+# this notebook tests, with their verdicts and numbers.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from fedlab.evidence.report import cpu_report
+
+report = cpu_report("04_sam_baselines")
+print(report.text())
+
+# %%
+report.show_figures()
