@@ -252,7 +252,7 @@ save_figure(fig, "04_rho_sweep", notebook=NB, profile=profile,
                     "of the SAM-family methods on the Dirichlet-0.1 split.",
             parameters=dict(sweeps=[f"04_rho_sweep_fedsam_{a}" for a in sweeps], grids=sorted(grids), seeds=[0]),
             config_hashes=[str(k).rsplit("-", 1)[-1] for t, _ in sweeps.values() for k in t["run"]],
-            data=sweep_data)
+            data=sweep_data, kind="tuning")
 plt.show()
 
 # %% [markdown]

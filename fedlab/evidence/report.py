@@ -37,9 +37,12 @@ class CpuFigure:
     seeds: int  # seeds per comparison it states
     png: Path
     trains: bool = True  # federated runs behind it (False: partition statistics, toy problems)
+    kind: str = "results"  # save_figure's kind: results | tuning | analysis
 
     def evidence(self) -> str:
         """One line on what stands behind the figure."""
+        if self.kind == "tuning":
+            return "tuning runs on held-out validation data (one seed by protocol)"
         if not self.trains:
             return "no federated training (a toy problem or partition statistics)"
         if self.records == 0:
@@ -49,8 +52,8 @@ class CpuFigure:
 
     @property
     def protocol(self) -> bool:
-        """Backed by committed records over at least as many seeds as the protocol asks."""
-        return self.records > 0 and self.seeds >= len(SEEDS)
+        """Backed by committed records over at least as many seeds as the protocol asks (or tuning data)."""
+        return self.kind == "tuning" or (self.records > 0 and self.seeds >= len(SEEDS))
 
 
 @dataclass
@@ -63,8 +66,8 @@ class CpuReport:
         """The evidence and the claims rows as plain text (deterministic: from committed files only)."""
         lines = [f"cpu-profile figures of {self.notebook}: {len(self.figures)}"]
         for f in self.figures:
-            if not f.trains:
-                lines.append(f"  {f.name}: no federated training behind it (a toy problem or partition statistics)")
+            if f.kind == "tuning" or not f.trains:
+                lines.append(f"  {f.name}: {f.evidence()}")
                 continue
             state = ("under the protocol" if f.protocol else
                      "made before the evidence protocol (no committed records; read it as an illustration)"
@@ -100,9 +103,10 @@ def figure_from_sidecar(sidecar: Path) -> CpuFigure:
     params = meta.get("parameters") or {}
     seeds = len(params.get("seeds") or []) or 1
     records = len(meta.get("records") or [])
-    trains = bool(records or meta.get("config_hashes"))
+    kind = str(meta.get("kind", "results"))
+    trains = kind != "analysis" and bool(records or meta.get("config_hashes"))
     return CpuFigure(Path(sidecar).stem, str(meta.get("caption", "")), records, seeds,
-                     Path(sidecar).with_suffix(".png"), trains)
+                     Path(sidecar).with_suffix(".png"), trains, kind)
 
 
 def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:

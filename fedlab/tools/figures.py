@@ -64,6 +64,10 @@ def _frames(data: "pd.DataFrame | dict[str, pd.DataFrame]") -> "pd.DataFrame":
                     f"got {type(data).__name__}")
 
 
+FIGURE_KINDS = ("results", "tuning", "analysis")
+"""What a figure shows (its sidecar's ``kind``): test-set results, tuning runs, or analysis without training."""
+
+
 def save_figure(
     fig: Figure,
     name: str,
@@ -76,6 +80,7 @@ def save_figure(
     out_dir: str | Path | None = None,
     data: "pd.DataFrame | dict[str, pd.DataFrame] | None" = None,
     runs: "list[RunResult] | None" = None,
+    kind: str = "results",
 ) -> dict[str, Path]:
     """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
 
@@ -88,12 +93,16 @@ def save_figure(
     (:mod:`fedlab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
     full configs, so the figure can be re-plotted and every number checked without training. The
     sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
-    fedlab version, the commit and the command line of the process.
+    fedlab version, the commit and the command line of the process. ``kind`` says what the figure
+    shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
+    protocol) or ``"analysis"`` (toy problems, partition statistics: no federated training).
     """
     import datetime
     import json
     import re
 
+    if kind not in FIGURE_KINDS:
+        raise ValueError(f"kind={kind!r} is invalid; allowed: {', '.join(FIGURE_KINDS)}")
     if not re.fullmatch(r"[a-z0-9][a-z0-9_\-]*", name):
         raise ValueError(f"figure name {name!r} must be lower-case letters, digits, '_' or '-'")
     if out_dir is None:
@@ -114,6 +123,7 @@ def save_figure(
         "caption": caption,
         "notebook": f"notebooks/{nb}.ipynb",
         "profile": profile,
+        "kind": kind,
         "parameters": parameters or {},
         "seed": (parameters or {}).get("seed"),
         "config_hashes": config_hashes or [],
