@@ -98,8 +98,8 @@ if profile == "cpu":
 # ## 3. Train FedAvg, FedSAM and FedVSSAM
 # Each method runs with the hyperparameters **tuned for this split** on a validation set held out from
 # the training data (`fedlab.evidence.protocol.tuned_params`, the committed choice in
-# `figures/tuning/<split>/`; notebook 04 shows how and why — a SAM radius too large for this small CNN
-# makes every client collapse to an input-independent network). Where no tuning is committed yet the
+# `figures/tuning/<split>/`; notebook 04 measures what a SAM radius too large for this small CNN does to
+# it, and why the radius must be chosen per model). Where no tuning is committed yet the
 # method runs at its defaults and the table says "untuned". Each run is stored under `runs/` (a second
 # call with the same configuration loads it instead of training again), once per training seed.
 
