@@ -36,6 +36,7 @@
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 seed = 0  # training seed of the FedAvg run we measure at, and the analysis samples; the partition is fixed
+n_seeds = 1  # FedAvg models (training seeds seed, seed + 1, ...) at which the δ/ζ decomposition is repeated (cpu: 3)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 dataset = "fmnist"  # any of fedlab.DATASETS
 model = "cnn"  # any of fedlab.MODELS
@@ -81,6 +82,7 @@ from fedlab.analysis import (
     mixing_sweep,
 )
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds
+from fedlab.evidence.uncertainty import mean_interval
 from fedlab.tools.plots import method_color, use_house_style
 from fedlab.tools.repro import CITABLE_PROFILES, save_figure
 
@@ -130,6 +132,23 @@ print(f"share of heterogeneity in the direction error: {dec_summary['heterogenei
 print(dec.to_frame().round(4).head(20).to_string(index=False))  # the first 20 clients
 
 # %% [markdown]
+# The decomposition is repeated at the FedAvg models of the other training seeds (same partition, same
+# analysis samples), so that its numbers carry an interval over seeds; the later sections use the
+# first seed's model only.
+
+# %%
+seeds = list(range(seed, seed + n_seeds))
+dec_runs = [fedavg_run] + (run_seeds(base.replace(algorithm="fedavg"), seeds[1:], record=profile in CITABLE_PROFILES,
+                                     need_theta=True) if len(seeds) > 1 else [])
+decs = {seed: dec}
+for r in dec_runs[1:]:
+    g = client_gradients(net, clients, r.theta, batches=decomposition_batches, batch_size=batch_size, seed=seed)
+    decs[r.config.seed] = gradient_decomposition(net, clients, r.theta, grads=g)
+per_seed = pd.concat([d.summary().assign(seed=k) for k, d in decs.items()], ignore_index=True)
+print(per_seed[["seed", "delta_sq", "zeta_sq", "cross", "cross_normalized", "heterogeneity_share"]].round(4)
+      .to_string(index=False))
+
+# %% [markdown]
 # The identity holds to rounding for every client and minibatch. The cross term is not exactly zero — it
 # vanishes in *expectation* over minibatches, and we drew only a few (it is exactly zero when a client's
 # batches cover its data exactly once, since the ζ's of a partition of the data sum to zero) — but
@@ -137,31 +156,40 @@ print(dec.to_frame().round(4).head(20).to_string(index=False))  # the first 20 c
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("identity residual < 1e-6:", dec.identity_residual < 1e-6)
+print(f"identity residual < 1e-6 at every one of the {len(decs)} model(s):",
+      all(d.identity_residual < 1e-6 for d in decs.values()))
 print("|normalised cross term| 2|E⟨δ,ζ⟩| / (E‖δ‖² + E‖ζ‖²) < 0.1:", abs(dec_summary["cross_normalized"]) < 0.1)
 
 # %%
-frame = dec.to_frame()
-frame["cross_relative"] = frame["cross"] / (frame["delta_sq"] + frame["zeta_sq"])
-frame["total_terms"] = frame["delta_sq"] + frame["zeta_sq"] + frame["cross"]
+frames = []
+for k, d in decs.items():
+    f = d.to_frame().assign(seed=k)
+    f["cross_relative"] = f["cross"] / (f["delta_sq"] + f["zeta_sq"])  # per client: the claim's values
+    f["total_terms"] = f["delta_sq"] + f["zeta_sq"] + f["cross"]
+    frames.append(f)
+all_clients = pd.concat(frames, ignore_index=True)
+frame = frames[0]  # the right panel: the first seed's clients
 shown_clients = 20
 order = frame.sort_values("total_sq", ignore_index=True)
 # evenly spaced ranks of the sorted clients: the smallest, the largest and the quantiles in between
 picked = order.iloc[np.unique(np.round(np.linspace(0, len(order) - 1, min(shown_clients, len(order)))).astype(int))]
 fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 3.9), gridspec_kw={"width_ratios": [1, 3.2]})
 colours = {"delta": "#1f77b4", "zeta": "#ff7f0e", "cross": "#d62728"}
-mean_terms = {"delta": dec_summary["delta_sq"], "zeta": dec_summary["zeta_sq"], "cross": dec_summary["cross"]}
-ax0.bar([0], [mean_terms["delta"]], 0.5, color=colours["delta"])
-ax0.bar([0], [mean_terms["zeta"]], 0.5, bottom=[mean_terms["delta"]], color=colours["zeta"])
-ax0.plot([0], [dec_summary["total_sq"]], "k_", ms=30, mew=2)
-ax0.bar([1], [mean_terms["cross"]], 0.5, color=colours["cross"])
-for x, y in [(0, dec_summary["total_sq"]), (1, mean_terms["cross"])]:
-    ax0.annotate(f"{y:.3g}", (x, y), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8)
+est = {k: mean_interval(per_seed[k]) for k in ("delta_sq", "zeta_sq", "cross", "total_sq")}
+half = {k: (e.half_width if np.isfinite(e.half_width) else 0.0) for k, e in est.items()}
+ax0.bar([0], [est["delta_sq"].mean], 0.5, color=colours["delta"])
+ax0.bar([0], [est["zeta_sq"].mean], 0.5, bottom=[est["delta_sq"].mean], color=colours["zeta"])
+ax0.errorbar([0], [est["total_sq"].mean], yerr=[half["total_sq"]], fmt="k_", ms=30, mew=2, capsize=4)
+ax0.bar([1], [est["cross"].mean], 0.5, color=colours["cross"], yerr=[half["cross"]], capsize=4)
+ax0.plot(np.zeros(len(per_seed)) + 0.3, per_seed["total_sq"], "k.", ms=5)  # one dot per seed
+for x, k in [(0, "total_sq"), (1, "cross")]:
+    ax0.annotate(f"{est[k].mean:.3g}", (x, max(est[k].mean + half[k], 0)), xytext=(0, 4), textcoords="offset points",
+                 ha="center", fontsize=8)
 ax0.axhline(0.0, color="0.3", lw=0.8)
 ax0.set_xticks([0, 1], ["E‖δ‖² + E‖ζ‖²", "2E⟨δ,ζ⟩"])
 ax0.set_xlim(-0.6, 1.6)
 ax0.set_ylabel("squared gradient error")
-ax0.set_title(f"mean over {len(frame)} clients")
+ax0.set_title(f"mean over {len(frame)} clients, {len(decs)} seed(s)" + (" (± 95 %)" if len(decs) > 1 else ""))
 x = np.arange(len(picked))
 ax1.bar(x, picked["delta_sq"], 0.65, label=r"heterogeneity $\Vert\delta_i\Vert^2$", color=colours["delta"])
 ax1.bar(x, picked["zeta_sq"], 0.65, bottom=picked["delta_sq"], label=r"batch noise $E_b\Vert\zeta_{i,b}\Vert^2$",
@@ -171,17 +199,18 @@ ax1.plot(x, picked["cross"], "D", color=colours["cross"], ms=4, label=r"cross te
 ax1.axhline(0.0, color="0.3", lw=0.8)
 ax1.set_xticks(x, [str(c) for c in picked["client"]], fontsize=8)
 ax1.set_xlabel(f"client id ({len(picked)} of {len(frame)}, sorted by the direct error, evenly spaced ranks)")
-ax1.set_title(f"per client (batch size {batch_size})")
+ax1.set_title(f"per client, seed {seed} (batch size {batch_size})")
 ax1.legend(loc="upper left")
 fig.tight_layout()
 save_figure(fig, "03_decomposition", notebook="03_friendly_adversary", profile=profile,
             caption=f"Split of the minibatch direction error g − ∇F into heterogeneity ‖δ_i‖² and batch noise E‖ζ‖² at a "
                     f"FedAvg model ({dataset}, Dirichlet α={alpha}, batch {batch_size}): the mean over all clients "
-                    f"(left) and {len(picked)} clients at evenly spaced ranks of the sorted error (right).",
+                    f"(left; {len(decs)} seed(s), mean ± 95 % interval over seeds, dots = seeds) and {len(picked)} "
+                    f"clients of the first seed at evenly spaced ranks of the sorted error (right).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             batch_size=batch_size, decomposition_batches=decomposition_batches,
-                            max_per_client=max_per_client, seed=seed, seeds=[seed]),
-            data={"per_client": frame, "summary": dec.summary()}, runs=[fedavg_run])
+                            max_per_client=max_per_client, seed=seed, seeds=seeds),
+            data={"per_client": all_clients, "per_seed": per_seed}, runs=dec_runs)
 plt.show()
 
 # %% [markdown]
