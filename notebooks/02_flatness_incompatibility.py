@@ -33,7 +33,7 @@
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 seed = 0  # first training seed (init, sampling, batches) and the analysis samples; the partition is fixed
-n_seeds = 1  # training seeds seed, seed + 1, ... of the λ_max sweep (cpu: 3, mean ± 95 % interval)
+n_seeds = 1  # training seeds seed, seed + 1, ... of the FedAvg analyses and the λ_max sweep (cpu: 3, mean ± 95 % interval)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 # --- part 1: the 2-D toy federation (closed form; the same at every profile) ---
 toy_rounds = 60  # communication rounds in the toy
@@ -414,9 +414,10 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, partition_seed=PARTITION_SEED,
                      device=device, client_threads=client_threads)
-# the first seed's FedAvg run (in the cpu profile: notebook 10's FedAvg run on Dir 0.1), trained here if only its
-# record is committed, because the analysis needs the model itself
-fedavg_run = run_seeds(base.replace(algorithm="fedavg"), [seed], record=record, need_theta=True)[0]
+# every seed's FedAvg run (in the cpu profile: notebook 10's FedAvg runs on Dir 0.1; section 3 reuses them), trained
+# here if only its record is committed, because the analysis needs the model itself; the first is analysed in detail
+fedavg_runs = run_seeds(base.replace(algorithm="fedavg"), seeds, record=record, need_theta=True)
+fedavg_run = fedavg_runs[0]
 theta = fedavg_run.theta
 net, all_clients, _ = federation_from_config(base, max_per_client=max_per_client, seed=seed)
 # clients holding at least one minibatch, in id order (tiny clients would only repeat one image)
@@ -472,6 +473,25 @@ print(f"full-batch misalignment for identical clients: {round(float(identical.mi
 print("misalignment grows with γ_l:", bool(np.all(np.diff(mis.to_numpy()) > 0)))
 print("clients under-estimate F's sharpness (missed sharpness > 0):", summary["missed_sharpness"] > 0)
 
+# %% [markdown]
+# The same measurements at the FedAvg models of the other training seeds (same clients and samples), so
+# that the federation-level numbers carry an interval over seeds; the per-client bars below are the
+# first seed's.
+
+# %%
+seed_summaries = [report.summary().assign(seed=seed)]
+seed_sweeps = [sweep_table.assign(seed=seed)]
+for r in fedavg_runs[1:]:
+    g = client_gradients(net, clients, r.theta, batches=analysis_batches, batch_size=batch_size, seed=seed)
+    seed_summaries.append(flatness_incompatibility(net, clients, r.theta, rho, grads=g, eval_batches=eval_batches)
+                          .summary().assign(seed=r.config.seed))
+    seed_sweeps.append(mixing_sweep(net, clients, r.theta, rho, gammas=gammas, grads=g, missed_sharpness=False)
+                       .summary().assign(seed=r.config.seed))
+seed_summaries = pd.concat(seed_summaries, ignore_index=True)
+seed_sweeps = pd.concat(seed_sweeps, ignore_index=True)
+for col in ["misalignment", "misalignment_full", "cosine", "missed_sharpness", "missed_sharpness_full"]:
+    print(f"{col:22s} {mean_interval(seed_summaries[col]).format(1.0, 5)}")
+
 # %%
 frame = report.to_frame()
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
@@ -479,18 +499,26 @@ x = np.arange(len(frame))
 axes[0].bar(x - 0.2, frame["misalignment"], 0.4, label=r"minibatch $\varepsilon_{i,b}$", color=method_color("fedsam"))
 axes[0].bar(x + 0.2, frame["misalignment_full"], 0.4, label=r"full batch $\varepsilon_i^F$", color="#8c8c8c")
 axes[0].set_ylabel(r"$\Vert\varepsilon_i - \varepsilon^\star\Vert^2$")
-axes[0].set_title("misalignment per client")
+axes[0].set_title(f"misalignment per client (seed {seed})")
 axes[1].bar(x - 0.2, frame["missed_sharpness"], 0.4, label=r"minibatch $\varepsilon_{i,b}$", color=method_color("fedsam"))
 axes[1].bar(x + 0.2, frame["missed_sharpness_full"], 0.4, label=r"full batch $\varepsilon_i^F$", color="#8c8c8c")
 axes[1].set_ylabel(r"$F(\theta+\varepsilon^\star) - F(\theta+\varepsilon_i)$")
-axes[1].set_title("missed sharpness per client")
+axes[1].set_title(f"missed sharpness per client (seed {seed})")
 for ax in axes[:2]:
     ax.set_xticks(x, [str(i) for i in frame["client"]])
     ax.set_xlabel("client (analysis subset)")
     ax.legend()
-axes[2].plot(sweep_table["gamma"], sweep_table["misalignment"], "-o", color=method_color("fedvssam"),
-             label="minibatch")
-axes[2].plot(sweep_table["gamma"], sweep_table["misalignment_full"], "--s", color="#4d4d4d", label="full batch")
+sweep_band = []
+for col, style, colour, label in [("misalignment", "-o", method_color("fedvssam"), "minibatch"),
+                                  ("misalignment_full", "--s", "#4d4d4d", "full batch")]:
+    est = [mean_interval(grp[col]) for _, grp in seed_sweeps.groupby("gamma")]
+    gam = sorted(seed_sweeps["gamma"].unique())
+    mean = np.array([e.mean for e in est])
+    half = np.array([e.half_width if np.isfinite(e.half_width) else 0.0 for e in est])
+    axes[2].plot(gam, mean, style, color=colour, label=label + (f" (mean of {len(fedavg_runs)} seeds ± 95 %)"
+                                                               if len(fedavg_runs) > 1 else ""))
+    axes[2].fill_between(gam, mean - half, mean + half, color=colour, alpha=0.18, lw=0)
+    sweep_band.append(pd.DataFrame({"gamma": gam, "column": col, "mean": mean, "half_width": half}))
 for g, name in [(0.1, "high"), (0.4, "moderate"), (1.0, "FedSAM")]:
     axes[2].axvline(g, color="0.7", lw=0.8, ls=":")
     axes[2].text(g, 0.55, name, rotation=90, va="center", ha="right", fontsize=7,
@@ -502,12 +530,14 @@ axes[2].legend(loc="upper left")
 fig.tight_layout()
 save_figure(fig, "02_misalignment", notebook="02_flatness_incompatibility", profile=profile,
             caption=f"Misalignment and missed sharpness of the clients' SAM perturbations at a FedAvg model "
-                    f"({dataset}, Dirichlet α={alpha}, ρ={rho}), and the misalignment of FedVSSAM's mixed "
-                    f"perturbation against γ_l.",
+                    f"({dataset}, Dirichlet α={alpha}, ρ={rho}; per client at the first seed's model), and the "
+                    f"misalignment of FedVSSAM's mixed perturbation against γ_l ({len(fedavg_runs)} seed(s)"
+                    + (", mean ± 95 % interval)." if len(fedavg_runs) > 1 else ")."),
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, rho=rho,
                             analysis_clients=analysis_clients, max_per_client=max_per_client,
-                            analysis_batches=analysis_batches, seed=seed, seeds=[seed]),
-            data={"per_client": frame, "gamma_sweep": sweep_table}, runs=[fedavg_run])
+                            analysis_batches=analysis_batches, seed=seed, seeds=seeds),
+            data={"per_client": frame, "per_seed": seed_summaries, "gamma_sweep": seed_sweeps,
+                  "gamma_sweep_mean_interval": pd.concat(sweep_band, ignore_index=True)}, runs=fedavg_runs)
 plt.show()
 
 # %% [markdown]
@@ -579,7 +609,9 @@ for a in alphas:
 print(f"runs: {len(sweep_runs)} = {len(alphas)} α × 2 methods × {len(seeds)} seed(s); "
       f"finished {int((sharp_table['status'] == 'finished').sum())}, "
       f"collapsed {int((sharp_table['status'] == 'collapsed').sum())}")
-print("λ_max measured and positive for every run:", bool((sharp_table["lambda_max"] > 0).all()))
+# finite, not positive: power iteration returns the eigenvalue of largest magnitude, which at a collapsed model
+# can be a small negative one
+print("λ_max measured (finite) for every run:", bool(np.isfinite(sharp_table["lambda_max"]).all()))
 
 # %%
 metrics_shown = [("lambda_max", r"$\lambda_{max}$ of the training loss", "sharpness of the final global model"),
