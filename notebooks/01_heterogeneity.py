@@ -33,7 +33,9 @@ import pandas as pd
 
 import fedlab
 from fedlab.data import partition as P
-from fedlab.tools.plots import heatmap, use_house_style
+from matplotlib.ticker import FuncFormatter
+
+from fedlab.tools.plots import use_house_style
 from fedlab.tools.figures import save_figure
 
 use_house_style()
@@ -43,7 +45,9 @@ print(data.describe())
 
 # %% [markdown]
 # ## 1. Five ways to split the same data
-# Each heatmap shows the first 30 clients (rows) × 10 classes (columns); colour = number of images.
+# Each heatmap shows the first 30 clients (rows) × 10 classes (columns); colour = the share of the
+# client's images in each class, p_i(c), on **one colour scale for all five panels** (0 to 1), so a
+# uniform client looks uniform everywhere. Client sizes differ between the schemes; section 2 shows them.
 
 # %%
 splits = {
@@ -53,26 +57,49 @@ splits = {
     "pathological c=2": P.pathological(labels, n_clients, 2, seed=seed),
     "shards (2 per client)": P.shards(labels, n_clients, 2, seed=seed),
 }
-fig, axes = plt.subplots(1, len(splits), figsize=(17, 4.2))
+titles = {"iid": "iid\n(a shuffle)", "dirichlet α=0.1": "dirichlet α = 0.1\n(per class, over clients)",
+          "dirichlet_client α=0.1": "dirichlet_client α = 0.1\n(per-client prior)",
+          "pathological c=2": "pathological\n(2 classes per client)", "shards (2 per client)": "shards\n(2 per client)"}
+shown = 30
+
+
+def label_shares(part):
+    """p_i(c): the fraction of client i's images in class c (rows of empty clients are 0)."""
+    counts = part.stats.counts.to_numpy(dtype=float)
+    return counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
+
+
+fig, axes = plt.subplots(1, len(splits), figsize=(17, 4.8), sharey=True)
 for ax, (name, part) in zip(axes, splits.items()):
-    heatmap(ax, part.stats.counts.iloc[:30], cmap="magma", label="images")
-    ax.set_title(name, fontsize=9)
+    im = ax.imshow(label_shares(part)[:shown], aspect="auto", cmap="magma", vmin=0.0, vmax=1.0,
+                   interpolation="nearest")
+    ax.set_title(titles[name], fontsize=11)
+    ax.set_xticks(range(data.n_classes))
     ax.set_xlabel("class")
+    ax.grid(False)
 axes[0].set_ylabel("client")
-fig.tight_layout()
+axes[0].set_yticks(range(0, shown, 5))
+fig.colorbar(im, ax=axes, shrink=0.9, label="share of the client's images  $p_i(c)$")
+heat_data = pd.concat([part.stats.counts.iloc[:shown].reset_index().melt(id_vars="client", var_name="class",
+                                                                          value_name="images")
+                       .assign(scheme=name) for name, part in splits.items()], ignore_index=True)
+heat_data["share"] = heat_data["images"] / heat_data.groupby(["scheme", "client"])["images"].transform("sum").clip(lower=1)
 save_figure(fig, "01_split_heatmaps", notebook="01_heterogeneity", profile=profile,
-            caption=f"Client × class image counts (first 30 of {n_clients} clients) of five partition schemes "
-                    f"on {dataset}.", parameters=dict(dataset=dataset, n_clients=n_clients, seed=seed))
+            caption=f"Label share p_i(c) of each client's images per class (first {shown} of {n_clients} clients; one "
+                    f"colour scale, 0–1, for all panels) under five partition schemes on {dataset}.",
+            parameters=dict(dataset=dataset, n_clients=n_clients, seed=seed), data=heat_data)
 plt.show()
 
 # %% [markdown]
 # The summaries below are exact functions of the seed (numpy's generators are platform-independent),
-# so nbval checks them digit for digit.
+# so nbval checks them digit for digit. `n_empty` counts clients that received no image at all (the
+# engine never samples them).
 
 # %%
 # NBVAL_CHECK_OUTPUT
-table = pd.DataFrame({name: part.stats.summary() for name, part in splits.items()}).T
-cols = ["min_size", "max_size", "mean_effective_classes", "mean_classes_present", "mean_tv_distance", "size_gini"]
+table = pd.DataFrame({name: part.stats.summary() for name, part in splits.items()}).T.astype({"n_empty": int})
+cols = ["n_empty", "min_size", "max_size", "mean_effective_classes", "mean_classes_present", "mean_tv_distance",
+        "size_gini"]
 print(table[cols].round(2).to_string())
 print("pathological: every client has exactly 2 classes:",
       bool((splits["pathological c=2"].stats.classes_present == 2).all()))
@@ -82,20 +109,50 @@ print("disjoint splits use every image once:",
 
 # %% [markdown]
 # ## 2. Client sizes
-# The per-class Dirichlet split makes client sizes as skewed as their label mixes; the per-client
-# prior convention keeps every client at n/N images (and, faithful to FL-Simulator, re-uses images
-# once a class runs out).
+# The per-class Dirichlet split makes client sizes as skewed as their label mixes, and more so the
+# smaller α. The per-client prior convention (`dirichlet_client`) keeps every client at exactly n/N
+# images (and, faithful to FL-Simulator, re-uses images once a class runs out), as do `iid`,
+# `pathological` and `shards` here: those schemes are flat lines on the right.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
-for ax, name in zip(axes, ["dirichlet α=0.1", "dirichlet_client α=0.1"]):
-    ax.hist(splits[name].sizes, bins=30, color="#1f77b4")
-    ax.set_title(name)
-    ax.set_xlabel("images per client")
-axes[0].set_ylabel("clients")
+size_alphas = [0.1, 1.0]
+size_splits = {f"dirichlet α={a:g}": P.dirichlet(labels, n_clients, a, seed=seed) for a in size_alphas}
+size_styles = {"dirichlet α=0.1": ("#1f77b4", "-"), "dirichlet α=1": ("#ff7f0e", "--"),
+               "iid": ("#4d4d4d", ":"), "dirichlet_client α=0.1": ("#2ca02c", "-."),
+               "pathological c=2": ("#9467bd", (0, (5, 1))), "shards (2 per client)": ("#8c564b", (0, (1, 3)))}
+ranked = {**size_splits, **{k: v for k, v in splits.items() if k != "dirichlet α=0.1"}}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+all_sizes = np.concatenate([p.sizes for p in size_splits.values()])
+bins = np.logspace(np.log10(max(all_sizes.min(), 1)), np.log10(all_sizes.max()), 30)
+for name, part in size_splits.items():
+    colour, ls = size_styles[name]
+    ax1.hist(np.maximum(part.sizes, 1), bins=bins, histtype="step", lw=1.8, color=colour, ls=ls,
+             label=f"{name} ({part.stats.n_empty} empty)")
+ax1.set_xscale("log")
+ax1.set_xlabel("images per client (log scale; empty clients at 1)")
+ax1.set_ylabel("clients")
+ax1.set_title("per-class Dirichlet: client sizes vary")
+ax1.legend(loc="upper left")
+equal = [name for name, part in ranked.items() if part.sizes.min() == part.sizes.max()]
+for name, part in ranked.items():
+    if name in equal[1:]:
+        continue  # the equal-size schemes coincide: one line, labelled with all of them
+    colour, ls = size_styles[name]
+    label = name if name not in equal else "every client n/N: " + ", ".join(equal)
+    ax2.plot(np.arange(1, n_clients + 1), np.sort(np.maximum(part.sizes, 1))[::-1], color=colour if name not in equal
+             else "0.35", ls=ls if name not in equal else ":", lw=1.8 if name not in equal else 2.4, label=label)
+ax2.set_yscale("log")
+ax2.set_xlabel("client rank (largest first)")
+ax2.set_ylabel("images per client (log scale)")
+ax2.set_title(f"sorted sizes; equal-size schemes sit at n/N = {len(labels) // n_clients}")
+ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+size_data = pd.concat([pd.DataFrame({"scheme": name, "client": np.arange(n_clients), "size": part.sizes})
+                       for name, part in ranked.items()], ignore_index=True)
 save_figure(fig, "01_client_sizes", notebook="01_heterogeneity", profile=profile,
-            caption="Histogram of client sizes under the two Dirichlet conventions (α = 0.1).",
-            parameters=dict(dataset=dataset, n_clients=n_clients, seed=seed))
+            caption=f"Client sizes on {dataset} ({n_clients} clients): histogram under the per-class Dirichlet split "
+                    f"for α = {', '.join(f'{a:g}' for a in size_alphas)} (left) and sorted sizes of every scheme "
+                    f"(right; the equal-size schemes are flat at n/N).",
+            parameters=dict(dataset=dataset, n_clients=n_clients, seed=seed, alphas=size_alphas), data=size_data)
 plt.show()
 
 # %% [markdown]
@@ -104,6 +161,12 @@ plt.show()
 # class*. In the FedSAM/FedGloSS splits the same "α = 0.5" is the *total* concentration, a = 0.05 per
 # class — a far more heterogeneous federation. The per-class-over-clients convention of NIID-Bench
 # sits in between.
+#
+# At very small α the per-class convention leaves some clients **empty** (every class lands on a few
+# clients). An empty client has no label distribution; counting it as "0 effective classes" would drag
+# the mean below 1, the value of a single-class client. The means below are therefore over the
+# clients that hold data, and the number of empty clients is reported beside them (the engine never
+# samples an empty client).
 
 # %%
 rows = []
@@ -112,29 +175,41 @@ for a in alphas:
                        ("dirichlet_client, per class", P.dirichlet_client(labels, n_clients, a, seed=seed)),
                        ("dirichlet_client, total", P.dirichlet_client(labels, n_clients, a, seed=seed,
                                                                        concentration="total"))]:
-        s = part.stats.summary()
-        rows.append({"alpha": a, "convention": name, "effective classes": s["mean_effective_classes"],
-                     "TV to global": s["mean_tv_distance"]})
+        st = part.stats
+        held = st.sizes > 0
+        rows.append({"alpha": a, "convention": name, "effective classes": float(st.effective_classes[held].mean()),
+                     "TV to global": float(st.tv_distance[held].mean()), "empty clients": st.n_empty})
 sweep = pd.DataFrame(rows)
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+conv_styles = {"dirichlet (over clients)": ("#1f77b4", "-", "o"), "dirichlet_client, per class": ("#ff7f0e", "--", "s"),
+               "dirichlet_client, total": ("#2ca02c", "-.", "^")}
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 for name, grp in sweep.groupby("convention", sort=False):
-    axes[0].plot(grp["alpha"], grp["effective classes"], marker="o", label=name)
-    axes[1].plot(grp["alpha"], grp["TV to global"], marker="o", label=name)
+    colour, ls, mk = conv_styles[name]
+    empties = int(grp["empty clients"].max())
+    label = name + (f" (up to {empties} empty clients, left out)" if empties else "")
+    axes[0].plot(grp["alpha"], grp["effective classes"], ls=ls, marker=mk, color=colour, label=label)
+    axes[1].plot(grp["alpha"], grp["TV to global"], ls=ls, marker=mk, color=colour, label=label)
 for ax in axes:
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("α")
-axes[0].set_ylabel("mean effective classes per client")
+axes[0].axhline(1.0, color="0.6", lw=0.8, ls=":")
+axes[0].set_ylabel("mean effective classes per non-empty client")
 axes[1].set_ylabel("mean TV distance to global labels")
-axes[0].legend()
+axes[0].legend(loc="upper center", bbox_to_anchor=(1.1, -0.2), ncol=3)
 save_figure(fig, "01_alpha_conventions", notebook="01_heterogeneity", profile=profile,
             caption="Effective classes per client and TV distance to the global label distribution against α "
-                    "for three Dirichlet conventions.",
-            parameters=dict(dataset=dataset, n_clients=n_clients, alphas=alphas, seed=seed))
+                    "for three Dirichlet conventions (means over the clients that hold data; empty clients are "
+                    "counted in the data file and the legend).",
+            parameters=dict(dataset=dataset, n_clients=n_clients, alphas=alphas, seed=seed), data=sweep)
 plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(sweep.pivot(index="alpha", columns="convention", values="effective classes").round(2).to_string())
+print("empty clients:")
+print(sweep.pivot(index="alpha", columns="convention", values="empty clients").to_string())
+print("every mean over non-empty clients is at least 1:", bool((sweep["effective classes"] >= 1 - 1e-12).all()))
 
 # %% [markdown]
 # ## 4. Pathological splits
@@ -173,3 +248,19 @@ print("same split after a JSON round trip:", again.fingerprint == splits["dirich
 #    sizes) and which stay, and why does the per-class convention react more?
 # 3. Save one of the splits to JSON, edit one client's index list by hand, and load it with
 #    `from_file`: what happens to the fingerprint?
+
+# %% [markdown]
+# ## What the cpu run shows
+# This section is generated from the committed cpu-profile data (`figures/`, `figures/records/`,
+# `figures/claims.yaml`), whatever profile this notebook was just run with. This notebook trains
+# nothing: its figures are partition statistics, exact functions of the seed.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+from fedlab.evidence.report import cpu_report
+
+report = cpu_report("01_heterogeneity")
+print(report.text())
+
+# %%
+report.show_figures()
