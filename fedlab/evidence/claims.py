@@ -186,6 +186,9 @@ def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -
         raise ValueError(f"claim {claim.id!r}: figure {claim.figure}.csv has no column {col!r} "
                          f"(columns: {', '.join(map(str, table.columns))})")
     rows = table
+    for key, value in claim.select.items():  # the setting's filter, on the columns the table has
+        if key in rows.columns:
+            rows = rows[rows[key] == value]
     if arm_col and arm.get("algorithm"):
         rows = rows[rows[arm_col] == arm["algorithm"]]
     note = ""
