@@ -67,11 +67,11 @@ PLAN: dict[str, list[Family]] = {
     "10_benchmarks": [Family("every method on three splits", ALL_METHODS, splits=BENCH_SPLITS)],
     "00_quickstart": [Family("FedAvg, FedSAM, FedVSSAM", ("fedavg", "fedsam", "fedvssam"))],
     "02_flatness_incompatibility": [
-        Family("λ_max against α", ("fedavg", "fedsam", "fednsam"),
+        Family("λ_max against α", ("fedavg", "fedsam"),
                splits=("dirichlet-0.1", "dirichlet-0.5", "dirichlet-1"), analysed=True)],
     "03_friendly_adversary": [Family("FedAvg for the decomposition", ("fedavg",), analysed=True)],
     "04_sam_baselines": [Family("SAM baselines", ("fedavg", "scaffold", "feddyn", "fedsam", "mofedsam", "fedgamma",
-                                                  "fedlesam"))],
+                                                  "fedspeed", "fedlesam"))],
     "05_fedsmoo": [Family("FedSMOO and neighbours", ("fedavg", "fedsam", "feddyn", "fedspeed", "fedsmoo",
                                                      "fedsmoo_adaptive"))],
     "06_fedswa_fedmoswa": [
@@ -79,12 +79,12 @@ PLAN: dict[str, list[Family]] = {
         Family("FedSWA ρ × α ablation", ("fedswa",),
                variants=tuple(f"rho={r},alpha={a}" for r in (0.1, 0.5, 1.0) for a in (1.0, 1.5)))],
     "07_fednsam": [Family("FedSAM and FedNSAM", ("fedavg", "fedsam", "fednsam")),
-                   Family("FedNSAM variants", ("fednsam",), variants=("gamma=0", "official_repo"))],
+                   Family("FedNSAM variants", ("fednsam",), variants=("paper", "official_repo"))],
     "08_fedvssam": [Family("FedAvg and full FedVSSAM", ("fedavg", "fedvssam")),
-                    Family("FedVSSAM ablations", ("fedvssam",),
-                           variants=("base", "LF", "LU", "GU", "LF+LU", "LU+GU", "LF+GU")),
-                    Family("γ_l sweep", ("fedvssam",), variants=tuple(f"gamma_l={g}" for g in (0.1, 0.2, 0.4, 0.7,
-                                                                                           1.0)))],
+                    Family("FedVSSAM ablations (the full method is the tuned run)", ("fedvssam",),
+                           variants=("base", "GU only", "LU+GU", "LF+LU")),
+                    Family("γ_l sweep (γ_l = 1 and the tuned γ_l are other runs)", ("fedvssam",),
+                           variants=("gamma_l=0.1", "gamma_l=0.4", "gamma_l=0.7"))],
     "09_sharpness_and_landscapes": [Family("every method, curvature", ALL_METHODS, analysed=True)],
 }
 """The cpu profile's runs, per notebook (what the notebooks train; see the module docstring)."""
