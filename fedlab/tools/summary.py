@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-METHODS = {"fedavg": {}, "fedsam": {}, "fedvssam": {"preset": "high"}}
-"""The three methods and their structural settings (radii and weights come from the tuning)."""
+METHODS = ("fedavg", "fedsam", "fedvssam")
+"""The three methods; every setting comes from the tuning (as in notebook 10), else the method's defaults."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,18 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fedlab.tools.summary", description=__doc__.splitlines()[0])
     p.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
     p.add_argument("--rounds", type=int, default=None, help="fewer rounds (a quick look; then not notebook 10's runs)")
+    p.add_argument("--runs-dir", default=None, help="where the runs live (default: <repo>/runs)")
     args = p.parse_args(argv)
 
-    base = profile_federation("cpu").replace(client_threads=args.client_threads)
+    base = profile_federation("cpu").replace(client_threads=args.client_threads, runs_dir=args.runs_dir)
     if args.rounds is not None:
         base = base.replace(rounds=args.rounds)
     print(f"Three methods on one federation: {base.dataset}, {base.model}, {base.n_clients} clients, "
           f"{split_key(base)}, {base.participation:.0%} per round, {base.rounds} rounds of K={base.local_steps}, "
           f"seed {base.seed}:")
     rows = []
-    for method, structural in METHODS.items():
+    for method in METHODS:
         tuned = tuned_params(method, base)
-        cfg = base.replace(algorithm=method, algorithm_params={**structural, **tuned.params})
+        cfg = base.replace(algorithm=method, algorithm_params=dict(tuned.params))
         res = fedlab.run(cfg, progress=False)
         rows.append({"method": method_label(method), "settings": ", ".join(f"{k}={v}" for k, v in
                                                                          cfg.algorithm_params.items()) or "defaults",

@@ -1,0 +1,17 @@
+"""The end of `make run` (fedlab.tools.summary): three methods, tuned settings, their sources, the claims' counts."""
+from __future__ import annotations
+
+from fedlab.evidence.protocol import profile_federation, tuned_params
+from fedlab.tools import summary
+
+
+def test_quick_summary_prints_each_method_with_its_tuned_source(tmp_path, capsys, monkeypatch, one_thread):
+    monkeypatch.setenv("FEDLAB_RECORDS", str(tmp_path / "no-records"))  # train, do not load committed runs
+    assert summary.main(["--rounds", "1", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "1 rounds of K=" in out and "dirichlet-0.1" in out
+    base = profile_federation("cpu")
+    for method in summary.METHODS:
+        assert tuned_params(method, base).source in out
+    assert "claims table:" in out and " not run" in out
+    assert len(list((tmp_path / "runs").glob("fed*-*"))) == len(summary.METHODS)
