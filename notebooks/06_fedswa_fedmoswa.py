@@ -63,7 +63,8 @@ from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import curve_data, method_label, status_note, use_house_style
+from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, method_label, status_note,
+                                use_house_style)
 from fedlab.tools.figures import save_figure
 from fedlab.tools.repro import CITABLE_PROFILES
 
@@ -84,48 +85,13 @@ STYLES = {  # method -> (colour, line style, marker): distinct in every figure o
 }
 
 
-def finished(results):
-    return [r for r in results if r.status == "finished"]
-
-
-def mean_curve(results, metric):
-    """Per evaluated round: mean ± 95 % interval of ``metric`` over the finished runs."""
-    tidy = curve_data(finished(results), metric) if finished(results) else pd.DataFrame(columns=["round", metric])
-    rows = [{"round": r, "mean": e.mean, "half_width": e.half_width, "n": e.n}
-            for r, e in ((r, mean_interval(v)) for r, v in tidy.groupby("round")[metric])]
-    return pd.DataFrame(rows, columns=["round", "mean", "half_width", "n"])
-
-
 def draw_method(ax, name, results, metric):
-    """One method on ``ax``: mean line and band over finished seeds, every other seed dotted with ✕."""
-    color, ls, marker = STYLES[name]
-    curve = mean_curve(results, metric)
-    every = max(1, len(curve) // 8)
-    if len(curve):
-        ax.plot(curve["round"], curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
-                markevery=every, linewidth=1.8, label=f"{method_label(name)} (n={int(curve['n'].max())})")
-        half = curve["half_width"].fillna(0.0)
-        ax.fill_between(curve["round"], curve["mean"] - half, curve["mean"] + half, color=color, alpha=0.15,
-                        linewidth=0)
-    for status in ("collapsed", "diverged"):
-        bad = [r for r in results if r.status == status]
-        for j, r in enumerate(bad):
-            df = r.metrics[["round", metric]].dropna()
-            ax.plot(df["round"], df[metric], color=color, linestyle=":", linewidth=1.0, marker="x",
-                    markevery=max(1, len(df) // 8),
-                    label=f"{method_label(name)} ({status}, {len(bad)} seed(s))" if j == 0 else None)
-
-
-def curves_table(runs, metric):
-    """The numbers a curve figure plots: every seed's rows (with status) and the per-method means."""
-    per_seed = pd.concat([curve_data(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
-    means = pd.concat([mean_curve(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
-    return {f"{metric}_per_seed": per_seed, f"{metric}_mean": means}
+    draw_seeds(ax, results, metric, label=method_label(name), style=STYLES[name])
 
 
 def final_estimate(results):
     """Final test accuracy over the finished seeds (None when no seed finished)."""
-    ok = finished(results)
+    ok = finished_runs(results)
     return mean_interval(r.final_accuracy for r in ok) if ok else None
 
 
@@ -350,7 +316,7 @@ plt.show()
 est = {n: final_estimate(rs) for n, rs in runs.items()}
 ours = pd.DataFrame({
     "ours: final acc % (mean ± 95 %)": {method_label(n): est[n].format(100, 1) if est[n] else "–" for n in runs},
-    "finished seeds": {method_label(n): f"{len(finished(rs))}/{len(rs)}" for n, rs in runs.items()},
+    "finished seeds": {method_label(n): f"{len(finished_runs(rs))}/{len(rs)}" for n, rs in runs.items()},
 })
 ours["paper: CIFAR-100 Dir-0.1 %"] = pd.Series({"FedAvg": 45.8, "FedSAM": 40.1, "FedSWA": 50.3, "FedMoSWA": 61.9})
 print(ours.to_string(float_format=lambda v: f"{v:.1f}", na_rep="–"))

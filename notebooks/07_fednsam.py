@@ -88,7 +88,8 @@ from fedlab.engine.sampling import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import curve_data, status_note, use_house_style
+from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, status_note,
+                                use_house_style)
 from fedlab.tools.figures import save_figure
 from fedlab.tools.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
@@ -111,42 +112,8 @@ STYLES = {  # label -> (colour, line style, marker)
 }
 
 
-def finished(results):
-    return [r for r in results if r.status == "finished"]
-
-
-def mean_curve(results, metric):
-    """Per round with data: mean ± 95 % interval of ``metric`` over the finished runs."""
-    tidy = curve_data(finished(results), metric) if finished(results) else pd.DataFrame(columns=["round", metric])
-    rows = [{"round": r, "mean": e.mean, "half_width": e.half_width, "n": e.n}
-            for r, e in ((r, mean_interval(v)) for r, v in tidy.groupby("round")[metric])]
-    return pd.DataFrame(rows, columns=["round", "mean", "half_width", "n"])
-
-
 def draw_method(ax, label, results, metric):
-    """One method on ``ax``: mean line and band over finished seeds, every other seed dotted with ✕."""
-    color, ls, marker = STYLES[label]
-    curve = mean_curve(results, metric)
-    every = max(1, len(curve) // 8)
-    if len(curve):
-        ax.plot(curve["round"], curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
-                markevery=every, linewidth=1.8, label=f"{label} (n={int(curve['n'].max())})")
-        half = curve["half_width"].fillna(0.0)
-        ax.fill_between(curve["round"], curve["mean"] - half, curve["mean"] + half, color=color, alpha=0.15,
-                        linewidth=0)
-    for status in ("collapsed", "diverged"):
-        bad = [r for r in results if r.status == status]
-        for j, r in enumerate(bad):
-            df = r.metrics[["round", metric]].dropna()
-            ax.plot(df["round"], df[metric], color=color, linestyle=":", linewidth=1.0, marker="x",
-                    markevery=max(1, len(df) // 8), label=f"{label} ({status}, {len(bad)} seed(s))" if j == 0 else None)
-
-
-def curves_table(runs, metric):
-    """The numbers a curve figure plots: every seed's rows (with status) and the per-method means."""
-    per_seed = pd.concat([curve_data(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
-    means = pd.concat([mean_curve(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
-    return {f"{metric}_per_seed": per_seed, f"{metric}_mean": means}
+    draw_seeds(ax, results, metric, label=label, style=STYLES[label])
 
 # %% [markdown]
 # ## 1. The momentum recursion, by hand, on a toy federation
@@ -341,7 +308,7 @@ tail = max(1, -(-rounds // 4))
 
 
 def estimate(results, value, digits=3):
-    ok = finished(results)
+    ok = finished_runs(results)
     return mean_interval(value(r) for r in ok).format(digits=digits) if ok else "–"
 
 
@@ -350,7 +317,7 @@ acc_table = pd.DataFrame({
     "best acc": {k: estimate(rs, lambda r: r.metrics["test_acc"].max()) for k, rs in runs.items()},
     "mean Δ_D (last quarter)": {k: estimate(rs, lambda r: r.metrics["flatness_distance"].tail(tail).mean(), 4)
                                 for k, rs in runs.items()},
-    "finished": {k: f"{len(finished(rs))}/{len(rs)}" for k, rs in runs.items()},
+    "finished": {k: f"{len(finished_runs(rs))}/{len(rs)}" for k, rs in runs.items()},
 })
 print(acc_table.to_string())
 

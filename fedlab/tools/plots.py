@@ -138,3 +138,50 @@ def heatmap(ax: plt.Axes, table: pd.DataFrame, *, cmap: str = "viridis", label: 
             ax.text(c, r, fmt.format(v), ha="center", va="center", fontsize=7,
                     color="white" if v < values.mean() else "black")
     return ax
+
+
+# --- runs over seeds: means, bands and the seeds that did not finish ---------------------------------
+def finished_runs(results: Iterable[Any]) -> list[Any]:
+    """The runs whose status is ``finished`` (collapsed and diverged ones are shown, never averaged)."""
+    return [r for r in results if r.status == "finished"]
+
+
+def mean_curve(results: Iterable[Any], metric: str) -> pd.DataFrame:
+    """Per evaluated round: mean ± 95 % interval of ``metric`` over the finished runs (columns
+    ``round, mean, half_width, n``; :func:`fedlab.evidence.uncertainty.mean_interval`)."""
+    from fedlab.evidence.uncertainty import mean_interval
+
+    ok = finished_runs(results)
+    tidy = curve_data(ok, metric) if ok else pd.DataFrame(columns=["round", metric])
+    rows = [{"round": r, "mean": e.mean, "half_width": e.half_width, "n": e.n}
+            for r, e in ((r, mean_interval(v)) for r, v in tidy.groupby("round")[metric])]
+    return pd.DataFrame(rows, columns=["round", "mean", "half_width", "n"])
+
+
+def draw_seeds(ax: plt.Axes, results: Sequence[Any], metric: str, *, label: str,
+               style: tuple[str, Any, str], linewidth: float = 1.8) -> None:
+    """One method on ``ax``: the mean over its finished seeds with a 95 % band (``style`` = colour,
+    line style, marker), and every collapsed or diverged seed as its own thin dotted line with ✕,
+    counted in the legend."""
+    color, ls, marker = style
+    curve = mean_curve(results, metric)
+    if len(curve):
+        ax.plot(curve["round"], curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
+                markevery=max(1, len(curve) // 8), linewidth=linewidth,
+                label=f"{label} (n={int(curve['n'].max())})")
+        half = curve["half_width"].fillna(0.0)
+        ax.fill_between(curve["round"], curve["mean"] - half, curve["mean"] + half, color=color, alpha=0.15,
+                        linewidth=0)
+    for status in ("collapsed", "diverged"):
+        bad = [r for r in results if r.status == status]
+        for j, r in enumerate(bad):
+            df = r.metrics[["round", metric]].dropna()
+            ax.plot(df["round"], df[metric], color=color, linestyle=":", linewidth=1.0, marker="x",
+                    markevery=max(1, len(df) // 8), label=f"{label} ({status}, {len(bad)} seed(s))" if j == 0 else None)
+
+
+def curves_table(runs: dict[str, Sequence[Any]], metric: str) -> dict[str, pd.DataFrame]:
+    """The numbers a curve figure plots: every seed's rows (with status) and the per-method means."""
+    per_seed = pd.concat([curve_data(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
+    means = pd.concat([mean_curve(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
+    return {f"{metric}_per_seed": per_seed, f"{metric}_mean": means}

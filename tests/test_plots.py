@@ -1,0 +1,28 @@
+"""Seed-aware plot helpers (fedlab.tools.plots): means over finished seeds only, the others drawn and counted."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from fedlab.tools.plots import curves_table, draw_seeds, finished_runs, mean_curve  # noqa: E402
+from test_claims import _fake  # noqa: E402
+
+
+def test_mean_curve_averages_finished_seeds_and_draw_seeds_counts_the_rest():
+    runs = [_fake("fedsam", 0, 0.6), _fake("fedsam", 1, 0.8), _fake("fedsam", 2, 0.1, status="collapsed")]
+    assert [r.config.seed for r in finished_runs(runs)] == [0, 1]
+    curve = mean_curve(runs, "test_acc")
+    assert list(curve["round"]) == [1, 3, 4]  # round 2 has no evaluation
+    assert curve.loc[curve["round"] == 4, "mean"].item() == pytest.approx(0.7)
+    assert set(curve["n"]) == {2}
+    fig, ax = plt.subplots()
+    draw_seeds(ax, runs, "test_acc", label="FedSAM", style=("#ff7f0e", "--", "o"))
+    labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["FedSAM (n=2)", "FedSAM (collapsed, 1 seed(s))"]
+    plt.close(fig)
+    tables = curves_table({"fedsam": runs}, "test_acc")
+    assert len(tables["test_acc_per_seed"]) == 9 and len(tables["test_acc_mean"]) == 3
+    assert set(tables["test_acc_per_seed"]["status"]) == {"finished", "collapsed"}
