@@ -25,6 +25,7 @@ def _fake(algorithm: str, seed: int, acc: float, status: str = "finished", **par
 
 
 def _figure(tmp: Path, name: str, runs: list[RunResult]) -> None:
+    tmp.mkdir(parents=True, exist_ok=True)
     for r in runs:
         write_record(r, tmp / "records")
     (tmp / f"{name}.json").write_text(json.dumps({"figure": name, "records": [r.run_dir.name for r in runs]}))
@@ -60,19 +61,20 @@ def test_verdicts_from_synthetic_records(tmp_path, left, right, op, expected):
 
 
 def test_not_run_collapsed_and_single_seed(tmp_path):
+    # each scenario in its own folder: a record is never replaced, and these fakes share their keys
     assert evaluate_claim(_claim(">"), tmp_path).verdict == "not run"  # no figure yet
     runs = [_fake("fedvssam", s, 0.8) for s in range(3)] + [_fake("fedsam", s, 0.1, "collapsed") for s in range(3)]
-    _figure(tmp_path, "fig", runs)
-    v = evaluate_claim(_claim(">"), tmp_path)
+    _figure(tmp_path / "a", "fig", runs)
+    v = evaluate_claim(_claim(">"), tmp_path / "a")
     assert v.verdict == "inconclusive" and "3 collapsed" in v.note  # never averaged in as 0.1
     # one collapsed seed out of three: the other two decide, the collapse is reported
     runs = ([_fake("fedvssam", s, 0.80 + s / 100) for s in range(3)]
             + [_fake("fedsam", 0, 0.1, "collapsed"), _fake("fedsam", 1, 0.70), _fake("fedsam", 2, 0.71)])
-    _figure(tmp_path, "fig", runs)
-    v = evaluate_claim(_claim(">"), tmp_path)
+    _figure(tmp_path / "b", "fig", runs)
+    v = evaluate_claim(_claim(">"), tmp_path / "b")
     assert v.verdict == "holds" and v.right[0].n == 2 and "1 collapsed" in v.note
-    _figure(tmp_path, "fig", [_fake("fedvssam", 0, 0.9), _fake("fedsam", 0, 0.1)])
-    assert evaluate_claim(_claim(">"), tmp_path).verdict == "inconclusive"  # one seed is not evidence
+    _figure(tmp_path / "c", "fig", [_fake("fedvssam", 0, 0.9), _fake("fedsam", 0, 0.1)])
+    assert evaluate_claim(_claim(">"), tmp_path / "c").verdict == "inconclusive"  # one seed is not evidence
 
 
 def test_params_select_arms_and_cost_check(tmp_path):

@@ -1,6 +1,7 @@
 """Committed run records: figures re-plotted without training, reruns that skip committed runs."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -116,3 +117,16 @@ def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
     with pytest.raises(RecordError, match="refusing to mix"):
         load_record("fedsam-000000000000", tmp_path)
     assert load_record("fedavg-ffffffffffff", tmp_path) is None
+
+
+def test_a_committed_record_is_never_replaced(two_runs, tmp_path, monkeypatch):
+    """Writing the record of a run loaded from that record (what run_seeds(record=True) does on a rerun)
+    or of a retrained run with other wall times leaves the committed bytes as they are."""
+    from fedlab.evidence.records import write_record
+
+    path = write_record(two_runs[0], tmp_path)
+    before = path.read_bytes()
+    loaded = load_record(two_runs[0].run_dir.name, tmp_path)
+    assert write_record(loaded, tmp_path) == path and path.read_bytes() == before
+    retrained = dataclasses.replace(two_runs[0], metrics=two_runs[0].metrics.assign(wall_seconds=123.0))
+    assert write_record(retrained, tmp_path) == path and path.read_bytes() == before

@@ -38,8 +38,10 @@ def test_the_section_reports_verdict_numbers_and_the_reason_only_when_it_fails(t
     assert "likely reason: a small model on an easy dataset" in text
     assert "08_toy: no federated training" in text and "under the protocol" in text
 
-    _setup(tmp_path, [0.80, 0.81, 0.82], [0.70, 0.71, 0.72])
-    text = cpu_report("08_fedvssam", tmp_path).text()
+    other = tmp_path / "holds"  # its own folder: a committed record is never replaced
+    other.mkdir()
+    _setup(other, [0.80, 0.81, 0.82], [0.70, 0.71, 0.72])
+    text = cpu_report("08_fedvssam", other).text()
     assert "verdict: holds" in text and "likely reason" not in text
 
 

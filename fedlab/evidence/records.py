@@ -72,16 +72,22 @@ def _payload(result: RunResult) -> dict[str, Any]:
 
 
 def write_record(result: RunResult, directory: Path | None = None) -> Path:
-    """Write ``result``'s record (deterministic bytes: gzip without a timestamp) and return its path."""
+    """Write ``result``'s record (deterministic bytes: gzip without a timestamp) and return its path.
+
+    An existing record is never replaced: its key is the run's (same config, data, code → same
+    numbers), the first one written is the evidence, and a run that was itself *loaded* from a
+    record would otherwise overwrite it with less (a record's config block lacks the split summary
+    of the run directory's ``config.json``, and a retrained run's wall times differ)."""
+    key = Path(result.run_dir).name.removesuffix(SUFFIX)
+    path = record_path(key, directory)
+    if path.exists():
+        return path
     payload = _payload(result)
-    path = record_path(payload["key"], directory)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9, filename="") as gz:
         gz.write(text)
-    data = buf.getvalue()
-    if not (path.exists() and path.read_bytes() == data):
-        atomic_write_bytes(path, data)
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
