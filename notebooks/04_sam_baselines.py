@@ -63,8 +63,8 @@ import fedlab
 from fedlab.evidence.collapse import chance_threshold
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, method_label, status_note,
-                                use_house_style)
+from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
+                                status_note, use_house_style)
 from fedlab.tools.figures import save_figure
 from fedlab.tools.repro import CITABLE_PROFILES
 
@@ -90,12 +90,6 @@ STYLES = {  # method -> (colour, line style, marker): distinct in every figure o
 
 def draw_method(ax, name, results, metric):
     draw_seeds(ax, results, metric, label=method_label(name), style=STYLES[name])
-
-
-def final_estimate(results):
-    """Final test accuracy over the finished seeds (None when no seed finished)."""
-    ok = finished_runs(results)
-    return mean_interval(r.final_accuracy for r in ok) if ok else None
 
 
 def all_runs(runs):

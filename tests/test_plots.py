@@ -26,3 +26,12 @@ def test_mean_curve_averages_finished_seeds_and_draw_seeds_counts_the_rest():
     tables = curves_table({"fedsam": runs}, "test_acc")
     assert len(tables["test_acc_per_seed"]) == 9 and len(tables["test_acc_mean"]) == 3
     assert set(tables["test_acc_per_seed"]["status"]) == {"finished", "collapsed"}
+
+
+def test_final_estimate_uses_finished_seeds_only():
+    from fedlab.tools.plots import final_estimate
+
+    runs = [_fake("fedsam", 0, 0.6), _fake("fedsam", 1, 0.8), _fake("fedsam", 2, 0.1, status="collapsed")]
+    est = final_estimate(runs)
+    assert est.n == 2 and est.mean == pytest.approx(0.7)
+    assert final_estimate(runs[2:]) is None

@@ -32,6 +32,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -156,16 +157,10 @@ def _round_seconds(p: Mapping[str, Any], costs: Mapping[str, float], grads: floa
     return per_round + n_eval * costs["forward_per_sample"] / int(p.get("eval_every", 1))
 
 
-def _split_of(config: Mapping[str, Any]) -> str:
-    if config.get("partition") in ("dirichlet", "dirichlet_client"):
-        return f"{config['partition']}-{float(config['alpha']):g}"
-    if config.get("partition") == "pathological":
-        return f"pathological-{config.get('classes_per_client')}"
-    return str(config.get("partition"))
-
-
 def committed_runs(records: Path) -> dict[tuple[str, str, int, int, int], int]:
     """Committed test-set runs by (method, split, seed, T, K): how many records of each."""
+    from fedlab.evidence.protocol import split_key
+
     out: dict[tuple[str, str, int, int, int], int] = {}
     for path in sorted(records.glob("*.json.gz")):
         try:
@@ -174,7 +169,7 @@ def committed_runs(records: Path) -> dict[tuple[str, str, int, int, int], int]:
             continue  # fedlab.evidence.records reports a bad record when it is loaded
         if cfg.get("validation_size"):
             continue  # a tuning run
-        key = (str(cfg["algorithm"]), _split_of(cfg), int(cfg["seed"]), int(cfg["rounds"]),
+        key = (str(cfg["algorithm"]), split_key(SimpleNamespace(**cfg)), int(cfg["seed"]), int(cfg["rounds"]),
                int(cfg.get("local_steps") or 0))
         out[key] = out.get(key, 0) + 1
     return out

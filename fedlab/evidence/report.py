@@ -97,9 +97,9 @@ class CpuReport:
             display(Image(filename=str(f.png), width=720))
 
 
-def figure_from_sidecar(sidecar: Path) -> CpuFigure:
-    """A figure's evidence, read from its JSON sidecar (``save_figure``)."""
-    meta: dict[str, Any] = json.loads(Path(sidecar).read_text())
+def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> CpuFigure:
+    """A figure's evidence, read from its JSON sidecar (``save_figure``; ``meta``: its content, if read)."""
+    meta = json.loads(Path(sidecar).read_text()) if meta is None else meta
     params = meta.get("parameters") or {}
     seeds = len(params.get("seeds") or []) or 1
     records = len(meta.get("records") or [])
@@ -114,7 +114,7 @@ def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
     for sidecar in sorted(figures_dir.glob(f"{notebook[:2]}_*.json")):
         meta: dict[str, Any] = json.loads(sidecar.read_text())
         if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
-            out.append(figure_from_sidecar(sidecar))
+            out.append(figure_from_sidecar(sidecar, meta))
     return out
 
 

@@ -182,7 +182,7 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
         except json.JSONDecodeError:
             continue
         if "figure" in meta:
-            entries.append((meta, figure_from_sidecar(sidecar)))
+            entries.append((meta, figure_from_sidecar(sidecar, meta)))
     entries.sort(key=lambda e: (e[0]["notebook"], e[0]["figure"]))
     claims_file = figures_dir / "claims.yaml"
     claims = claims_markdown(evaluate_claims(load_claims(claims_file), figures_dir)) if claims_file.exists() else \

@@ -146,6 +146,15 @@ def finished_runs(results: Iterable[Any]) -> list[Any]:
     return [r for r in results if r.status == "finished"]
 
 
+def final_estimate(results: Iterable[Any]) -> Any:
+    """Final test accuracy over the finished runs: an :class:`~fedlab.evidence.uncertainty.Estimate`
+    (mean ± 95 % interval), or None when no run finished."""
+    from fedlab.evidence.uncertainty import mean_interval
+
+    ok = finished_runs(results)
+    return mean_interval(r.final_accuracy for r in ok) if ok else None
+
+
 def mean_curve(results: Iterable[Any], metric: str) -> pd.DataFrame:
     """Per evaluated round: mean ± 95 % interval of ``metric`` over the finished runs (columns
     ``round, mean, half_width, n``; :func:`fedlab.evidence.uncertainty.mean_interval`)."""
