@@ -37,12 +37,16 @@ def test_the_section_reports_verdict_numbers_and_the_reason_only_when_it_fails(t
     assert "verdict: fails" in text and "61.00" in text and "71.00" in text
     assert "likely reason: a small model on an easy dataset" in text
     assert "08_toy: no federated training" in text and "under the protocol" in text
+    assert f"in short, the claims that do not hold here: {CLAIM['claim']}" in text
+    assert "claims that hold on" not in text
+    assert "setting: fmnist with the cnn model" in text and "seeds 0, 1, 2" in text
 
     other = tmp_path / "holds"  # its own folder: a committed record is never replaced
     other.mkdir()
     _setup(other, [0.80, 0.81, 0.82], [0.70, 0.71, 0.72])
     text = cpu_report("08_fedvssam", other).text()
     assert "verdict: holds" in text and "likely reason" not in text
+    assert f"in short, the claims that hold on Fashion-MNIST here: {CLAIM['claim']}" in text
 
 
 def test_too_few_seeds_is_said(tmp_path):

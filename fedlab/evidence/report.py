@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlab.evidence.claims import Verdict, evaluate_claims, load_claims
-from fedlab.evidence.protocol import SEEDS
+from fedlab.evidence.protocol import SEEDS, profile_federation
 from fedlab.tools.repro import FIGURES_DIR
 
 __all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
@@ -79,6 +79,7 @@ class CpuReport:
         counts = {v: sum(x.verdict == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run")}
         lines.append(f"claims tested here: {len(self.verdicts)} (" + ", ".join(f"{n} {v}" for v, n in counts.items()
                                                                            if n) + ")")
+        lines.append(f"  setting: {setting_text()}")
         for v in self.verdicts:
             c = v.claim
             lines.append(f"- {c.claim} [{c.paper}; {c.where}]")
@@ -86,6 +87,11 @@ class CpuReport:
                          + (f" ({v.note})" if v.note else ""))
             if v.verdict in c.reasons:
                 lines.append(f"    likely reason: {c.reasons[v.verdict]}")
+        for verdict, words in (("holds", "hold on Fashion-MNIST here"), ("fails", "do not hold here"),
+                               ("inconclusive", "cannot be decided from these seeds")):
+            named = [v.claim.claim for v in self.verdicts if v.verdict == verdict]
+            if named:
+                lines.append(f"in short, the claims that {words}: " + "; ".join(named))
         return "\n".join(lines)
 
     def show_figures(self) -> None:
@@ -95,6 +101,14 @@ class CpuReport:
         for f in self.figures:
             display(Markdown(f"**{f.name}** — {f.caption}"))
             display(Image(filename=str(f.png), width=720))
+
+
+def setting_text(profile: str = "cpu") -> str:
+    """The federation the cpu claims are tested on, in words, from the protocol (not typed by hand)."""
+    c = profile_federation(profile)
+    return (f"{c.dataset} with the {c.model} model, {c.n_clients} clients, {c.participation:.0%} per round, "
+            f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
+            + ", ".join(str(s) for s in SEEDS) + "; the papers used CIFAR and ResNets over hundreds of rounds")
 
 
 def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> CpuFigure:
