@@ -45,7 +45,10 @@ def _claim(op: str, **extra) -> Claim:
     ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72], "<", "holds"),
     ([0.70, 0.75, 0.80], [0.71, 0.72, 0.73], ">=", "holds"),  # overlap, means in order
     ([0.60, 0.61, 0.62], [0.70, 0.71, 0.72], ">=", "fails"),
-    ([0.710, 0.712, 0.714], [0.705, 0.710, 0.715], "approx", "holds"),
+    ([0.710, 0.711, 0.712], [0.709, 0.710, 0.711], "approx", "holds"),  # Δ = 0.1 ± 0.23 points
+    ([0.65, 0.70, 0.75], [0.68, 0.70, 0.72], "approx", "inconclusive"),  # equal means, ± 6 points wide
+    ([0.710, 0.712, 0.714], [0.705, 0.710, 0.715], "approx", "inconclusive"),  # Δ's interval reaches 1.3
+    ([0.80, 0.81, 0.82], [0.70, 0.71, 0.72], "approx", "fails"),
     ([0.90, 0.91, 0.92], [0.70, 0.71, 0.72], "much_greater", "holds"),
     ([0.71, 0.715, 0.72], [0.70, 0.705, 0.71], "much_greater", "fails"),  # above, but by 1 point, not 5
     ([0.74, 0.75, 0.76], [0.70, 0.71, 0.72], "much_greater", "inconclusive"),  # by 4 ± 3.5 points
@@ -84,7 +87,7 @@ def test_params_select_arms_and_cost_check(tmp_path):
     c = dataclasses.replace(_claim(">"), left={"algorithm": "fedvssam", "params": {"gu": True}},
                             right=[{"algorithm": "fedvssam", "params": {"gu": False}}])
     assert evaluate_claim(c, tmp_path).verdict == "holds"
-    runs = [_fake("fedlesam", s, 0.7 + s / 100) for s in range(3)] + [_fake("fedsam", s, 0.7 + s / 100) for s in range(3)]
+    runs = [_fake("fedlesam", s, 0.7 + s / 1000) for s in range(3)] + [_fake("fedsam", s, 0.7 + s / 1000) for s in range(3)]
     _figure(tmp_path, "fig", runs)
     c = dataclasses.replace(_claim("approx", tol=0.01), left={"algorithm": "fedlesam"}, cost={"left_over_right": 0.5})
     v = evaluate_claim(c, tmp_path)

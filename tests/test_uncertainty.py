@@ -33,3 +33,18 @@ def test_one_seed_has_no_interval_and_bad_input_is_named():
 def test_overlap():
     a, b = mean_interval([0.70, 0.71, 0.72]), mean_interval([0.80, 0.81, 0.82])
     assert not a.overlaps(b) and a.overlaps(mean_interval([0.70, 0.75, 0.80]))
+
+
+def test_difference_interval_is_welchs():
+    from scipy import stats
+
+    from fedlab.evidence.uncertainty import difference_interval
+
+    lo, hi = difference_interval(mean_interval([1.0, 2.0, 3.0]), mean_interval([1.0, 2.0, 3.0]))
+    # ν = 4 (equal variances and sizes), se = √(2/3): t_{0.975, 4} · 0.8165 = 2.2669
+    assert (lo, hi) == pytest.approx((-2.2669, 2.2669), abs=1e-4)
+    a, b = [0.70, 0.75, 0.81, 0.72], [0.60, 0.61, 0.65]
+    ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert difference_interval(mean_interval(a), mean_interval(b)) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    nan = difference_interval(mean_interval([0.7]), mean_interval(b))
+    assert all(v != v for v in nan)  # one value: no interval

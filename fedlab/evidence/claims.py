@@ -10,8 +10,10 @@ seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
   they are disjoint the other way, **inconclusive** when they overlap;
 * ``>=`` / ``<=`` — holds unless contradicted: holds when the means are in the claimed order (or
   the intervals are disjoint in it), fails when disjoint the other way, inconclusive otherwise;
-* ``approx`` (tolerance ``tol``) — holds when |Δmean| ≤ tol, fails when the intervals are disjoint and
-  |Δmean| > tol, inconclusive otherwise;
+* ``approx`` (tolerance ``tol``) — an equivalence test on Welch's 95 % interval of the difference of
+  the means (:func:`~fedlab.evidence.uncertainty.difference_interval`): holds when the whole interval
+  lies within [−tol, tol], fails when it lies wholly outside, inconclusive otherwise (close means
+  with wide intervals are not evidence of equality);
 * ``much_greater`` (``margin``) — holds when left − margin is above right with disjoint intervals,
   fails when left.mean − right.mean < margin and the shifted intervals are disjoint, else inconclusive;
 * ``abs_le`` (``tol``, one arm) — holds when the whole interval of |left| is ≤ tol, fails when it is
@@ -34,7 +36,7 @@ import pandas as pd
 
 from fedlab.tools.repro import FIGURES_DIR
 from fedlab.results import RunResult
-from fedlab.evidence.uncertainty import Estimate, mean_interval
+from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
 
 __all__ = ["CLAIMS_FILE", "MIN_SEEDS", "VERDICTS", "Claim", "Verdict", "claims_markdown", "claims_table",
            "evaluate_claims", "load_claims", "replace_claims_block", "write_claims"]
@@ -226,8 +228,10 @@ def compare(left: Estimate, right: Estimate | None, op: str, *, tol: float = 0.0
     if op == ">=":
         return "fails" if below else "holds" if (above or left.mean >= right.mean) else "inconclusive"
     if op == "approx":
-        diff = abs(left.mean - right.mean)
-        return "holds" if diff <= tol else "fails" if (above or below) else "inconclusive"
+        lo, hi = difference_interval(left, right)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return "inconclusive"
+        return "holds" if -tol <= lo and hi <= tol else "fails" if (lo > tol or hi < -tol) else "inconclusive"
     raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["Estimate", "mean_interval"]
+__all__ = ["Estimate", "difference_interval", "mean_interval"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,23 @@ def mean_interval(values: Iterable[float], level: float = 0.95) -> Estimate:
     t = float(stats.t.ppf(0.5 + level / 2, df=len(arr) - 1))
     half = t * float(arr.std(ddof=1)) / math.sqrt(len(arr))
     return Estimate(float(arr.mean()), half, vals, level)
+
+
+def difference_interval(a: Estimate, b: Estimate, level: float = 0.95) -> tuple[float, float]:
+    """Welch's interval for the difference of two means, ``(low, high)`` around ā − b̄.
+
+    ā − b̄ ± t_{1−a/2, ν} · √(s_a²/n_a + s_b²/n_b), with the Welch–Satterthwaite degrees of freedom
+    ν = (s_a²/n_a + s_b²/n_b)² / ((s_a²/n_a)²/(n_a−1) + (s_b²/n_b)²/(n_b−1)). It is what an
+    equivalence claim ("within 1 point") needs: two means that happen to be close say nothing when
+    either is uncertain by more than the tolerance. Fewer than two values in either arm: NaN bounds.
+    """
+    diff = a.mean - b.mean
+    if a.n < 2 or b.n < 2:
+        return float("nan"), float("nan")
+    va = float(np.var(a.values, ddof=1)) / a.n
+    vb = float(np.var(b.values, ddof=1)) / b.n
+    if va + vb == 0.0:
+        return diff, diff
+    dof = (va + vb) ** 2 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df=dof)) * math.sqrt(va + vb)
+    return diff - half, diff + half
