@@ -31,7 +31,7 @@
 # public, so these are fedlab's operational definitions (see `shared/docs/PAPERS.md`).
 # Sizes: the defaults are the `ci` profile (a few clients and batches, so every number is noisy);
 # `params/03_friendly_adversary.cpu.yaml` is notebook 10's federation (all of Fashion-MNIST, 100 clients,
-# 10 % per round, 30 rounds), and the model measured is its FedAvg run (first seed) on Dirichlet 0.1.
+# 10 % per round, 30 rounds), and the models measured are its FedAvg runs on Dirichlet 0.1 (three seeds).
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -134,17 +134,17 @@ print(dec.to_frame().round(4).head(20).to_string(index=False))  # the first 20 c
 
 # %% [markdown]
 # The decomposition is repeated at the FedAvg models of the other training seeds (same partition, same
-# analysis samples), so that its numbers carry an interval over seeds; the later sections use the
-# first seed's model only.
+# analysis samples), so that its numbers carry an interval over seeds; the later sections repeat their
+# measurements at every seed's model too (the tables print the first seed; the figures show all).
 
 # %%
 seeds = list(range(seed, seed + n_seeds))
 dec_runs = [fedavg_run] + (run_seeds(base.replace(algorithm="fedavg"), seeds[1:], record=profile in CITABLE_PROFILES,
                                      need_theta=True) if len(seeds) > 1 else [])
-decs = {seed: dec}
+decs, dec_grads_by_seed = {seed: dec}, {seed: dec_grads}
 for r in dec_runs[1:]:
     g = client_gradients(net, clients, r.theta, batches=decomposition_batches, batch_size=batch_size, seed=seed)
-    decs[r.config.seed] = gradient_decomposition(net, clients, r.theta, grads=g)
+    decs[r.config.seed], dec_grads_by_seed[r.config.seed] = gradient_decomposition(net, clients, r.theta, grads=g), g
 per_seed = pd.concat([d.summary().assign(seed=k) for k, d in decs.items()], ignore_index=True)
 print(per_seed[["seed", "delta_sq", "zeta_sq", "cross", "cross_normalized", "heterogeneity_share"]].round(4)
       .to_string(index=False))
@@ -229,9 +229,15 @@ plt.show()
 
 # %%
 f_clients = [c for c in clients if c[1].shape[0] >= batch_size][:friendly_clients]
-f_grads = client_gradients(net, f_clients, theta, batches=friendly_batches, batch_size=batch_size, seed=seed)
-friendly = friendly_adversary(net, f_clients, theta, rho, grads=f_grads, cross_targets=cross_targets, seed=seed)
+models = {r.config.seed: r.theta for r in dec_runs}  # every seed's FedAvg model, the first one first
+f_grads_by_seed = {k: client_gradients(net, f_clients, th, batches=friendly_batches, batch_size=batch_size, seed=seed)
+                   for k, th in models.items()}
+friendly_by_seed = {k: friendly_adversary(net, f_clients, models[k], rho, grads=g, cross_targets=cross_targets, seed=seed)
+                    for k, g in f_grads_by_seed.items()}
+f_grads, friendly = f_grads_by_seed[seed], friendly_by_seed[seed]
 print(friendly.summary().round(4).T.to_string(header=False))
+print(pd.concat([f.summary().assign(seed=k) for k, f in friendly_by_seed.items()])
+      [["seed", "within_client_rate", "cross_client_rate"]].round(3).to_string(index=False))
 
 # %% [markdown]
 # A minibatch's own perturbation raises its own loss (to first order by ρ‖g_A‖) — that is what makes it an
@@ -239,36 +245,44 @@ print(friendly.summary().round(4).T.to_string(header=False))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("every batch's own perturbation raises its own loss:", bool((friendly.same_batch > 0).all()))
+print("every batch's own perturbation raises its own loss, at every seed's model:",
+      all(bool((f.same_batch > 0).all()) for f in friendly_by_seed.values()))
 
 # %%
-off = ~np.eye(friendly.within.shape[1], dtype=bool)
-within_changes = friendly.within[:, off].ravel()
-cross_changes = friendly.cross[friendly.cross_sources[:, None] != friendly.cross_targets[None, :]]
+def pair_changes(f):
+    """The three kinds of pairs of one friendly-adversary measurement: (label, loss changes)."""
+    off = ~np.eye(f.within.shape[1], dtype=bool)
+    return [("same batch (A = B)", f.same_batch.ravel()), ("same client, other batch", f.within[:, off].ravel()),
+            ("other client", f.cross[f.cross_sources[:, None] != f.cross_targets[None, :]])]
+
+
+pair_rows = pd.concat([pd.DataFrame({"seed": k, "pair": label, "loss_change": v})
+                       for k, f in friendly_by_seed.items() for label, v in pair_changes(f)], ignore_index=True)
 fig, ax = plt.subplots(figsize=(8, 3.6))
-bins = np.linspace(min(cross_changes.min(), within_changes.min(), 0.0),
-                   max(cross_changes.max(), friendly.same_batch.max()), 40)
-groups = [("same batch (A = B)", friendly.same_batch.ravel(), "#4d4d4d", "-"),
-          ("same client, other batch", within_changes, "#ff7f0e", "--"),
-          ("other client", cross_changes, "#1f77b4", "-.")]
-pair_rows = []
-for label, values, colour, ls in groups:
+bins = np.linspace(min(pair_rows["loss_change"].min(), 0.0), pair_rows["loss_change"].max(), 40)
+styles = {"same batch (A = B)": ("#4d4d4d", "-"), "same client, other batch": ("#ff7f0e", "--"),
+          "other client": ("#1f77b4", "-.")}
+for label, (colour, ls) in styles.items():
+    rows = pair_rows[pair_rows["pair"] == label]
+    values = rows["loss_change"].to_numpy()
+    rate = mean_interval(rows.groupby("seed")["loss_change"].apply(lambda v: float(np.mean(v < 0))))
+    rate_text = f"{rate.mean:.0%}" + (f" ± {rate.half_width:.0%}" if np.isfinite(rate.half_width) else "")
     ax.hist(values, bins=bins, density=True, histtype="stepfilled", alpha=0.25, color=colour)
     ax.hist(values, bins=bins, density=True, histtype="step", lw=1.8, ls=ls, color=colour,
-            label=f"{label} ({len(values)} pairs, {np.mean(values < 0):.0%} friendly)")
-    pair_rows.append(pd.DataFrame({"pair": label, "loss_change": values}))
+            label=f"{label} ({len(values)} pairs, {rate_text} friendly)")
 ax.axvline(0.0, color="black", lw=1)
 ax.text(0.0, 0.95, "← friendly  ", ha="right", va="top", fontsize=8, transform=ax.get_xaxis_transform())
 ax.set_xlabel(r"$f_B(\theta + \varepsilon_A) - f_B(\theta)$")
 ax.set_ylabel("density (each kind integrates to 1)")
-ax.set_title(f"loss change of batch B under batch A's SAM perturbation (ρ = {rho})")
+ax.set_title(f"loss change of batch B under batch A's SAM perturbation (ρ = {rho}, {len(models)} seed(s))")
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
 save_figure(fig, "03_friendly_pairs", notebook="03_friendly_adversary", profile=profile,
-            caption=f"Loss change f_B(θ+ε_A) − f_B(θ) for pairs of minibatches at a FedAvg model ({dataset}, "
-                    f"Dirichlet α={alpha}, ρ={rho}); negative = friendly adversary.",
+            caption=f"Loss change f_B(θ+ε_A) − f_B(θ) for pairs of minibatches at the FedAvg models of {len(models)} "
+                    f"seed(s) ({dataset}, Dirichlet α={alpha}, ρ={rho}); densities of the pooled pairs, friendly "
+                    f"rates as mean ± 95 % interval over seeds; negative = friendly adversary.",
             parameters=dict(dataset=dataset, alpha=alpha, rho=rho, friendly_clients=friendly_clients,
-                            friendly_batches=friendly_batches, cross_targets=cross_targets, seed=seed, seeds=[seed]),
-            data=pd.concat(pair_rows, ignore_index=True), runs=[fedavg_run])
+                            friendly_batches=friendly_batches, cross_targets=cross_targets, seed=seed, seeds=seeds),
+            data=pair_rows, runs=dec_runs)
 plt.show()
 
 # %% [markdown]
@@ -278,21 +292,34 @@ plt.show()
 # report the decomposition, so we can see which error source drives the rate.
 
 # %%
-vs_alpha = friendly_vs_alpha(base, alphas, theta=theta, rho=rho, batches=friendly_batches, batch_size=batch_size,
-                             max_clients=friendly_clients, max_per_client=max_per_client,
-                             cross_targets=cross_targets, seed=seed)
-vs_batch = friendly_vs_batch_size(net, f_clients, theta, batch_sizes, rho=rho, batches=friendly_batches,
-                                  cross_targets=cross_targets, seed=seed)
+vs_alpha = pd.concat([friendly_vs_alpha(base, alphas, theta=th, rho=rho, batches=friendly_batches,
+                                         batch_size=batch_size, max_clients=friendly_clients,
+                                         max_per_client=max_per_client, cross_targets=cross_targets,
+                                         seed=seed).assign(seed=k) for k, th in models.items()], ignore_index=True)
+vs_batch = pd.concat([friendly_vs_batch_size(net, f_clients, th, batch_sizes, rho=rho, batches=friendly_batches,
+                                             cross_targets=cross_targets, seed=seed).assign(seed=k)
+                      for k, th in models.items()], ignore_index=True)
 cols = ["within_client_rate", "cross_client_rate", "delta_sq", "zeta_sq", "heterogeneity_share"]
-print(vs_alpha[["alpha"] + cols].round(3).to_string(index=False))
-print(vs_batch[["batch_size"] + cols].round(3).to_string(index=False))
+print(vs_alpha[vs_alpha["seed"] == seed][["alpha"] + cols].round(3).to_string(index=False))
+print(vs_batch[vs_batch["seed"] == seed][["batch_size"] + cols].round(3).to_string(index=False))
+
+
+def seed_band(ax, table, key, col, fmt, colour, label, axis=None):
+    """Mean over seeds of ``col`` against ``key`` with its 95 % interval as error bars, seeds as dots."""
+    axis = ax if axis is None else axis
+    xs = sorted(table[key].unique())
+    est = [mean_interval(table[table[key] == x][col]) for x in xs]
+    err = [e.half_width if np.isfinite(e.half_width) else 0.0 for e in est]
+    axis.errorbar(xs, [e.mean for e in est], yerr=err, fmt=fmt, color=colour, capsize=3, label=label)
+    if table["seed"].nunique() > 1:
+        axis.plot(table[key], table[col], ".", color=colour, alpha=0.4, ms=4)
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
 for table, key, ax, xlabel in [(vs_alpha, "alpha", axes[0], "Dirichlet α (small = heterogeneous)"),
                                (vs_batch, "batch_size", axes[1], "minibatch size")]:
-    ax.plot(table[key], table["cross_client_rate"], "-o", color="#1f77b4", label="cross-client rate")
-    ax.plot(table[key], table["within_client_rate"], "--s", color="#ff7f0e", label="within-client rate")
+    seed_band(ax, table, key, "cross_client_rate", "-o", "#1f77b4", "cross-client rate")
+    seed_band(ax, table, key, "within_client_rate", "--s", "#ff7f0e", "within-client rate")
     ax.set_xscale("log")
     ax.set_xticks(table[key], [f"{v:g}" for v in table[key]])
     ax.minorticks_off()
@@ -300,7 +327,7 @@ for table, key, ax, xlabel in [(vs_alpha, "alpha", axes[0], "Dirichlet α (small
     ax.set_ylabel("fraction of friendly pairs")
     ax.set_ylim(-0.03, 1.03)
     share = ax.twinx()
-    share.plot(table[key], table["heterogeneity_share"], ":", color="0.4", label="heterogeneity share")
+    seed_band(ax, table, key, "heterogeneity_share", ":", "0.4", "heterogeneity share", axis=share)
     share.set_ylim(-0.03, 1.03)
     share.set_ylabel(r"$E\Vert\delta\Vert^2 / (E\Vert\delta\Vert^2 + E\Vert\zeta\Vert^2)$", color="0.4")
     share.grid(False)
@@ -312,11 +339,12 @@ axes[1].set_title(f"against batch size (Dirichlet α = {alpha})")
 fig.tight_layout()
 save_figure(fig, "03_friendly_rates", notebook="03_friendly_adversary", profile=profile,
             caption=f"Fraction of friendly-adversary pairs within and across clients, and the heterogeneity share "
-                    f"of the direction error, against Dirichlet α and against batch size ({dataset}, ρ={rho}).",
+                    f"of the direction error, against Dirichlet α and against batch size ({dataset}, ρ={rho}); "
+                    f"mean ± 95 % interval over the FedAvg models of {len(models)} seed(s), dots = seeds.",
             parameters=dict(dataset=dataset, alphas=alphas, batch_sizes=batch_sizes, rho=rho,
                             friendly_clients=friendly_clients, friendly_batches=friendly_batches,
-                            cross_targets=cross_targets, seed=seed, seeds=[seed]),
-            data={"vs_alpha": vs_alpha, "vs_batch_size": vs_batch}, runs=[fedavg_run])
+                            cross_targets=cross_targets, seed=seed, seeds=seeds),
+            data={"vs_alpha": vs_alpha, "vs_batch_size": vs_batch}, runs=dec_runs)
 plt.show()
 
 # %% [markdown]
@@ -347,8 +375,10 @@ for g in gammas:
     mixed = (1 - g) * dec_grads.global_grad.double() + g * dec_grads.batch.double()
     mixed_sq = float(((mixed - dec_grads.global_grad.double()) ** 2).sum(-1).mean())
     worst = max(worst, abs(mixed_sq - g**2 * err_sq) / err_sq)
-sweep = mixing_sweep(net, clients, theta, rho, gammas=gammas, grads=dec_grads, missed_sharpness=False)
-sweep_table = sweep.summary()
+sweep_by_seed = pd.concat([mixing_sweep(net, clients, models[k], rho, gammas=gammas, grads=g,
+                                        missed_sharpness=False).summary().assign(seed=k)
+                           for k, g in dec_grads_by_seed.items()], ignore_index=True)
+sweep_table = sweep_by_seed[sweep_by_seed["seed"] == seed].reset_index(drop=True)  # the checks: first seed
 print(sweep_table[["gamma", "misalignment", "misalignment_full", "cosine"]].round(6).to_string(index=False))
 
 # %%
@@ -359,35 +389,38 @@ print("misalignment grows with γ_l:", bool(np.all(np.diff(sweep_table["misalign
 
 # %%
 rows = []
-for g in friendly_gammas:
-    mixed = dataclasses.replace(f_grads, batch=(1 - g) * f_grads.global_grad + g * f_grads.batch)
-    rep = friendly_adversary(net, f_clients, theta, rho, grads=mixed, cross_targets=cross_targets, seed=seed)
-    rows.append({"gamma": g, **rep.summary().iloc[0].to_dict()})
+for k, fg in f_grads_by_seed.items():
+    for g in friendly_gammas:
+        mixed = dataclasses.replace(fg, batch=(1 - g) * fg.global_grad + g * fg.batch)
+        rep = friendly_adversary(net, f_clients, models[k], rho, grads=mixed, cross_targets=cross_targets, seed=seed)
+        rows.append({"seed": k, "gamma": g, **rep.summary().iloc[0].to_dict()})
 mixed_rates = pd.DataFrame(rows)
-print(mixed_rates[["gamma", "within_client_rate", "cross_client_rate", "within_client_change",
-                   "cross_client_change"]].round(4).to_string(index=False))
-print(f"first-order loss increase of F under ε*: ρ‖∇F‖ = {rho * float(f_grads.global_grad.norm()):.4f}")
+print(mixed_rates[mixed_rates["seed"] == seed][["gamma", "within_client_rate", "cross_client_rate",
+                                                "within_client_change", "cross_client_change"]]
+      .round(4).to_string(index=False))
+first_order = pd.DataFrame({"seed": list(f_grads_by_seed),
+                            "value": [rho * float(fg.global_grad.norm()) for fg in f_grads_by_seed.values()]})
+print(f"first-order loss increase of F under ε*: ρ‖∇F‖ = {first_order['value'].iloc[0]:.4f} (first seed)")
 
 # %%
 fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 3.8))
-ax1.plot(sweep_table["gamma"], sweep_table["misalignment"], "-o", color=method_color("fedvssam"),
-         label=r"minibatch $h_{i,b}$ ($\delta$ + $\zeta$)")
-ax1.plot(sweep_table["gamma"], sweep_table["misalignment_full"], "--s", color="#4d4d4d",
-         label=r"full batch $h_i^F$ ($\delta$ only)")
+seed_band(ax1, sweep_by_seed, "gamma", "misalignment", "-o", method_color("fedvssam"),
+          r"minibatch $h_{i,b}$ ($\delta$ + $\zeta$)")
+seed_band(ax1, sweep_by_seed, "gamma", "misalignment_full", "--s", "#4d4d4d", r"full batch $h_i^F$ ($\delta$ only)")
 ax1.set_xlabel(r"FedVSSAM local mixing $\gamma_l$  ($\gamma_l$ = 1: FedSAM)")
 ax1.set_ylabel(r"$E\Vert\varepsilon_i(\gamma_l) - \varepsilon^\star\Vert^2$")
 ax1.set_title(r"misalignment of the perturbation ($h = \nabla F$)")
 ax1.legend()
-ax2.plot(mixed_rates["gamma"], mixed_rates["cross_client_change"], "-o", color="#1f77b4", label="batches of other clients")
-ax2.plot(mixed_rates["gamma"], mixed_rates["within_client_change"], "--s", color="#ff7f0e",
-         label="other batches of the same client")
-ax2.axhline(rho * float(f_grads.global_grad.norm()), color="0.4", ls=":", label=r"$\rho\Vert\nabla F\Vert$ (first order, $\varepsilon^\star$ on F)")
+seed_band(ax2, mixed_rates, "gamma", "cross_client_change", "-o", "#1f77b4", "batches of other clients")
+seed_band(ax2, mixed_rates, "gamma", "within_client_change", "--s", "#ff7f0e", "other batches of the same client")
+ax2.axhline(first_order["value"].mean(), color="0.4", ls=":",
+            label=r"$\rho\Vert\nabla F\Vert$ (first order, $\varepsilon^\star$ on F; mean over seeds)")
 ax2.set_xlabel(r"FedVSSAM local mixing $\gamma_l$")
 ax2.set_ylabel(r"mean $f_B(\theta+\varepsilon_A) - f_B(\theta)$")
 ax2.set_title("how hard the perturbation hits the others")
 ax2.legend()
-ax3.plot(mixed_rates["gamma"], mixed_rates["cross_client_rate"], "-o", color="#1f77b4", label="cross-client rate")
-ax3.plot(mixed_rates["gamma"], mixed_rates["within_client_rate"], "--s", color="#ff7f0e", label="within-client rate")
+seed_band(ax3, mixed_rates, "gamma", "cross_client_rate", "-o", "#1f77b4", "cross-client rate")
+seed_band(ax3, mixed_rates, "gamma", "within_client_rate", "--s", "#ff7f0e", "within-client rate")
 ax3.set_xlabel(r"FedVSSAM local mixing $\gamma_l$")
 ax3.set_ylabel("fraction of friendly pairs")
 ax3.set_ylim(-0.03, 1.03)
@@ -396,11 +429,12 @@ ax3.legend()
 fig.tight_layout()
 save_figure(fig, "03_mixing", notebook="03_friendly_adversary", profile=profile,
             caption=f"FedVSSAM's mixed perturbation h_i = (1−γ_l)∇F + γ_l g: misalignment with the global perturbation "
-                    f"and friendly-adversary rates against γ_l ({dataset}, Dirichlet α={alpha}, ρ={rho}).",
+                    f"and friendly-adversary rates against γ_l ({dataset}, Dirichlet α={alpha}, ρ={rho}); mean ± 95 % "
+                    f"interval over the FedAvg models of {len(models)} seed(s), dots = seeds.",
             parameters=dict(dataset=dataset, alpha=alpha, rho=rho, gammas=gammas, friendly_gammas=friendly_gammas,
                             friendly_clients=friendly_clients, friendly_batches=friendly_batches, seed=seed,
-                            seeds=[seed]),
-            data={"misalignment": sweep_table, "friendly": mixed_rates}, runs=[fedavg_run])
+                            seeds=seeds),
+            data={"misalignment": sweep_by_seed, "friendly": mixed_rates, "first_order": first_order}, runs=dec_runs)
 plt.show()
 
 # %% [markdown]

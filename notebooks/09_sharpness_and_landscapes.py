@@ -22,8 +22,9 @@
 # hyperparameters **tuned** for this split on a held-out validation set (`tuned_params`, the committed
 # choice in `figures/tuning/`; `method_params` overrides it), on the Dirichlet-0.1 split of
 # Fashion-MNIST with the partition fixed. The curvature numbers are measured on the final model of
-# every training seed and reported as mean ± 95 % interval over the seeds; the landscapes are drawn
-# for the first seed. A model that **collapsed** (stayed at chance) is marked on every figure and never
+# every training seed and reported as mean ± 95 % interval over the seeds; the 1-D slices and the
+# sharpness over training are means over the seeds, and the 2-D landscapes are drawn for every seed side
+# by side. A model that **collapsed** (stayed at chance) is marked on every figure and never
 # averaged in: a network that learned nothing can look very flat. In the `ci` size a representative
 # subset of methods is trained for a few rounds; `params/09_sharpness_and_landscapes.cpu.yaml` trains
 # all 16 on notebook 10's federation (all 60 000 images, 100 clients, 10 % per round, 30 rounds of
@@ -58,7 +59,7 @@ trace_samples = 8  # Rademacher probes for the Hutchinson trace (its standard er
 slice_points = 11  # points of the 1-D slices and of the interpolation on [0, 1] (odd, so that a is 0 at a grid point)
 slice_span = 1.0  # 1-D and 2-D slices cover [−span, span] in units of the filter-normalised direction
 grid_points = 9  # the 2-D slices are grid_points × grid_points (odd)
-track_methods = ["fedavg", "fedsam"]  # methods whose sharpness is tracked during training (first seed)
+track_methods = ["fedavg", "fedsam"]  # methods whose sharpness is tracked during training (every seed)
 track_every = 4  # measure λ_max every this many rounds
 device = "cpu"  # cpu | cuda (the paper profile needs a GPU)
 
@@ -88,7 +89,7 @@ from fedlab.analysis import (
 )
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import METHOD_ORDER, method_color, method_label, status_note, use_house_style
+from fedlab.tools.plots import METHOD_ORDER, draw_seeds, method_color, method_label, status_note, use_house_style
 from fedlab.tools.figures import save_figure
 from fedlab.tools.repro import CITABLE_PROFILES, numpy_generator, torch_generator
 
@@ -142,10 +143,10 @@ def styled_label(name, status="finished"):
 # committed records do not keep, so the runs come from `runs/` (trained here if they are not there).
 
 # %%
-tracked = {name: track_sharpness(method_config(name), every=track_every, batches=measure_batches,
-                                 batch_size=measure_batch_size, max_clients=measure_clients, iters=eig_iters,
-                                 seed=seed, progress=False)
-           for name in track_methods}
+tracked = {(name, s): track_sharpness(method_config(name).replace(seed=s), every=track_every, batches=measure_batches,
+                                      batch_size=measure_batch_size, max_clients=measure_clients, iters=eig_iters,
+                                      seed=seed, progress=False)
+           for name in track_methods for s in seeds}
 runs = {name: run_seeds(method_config(name), seeds, record=record, need_theta=True) for name in methods}
 print(pd.DataFrame({
     "statuses": [" ".join(r.status for r in rs) for rs in runs.values()],
@@ -173,7 +174,7 @@ print(f"{len(clients)} of {n_clients} clients hold data; F is measured on {len(p
 # NBVAL_CHECK_OUTPUT
 print("methods analysed:", len(runs), "| seeds per method:", len(seeds))
 print("every run has its final model (need_theta):", all(r.theta is not None for rs in runs.values() for r in rs))
-print("methods whose sharpness is tracked:", len(tracked))
+print("methods whose sharpness is tracked:", len({name for name, _ in tracked}))
 
 # %% [markdown]
 # ## 3. Curvature of every final model
@@ -299,14 +300,17 @@ plt.show()
 # error says how far a single model's estimate can be trusted (its variance is 2 Σ_{i≠j} H_ij² per probe).
 #
 # ## 4. Between two final models: linear interpolation
-# FedAvg and FedVSSAM start from the same initial weights and see the same data (first seed). If the
-# loss along the straight line between their final models has no bump, they ended in the same basin.
+# FedAvg and FedVSSAM of the same seed start from the same initial weights and see the same data. If the
+# loss along the straight line between their final models has no bump, they ended in the same basin
+# (one line per seed; the numbers printed are the first seed's).
 
 # %%
 theta_a = runs["fedavg"][0].theta.to(net.theta0())
 name_b = "fedvssam" if "fedvssam" in runs else methods[-1]
 theta_b = runs[name_b][0].theta.to(theta_a)
-line = interpolate(F, theta_a, theta_b, n=slice_points, extend=0.25)
+lines = [interpolate(F, ra.theta.to(theta_a), rb.theta.to(theta_a), n=slice_points, extend=0.25)
+         for ra, rb in zip(runs["fedavg"], runs[name_b])]  # one line per seed: the same seed's two models
+line = lines[0]
 end_a = float(line.losses[np.argmin(np.abs(line.alphas))])
 end_b = float(line.losses[np.argmin(np.abs(line.alphas - 1.0))])
 print(f"F at {method_label('fedavg')}: {end_a:.4f}, at {method_label(name_b)}: {end_b:.4f}, "
@@ -323,8 +327,8 @@ with torch.no_grad():
 # %% [markdown]
 # ## 5. Around each final model: filter-normalised 1-D slices
 # One Gaussian draw (the same seed for every model) is filter-normalised *to each model*, so every model
-# is probed along "the same" random direction at its own scale; the slice is $F(\theta + a\,d)$, for the
-# first seed's model of each method. With 16 methods one panel would be unreadable, so the slices are
+# is probed along "the same" random direction at its own scale; the slice is $F(\theta + a\,d)$, at every
+# seed's model of each method, drawn as the mean over the seeds with a 95 % band. With 16 methods one panel would be unreadable, so the slices are
 # split by family (as in notebook 10's table), FedAvg repeated thin and grey in every panel as the
 # reference; a collapsed model is dotted with ✕ markers and "(collapsed)" in the legend.
 
@@ -339,13 +343,26 @@ FAMILIES["other"] = [m for m in methods if m not in known]
 families = {fam: [m for m in ms if m in methods] for fam, ms in FAMILIES.items()}
 families = {fam: ms for fam, ms in families.items() if ms}
 
-directions, slices = {}, {}
+directions, slices = {}, {}  # keyed (method, seed)
 for name, rs in runs.items():
-    theta = rs[0].theta.to(net.theta0())
-    if not bool(torch.isfinite(theta).all()):
-        continue
-    directions[name] = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-1"))
-    slices[name] = slice_1d(F, theta, directions[name], span=slice_span, n=slice_points)
+    for res in rs:
+        theta = res.theta.to(net.theta0())
+        if not bool(torch.isfinite(theta).all()):
+            continue
+        key = (name, res.config.seed)
+        directions[key] = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-1"))
+        slices[key] = slice_1d(F, theta, directions[key], span=slice_span, n=slice_points)
+run_of = {(name, r.config.seed): r for name, rs in runs.items() for r in rs}
+
+
+def seed_mean_line(ax, xs, curves, label, **style):
+    """The mean over seeds of equal-grid curves with a 95 % band (one curve: just the curve)."""
+    arr = np.asarray(curves, dtype=float)
+    est = [mean_interval(arr[:, j]) for j in range(arr.shape[1])]
+    mean = np.array([e.mean for e in est])
+    half = np.array([e.half_width if np.isfinite(e.half_width) else 0.0 for e in est])
+    ax.plot(xs, mean, label=f"{label} (n={len(arr)})", **style)
+    ax.fill_between(xs, mean - half, mean + half, color=style.get("color"), alpha=0.12, linewidth=0)
 
 n_panels = 1 + len(families)
 ncols = min(3, n_panels)
@@ -353,22 +370,32 @@ nrows = math.ceil(n_panels / ncols)
 fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 3.9 * nrows), squeeze=False)
 axes = axes.ravel()
 ax = axes[0]
-ax.plot(line.alphas, line.losses, color="#333333", marker="o", ms=3)
+for ln in lines[1:]:
+    ax.plot(ln.alphas, ln.losses, color="#999999", lw=0.8)
+seed_mean_line(ax, line.alphas, [ln.losses for ln in lines], "mean over seeds", color="#333333", marker="o", ms=3)
+ax.legend(loc="upper center", fontsize=7)
 for m in (0.0, 1.0):
     ax.axvline(m, color="0.7", lw=0.8, ls="--", zorder=0)
 ax.set_xlabel(f"a  (0 = {method_label('fedavg')}, 1 = {method_label(name_b)})")
 ax.set_ylabel("F")
-ax.set_title("linear interpolation between two final models")
+ax.set_title("linear interpolation between two final models (same seed)")
 slice_axes = axes[1:n_panels]
 for ax, (fam, names) in zip(slice_axes, families.items()):
-    if "fedavg" in slices and "fedavg" not in names:
-        ax.plot(slices["fedavg"].alphas, slices["fedavg"].losses, color="#bbbbbb", lw=1.0, label="FedAvg (reference)")
+    ref = [k for k in slices if k[0] == "fedavg" and run_of[k].status == "finished"]
+    if ref and "fedavg" not in names:
+        ax.plot(slices[ref[0]].alphas, np.mean([slices[k].losses for k in ref], axis=0), color="#bbbbbb", lw=1.0,
+                label="FedAvg (reference, mean)")
     for name in names:
-        if name not in slices:
-            continue
-        status = runs[name][0].status
-        ax.plot(slices[name].alphas, slices[name].losses, ms=3.5, markevery=max(1, slice_points // 7),
-                label=styled_label(name, status), **line_style(name, status))
+        keys = [k for k in slices if k[0] == name]
+        ok = [k for k in keys if run_of[k].status == "finished"]
+        if ok:
+            seed_mean_line(ax, slices[ok[0]].alphas, [slices[k].losses for k in ok], styled_label(name), ms=3.5,
+                           markevery=max(1, slice_points // 7), **line_style(name))
+        for k in keys:
+            if k not in ok:  # a collapsed or diverged seed: its own dotted line, never averaged in
+                status = run_of[k].status
+                ax.plot(slices[k].alphas, slices[k].losses, ms=3.5, markevery=max(1, slice_points // 7),
+                        label=f"{styled_label(name, status)}, seed {k[1]}", **line_style(name, status))
     ax.axvline(0.0, color="0.7", lw=0.8, ls="--", zorder=0)
     ax.set_title(fam)
     ax.set_xlabel("coefficient a along the filter-normalised direction d")
@@ -381,21 +408,23 @@ for ax in slice_axes:  # one scale for every family, headroom for the legend
 for ax in axes[n_panels:]:
     ax.set_visible(False)
 fig.tight_layout()
-slice_rows = [{"method": n, "seed": runs[n][0].config.seed, "status": runs[n][0].status, "kind": "slice",
-               "coefficient": float(a), "F": float(v)} for n, sl in slices.items() for a, v in zip(sl.alphas, sl.losses)]
-slice_rows += [{"method": f"fedavg->{name_b}", "seed": runs[name_b][0].config.seed, "status": "", "kind": "interpolation",
-                "coefficient": float(a), "F": float(v)} for a, v in zip(line.alphas, line.losses)]
-first = [rs[0] for rs in runs.values()]
-note = status_note(first)
+slice_rows = [{"method": n, "seed": k, "status": run_of[(n, k)].status, "kind": "slice",
+               "coefficient": float(a), "F": float(v)} for (n, k), sl in slices.items() for a, v in zip(sl.alphas, sl.losses)]
+slice_rows += [{"method": f"fedavg->{name_b}", "seed": r.config.seed, "status": "", "kind": "interpolation",
+                "coefficient": float(a), "F": float(v)} for r, ln in zip(runs[name_b], lines)
+               for a, v in zip(ln.alphas, ln.losses)]
+all_slice_runs = [r for rs in runs.values() for r in rs]
+note = status_note(all_slice_runs)
 save_figure(fig, "09_slices_1d", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"First panel: F along the line between FedAvg's and {method_label(name_b)}'s final models. Other "
                     f"panels, one per family: F along one filter-normalised random direction around each method's "
-                    f"final model (first seed; {dataset}, Dirichlet α={alpha}, tuned hyperparameters), FedAvg grey as "
-                    "the reference; collapsed models dotted with ✕." + (f" {note}" if note else ""),
+                    f"final model ({dataset}, Dirichlet α={alpha}, tuned hyperparameters); every curve is the mean "
+                    f"over the finished of {len(seeds)} seed(s) with a 95 % band, FedAvg grey as the reference; "
+                    "collapsed models dotted with ✕, never averaged." + (f" {note}" if note else ""),
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, methods=methods,
-                            slice_points=slice_points, slice_span=slice_span, seed=seed, seeds=[seed],
+                            slice_points=slice_points, slice_span=slice_span, seed=seed, seeds=seeds,
                             partition_seed=PARTITION_SEED),
-            data=pd.DataFrame(slice_rows), runs=first)
+            data=pd.DataFrame(slice_rows), runs=all_slice_runs)
 plt.show()
 
 # %% [markdown]
@@ -406,12 +435,12 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 with torch.no_grad():
-    centre_ok = all(float(sl.losses[slice_points // 2]) == float(F(runs[n][0].theta.to(net.theta0())))
-                    for n, sl in slices.items())
+    centre_ok = all(float(sl.losses[slice_points // 2]) == float(F(run_of[k].theta.to(net.theta0())))
+                    for k, sl in slices.items())
 print("the slice centre equals the loss at θ:", centre_ok)
 worst = 0.0
-for name, d in directions.items():
-    theta_parts = net.spec.unflatten(runs[name][0].theta.to(net.theta0()))
+for key, d in directions.items():
+    theta_parts = net.spec.unflatten(run_of[key].theta.to(net.theta0()))
     for (key, t_part), d_part in zip(theta_parts.items(), net.spec.unflatten(d).values()):
         if t_part.ndim >= 2:
             t_norm = torch.linalg.vector_norm(t_part.reshape(t_part.shape[0], -1), dim=1)
@@ -423,33 +452,45 @@ print("filter normalisation preserves per-filter norms:", worst < 1e-4)
 # ## 6. Two-dimensional landscapes around two models
 # $F(\theta + a\,d_1 + b\,d_2)$ on a `grid_points` × `grid_points` grid, with two independent
 # filter-normalised directions $d_1, d_2$ (coefficients a and b — not to be confused with the Dirichlet
-# α of the split), around FedAvg's and FedVSSAM's final models (first seed). Contours show the basin's
-# shape from above (the star is the model); the surfaces below show the same numbers in 3-D. The colour
-# scale is shared, so a wider dark region means a flatter neighbourhood.
+# α of the split), around FedAvg's and FedVSSAM's final models, one contour per seed (a landscape is a
+# picture of one model, so the seeds are drawn side by side, not averaged). Contours show the basin's
+# shape from above (the star is the model); the last column shows the first seed's numbers in 3-D. The
+# colour scale is shared, so a wider dark region means a flatter neighbourhood.
 
 # %%
 pair = ["fedavg", name_b]
-landscapes = {}
+landscapes = {}  # keyed (method, seed)
 for name in pair:
-    theta = runs[name][0].theta.to(net.theta0())
-    d1 = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-1"))
-    d2 = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-2"))
-    landscapes[name] = slice_2d(F, theta, d1, d2, span=slice_span, n=grid_points, progress=False)
+    for res in runs[name]:
+        theta = res.theta.to(net.theta0())
+        if not bool(torch.isfinite(theta).all()):
+            continue
+        d1 = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-1"))
+        d2 = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-2"))
+        landscapes[(name, res.config.seed)] = slice_2d(F, theta, d1, d2, span=slice_span, n=grid_points, progress=False)
 low = min(float(s.losses.min()) for s in landscapes.values())
 high = max(float(s.losses.max()) for s in landscapes.values())
 levels = MaxNLocator(nbins=14).tick_values(np.log10(low), np.log10(high))  # round log10 levels
 
-fig = plt.figure(figsize=(11, 9.5))
+ncols = len(seeds) + 1  # one contour per seed, then the first seed's surface
+fig = plt.figure(figsize=(4.6 * ncols, 8.8))
 for j, name in enumerate(pair):
-    ax = fig.add_subplot(2, 2, j + 1)
-    plot_contour(ax, landscapes[name], levels=levels, log=True)
-    ax.set_xlabel("coefficient along direction 1")
-    ax.set_ylabel("coefficient along direction 2")
-    ax.xaxis.set_major_locator(MaxNLocator(5))
-    ax.yaxis.set_major_locator(MaxNLocator(5))
-    ax.set_title(f"{method_label(name)}: log10 F around the final model")
-    ax3d = fig.add_subplot(2, 2, j + 3, projection="3d")
-    plot_surface(ax3d, landscapes[name], log=True, vmin=levels[0], vmax=levels[-1])
+    for i, s_ in enumerate(seeds):
+        ax = fig.add_subplot(2, ncols, j * ncols + i + 1)
+        if (name, s_) not in landscapes:
+            ax.set_visible(False)
+            continue
+        plot_contour(ax, landscapes[(name, s_)], levels=levels, log=True)
+        ax.set_xlabel("coefficient along direction 1")
+        ax.set_ylabel("coefficient along direction 2")
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.yaxis.set_major_locator(MaxNLocator(5))
+        status = run_of[(name, s_)].status
+        ax.set_title(f"{styled_label(name, status)}, seed {s_}: log10 F")
+    if (name, seeds[0]) not in landscapes:
+        continue
+    ax3d = fig.add_subplot(2, ncols, j * ncols + ncols, projection="3d")
+    plot_surface(ax3d, landscapes[(name, seeds[0])], log=True, vmin=levels[0], vmax=levels[-1])
     ax3d.set_zlim(levels[0], levels[-1])
     ax3d.set_xlabel("direction 1")
     ax3d.set_ylabel("direction 2")
@@ -457,43 +498,55 @@ for j, name in enumerate(pair):
     for axis in (ax3d.xaxis, ax3d.yaxis, ax3d.zaxis):
         axis.set_major_locator(MaxNLocator(4))
     ax3d.zaxis.set_major_formatter(FormatStrFormatter("%.2f"))
-    ax3d.set_title(method_label(name))
+    ax3d.set_title(f"{method_label(name)}, seed {seeds[0]} (surface)")
 fig.tight_layout()
-grid_rows = [{"method": n, "seed": runs[n][0].config.seed, "coef_1": float(a), "coef_2": float(b),
-              "F": float(s.losses[i, j])} for n, s in landscapes.items()
+grid_rows = [{"method": n, "seed": k, "status": run_of[(n, k)].status, "coef_1": float(a), "coef_2": float(b),
+              "F": float(s.losses[i, j])} for (n, k), s in landscapes.items()
              for i, b in enumerate(s.betas) for j, a in enumerate(s.alphas)]
 save_figure(fig, "09_landscape_2d", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"log10 of F on a plane of two filter-normalised directions around FedAvg's and "
-                    f"{method_label(name_b)}'s final models (first seed), as contours and surfaces ({dataset}, "
-                    f"Dirichlet α={alpha}, tuned hyperparameters).",
+                    f"{method_label(name_b)}'s final models: contours at each of {len(seeds)} seed(s) on one shared "
+                    f"colour scale, and the first seed's as a surface ({dataset}, Dirichlet α={alpha}, tuned "
+                    "hyperparameters).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, grid_points=grid_points,
-                            slice_span=slice_span, seed=seed, seeds=[seed], partition_seed=PARTITION_SEED),
-            data=pd.DataFrame(grid_rows), runs=[runs[n][0] for n in pair])
+                            slice_span=slice_span, seed=seed, seeds=seeds, partition_seed=PARTITION_SEED),
+            data=pd.DataFrame(grid_rows), runs=[r for n in pair for r in runs[n]])
 plt.show()
 
 # %% [markdown]
 # ## 7. Sharpness over training
 # The tracked runs measured λ_max of the global model at round 0 (the shared initial model), every
 # `track_every` rounds and at the end, on their own fixed sample (`max_clients` clients, seeded as in
-# `track_sharpness`), for the first seed. A typical picture in centralised training is *progressive
+# `track_sharpness`), for every seed. A typical picture in centralised training is *progressive
 # sharpening* — λ_max grows early in training (Cohen et al. ICLR'21, "edge of stability"); SAM is meant
 # to hold it down.
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
-track_rows = []
-for name, table in tracked.items():
-    res = runs[name][0] if name in runs else fedlab.run(method_config(name), progress=False)
-    style = line_style(name, res.status)
-    m = table.dropna(subset=["lambda_1"])
-    ax1.plot(m["round"], m["lambda_1"], label=styled_label(name, res.status), **style)
-    acc = res.metrics.dropna(subset=["test_acc"])
-    ax2.plot(acc["round"], acc["test_acc"], label=styled_label(name, res.status), **style)
-    track_rows += [{"method": name, "seed": res.config.seed, "status": res.status, "round": int(r), "lambda_max": float(v)}
-                   for r, v in zip(m["round"], m["lambda_1"])]
+track_rows, track_runs = [], []
+for name in track_methods:
+    results = [run_of[(name, s_)] if (name, s_) in run_of else
+               fedlab.run(method_config(name).replace(seed=s_), progress=False) for s_ in seeds]
+    track_runs += results
+    for res in results:
+        m = tracked[(name, res.config.seed)].dropna(subset=["lambda_1"])
+        track_rows += [{"method": name, "seed": res.config.seed, "status": res.status, "round": int(r),
+                        "lambda_max": float(v)} for r, v in zip(m["round"], m["lambda_1"])]
+    table = pd.DataFrame([r for r in track_rows if r["method"] == name])
+    style = line_style(name)
+    ok = table[table["status"] == "finished"]
+    if len(ok):
+        seed_mean_line(ax1, sorted(ok["round"].unique()),
+                       ok.pivot(index="seed", columns="round", values="lambda_max").to_numpy(), styled_label(name),
+                       **style)
+    for k, bad in table[table["status"] != "finished"].groupby("seed"):
+        ax1.plot(bad["round"], bad["lambda_max"], label=f"{styled_label(name, bad['status'].iloc[0])}, seed {k}",
+                 **line_style(name, bad["status"].iloc[0]))
+    draw_seeds(ax2, results, "test_acc", label=method_label(name),
+               style=(style["color"], style["ls"], style["marker"]))
 ax1.set_xlabel("round")
 ax1.set_ylabel(r"$\lambda_{max}$ of the global model")
-ax1.set_title("sharpness over training")
+ax1.set_title(f"sharpness over training ({len(seeds)} seed(s))")
 ax1.legend()
 ax2.set_xlabel("round")
 ax2.set_ylabel("test accuracy")
@@ -501,14 +554,13 @@ ax2.set_title("accuracy of the same runs")
 for ax in (ax1, ax2):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 fig.tight_layout()
-track_runs = [runs[n][0] if n in runs else fedlab.run(method_config(n), progress=False) for n in track_methods]
 save_figure(fig, "09_sharpness_over_training", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"Top Hessian eigenvalue of the global model every {track_every} rounds, and test accuracy, for "
                     f"{', '.join(method_label(n) for n in track_methods)} ({dataset}, Dirichlet α={alpha}, tuned "
-                    "hyperparameters, first seed).",
+                    f"hyperparameters; mean over the finished of {len(seeds)} seed(s) with a 95 % band).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             track_methods=track_methods, track_every=track_every, eig_iters=eig_iters, seed=seed,
-                            seeds=[seed], partition_seed=PARTITION_SEED),
+                            seeds=seeds, partition_seed=PARTITION_SEED),
             data=pd.DataFrame(track_rows), runs=track_runs)
 plt.show()
 
