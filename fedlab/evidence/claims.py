@@ -307,7 +307,9 @@ def claims_markdown(verdicts: Sequence[Verdict], profile: str = "cpu") -> str:
              "(`figures/records/`) and figure data; the claims are listed in `figures/claims.yaml`. "
              "Accuracies in %, mean ± 95 % Student-t interval over seeds (n = seeds). "
              "holds / fails: the intervals are disjoint in / against the claimed order; "
-             "inconclusive: they overlap (or too few seeds, or an arm collapsed); for ≈ (within a tolerance) "
+             "inconclusive: they overlap (or too few seeds, or an arm collapsed); for ≥ (\"at least as good\") "
+             "holds means not contradicted: the means are in order and the intervals are not disjoint against it; "
+             "for ≈ (within a tolerance) "
              "holds means Welch's 95 % interval of the difference lies inside the tolerance; "
              "not run: no data yet.", "",
              "| claim | paper | setting | fedlab's numbers | verdict | note |", "|---|---|---|---|---|---|"]
