@@ -357,12 +357,15 @@ for j, a_ in enumerate(grid_swa_alpha):
                     marker=marker, markersize=7, capsize=3, linestyle="none", zorder=4,
                     label=f"α = {a_}" if r_ == grid_swa_rho[0] else None)
         text = f"{100 * e.mean:.1f}" + ("" if np.isnan(e.half_width) else f" ± {100 * e.half_width:.1f}")
-        ax.annotate(text, (x, 100 * e.mean), textcoords="offset points", xytext=(7, -3), fontsize=7)
+        side = -1 if j < len(grid_swa_alpha) / 2 - 0.01 else 1  # the left series labelled on its left: no overlap
+        ax.annotate(text, (x, 100 * e.mean), textcoords="offset points", xytext=(7 * side, -3), fontsize=7,
+                    ha="right" if side < 0 else "left")
         if (r_, a_) == (0.1, 1.5):
             ax.scatter(x, 100 * e.mean, s=180, facecolors="none", edgecolors="k", linewidths=0.8, zorder=5,
                        label="paper's best cell (ρ = 0.1, α = 1.5)")
         if (r_, a_) == (1.0, 1.0):
-            ax.annotate("(= FedAvg)", (x, 100 * e.mean), textcoords="offset points", xytext=(7, -13), fontsize=7)
+            ax.annotate("(= FedAvg)", (x, 100 * e.mean), textcoords="offset points", xytext=(7 * side, -13),
+                        fontsize=7, ha="right" if side < 0 else "left")
 ax.set_xticks(list(xs.values()), [f"ρ = {r_}" for r_ in grid_swa_rho])
 ax.set_xlim(-0.5, len(xs) - 0.3)
 ax.set_ylabel("final test accuracy (%)")
