@@ -181,6 +181,22 @@ def test_bad_input_names_the_argument(federation):
 
 
 # --- tracking -------------------------------------------------------------------------------------
+def test_track_sharpness_trains_a_run_whose_record_is_committed(tiny, tmp_path, monkeypatch):
+    # a finished run whose record is committed (figures/records/) but whose θ is only in runs/: the replay
+    # in a temporary folder must train, not take the record (which has no θ) as the finished run
+    from fedlab.evidence.records import write_record
+
+    cfg = tiny(rounds=4, runs_dir=str(tmp_path / "runs"))
+    done = fedlab.run(cfg, progress=False)
+    write_record(done, tmp_path / "records")
+    monkeypatch.setenv("FEDLAB_RECORDS", str(tmp_path / "records"))
+    kw = dict(every=2, batches=1, batch_size=16, max_clients=4, iters=4, progress=False)
+    df = track_sharpness(cfg, **kw)
+    assert df["lambda_1"].notna().sum() == 3  # rounds 0, 2, 4
+    fresh = track_sharpness(cfg.replace(runs_dir=str(tmp_path / "fresh")), **kw)  # nothing in runs/: trains
+    assert fresh["lambda_1"].dropna().tolist() == df["lambda_1"].dropna().tolist()
+
+
 def test_track_sharpness_writes_csv_with_the_right_rounds(tiny, tmp_path):
     cfg = tiny(rounds=4, runs_dir=str(tmp_path / "a"))
     kw = dict(every=2, batches=1, batch_size=16, max_clients=4, iters=4, progress=False)
