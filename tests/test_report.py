@@ -55,3 +55,13 @@ def test_too_few_seeds_is_said(tmp_path):
     assert not rep.figures[0].protocol
     assert "1 seed(s), fewer than the protocol's 3" in rep.text()
     assert "verdict: inconclusive" in rep.text()
+
+
+def test_an_undecided_claim_says_which_way_the_means_point(tmp_path):
+    _setup(tmp_path, [0.60, 0.70, 0.80], [0.70, 0.72, 0.74])  # FedVSSAM below FedSAM, overlapping
+    text = cpu_report("08_fedvssam", tmp_path).text()
+    assert "verdict: inconclusive" in text and "the means point against the claim" in text
+    other = tmp_path / "up"
+    other.mkdir()
+    _setup(other, [0.70, 0.76, 0.82], [0.70, 0.72, 0.74])
+    assert "the means point the claimed way" in cpu_report("08_fedvssam", other).text()
