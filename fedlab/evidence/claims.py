@@ -117,6 +117,24 @@ class Verdict:
             parts.append(f"{_arm_name(arm)} {est.format(s, digits) if est else '–'}")
         return "; ".join(parts)
 
+    def lean(self) -> str:
+        """For an undecided ordering claim: which way the means point (the intervals overlap, so it is no
+        verdict, but a reader should not have to work out that the data lean against the paper)."""
+        v = self
+        if v.verdict != "inconclusive" or v.left is None or v.claim.op not in (">", ">=", "<", "<=", "much_greater"):
+            return ""
+        rights = [r for r in v.right if r is not None]
+        if not rights:
+            return ""
+        sign = -1.0 if v.claim.op in ("<", "<=") else 1.0
+        margin = v.claim.margin if v.claim.op == "much_greater" else 0.0
+        gaps = [sign * (v.left.mean - r.mean) for r in rights]
+        if any(g < 0 for g in gaps):
+            return "the means point against the claim (the intervals overlap: not a verdict)"
+        if all(g > margin for g in gaps):
+            return "the means point the claimed way (the intervals overlap: not a verdict)"
+        return ""
+
 
 def load_claims(path: Path | None = None) -> list[Claim]:
     import yaml
@@ -296,7 +314,8 @@ def claims_table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
                           "setting": f"{v.claim.notebook} / {v.claim.figure}"
                           + (" (" + ", ".join(f"{k}={x}" for k, x in v.claim.select.items()) + ")"
                              if v.claim.select else ""),
-                          "numbers": v.numbers(), "verdict": v.verdict, "note": v.note} for v in verdicts])
+                          "numbers": v.numbers(), "verdict": v.verdict,
+                          "note": "; ".join(x for x in (v.note, v.lean()) if x)} for v in verdicts])
 
 
 def claims_markdown(verdicts: Sequence[Verdict], profile: str = "cpu") -> str:

@@ -85,8 +85,8 @@ class CpuReport:
             lines.append(f"- {c.claim} [{c.paper}; {c.where}]")
             lines.append(f"    verdict: {v.verdict}" + (f"; {v.numbers()}" if v.numbers() else "")
                          + (f" ({v.note})" if v.note else ""))
-            if lean(v):
-                lines.append(f"    {lean(v)}")
+            if v.lean():
+                lines.append(f"    {v.lean()}")
             if v.verdict in c.reasons:
                 lines.append(f"    likely reason: {c.reasons[v.verdict]}")
         for verdict, words in (("holds", "hold on Fashion-MNIST here"), ("fails", "do not hold here"),
@@ -103,24 +103,6 @@ class CpuReport:
         for f in self.figures:
             display(Markdown(f"**{f.name}** — {f.caption}"))
             display(Image(filename=str(f.png), width=720))
-
-
-def lean(v: Verdict) -> str:
-    """For an undecided ordering claim: which way the means point (the intervals overlap, so it is no
-    verdict, but a reader should not have to work out that the data lean against the paper)."""
-    if v.verdict != "inconclusive" or v.left is None or v.claim.op not in (">", ">=", "<", "<=", "much_greater"):
-        return ""
-    rights = [r for r in v.right if r is not None]
-    if not rights:
-        return ""
-    sign = -1.0 if v.claim.op in ("<", "<=") else 1.0
-    margin = v.claim.margin if v.claim.op == "much_greater" else 0.0
-    gaps = [sign * (v.left.mean - r.mean) for r in rights]
-    if any(g < 0 for g in gaps):
-        return "the means point against the claim (the intervals overlap: not a verdict)"
-    if all(g > margin for g in gaps):
-        return "the means point the claimed way (the intervals overlap: not a verdict)"
-    return ""
 
 
 def setting_text(profile: str = "cpu") -> str:
