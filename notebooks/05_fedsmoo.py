@@ -195,7 +195,9 @@ ax.legend()
 save_figure(fig, "05_quadratic_drift", notebook=NB, profile=profile,
             caption="Distance to the global minimiser on a 10-client quadratic federation: FedAvg, FedSAM and "
                     "the blog's adaptive variant stall, FedDyn converges, FedSpeed/FedSMOO stop at a small SAM floor.",
-            parameters=dict(n_clients=10, dim=5, heterogeneity=2.0, local_steps=10, lr=0.05, seed=seed))
+            parameters=dict(n_clients=10, dim=5, heterogeneity=2.0, local_steps=10, lr=0.05, seed=seed),
+            data=pd.DataFrame([{"method": name, "round": t, "distance": float(d)}
+                               for name, dist in toy_dist.items() for t, d in enumerate(dist)]))
 plt.show()
 
 # %% [markdown]

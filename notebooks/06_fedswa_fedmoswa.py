@@ -120,7 +120,9 @@ ax.set_title("FedSWA's in-round learning rate")
 ax.legend()
 save_figure(fig, "06_cyclic_lr", notebook=NB, profile=profile,
             caption=f"FedSWA's local learning rate over three rounds of K={local_steps} steps for ρ ∈ {{0.1, 0.5, 1}} "
-                    f"(η={lr}).", parameters=dict(lr=lr, local_steps=local_steps, rhos=[0.1, 0.5, 1.0]))
+                    f"(η={lr}).", parameters=dict(lr=lr, local_steps=local_steps, rhos=[0.1, 0.5, 1.0]),
+            data=pd.DataFrame([{"rho": r_, "step": s, "eta": swa_learning_rate(lr, s % local_steps, local_steps, r_)}
+                               for r_ in (0.1, 0.5, 1.0) for s in range(show_rounds * local_steps)]))
 plt.show()
 
 # %% [markdown]
@@ -206,7 +208,9 @@ fig.tight_layout()
 save_figure(fig, "06_quadratic_drift", notebook=NB, profile=profile,
             caption="Distance to θ* on a 10-client quadratic federation for FedAvg, FedSWA, SCAFFOLD and FedMoSWA, "
                     "with full and 30 % participation.",
-            parameters=dict(n_clients=10, dim=5, heterogeneity=2.0, local_steps=10, lr=0.05, seed=seed))
+            parameters=dict(n_clients=10, dim=5, heterogeneity=2.0, local_steps=10, lr=0.05, seed=seed),
+            data=pd.DataFrame([{"participation": part, "method": name, "round": t, "distance": float(d)}
+                               for (part, name), dist in toy_dist.items() for t, d in enumerate(dist)]))
 plt.show()
 
 # %%

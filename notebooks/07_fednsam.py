@@ -209,13 +209,16 @@ toy_algs = {"FedAvg": fedlab.get_algorithm("fedavg"), "FedSAM": fedlab.get_algor
             "FedNSAM (official bug)": fedlab.get_algorithm("fednsam", rho=toy_rho, gamma=gamma,
                                                            momentum_overwrite_bug=True)}
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True, layout="constrained")
+toy_rows = []
 for ax, p in zip(axes, [1.0, toy_p]):
     for name, alg in toy_algs.items():
         color, ls, marker = STYLES[name]
         traj = run_functional(alg, theta_init, grad_fn, batch_fn, n_clients=toy_clients, rounds=toy_long,
                               local_steps=toy_K, lr=toy_lr, participation=p, seed=seed).trajectory
-        ax.plot(range(toy_long + 1), torch.linalg.vector_norm(traj - theta_star, dim=1), color=color,
-                linestyle=ls, marker=marker, markevery=5, markersize=4, label=name)
+        dist = torch.linalg.vector_norm(traj - theta_star, dim=1)
+        toy_rows += [{"participation": p, "method": name, "round": t, "distance": float(d)} for t, d in enumerate(dist)]
+        ax.plot(range(toy_long + 1), dist, color=color, linestyle=ls, marker=marker, markevery=5, markersize=4,
+                label=name)
     ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_title(f"{int(p * toy_clients)} of {toy_clients} clients per round")
@@ -227,7 +230,8 @@ save_figure(fig, "07_toy_momentum", notebook="07_fednsam", profile=profile,
                     "FedSAM and FedNSAM (code variant, paper variant, official-repo momentum bug), with full "
                     "and with half participation.",
             parameters=dict(toy_clients=toy_clients, toy_dim=toy_dim, rounds=toy_long, K=toy_K, lr=toy_lr,
-                            participation=[1.0, toy_p], rho=toy_rho, gamma=gamma, seed=seed))
+                            participation=[1.0, toy_p], rho=toy_rho, gamma=gamma, seed=seed),
+            data=pd.DataFrame(toy_rows))
 plt.show()
 
 # %% [markdown]
