@@ -120,15 +120,14 @@ class Verdict:
     def lean(self) -> str:
         """For an undecided ordering claim: which way the means point (the intervals overlap, so it is no
         verdict, but a reader should not have to work out that the data lean against the paper)."""
-        v = self
-        if v.verdict != "inconclusive" or v.left is None or v.claim.op not in (">", ">=", "<", "<=", "much_greater"):
+        op = self.claim.op
+        rights = [r for r in self.right if r is not None]
+        if self.verdict != "inconclusive" or self.left is None or not rights \
+                or op not in (">", ">=", "<", "<=", "much_greater"):
             return ""
-        rights = [r for r in v.right if r is not None]
-        if not rights:
-            return ""
-        sign = -1.0 if v.claim.op in ("<", "<=") else 1.0
-        margin = v.claim.margin if v.claim.op == "much_greater" else 0.0
-        gaps = [sign * (v.left.mean - r.mean) for r in rights]
+        sign = -1.0 if op in ("<", "<=") else 1.0
+        margin = self.claim.margin if op == "much_greater" else 0.0
+        gaps = [sign * (self.left.mean - r.mean) for r in rights]
         if any(g < 0 for g in gaps):
             return "the means point against the claim (the intervals overlap: not a verdict)"
         if all(g > margin for g in gaps):

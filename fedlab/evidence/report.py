@@ -85,8 +85,9 @@ class CpuReport:
             lines.append(f"- {c.claim} [{c.paper}; {c.where}]")
             lines.append(f"    verdict: {v.verdict}" + (f"; {v.numbers()}" if v.numbers() else "")
                          + (f" ({v.note})" if v.note else ""))
-            if v.lean():
-                lines.append(f"    {v.lean()}")
+            lean = v.lean()
+            if lean:
+                lines.append(f"    {lean}")
             if v.verdict in c.reasons:
                 lines.append(f"    likely reason: {c.reasons[v.verdict]}")
         for verdict, words in (("holds", "hold on Fashion-MNIST here"), ("fails", "do not hold here"),
