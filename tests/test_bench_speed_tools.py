@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from fedlab.bench.flsim import EVAL_BATCH_CANDIDATES
 from fedlab.config import Config, ConfigError
 from fedlab.engine.clients import LocalData
 from fedlab.tools.repro import torch_generator
@@ -49,10 +50,58 @@ def test_bench_flsim_quick(tmp_path, capsys):
         assert 0 < a["train_share_of_floor"] and 0 < a["eval_share_of_floor"]
         r = a["rounds"][-1]
         assert r["train_samples"] > 0 and r["train_s"] > 0 and r["union_eval_s"] > 0
+        assert r["plain_train_s"] > 0 and a["train_over_plain"] > 0
+        assert a["eval_batch"] in EVAL_BATCH_CANDIDATES and set(a["eval_batch_seconds_per_image"]) == \
+            {str(b) for b in EVAL_BATCH_CANDIDATES}  # JSON keys are strings
     assert res["settings"]["crop_prob"] == 0.5 and res["settings"]["local_steps"] is None
     assert "FedSAM/FedAvg training" in capsys.readouterr().out
     assert main(["bench", "flsim", "--quick", "--eval-diagnosis"]) == 0
     assert "batch   256" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedsam"])
+def test_flsim_plain_reference_does_fedlabs_work(tiny, algorithm):
+    """The plain-PyTorch loop of ``bench flsim`` trains on fedlab's batches, augmentation included:
+    one round of it from θ₀ lands on fedlab's θ₁ (epoch mode, crop p 0.5; equal client sizes, so
+    its unweighted average is FedAvg's weighted one)."""
+    from fedlab.bench.conventional import ConventionalFL
+    from fedlab.bench.flsim import plain_round_seconds
+    from fedlab.engine import Simulation
+    from fedlab.models.functional import flatten_params
+
+    cfg = tiny(algorithm=algorithm, n_clients=4, participation=0.5, partition="iid", local_steps=None,
+               local_epochs=2, batch_size=16, augment=True, crop_prob=0.5, train_size=1200,
+               algorithm_params={"rho": 0.05} if algorithm == "fedsam" else {})
+    sim = Simulation.build(cfg)
+    assert len({len(ix) for ix in sim.partition.client_indices}) == 1
+    state = sim.initial_state()
+    theta0 = sim.algorithm.global_model(state.server).clone()
+    plain = ConventionalFL.from_simulation(sim)
+    seconds, cpu = plain_round_seconds(plain, sim, 0, theta0)
+    sim.train_round(state, 0)
+    ours = sim.algorithm.global_model(state.server)
+    moved = (ours - theta0).abs().max()
+    assert seconds > 0 and cpu > 0 and moved > 0
+    assert (flatten_params(plain.model) - ours).abs().max() <= 1e-5 * ours.abs().max()
+    # and it really used the augmented batches: without augmentation the same loop lands elsewhere
+    sim_off = Simulation.build(cfg.replace(augment=False))
+    plain_off = ConventionalFL.from_simulation(sim_off)
+    plain_round_seconds(plain_off, sim_off, 0, theta0)
+    assert (flatten_params(plain_off.model) - ours).abs().max() > 1e-3 * moved
+
+
+def test_choose_eval_batch_measures_every_candidate_and_rejects_bad_ones():
+    from fedlab.bench.flsim import choose_eval_batch
+    from fedlab.models import FlatModel, build_model
+
+    model = FlatModel(build_model("mlp", (1, 8, 8), 10, seed=0))
+    x = torch.randn(96, 1, 8, 8, generator=torch_generator(0, "eval-x"))
+    y = torch.randint(0, 10, (96,), generator=torch_generator(0, "eval-y"))
+    best, per_image = choose_eval_batch(model, model.theta0(), x, y, (8, 32), images=64, repeats=2)
+    assert set(per_image) == {8, 32} and best == min(per_image, key=per_image.__getitem__)
+    assert all(v > 0 for v in per_image.values())
+    with pytest.raises(ValueError, match="eval batch candidates"):
+        choose_eval_batch(model, model.theta0(), x, y, (0, 32))
 
 
 def test_bench_gpu_dry_run(tmp_path, capsys):

@@ -23,7 +23,7 @@ Data tensors stay on the CPU and batches are copied to the device, as usual.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ class ConventionalFL:
 
     def __init__(
         self, model: nn.Module, x: Tensor, y: Tensor, client_indices: Sequence[np.ndarray], *,
-        algorithm: str = "fedavg", participation: float = 0.1, local_steps: int = 10, batch_size: int = 32,
+        algorithm: str = "fedavg", participation: float = 0.1, local_steps: int | None = 10, batch_size: int = 32,
         lr: float = 0.1, lr_schedule: str = "exponential", lr_decay: float = 0.998, rounds: int = 1,
         weight_decay: float = 1e-3, clip_norm: float | None = 10.0, rho: float = 0.1, eps: float = 1e-12,
         seed: int = 0, device: str | torch.device = "cpu", amp: bool = False,
@@ -62,9 +62,14 @@ class ConventionalFL:
         self.wd, self.clip, self.rho, self.eps, self.seed = weight_decay, clip_norm, rho, eps, seed
         self.amp = amp
         dataset = TensorDataset(x.cpu(), y.cpu())
-        self.samplers: list[RandomSampler] = []
-        self.loaders: list[DataLoader] = []
+        # a client without data gets no loader (None): it can only take part through train_on
+        self.samplers: list[RandomSampler | None] = []
+        self.loaders: list[DataLoader | None] = []
         for i, idx in enumerate(client_indices):
+            if len(idx) == 0:
+                self.samplers.append(None)
+                self.loaders.append(None)
+                continue
             subset = Subset(dataset, [int(j) for j in idx])
             sampler = RandomSampler(subset, generator=torch.Generator().manual_seed(derive_seed(seed, "batches", 0, i)))
             loader_gen = torch.Generator().manual_seed(derive_seed(seed, "loader", i))
@@ -74,13 +79,11 @@ class ConventionalFL:
     @classmethod
     def from_simulation(cls, sim, algorithm: str | None = None) -> "ConventionalFL":
         """The baseline with a fedlab ``Simulation``'s data, partition, initial model and hyperparameters
-        (``amp`` included)."""
+        (``amp`` included). A simulation in epoch mode (``local_steps=None``) gives a baseline whose
+        ``run_round`` refuses to run; its :meth:`train_on` takes the batches of fedlab's client jobs."""
         from fedlab.models import build_model
 
         c = sim.config
-        if c.local_steps is None:
-            raise ValueError("the conventional baseline runs a fixed number of local steps; "
-                             f"local_epochs={c.local_epochs} (epoch mode) is not supported, set local_steps=K")
         name = algorithm or c.algorithm
         hp = sim.algorithm.hp if name == c.algorithm else None
         module = build_model(c.model, sim.dataset.input_shape, sim.dataset.n_classes, seed=c.seed)
@@ -117,18 +120,36 @@ class ConventionalFL:
 
     def train_client(self, i: int, t: int, lr: float) -> tuple[dict[str, Tensor], Tensor]:
         """K local steps of client i in round t on a deep copy of the global model."""
+        if self.K is None:
+            raise ValueError("the conventional baseline's own loop runs a fixed number of local steps; this one "
+                             "was built for local epochs (local_steps=None): give it batches with train_on")
+        sampler = self.samplers[i]
+        if sampler is None:
+            raise ValueError(f"client {i} holds no data; the conventional baseline cannot train it")
+        sampler.generator.manual_seed(derive_seed(self.seed, "batches", t, i))
+        return self.train_on(self._loader_batches(i), lr)
+
+    def _loader_batches(self, i: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """K batches from client i's DataLoader, a fresh pass whenever one ends."""
+        it = iter(self.loaders[i])
+        for _ in range(self.K):
+            try:
+                yield next(it)
+            except StopIteration:
+                it = iter(self.loaders[i])
+                yield next(it)
+
+    def train_on(self, batches: Iterable[tuple[Tensor, Tensor]], lr: float) -> tuple[dict[str, Tensor], Tensor]:
+        """One local step per batch (SGD, or two-pass SAM) on a deep copy of the global model.
+
+        Returns the local ``state_dict`` and the mean loss at the unperturbed weights.
+        ``python -m fedlab bench flsim`` feeds it the batches of fedlab's own client jobs.
+        """
         local = copy.deepcopy(self.model)
         local.train()
         optimizer = torch.optim.SGD(local.parameters(), lr=lr, weight_decay=self.wd)
-        self.samplers[i].generator.manual_seed(derive_seed(self.seed, "batches", t, i))
-        it = iter(self.loaders[i])
         losses = []
-        for _ in range(self.K):
-            try:
-                x, y = next(it)
-            except StopIteration:
-                it = iter(self.loaders[i])
-                x, y = next(it)
+        for x, y in batches:
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             optimizer.zero_grad()
             if self.algorithm == "fedsam":
@@ -143,6 +164,11 @@ class ConventionalFL:
             losses.append(loss)
         return local.state_dict(), torch.stack(losses).mean()
 
+    @staticmethod
+    def average(states: Sequence[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """The element-wise mean of the clients' ``state_dict``s (FedAvg's unweighted server step)."""
+        return {k: torch.stack([s[k].float() for s in states]).mean(dim=0).to(states[0][k].dtype) for k in states[0]}
+
     def run_round(self, t: int) -> float:
         clients = sample_clients(t, len(self.loaders), self.participation, seed=self.seed)
         lr = learning_rate(t, self.lr0, self.lr_schedule, self.rounds, self.lr_decay)
@@ -151,7 +177,5 @@ class ConventionalFL:
             state, loss = self.train_client(i, t, lr)
             states.append(state)
             losses.append(loss)
-        average = {k: torch.stack([s[k].float() for s in states]).mean(dim=0).to(states[0][k].dtype)
-                   for k in states[0]}
-        self.model.load_state_dict(average)
+        self.model.load_state_dict(self.average(states))
         return float(torch.stack(losses).mean())

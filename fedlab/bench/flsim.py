@@ -88,10 +88,66 @@ def flsim_config(algorithm: str, *, train_size: int | None, test_size: int | Non
                   runs_dir=runs_dir, device=device, **fields)
 
 
+def plain_round_seconds(plain: Any, sim: Any, t: int, theta: Tensor) -> tuple[float, float]:
+    """Wall and CPU seconds of round t's local training by the plain-PyTorch loop, from ``theta``.
+
+    The loop (:class:`~fedlab.bench.conventional.ConventionalFL`: an ``nn.Module``, ``torch.optim.SGD``,
+    ``clip_grad_norm_``, two-pass SAM) steps through exactly the batches of fedlab's client jobs of
+    round t, augmented by the same :class:`~fedlab.engine.clients.LocalData`, and averages the local
+    models: the same work as fedlab's round, done the way research code usually does it.
+    """
+    from fedlab.bench.machine import sync
+    from fedlab.engine.schedule import learning_rate
+
+    c = sim.config
+    plain.model.load_state_dict(sim.model.spec.unflatten(theta))
+    lr = learning_rate(t, c.lr, c.lr_schedule, c.rounds, c.lr_decay)
+    jobs = sim.client_jobs(t, sim.sample(t), sim.client_indices)
+    data = sim.local_data
+    sync(torch.device(c.device))
+    c0, t0 = time.process_time(), time.perf_counter()
+    states = [plain.train_on((data.batch(idx, job.aug_generator) for idx in job.batches), lr)[0] for job in jobs]
+    plain.model.load_state_dict(plain.average(states))
+    sync(torch.device(c.device))
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+EVAL_BATCH_CANDIDATES = (64, 128, 256, 512, 1024)
+
+
+def choose_eval_batch(model: Any, theta: Tensor, x: Tensor, y: Tensor, candidates: Sequence[int] = EVAL_BATCH_CANDIDATES,
+                      *, images: int = 4096, repeats: int = 3) -> tuple[int, dict[int, float]]:
+    """The evaluation batch size with the least wall time per image, by measurement.
+
+    Each candidate evaluates the first ``images`` images ``repeats`` times after a warm-up; the
+    candidates take turns, so a drift of the machine's speed hits all alike, and the median decides.
+    Returns the choice and the median seconds per image of every candidate.
+    """
+    if not candidates or any(b < 1 for b in candidates):
+        raise ValueError(f"eval batch candidates must be positive integers; got {list(candidates)}")
+    xs, ys = x[:images], y[:images]
+    for b in candidates:
+        timed_evaluation(model, theta, xs[:2 * b], ys[:2 * b], b)
+    seconds: dict[int, list[float]] = {b: [] for b in candidates}
+    for _ in range(repeats):
+        for b in candidates:
+            seconds[b].append(timed_evaluation(model, theta, xs, ys, b)["wall"] / xs.shape[0])
+    per_image = {b: statistics.median(v) for b, v in seconds.items()}
+    return min(per_image, key=per_image.__getitem__), per_image
+
+
 def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | None, rounds: int,
-                    eval_batch: int | None, device: str, matmul_rate: float, **overrides: Any) -> dict[str, Any]:
-    """Rounds 0 … rounds−1 of ``algorithm`` in the FL-Simulator configuration, each part timed."""
+                    eval_batch: int | str | None, device: str, matmul_rate: float, reference: bool = True,
+                    **overrides: Any) -> dict[str, Any]:
+    """Rounds 0 … rounds−1 of ``algorithm`` in the FL-Simulator configuration, each part timed.
+
+    With ``reference`` every round's local training is also done by a plain-PyTorch loop on the
+    same batches (:func:`plain_round_seconds`); ``train_over_plain`` is fedlab's training time over
+    it, the median over the timed rounds of the per-round ratio. ``eval_batch="auto"`` picks the
+    evaluation batch by :func:`choose_eval_batch` on the union at the initial model.
+    """
     from fedlab.algorithms import algorithm_class
+    from fedlab.bench.conventional import ConventionalFL
     from fedlab.bench.machine import sync
     from fedlab.bench.speed import model_flops
     from fedlab.engine import Simulation
@@ -109,13 +165,28 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
         step_flops = model_flops(cfg.model, shape, cfg.batch_size, sim.dataset.n_classes, dev) / cfg.batch_size
         fwd_per_image = forward_flops(sim.model, x_test[:64]) / 64
         grads = algorithm_class(algorithm).grad_evals_per_step
+        per_image = None
+        if eval_batch == "auto":
+            eval_batch, per_image = choose_eval_batch(sim.model, sim.algorithm.global_model(state.server), x_union,
+                                                      y_union, images=min(4096, int(x_union.shape[0])))
+            print(f"  {algorithm} evaluation batch by measurement: {eval_batch} ("
+                  + ", ".join(f"{b}: {1e6 * v:.0f}" for b, v in per_image.items()) + " µs per image)", flush=True)
+        plain = ConventionalFL.from_simulation(sim) if reference else None
         rows = []
         for t in range(rounds):
+            theta_before = sim.algorithm.global_model(state.server).detach().clone()
+            # fedlab and the plain loop take turns going first, so a drift of the machine's speed
+            # within a round pair does not always favour the same one
+            plain_s = plain_cpu = None
+            if plain is not None and t % 2 == 1:
+                plain_s, plain_cpu = plain_round_seconds(plain, sim, t, theta_before)
             sync(dev)
             c0, t0 = time.process_time(), time.perf_counter()
             outcome = sim.train_round(state, t)
             sync(dev)
             train_s, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+            if plain is not None and t % 2 == 0:
+                plain_s, plain_cpu = plain_round_seconds(plain, sim, t, theta_before)
             # samples processed by the local gradients (the last batch of an epoch may be smaller)
             samples = sum(int(sum(b.numel() for b in job.batches)) for job in
                           sim.client_jobs(t, outcome.clients, sim.client_indices))
@@ -123,21 +194,26 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
             test = timed_evaluation(sim.model, theta, x_test, y_test, eval_batch)
             uni = timed_evaluation(sim.model, theta, x_union, y_union, eval_batch)
             rows.append({"round": t, "clients": len(outcome.clients), "train_samples": samples,
-                         "train_s": train_s, "train_cpu_s": train_cpu, "test_eval_s": test["wall"],
+                         "train_s": train_s, "train_cpu_s": train_cpu, "plain_train_s": plain_s,
+                         "plain_train_cpu_s": plain_cpu, "test_eval_s": test["wall"],
                          "test_eval_cpu_s": test["user"] + test["sys"], "union_eval_s": uni["wall"],
                          "union_eval_cpu_s": uni["user"] + uni["sys"],
                          "union_eval_sys_s": uni["sys"], "union_eval_minor_faults": uni["minor_faults"],
                          "test_acc": test["acc"], "union_acc": uni["acc"]})
-            print(f"  {algorithm} round {t}: {len(outcome.clients)} clients, train {train_s:.2f} s (cpu {train_cpu:.2f}), "
-                  f"test eval "
-                  f"{test['wall']:.2f} s, union eval {uni['wall']:.2f} s (sys {uni['sys']:.2f} s, "
-                  f"{uni['minor_faults']} minor faults)", flush=True)
+            plain_text = "" if plain_s is None else f", plain PyTorch {plain_s:.2f} s"
+            print(f"  {algorithm} round {t}: {len(outcome.clients)} clients, train {train_s:.2f} s (cpu {train_cpu:.2f})"
+                  f"{plain_text}, test eval {test['wall']:.2f} s, union eval {uni['wall']:.2f} s "
+                  f"(sys {uni['sys']:.2f} s, {uni['minor_faults']} minor faults)", flush=True)
     timed = rows[1:] if len(rows) > 1 else rows
-    med = {k: statistics.median(r[k] for r in timed) for k in
-           ("train_s", "test_eval_s", "union_eval_s", "train_cpu_s", "test_eval_cpu_s", "union_eval_cpu_s")}
+    keys = ["train_s", "test_eval_s", "union_eval_s", "train_cpu_s", "test_eval_cpu_s", "union_eval_cpu_s"]
+    keys += ["plain_train_s", "plain_train_cpu_s"] if reference else []
+    med = {k: statistics.median(r[k] for r in timed) for k in keys}
+    # per round pair, so the ratio survives a drift of the machine's speed between rounds
+    ratio = statistics.median(r["train_s"] / r["plain_train_s"] for r in timed) if reference else None
     train_floor = statistics.median(r["train_samples"] * grads * step_flops / r["train_s"] for r in timed) / matmul_rate
     eval_floor = fwd_per_image * (x_test.shape[0] + x_union.shape[0]) / (med["test_eval_s"] + med["union_eval_s"])
-    return {"algorithm": algorithm, "rounds": rows, "median": med,
+    return {"algorithm": algorithm, "rounds": rows, "median": med, "train_over_plain": ratio,
+            "eval_batch": eval_batch, "eval_batch_seconds_per_image": per_image,
             "round_s": med["train_s"] + med["test_eval_s"] + med["union_eval_s"],
             "train_share_of_floor": train_floor, "eval_share_of_floor": eval_floor / matmul_rate,
             "clients_per_round": statistics.median(r["clients"] for r in timed),
@@ -174,21 +250,24 @@ def print_bench(res: dict[str, Any]) -> None:
     s = res["settings"]
     print(f"FL-Simulator configuration: LeNet-5, Fashion-MNIST as 3x32x32 ({s['train_size'] or 'all'} train, "
           f"{s['test_size'] or 'all'} test), 100 clients, Bernoulli 10 %, 5 epochs of B = 50, crop p 0.5; "
-          f"{s['rounds']} rounds (first excluded), eval batch {s['eval_batch'] or 'default'}, "
-          f"{s['threads']} thread(s); matmul {s['matmul_gflops']:.0f} GFLOP/s; load {res['load_average']}")
-    head = f"{'algorithm':<9} {'clients':>7} {'train s':>8} {'test eval s':>11} {'union eval s':>12} {'round s':>8} " \
-           f"{'train/floor':>11} {'eval/floor':>10}"
+          f"{s['rounds']} rounds (first excluded), {s['threads']} thread(s); matmul {s['matmul_gflops']:.0f} GFLOP/s; "
+          f"load {res['load_average']}")
+    head = f"{'algorithm':<9} {'clients':>7} {'train s':>8} {'plain s':>8} {'/plain':>6} {'eval batch':>10} " \
+           f"{'test eval s':>11} {'union eval s':>12} {'round s':>8} {'train/floor':>11} {'eval/floor':>10}"
     print(head)
     print("-" * len(head))
     for r in res["algorithms"]:
         m = r["median"]
-        print(f"{r['algorithm']:<9} {r['clients_per_round']:>7.0f} {m['train_s']:>8.2f} {m['test_eval_s']:>11.2f} "
-              f"{m['union_eval_s']:>12.2f} {r['round_s']:>8.2f} {100 * r['train_share_of_floor']:>10.0f}% "
-              f"{100 * r['eval_share_of_floor']:>9.0f}%")
+        plain = f"{m['plain_train_s']:>8.2f} {r['train_over_plain']:>6.2f}" if r.get("train_over_plain") else \
+            f"{'-':>8} {'-':>6}"
+        print(f"{r['algorithm']:<9} {r['clients_per_round']:>7.0f} {m['train_s']:>8.2f} {plain} "
+              f"{str(r['eval_batch'] or 'default'):>10} {m['test_eval_s']:>11.2f} {m['union_eval_s']:>12.2f} "
+              f"{r['round_s']:>8.2f} {100 * r['train_share_of_floor']:>10.0f}% {100 * r['eval_share_of_floor']:>9.0f}%")
     by = {r["algorithm"]: r for r in res["algorithms"]}
     if "fedavg" in by and "fedsam" in by:
         print(f"FedSAM/FedAvg training: {by['fedsam']['median']['train_s'] / by['fedavg']['median']['train_s']:.2f}")
-    print(f"evaluated images per round: {res['algorithms'][0]['n_test']} test + {res['algorithms'][0]['n_union']} union")
+    print(f"evaluated images per round: {res['algorithms'][0]['n_test']} test + {res['algorithms'][0]['n_union']} union; "
+          "'plain s': the same batches through nn.Module + torch.optim.SGD (two-pass SAM), '/plain' fedlab over it")
 
 
 def print_diagnosis(d: dict[str, Any]) -> None:
@@ -201,6 +280,18 @@ def print_diagnosis(d: dict[str, Any]) -> None:
                   f"{max(r['wall']):.3f})  user {med['user']:.3f}  sys {med['sys']:.3f}  faults {med['minor_faults']:.0f}")
 
 
+def _eval_batch(text: str) -> int | str | None:
+    if text in ("auto", "default"):
+        return None if text == "default" else text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--eval-batch takes a positive integer, 'auto' or 'default'; got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from fedlab.bench.speed import matmul_flops_per_second
 
@@ -210,7 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--train-size", type=int, default=None, help="class-balanced training subset (default: all)")
     p.add_argument("--test-size", type=int, default=None, help="class-balanced test subset (default: all)")
     p.add_argument("--rounds", type=int, default=4, help="rounds per algorithm; the first is excluded")
-    p.add_argument("--eval-batch", type=int, default=None, help="evaluation batch (default: fedlab's)")
+    p.add_argument("--eval-batch", type=_eval_batch, default="auto",
+                   help="evaluation batch: a size, 'auto' (chosen by measurement) or 'default' (fedlab's)")
+    p.add_argument("--no-reference", action="store_true", help="skip the plain-PyTorch loop on the same batches")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
     p.add_argument("--eval-diagnosis", action="store_true", help="only the evaluation-time diagnosis")
@@ -232,7 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         rate = matmul_flops_per_second(args.device, n=512 if args.quick else None)
         rows = [bench_algorithm(a, train_size=args.train_size, test_size=args.test_size, rounds=args.rounds,
-                                eval_batch=args.eval_batch, device=args.device, matmul_rate=rate)
+                                eval_batch=args.eval_batch, device=args.device, matmul_rate=rate,
+                                reference=not args.no_reference)
                 for a in args.algorithms]
         res = {"settings": {"train_size": args.train_size, "test_size": args.test_size, "rounds": args.rounds,
                             "eval_batch": args.eval_batch, "threads": args.threads, "device": args.device,
