@@ -83,7 +83,7 @@ from fedlab.analysis import (
 )
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import method_color, use_house_style
+from fedlab.tools.plots import draw_band, method_color, use_house_style
 from fedlab.tools.figures import save_figure
 from fedlab.tools.repro import CITABLE_PROFILES
 
@@ -308,9 +308,8 @@ def seed_band(ax, table, key, col, fmt, colour, label, axis=None):
     """Mean over seeds of ``col`` against ``key`` with its 95 % interval as error bars, seeds as dots."""
     axis = ax if axis is None else axis
     xs = sorted(table[key].unique())
-    est = [mean_interval(table[table[key] == x][col]) for x in xs]
-    err = [e.half_width if np.isfinite(e.half_width) else 0.0 for e in est]
-    axis.errorbar(xs, [e.mean for e in est], yerr=err, fmt=fmt, color=colour, capsize=3, label=label)
+    draw_band(axis, xs, [table[table[key] == x][col] for x in xs], label=label, errorbars=True, fmt=fmt,
+              color=colour, capsize=3)
     if table["seed"].nunique() > 1:
         axis.plot(table[key], table[col], ".", color=colour, alpha=0.4, ms=4)
 

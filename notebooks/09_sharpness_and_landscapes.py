@@ -89,7 +89,7 @@ from fedlab.analysis import (
 )
 from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import METHOD_ORDER, draw_seeds, method_color, method_label, status_note, use_house_style
+from fedlab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
 from fedlab.tools.figures import save_figure
 from fedlab.tools.repro import CITABLE_PROFILES, numpy_generator, torch_generator
 
@@ -356,13 +356,9 @@ run_of = {(name, r.config.seed): r for name, rs in runs.items() for r in rs}
 
 
 def seed_mean_line(ax, xs, curves, label, **style):
-    """The mean over seeds of equal-grid curves with a 95 % band (one curve: just the curve)."""
+    """The mean over seeds of equal-grid curves (rows) with its 95 % band, labelled with n."""
     arr = np.asarray(curves, dtype=float)
-    est = [mean_interval(arr[:, j]) for j in range(arr.shape[1])]
-    mean = np.array([e.mean for e in est])
-    half = np.array([e.half_width if np.isfinite(e.half_width) else 0.0 for e in est])
-    ax.plot(xs, mean, label=f"{label} (n={len(arr)})", **style)
-    ax.fill_between(xs, mean - half, mean + half, color=style.get("color"), alpha=0.12, linewidth=0)
+    draw_band(ax, xs, arr.T, label=f"{label} (n={len(arr)})", band_alpha=0.12, **style)
 
 n_panels = 1 + len(families)
 ncols = min(3, n_panels)

@@ -35,3 +35,28 @@ def test_final_estimate_uses_finished_seeds_only():
     est = final_estimate(runs)
     assert est.n == 2 and est.mean == pytest.approx(0.7)
     assert final_estimate(runs[2:]) is None
+
+
+def test_seed_band_and_draw_band_plot_the_mean_and_the_95_interval():
+    import numpy as np
+    from scipy import stats
+
+    from fedlab.tools.plots import draw_band, seed_band
+
+    samples = [[1.0, 2.0, 4.0], [3.0], [0.5, 0.5, 2.0, 1.0]]
+    mean, half = seed_band(samples)
+    np.testing.assert_allclose(mean, [7 / 3, 3.0, 1.0])
+    for j, v in enumerate(samples):  # Student-t half-width; a lone seed has none, drawn as 0
+        expected = stats.t.ppf(0.975, len(v) - 1) * np.std(v, ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0
+        assert half[j] == pytest.approx(expected)
+    fig, (a1, a2) = plt.subplots(1, 2)
+    draw_band(a1, [0, 1, 2], samples, label="band", color="#123456")
+    line = a1.get_lines()[0]
+    np.testing.assert_allclose(line.get_ydata(), mean)
+    band = a1.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.max() == pytest.approx((mean + half).max()) and band.min() == pytest.approx((mean - half).min())
+    draw_band(a2, [0, 1, 2], samples, label="bars", errorbars=True, fmt="o")
+    assert a2.get_legend_handles_labels()[1] == ["bars"]
+    bars = a2.containers[0].lines[2][0].get_segments()  # one vertical segment per x: mean ± half
+    np.testing.assert_allclose([seg[1][1] - seg[0][1] for seg in bars], 2 * half)
+    plt.close(fig)

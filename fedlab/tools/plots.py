@@ -167,6 +167,33 @@ def mean_curve(results: Iterable[Any], metric: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["round", "mean", "half_width", "n"])
 
 
+def seed_band(samples: Iterable[Iterable[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """For each group of per-seed values: the mean and the half-width of its 95 % interval
+    (:func:`fedlab.evidence.uncertainty.mean_interval`), the half-width 0 where it is undefined (one seed)."""
+    from fedlab.evidence.uncertainty import mean_interval
+
+    est = [mean_interval(v) for v in samples]
+    return (np.array([e.mean for e in est], dtype=float),
+            np.array([e.half_width if np.isfinite(e.half_width) else 0.0 for e in est], dtype=float))
+
+
+def _shade(ax: plt.Axes, xs: Any, mean: Any, half: Any, color: Any, alpha: float) -> None:
+    ax.fill_between(xs, np.asarray(mean) - half, np.asarray(mean) + half, color=color, alpha=alpha, linewidth=0)
+
+
+def draw_band(ax: plt.Axes, xs: Sequence[float], samples: Iterable[Iterable[float]], *, label: str | None,
+              errorbars: bool = False, band_alpha: float = 0.15, **style: Any) -> None:
+    """The mean over seeds at each x with its 95 % interval (:func:`seed_band`; ``samples[j]`` are
+    the seeds' values at ``xs[j]``): a line with a shaded band, or points with error bars when
+    ``errorbars``. ``style`` goes to ``ax.plot`` / ``ax.errorbar`` (``color`` also colours the band)."""
+    mean, half = seed_band(samples)
+    if errorbars:
+        ax.errorbar(xs, mean, yerr=half, label=label, **style)
+        return
+    ax.plot(xs, mean, label=label, **style)
+    _shade(ax, xs, mean, half, style.get("color"), band_alpha)
+
+
 def draw_seeds(ax: plt.Axes, results: Sequence[Any], metric: str, *, label: str,
                style: tuple[str, Any, str], linewidth: float = 1.8) -> None:
     """One method on ``ax``: the mean over its finished seeds with a 95 % band (``style`` = colour,
@@ -178,9 +205,7 @@ def draw_seeds(ax: plt.Axes, results: Sequence[Any], metric: str, *, label: str,
         ax.plot(curve["round"], curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
                 markevery=max(1, len(curve) // 8), linewidth=linewidth,
                 label=f"{label} (n={int(curve['n'].max())})")
-        half = curve["half_width"].fillna(0.0)
-        ax.fill_between(curve["round"], curve["mean"] - half, curve["mean"] + half, color=color, alpha=0.15,
-                        linewidth=0)
+        _shade(ax, curve["round"], curve["mean"], curve["half_width"].fillna(0.0), color, 0.15)
     for status in ("collapsed", "diverged"):
         bad = [r for r in results if r.status == status]
         for j, r in enumerate(bad):
