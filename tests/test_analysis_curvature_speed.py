@@ -161,8 +161,10 @@ def test_bench_analysis_quick_runs_and_agrees(tmp_path, capsys):
         assert r["trace_diff_vs_ref_in_stderr"] < 1e-3  # identical probes
     assert rows["old"]["max_rel_eig_diff_vs_ref"] < 1e-3  # both power iterations from the same start
     assert rows["new"]["eig_hvps"] < rows["old"]["eig_hvps"]
-    old, new = res["landscape"]
-    assert new["max_rel_diff_vs_old"] < 1e-5
+    land = {r["solver"]: r for r in res["landscape"]}
+    assert set(land) == {"old", "old, all cores", "new, 1 thread", "new"}
+    assert all(r["max_rel_diff_vs_old"] < 1e-5 and r["seconds"] > 0 for r in land.values())
+    assert land["new, 1 thread"]["point_threads"] == 1 and land["old"]["max_rel_diff_vs_old"] == 0
     assert "fedlab new vs old" in capsys.readouterr().out
 
 

@@ -170,3 +170,33 @@ def test_bad_input_names_the_argument(cnn_federation):
         filter_normalized_direction(model, theta, torch_generator(0, "x"), one_dim="keep")
     with pytest.raises(ValueError, match="theta"):
         filter_normalized_direction(model, theta[:-1], torch_generator(0, "x"))
+
+
+def test_point_threads_give_the_one_thread_loop_bit_for_bit(cnn_federation, one_thread):
+    """``threads=k`` spreads the points over k threads with model replicas; the values and their order
+    are the plain loop's exactly (both at one intra-op thread)."""
+    model, clients, loss, theta = cnn_federation
+    d1 = filter_normalized_direction(model, theta, torch_generator(0, "d1"))
+    d2 = filter_normalized_direction(model, theta, torch_generator(0, "d2"))
+    loop = slice_2d(loss, theta, d1, d2, span=0.5, n=7, threads=1, progress=False)
+    for k in (2, 3):
+        threaded = slice_2d(loss, theta, d1, d2, span=0.5, n=7, threads=k, progress=False)
+        np.testing.assert_array_equal(threaded.losses, loop.losses)
+    assert torch.get_num_threads() == 1  # the caller's intra-op threads are restored
+    np.testing.assert_array_equal(slice_1d(loss, theta, d1, n=9, threads=2).losses,
+                                  slice_1d(loss, theta, d1, n=9, threads=1).losses)
+    np.testing.assert_array_equal(interpolate(loss, theta, theta + 0.3 * d1, n=9, threads=3).losses,
+                                  interpolate(loss, theta, theta + 0.3 * d1, n=9, threads=1).losses)
+    np.testing.assert_array_equal(client_slices_1d(model, clients, theta, d1, n=5, threads=2).losses,
+                                  client_slices_1d(model, clients, theta, d1, n=5, threads=1).losses)
+    assert not np.array_equal(loop.losses[0], loop.losses[-1])  # the points differ, so order is tested
+    with pytest.raises(ValueError, match="threads must be"):
+        slice_2d(loss, theta, d1, d2, n=3, threads=0, progress=False)
+
+
+def test_a_loss_replica_shares_data_not_the_module(cnn_federation):
+    model, _, loss, theta = cnn_federation
+    twin = loss.replica()
+    assert twin.model.module is not loss.model.module and twin.x is loss.x
+    with torch.no_grad():
+        assert float(twin(theta)) == float(loss(theta))

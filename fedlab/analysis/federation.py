@@ -220,6 +220,16 @@ class EmpiricalLoss:
         twin.model = FlatModel(self.model.module, channels_last=channels_last, amp=self.model.amp)
         return twin
 
+    def replica(self) -> "EmpiricalLoss":
+        """The same F on the same samples over its own copy of the module (:meth:`FlatModel.replica`).
+
+        ``functional_call`` swaps θ into the module during a call, so threads that evaluate F at
+        once need one replica each (see :func:`evaluate_affine`'s ``workers``).
+        """
+        twin = copy.copy(self)
+        twin.model = self.model.replica()
+        return twin
+
     def _chunks(self) -> Iterator[slice]:
         for start in range(0, self.n_samples, self.chunk_size):
             yield slice(start, min(start + self.chunk_size, self.n_samples))
@@ -373,6 +383,7 @@ def evaluate_affine(
     directions: Tensor,
     *,
     vmap_chunk: int | None = None,
+    workers: Sequence[Callable[[Tensor], Tensor]] = (),
     progress: bool = False,
     desc: str = "points",
 ) -> Tensor:
@@ -381,6 +392,13 @@ def evaluate_affine(
     The points are built one chunk at a time, so memory stays at ``chunk × d`` however many points
     there are (a 21×21 landscape of an 11M-parameter ResNet would need 19 GB if built at once).
     A zero coefficient row gives ``base`` exactly.
+
+    ``workers``: further copies of ``fn`` that share no module with ``fn`` or each other (e.g.
+    :meth:`EmpiricalLoss.replica`). With them, on the CPU's plain loop (chunk 1), the points are
+    evaluated by ``1 + len(workers)`` threads at once, each with one intra-op thread: a small
+    model's operators are too small to keep several cores busy inside one operator, and PyTorch
+    releases the GIL inside each, so the threads overlap. Every value is then bit-identical to the
+    loop under ``torch.set_num_threads(1)``, whatever the scheduling (``tests/test_analysis_landscape.py``).
     """
     from tqdm import tqdm
 
@@ -390,8 +408,40 @@ def evaluate_affine(
                          f"{tuple(coeffs.shape)} for d={base.numel()}")
     chunk = resolve_chunk(vmap_chunk, base)
     c = coeffs.to(device=base.device, dtype=base.dtype)
+    if workers and chunk == 1 and base.device.type == "cpu" and c.shape[0] > 1:
+        return _evaluate_affine_threaded([fn, *workers], base, c, directions, progress=progress, desc=desc)
     outs = []
     for start in tqdm(range(0, c.shape[0], chunk), desc=desc, disable=not progress, leave=False):
         block = base[None] + c[start:start + chunk] @ directions
         outs.append(torch.stack([fn(t) for t in block]) if chunk == 1 else torch.func.vmap(fn)(block))
     return torch.cat(outs)
+
+
+def _evaluate_affine_threaded(fns: Sequence[Callable[[Tensor], Tensor]], base: Tensor, coeffs: Tensor,
+                              directions: Tensor, *, progress: bool, desc: str) -> Tensor:
+    """:func:`evaluate_affine`'s loop on ``len(fns)`` threads, thread w calling ``fns[w]``; results in order."""
+    import itertools
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm import tqdm
+
+    slot = threading.local()
+    numbers = itertools.count()  # next() on a count is atomic under the GIL
+
+    def start_worker() -> None:
+        slot.fn = fns[next(numbers)]
+
+    def point(p: int) -> Tensor:
+        with torch.no_grad():  # grad mode is per thread
+            return slot.fn((base[None] + coeffs[p:p + 1] @ directions)[0])  # the loop's own arithmetic
+
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with ThreadPoolExecutor(max_workers=len(fns), initializer=start_worker) as pool:
+            values = list(tqdm(pool.map(point, range(coeffs.shape[0])), total=coeffs.shape[0], desc=desc,
+                               disable=not progress, leave=False))
+    finally:
+        torch.set_num_threads(previous)
+    return torch.stack(values)

@@ -16,8 +16,9 @@ A landscape is the loss along a low-dimensional affine slice of parameter space:
   vector as one filter.
 
 Grids are symmetric with the centre exactly at 0 (so the centre of a slice is L(θ) bit for bit) and
-points are evaluated with ``torch.func.vmap`` in chunks where it pays (CUDA; a plain loop on CPU,
-see :func:`fedlab.analysis.federation.resolve_chunk`). Plots use matplotlib only.
+points are evaluated with ``torch.func.vmap`` in chunks where it pays (CUDA; on CPU a loop, spread
+over one thread per core, see :func:`fedlab.analysis.federation.resolve_chunk` and ``threads`` in
+:func:`slice_2d`). Plots use matplotlib only.
 """
 from __future__ import annotations
 
@@ -175,6 +176,19 @@ def _in_layout(loss_fn: LossFn, theta: Tensor, channels_last: bool | None) -> Lo
     return loss_fn.with_channels_last(bool(channels_last))
 
 
+def _point_workers(loss_fn: LossFn, theta: Tensor, threads: int | None) -> list[EmpiricalLoss]:
+    """Replicas of an ``EmpiricalLoss`` for ``threads`` point threads on the CPU (``None``: one per
+    usable core); none for other losses, on other devices, or for ``threads=1``."""
+    from fedlab.engine.hardware import usable_cores
+
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    if not isinstance(loss_fn, EmpiricalLoss) or theta.device.type != "cpu":
+        return []
+    n = usable_cores() if threads is None else threads
+    return [loss_fn.replica() for _ in range(n - 1)]
+
+
 def _as_numpy(t: Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).numpy()
 
@@ -187,11 +201,12 @@ def interpolate(
     extend: float = 0.25,
     *,
     vmap_chunk: int | None = None,
+    threads: int | None = None,
     progress: bool = False,
 ) -> Slice1D:
     """L((1−α)θ_a + αθ_b) on a grid with ``n`` points on [0, 1] (step h = 1/(n−1)), extended by
     ⌊``extend``/h⌋ steps beyond each end. α = 0 and α = 1 are grid points and give θ_a and θ_b
-    exactly, so the end values equal L(θ_a) and L(θ_b)."""
+    exactly, so the end values equal L(θ_a) and L(θ_b). ``threads``: see :func:`slice_2d`."""
     _check_direction(theta_a, theta_b, "theta_b")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"n must be an integer >= 2, got {n!r}")
@@ -202,7 +217,8 @@ def interpolate(
     a = torch.as_tensor(alphas, dtype=theta_a.dtype)[:, None]
     ends = torch.stack([theta_a.detach(), theta_b.detach()])
     losses = evaluate_affine(loss_fn, torch.zeros_like(theta_a), torch.cat([1 - a, a], dim=1), ends,
-                             vmap_chunk=vmap_chunk, progress=progress, desc="interpolate")
+                             vmap_chunk=vmap_chunk, workers=_point_workers(loss_fn, theta_a, threads),
+                             progress=progress, desc="interpolate")
     return Slice1D(alphas, _as_numpy(losses), "interpolation")
 
 
@@ -214,14 +230,17 @@ def slice_1d(
     n: int = 21,
     *,
     vmap_chunk: int | None = None,
+    threads: int | None = None,
     progress: bool = False,
 ) -> Slice1D:
-    """L(θ + α d) for ``n`` values of α evenly spaced in [−span, span] (α = 0 exact for odd n)."""
+    """L(θ + α d) for ``n`` values of α evenly spaced in [−span, span] (α = 0 exact for odd n).
+
+    ``threads``: see :func:`slice_2d`."""
     _check_direction(theta, direction, "direction")
     alphas = _symmetric_grid(span, n)
     a = torch.as_tensor(alphas, dtype=theta.dtype)[:, None]
     losses = evaluate_affine(loss_fn, theta.detach(), a, direction.detach()[None], vmap_chunk=vmap_chunk,
-                             progress=progress, desc="slice 1-D")
+                             workers=_point_workers(loss_fn, theta, threads), progress=progress, desc="slice 1-D")
     return Slice1D(alphas, _as_numpy(losses))
 
 
@@ -235,6 +254,7 @@ def slice_2d(
     *,
     vmap_chunk: int | None = None,
     channels_last: bool | None = None,
+    threads: int | None = None,
     progress: bool = True,
 ) -> Slice2D:
     """L(θ + α d₁ + β d₂) on an n×n grid over [−span, span]²; n² loss evaluations.
@@ -246,6 +266,12 @@ def slice_2d(
     ``cnn`` landscape about twice as fast (``python -m fedlab bench analysis``); the values then agree
     with the NCHW ones to float rounding (~1e-7 relative) and the centre is L(θ) in that layout.
     ``False`` keeps the loss's own layout, so the centre is ``loss_fn(θ)`` bit for bit.
+
+    ``threads``: on CPU, an ``EmpiricalLoss`` is evaluated at that many grid points at once, one
+    thread per point with one intra-op thread each, over replicas of its model
+    (:func:`~fedlab.analysis.federation.evaluate_affine`'s ``workers``); ``None`` (default) takes
+    one thread per usable core, ``1`` the plain loop in the caller's threads. Values are
+    bit-identical to ``threads=1`` under ``torch.set_num_threads(1)``.
     """
     _check_direction(theta, d1, "d1")
     _check_direction(theta, d2, "d2")
@@ -256,7 +282,7 @@ def slice_2d(
     bb = a[:, None].expand(n, n).reshape(-1, 1)  # β along rows
     dirs = torch.stack([d1.detach(), d2.detach()])
     losses = evaluate_affine(loss_fn, theta.detach(), torch.cat([aa, bb], dim=1), dirs, vmap_chunk=vmap_chunk,
-                             progress=progress, desc="slice 2-D")
+                             workers=_point_workers(loss_fn, theta, threads), progress=progress, desc="slice 2-D")
     return Slice2D(grid, grid.copy(), _as_numpy(losses).reshape(n, n))
 
 
@@ -291,19 +317,23 @@ def client_slices_1d(
     batch_size: int = 64,
     seed: int = 0,
     vmap_chunk: int | None = None,
+    threads: int | None = None,
     progress: bool = False,
 ) -> ClientSlices:
     """F_i(θ + α d) for every client i along one direction, all clients in one pass per point.
 
-    ``batches``/``batch_size``/``seed`` choose the samples as in :func:`global_loss_fn`.
+    ``batches``/``batch_size``/``seed`` choose the samples as in :func:`global_loss_fn`;
+    ``threads``: see :func:`slice_2d`.
     """
     check_clients(clients)
     _check_direction(theta, direction, "direction")
     loss: EmpiricalLoss = global_loss_fn(model, clients, batches, batch_size, seed)
     alphas = _symmetric_grid(span, n)
     a = torch.as_tensor(alphas, dtype=theta.dtype)[:, None]
+    workers = [w.group_losses for w in _point_workers(loss, theta, threads)]
     per_client = evaluate_affine(loss.group_losses, theta.detach(), a, direction.detach()[None],
-                                 vmap_chunk=vmap_chunk, progress=progress, desc="client slices")  # (n, N)
+                                 vmap_chunk=vmap_chunk, workers=workers, progress=progress,
+                                 desc="client slices")  # (n, N)
     values = _as_numpy(per_client).T
     return ClientSlices(alphas, values, values.mean(axis=0))
 

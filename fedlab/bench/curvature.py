@@ -32,9 +32,12 @@ Solvers (rows):
 The same Rademacher probes (drawn from :func:`fedlab.tools.repro.torch_generator`) are used by every solver
 but PyHessian, so their traces differ by float rounding only. The landscape part times
 :func:`fedlab.analysis.slice_2d` on a ``--grid`` × ``--grid`` grid over ``--landscape-n`` images
-(notebook 09's cpu-ci measured F has 5 × 32) in the loss's own layout (old) and with the default
-channels-last evaluation on CPU (new). One thread by default (``--threads``); wall times on a shared
-machine are noisy, so the load average is printed with the numbers.
+(notebook 09's cpu-ci measured F has 5 × 32) in the variants of :data:`LANDSCAPE_VARIANTS`: the
+loss's own layout in a plain loop (old; once on the process's threads, once with every core as
+intra-op threads, so that "new" is also compared on the same cores), channels-last on one thread,
+and the default (channels-last, one grid point per usable core). One torch thread by default
+(``--threads``); wall times on a shared machine are noisy, so the load average is printed with the
+numbers.
 
 Why ~440 lines: one benchmark — the plain-autograd reference solvers it compares against, the rows
 and the report.
@@ -44,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -257,33 +261,56 @@ def pyhessian_row(module: nn.Module, x: Tensor, y: Tensor, *, k: int, tol: float
 # ------------------------------------------------------------------------------------------------
 # the landscape
 # ------------------------------------------------------------------------------------------------
+LANDSCAPE_VARIANTS = (
+    # name, channels_last, point threads (None: one per core), intra-op threads (None: the process's)
+    ("old", False, 1, None),
+    ("old, all cores", False, 1, "cores"),
+    ("new, 1 thread", None, 1, None),
+    ("new", None, None, None),
+)
+"""The landscape rows: the path before the speed work in the process's threads (``--threads``) and
+with every core as intra-op threads, channels-last on one thread, and the default (channels-last,
+one grid point per core)."""
+
+
 def landscape_rows(n: int, grid: int, seed: int, device: torch.device) -> list[dict[str, Any]]:
-    """``slice_2d`` in the loss's own layout (old) and with its default layout (new)."""
+    """``slice_2d`` timed in each of :data:`LANDSCAPE_VARIANTS`, the variants taking turns."""
     import numpy as np
 
     from fedlab.analysis import filter_normalized_direction, global_loss_fn, slice_2d
+    from fedlab.engine.hardware import usable_cores
 
     model, x, y = build_setting(n, seed, device)
     loss = global_loss_fn(model, [(x, y)])
     theta = model.theta0()
     d1 = filter_normalized_direction(model, theta, torch_generator(seed, "bench-analysis-d1"))
     d2 = filter_normalized_direction(model, theta, torch_generator(seed, "bench-analysis-d2"))
-    rows: list[dict[str, Any]] = []
-    layouts = (("old", False), ("new", None))
-    for _, cl in layouts:
-        slice_2d(loss, theta, d1, d2, n=3, channels_last=cl, progress=False)  # warm-up (not timed)
-    timings: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in layouts}
+    cores, own = usable_cores(), torch.get_num_threads()
+
+    def run(cl: bool | None, threads: int | None, intra: str | None, points: int) -> Any:
+        torch.set_num_threads(cores if intra == "cores" else own)
+        try:
+            return slice_2d(loss, theta, d1, d2, n=points, channels_last=cl, threads=threads, progress=False)
+        finally:
+            torch.set_num_threads(own)
+
+    for _, cl, threads, intra in LANDSCAPE_VARIANTS:
+        run(cl, threads, intra, 3)  # warm-up (not timed)
+    timings: dict[str, list[tuple[float, float]]] = {v[0]: [] for v in LANDSCAPE_VARIANTS}
     lands: dict[str, Any] = {}
-    for _ in range(2):  # old and new take turns, so a change of the machine's load hits both alike
-        for name, cl in layouts:
-            lands[name], secs = _timed(lambda cl=cl: slice_2d(loss, theta, d1, d2, n=grid, channels_last=cl,
-                                                              progress=False), device)
+    for _ in range(3):  # the variants take turns, so a change of the machine's load hits all alike
+        for name, cl, threads, intra in LANDSCAPE_VARIANTS:
+            lands[name], secs = _timed(lambda: run(cl, threads, intra, grid), device)
             timings[name].append((secs, _last_cpu[0]))
     ref = lands["old"].losses
-    for name, _ in layouts:
-        secs, cpu = min(t[0] for t in timings[name]), min(t[1] for t in timings[name])
-        rows.append({"solver": name, "label": LABELS[name], "seconds": secs, "cpu_seconds": cpu,
-                     "points": grid * grid, "ms_per_point": 1e3 * secs / grid**2, "center": lands[name].center,
+    rows: list[dict[str, Any]] = []
+    for name, cl, threads, intra in LANDSCAPE_VARIANTS:
+        secs = statistics.median(t[0] for t in timings[name])
+        cpu = statistics.median(t[1] for t in timings[name])
+        rows.append({"solver": name, "seconds": secs, "cpu_seconds": cpu, "points": grid * grid,
+                     "ms_per_point": 1e3 * secs / grid**2, "center": lands[name].center,
+                     "point_threads": cores if threads is None and device.type == "cpu" else 1,
+                     "intra_op_threads": cores if intra == "cores" else own,
                      "max_rel_diff_vs_old": float(np.max(np.abs(lands[name].losses - ref) / np.abs(ref)))})
     return rows
 
@@ -389,12 +416,17 @@ def print_report(res: dict[str, Any]) -> None:
                   f"{o['trace_seconds'] / n['trace_seconds']:.2f}x (CPU {o['trace_cpu_seconds'] / n['trace_cpu_seconds']:.2f}x)"
                   " (above 1: fedlab faster)")
     if res["landscape"]:
-        old, new = res["landscape"]
-        print(f"2-D landscape, {s['grid']}x{s['grid']} points on {s['landscape_n']} images: old {old['seconds']:.2f} s "
-              f"({old['ms_per_point']:.0f} ms/point), new {new['seconds']:.2f} s ({new['ms_per_point']:.0f} ms/point), "
-              f"{old['seconds'] / new['seconds']:.2f}x (CPU {old['cpu_seconds']:.2f} → {new['cpu_seconds']:.2f} s, "
-              f"{old['cpu_seconds'] / new['cpu_seconds']:.2f}x; best of 2, taking turns); max relative difference "
-              f"{new['max_rel_diff_vs_old']:.1e}")
+        by_name = {r["solver"]: r for r in res["landscape"]}
+        print(f"2-D landscape, {s['grid']}x{s['grid']} points on {s['landscape_n']} images (median of 3, the variants "
+              "taking turns):")
+        for r in res["landscape"]:
+            print(f"  {r['solver']:<15} {r['seconds']:>7.2f} s ({r['ms_per_point']:>5.1f} ms/point, CPU {r['cpu_seconds']:.2f} s; "
+                  f"{r['point_threads']} point thread(s) x {r['intra_op_threads']} intra-op)  max rel. diff. vs old "
+                  f"{r['max_rel_diff_vs_old']:.1e}")
+        old, new = by_name["old"], by_name["new"]
+        print(f"  new vs old: {old['seconds'] / new['seconds']:.2f}x; on the same cores (old with every core as "
+              f"intra-op threads): {by_name['old, all cores']['seconds'] / new['seconds']:.2f}x; on one thread: "
+              f"{old['seconds'] / by_name['new, 1 thread']['seconds']:.2f}x")
     print("note: wall times on a shared machine are noisy; compare rows of one run")
 
 
