@@ -50,7 +50,7 @@ def test_bench_flsim_quick(tmp_path, capsys):
         assert 0 < a["train_share_of_floor"] and 0 < a["eval_share_of_floor"]
         r = a["rounds"][-1]
         assert r["train_samples"] > 0 and r["train_s"] > 0 and r["union_eval_s"] > 0
-        assert r["plain_train_s"] > 0 and a["train_over_plain"] > 0
+        assert r["plain_train_s"] > 0 and a["train_over_plain"] > 0 and a["eval_over_plain"] > 0
         assert a["eval_batch"] in EVAL_BATCH_CANDIDATES and set(a["eval_batch_seconds_per_image"]) == \
             {str(b) for b in EVAL_BATCH_CANDIDATES}  # JSON keys are strings
     assert res["settings"]["crop_prob"] == 0.5 and res["settings"]["local_steps"] is None
@@ -88,6 +88,20 @@ def test_flsim_plain_reference_does_fedlabs_work(tiny, algorithm):
     plain_off = ConventionalFL.from_simulation(sim_off)
     plain_round_seconds(plain_off, sim_off, 0, theta0)
     assert (flatten_params(plain_off.model) - ours).abs().max() > 1e-3 * moved
+
+
+def test_plain_evaluation_matches_fedlabs():
+    from fedlab.bench.flsim import plain_evaluation
+    from fedlab.engine.evaluate import evaluate
+    from fedlab.models import FlatModel, build_model
+
+    module = build_model("lenet5", (3, 16, 16), 10, seed=0)
+    model = FlatModel(module)
+    x = torch.randn(50, 3, 16, 16, generator=torch_generator(0, "eval-x"))
+    y = torch.randint(0, 10, (50,), generator=torch_generator(0, "eval-y"))
+    acc, loss = plain_evaluation(module, x, y, 16)
+    ours = evaluate(model, model.theta0(), x, y, batch_size=16)
+    assert acc == ours[0] and loss == pytest.approx(ours[1], rel=1e-6) and loss > 0
 
 
 def test_choose_eval_batch_measures_every_candidate_and_rejects_bad_ones():

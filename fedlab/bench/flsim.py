@@ -29,6 +29,7 @@ so an allocator- or page-fault-bound evaluation shows up as system time and mino
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import resource
 import statistics
@@ -136,6 +137,39 @@ def choose_eval_batch(model: Any, theta: Tensor, x: Tensor, y: Tensor, candidate
     return min(per_image, key=per_image.__getitem__), per_image
 
 
+def plain_evaluation(module: torch.nn.Module, x: Tensor, y: Tensor, batch_size: int) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of an ``nn.Module`` called directly, batch by batch, under
+    ``torch.inference_mode``: the plain-PyTorch yardstick for :func:`fedlab.engine.evaluate.evaluate`."""
+    import torch.nn.functional as F
+
+    correct, total = 0, 0.0
+    with torch.inference_mode():
+        for start in range(0, x.shape[0], batch_size):
+            logits, target = module(x[start:start + batch_size]), y[start:start + batch_size]
+            total += F.cross_entropy(logits, target, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == target).sum().item()
+    return correct / x.shape[0], total / x.shape[0]
+
+
+def eval_over_plain(model: Any, theta: Tensor, x: Tensor, y: Tensor, batch_size: int, *, repeats: int = 3) -> float:
+    """Median over ``repeats`` of fedlab's evaluation time over the plain module's on the same images
+    and batch size, the two taking turns (the module holds θ)."""
+    from fedlab.engine.evaluate import evaluate
+
+    module = copy.deepcopy(model.module)
+    module.load_state_dict(model.spec.unflatten(theta))
+    module.eval()
+    plain_evaluation(module, x[:2 * batch_size], y[:2 * batch_size], batch_size)  # warm-up
+    ratios = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        evaluate(model, theta, x, y, batch_size=batch_size)
+        t1 = time.perf_counter()
+        plain_evaluation(module, x, y, batch_size)
+        ratios.append((t1 - t0) / (time.perf_counter() - t1))
+    return statistics.median(ratios)
+
+
 def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | None, rounds: int,
                     eval_batch: int | str | None, device: str, matmul_rate: float, reference: bool = True,
                     **overrides: Any) -> dict[str, Any]:
@@ -172,6 +206,13 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
             print(f"  {algorithm} evaluation batch by measurement: {eval_batch} ("
                   + ", ".join(f"{b}: {1e6 * v:.0f}" for b, v in per_image.items()) + " µs per image)", flush=True)
         plain = ConventionalFL.from_simulation(sim) if reference else None
+        eval_ratio = None
+        if reference:
+            from fedlab.engine.evaluate import eval_batch_size
+
+            n_ref = min(4096, int(x_union.shape[0]))
+            eval_ratio = eval_over_plain(sim.model, sim.algorithm.global_model(state.server), x_union[:n_ref],
+                                         y_union[:n_ref], eval_batch or eval_batch_size(dev))
         rows = []
         for t in range(rounds):
             theta_before = sim.algorithm.global_model(state.server).detach().clone()
@@ -213,6 +254,7 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
     train_floor = statistics.median(r["train_samples"] * grads * step_flops / r["train_s"] for r in timed) / matmul_rate
     eval_floor = fwd_per_image * (x_test.shape[0] + x_union.shape[0]) / (med["test_eval_s"] + med["union_eval_s"])
     return {"algorithm": algorithm, "rounds": rows, "median": med, "train_over_plain": ratio,
+            "eval_over_plain": eval_ratio,
             "eval_batch": eval_batch, "eval_batch_seconds_per_image": per_image,
             "round_s": med["train_s"] + med["test_eval_s"] + med["union_eval_s"],
             "train_share_of_floor": train_floor, "eval_share_of_floor": eval_floor / matmul_rate,
@@ -253,7 +295,7 @@ def print_bench(res: dict[str, Any]) -> None:
           f"{s['rounds']} rounds (first excluded), {s['threads']} thread(s); matmul {s['matmul_gflops']:.0f} GFLOP/s; "
           f"load {res['load_average']}")
     head = f"{'algorithm':<9} {'clients':>7} {'train s':>8} {'plain s':>8} {'/plain':>6} {'eval batch':>10} " \
-           f"{'test eval s':>11} {'union eval s':>12} {'round s':>8} {'train/floor':>11} {'eval/floor':>10}"
+           f"{'test eval s':>11} {'union eval s':>12} {'/plain':>6} {'round s':>8} {'train/floor':>11} {'eval/floor':>10}"
     print(head)
     print("-" * len(head))
     for r in res["algorithms"]:
@@ -262,12 +304,14 @@ def print_bench(res: dict[str, Any]) -> None:
             f"{'-':>8} {'-':>6}"
         print(f"{r['algorithm']:<9} {r['clients_per_round']:>7.0f} {m['train_s']:>8.2f} {plain} "
               f"{str(r['eval_batch'] or 'default'):>10} {m['test_eval_s']:>11.2f} {m['union_eval_s']:>12.2f} "
+              f"{r['eval_over_plain'] if r.get('eval_over_plain') else float('nan'):>6.2f} "
               f"{r['round_s']:>8.2f} {100 * r['train_share_of_floor']:>10.0f}% {100 * r['eval_share_of_floor']:>9.0f}%")
     by = {r["algorithm"]: r for r in res["algorithms"]}
     if "fedavg" in by and "fedsam" in by:
         print(f"FedSAM/FedAvg training: {by['fedsam']['median']['train_s'] / by['fedavg']['median']['train_s']:.2f}")
     print(f"evaluated images per round: {res['algorithms'][0]['n_test']} test + {res['algorithms'][0]['n_union']} union; "
-          "'plain s': the same batches through nn.Module + torch.optim.SGD (two-pass SAM), '/plain' fedlab over it")
+          "'plain s': the same batches through nn.Module + torch.optim.SGD (two-pass SAM); '/plain': fedlab over "
+          "the plain loop (training) and over the module's own forward on 4,096 union images (evaluation)")
 
 
 def print_diagnosis(d: dict[str, Any]) -> None:
