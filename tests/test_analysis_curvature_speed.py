@@ -179,3 +179,26 @@ def test_an_operator_is_reused_for_eigenvalues_and_trace(mlp):
                                rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="another theta"):
         top_eigenvalues(op, theta + 1.0)
+
+
+def test_landscape_on_cpu_evaluates_cache_sized_chunks(cnn):
+    """The CPU default cuts the loss into chunks of CPU_EVAL_BATCH samples (values to float rounding);
+    channels_last=False keeps the loss's own chunks, so its centre stays exact."""
+    from fedlab.analysis.landscape import _in_layout
+    from fedlab.engine.evaluate import CPU_EVAL_BATCH
+
+    model, loss, theta = cnn
+    big = global_loss_fn(model, [(loss.x.repeat(5, 1, 1, 1), loss.y.repeat(5))])  # 200 samples
+    assert big.n_samples > CPU_EVAL_BATCH and big.chunk_size > CPU_EVAL_BATCH
+    fast = _in_layout(big, theta, None)
+    assert fast.chunk_size == CPU_EVAL_BATCH and fast.model.channels_last
+    assert _in_layout(big, theta, False) is big
+    d1 = filter_normalized_direction(model, theta, torch_generator(0, "d1"))
+    d2 = filter_normalized_direction(model, theta, torch_generator(0, "d2"))
+    chunked = slice_2d(big, theta, d1, d2, n=3, progress=False)
+    whole = slice_2d(big, theta, d1, d2, n=3, channels_last=False, progress=False)
+    np.testing.assert_allclose(chunked.losses, whole.losses, rtol=1e-5, atol=0)
+    with torch.no_grad():
+        assert whole.center == float(big(theta))
+    with pytest.raises(ValueError, match="chunk_size"):
+        big.with_chunk_size(0)

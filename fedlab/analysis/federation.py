@@ -220,6 +220,20 @@ class EmpiricalLoss:
         twin.model = FlatModel(self.model.module, channels_last=channels_last, amp=self.model.amp)
         return twin
 
+    def with_chunk_size(self, chunk_size: int) -> "EmpiricalLoss":
+        """The same F with ``chunk_size`` samples per forward pass (shares data and module).
+
+        The sum over chunks is taken in another order, so values agree with ``self`` to float
+        rounding; returns ``self`` when the size already matches.
+        """
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        if int(chunk_size) == self.chunk_size:
+            return self
+        twin = copy.copy(self)
+        twin.chunk_size = int(chunk_size)
+        return twin
+
     def replica(self) -> "EmpiricalLoss":
         """The same F on the same samples over its own copy of the module (:meth:`FlatModel.replica`).
 

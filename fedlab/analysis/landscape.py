@@ -38,6 +38,7 @@ from fedlab.analysis.federation import (
     evaluate_affine,
     global_loss_fn,
 )
+from fedlab.engine.evaluate import CPU_EVAL_BATCH
 from fedlab.models.functional import FlatModel, ParamSpec, param_spec
 
 __all__ = [
@@ -168,12 +169,16 @@ class Slice2D:
 
 
 def _in_layout(loss_fn: LossFn, theta: Tensor, channels_last: bool | None) -> LossFn:
-    """``loss_fn`` with its model in the requested layout (an ``EmpiricalLoss`` over 4-D inputs only)."""
+    """``loss_fn`` with its model in the requested layout (an ``EmpiricalLoss`` over 4-D inputs only),
+    and, in the CPU's fast layout, cut into cache-sized chunks of samples (:data:`CPU_EVAL_BATCH`)."""
     if not isinstance(loss_fn, EmpiricalLoss) or loss_fn.x.ndim != 4:
         return loss_fn
     if channels_last is None:
         channels_last = theta.device.type == "cpu" or loss_fn.model.channels_last
-    return loss_fn.with_channels_last(bool(channels_last))
+    out = loss_fn.with_channels_last(bool(channels_last))
+    if channels_last and theta.device.type == "cpu":
+        out = out.with_chunk_size(min(out.chunk_size, CPU_EVAL_BATCH))
+    return out
 
 
 def _point_workers(loss_fn: LossFn, theta: Tensor, threads: int | None) -> list[EmpiricalLoss]:
@@ -263,9 +268,11 @@ def slice_2d(
     ``channels_last``: evaluate an :class:`~fedlab.analysis.federation.EmpiricalLoss` over image
     inputs with its model in NHWC layout (:meth:`~EmpiricalLoss.with_channels_last`). ``None``
     (default) does so on CPU, where oneDNN's channels-last convolution and max-pool kernels made the
-    ``cnn`` landscape about twice as fast (``python -m fedlab bench analysis``); the values then agree
-    with the NCHW ones to float rounding (~1e-7 relative) and the centre is L(θ) in that layout.
-    ``False`` keeps the loss's own layout, so the centre is ``loss_fn(θ)`` bit for bit.
+    ``cnn`` landscape about twice as fast (``python -m fedlab bench analysis``), and there also
+    evaluates the samples in chunks of at most :data:`~fedlab.engine.evaluate.CPU_EVAL_BATCH` so that
+    a point's activations stay in cache; the values then agree with the loss's own to float rounding
+    (~1e-7 relative) and the centre is L(θ) in that layout. ``False`` keeps the loss exactly as given
+    (layout and chunks), so the centre is ``loss_fn(θ)`` bit for bit.
 
     ``threads``: on CPU, an ``EmpiricalLoss`` is evaluated at that many grid points at once, one
     thread per point with one intra-op thread each, over replicas of its model
