@@ -62,7 +62,7 @@ class ConventionalFL:
         self.wd, self.clip, self.rho, self.eps, self.seed = weight_decay, clip_norm, rho, eps, seed
         self.amp = amp
         dataset = TensorDataset(x.cpu(), y.cpu())
-        # a client without data gets no loader (None): it can only take part through train_on
+        # a client without data gets no loader (None); run_round refuses to train it
         self.samplers: list[RandomSampler | None] = []
         self.loaders: list[DataLoader | None] = []
         for i, idx in enumerate(client_indices):
