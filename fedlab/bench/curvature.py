@@ -335,6 +335,11 @@ def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200
     for s in solvers:
         if s not in SOLVERS:
             raise ValueError(f"solver {s!r} is unknown; allowed: {', '.join(SOLVERS)}")
+    from fedlab.engine.malloc import stable_malloc
+
+    # the allocator regime of a process that has built a Simulation (as notebook 09 has), so that no
+    # variant's large activation buffers are mapped and faulted in anew on every call
+    malloc = "fixed thresholds" if stable_malloc() else "glibc default"
     dev = torch.device(device)
     model, x, y = build_setting(n, seed, dev)
     loss = global_loss_fn(model, [(x, y)])
@@ -370,7 +375,7 @@ def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200
     return {
         "settings": {"model": "cnn", "dataset": "fmnist", "n": n, "d": model.dim, "k": k, "tol": tol, "cap": cap,
                      "probes": probes, "grid": grid, "landscape_n": landscape_n, "seed": seed, "device": str(dev),
-                     "reference": ref["solver"] if ref else None},
+                     "reference": ref["solver"] if ref else None, "malloc": malloc},
         "tight": {"eigenvalues": tight_values, "tol": tol * 1e-3, "hvps": tight.n_hvp, "seconds": tight_s,
                   "converged": bool(all(tight.converged))},
         "machine": machine_info(dev),
@@ -384,7 +389,7 @@ def print_report(res: dict[str, Any]) -> None:
     s = res["settings"]
     print(f"curvature of the cnn on {s['n']} Fashion-MNIST images (d = {s['d']}), top {s['k']} eigenvalues "
           f"(tol {s['tol']:g}, cap {s['cap']}), Hutchinson trace ({s['probes']} probes), {res['machine']['torch_threads']} "
-          f"thread(s), torch {res['machine']['torch']}, malloc {s.get('malloc', '?')}; load average "
+          f"thread(s), torch {res['machine']['torch']}, malloc {s['malloc']}; load average "
           f"{res['load_average']['before']} → "
           f"{res['load_average']['after']}")
     head = f"{'solver':<15} {'eig HVPs':>8} {'eig s':>7} {'cpu s':>7} {'eigenvalues':<18} {'conv':<4} " \
@@ -457,15 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.n, args.tol, args.cap, args.probes, args.grid, args.landscape_n = 32, 1e-3, 30, 4, 3, 32
     torch.set_num_threads(args.threads)
-    # the allocator regime of a process that has built a Simulation (as notebook 09 has), so that no
-    # variant's large activation buffers are mapped and faulted in anew on every call
-    from fedlab.engine.malloc import stable_malloc
-
-    malloc = "fixed thresholds" if stable_malloc() else "glibc default"
     solvers = [s for s in args.solvers if s != "pyhessian" or args.pyhessian]
     res = run_benchmark(n=args.n, k=args.k, tol=args.tol, cap=args.cap, probes=args.probes, grid=args.grid,
                         landscape_n=args.landscape_n, solvers=solvers, seed=args.seed, device=args.device)
-    res["settings"]["malloc"] = malloc
     print_report(res)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

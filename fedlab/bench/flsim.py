@@ -114,10 +114,12 @@ def plain_round_seconds(plain: Any, sim: Any, t: int, theta: Tensor) -> tuple[fl
 
 
 EVAL_BATCH_CANDIDATES = (64, 128, 256, 512, 1024)
+PROBE_IMAGES = 4096
+"""Union images on which the evaluation batch is chosen and evaluation is compared with the plain forward."""
 
 
 def choose_eval_batch(model: Any, theta: Tensor, x: Tensor, y: Tensor, candidates: Sequence[int] = EVAL_BATCH_CANDIDATES,
-                      *, images: int = 4096, repeats: int = 3) -> tuple[int, dict[int, float]]:
+                      *, images: int = PROBE_IMAGES, repeats: int = 3) -> tuple[int, dict[int, float]]:
     """The evaluation batch size with the least wall time per image, by measurement.
 
     Each candidate evaluates the first ``images`` images ``repeats`` times after a warm-up; the
@@ -199,20 +201,19 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
         step_flops = model_flops(cfg.model, shape, cfg.batch_size, sim.dataset.n_classes, dev) / cfg.batch_size
         fwd_per_image = forward_flops(sim.model, x_test[:64]) / 64
         grads = algorithm_class(algorithm).grad_evals_per_step
+        theta0 = sim.algorithm.global_model(state.server)
         per_image = None
         if eval_batch == "auto":
-            eval_batch, per_image = choose_eval_batch(sim.model, sim.algorithm.global_model(state.server), x_union,
-                                                      y_union, images=min(4096, int(x_union.shape[0])))
+            eval_batch, per_image = choose_eval_batch(sim.model, theta0, x_union, y_union, images=PROBE_IMAGES)
             print(f"  {algorithm} evaluation batch by measurement: {eval_batch} ("
                   + ", ".join(f"{b}: {1e6 * v:.0f}" for b, v in per_image.items()) + " µs per image)", flush=True)
-        plain = ConventionalFL.from_simulation(sim) if reference else None
-        eval_ratio = None
+        plain, eval_ratio = None, None
         if reference:
             from fedlab.engine.evaluate import eval_batch_size
 
-            n_ref = min(4096, int(x_union.shape[0]))
-            eval_ratio = eval_over_plain(sim.model, sim.algorithm.global_model(state.server), x_union[:n_ref],
-                                         y_union[:n_ref], eval_batch or eval_batch_size(dev))
+            plain = ConventionalFL.from_simulation(sim)
+            eval_ratio = eval_over_plain(sim.model, theta0, x_union[:PROBE_IMAGES], y_union[:PROBE_IMAGES],
+                                         eval_batch or eval_batch_size(dev))
         rows = []
         for t in range(rounds):
             theta_before = sim.algorithm.global_model(state.server).detach().clone()
@@ -311,7 +312,7 @@ def print_bench(res: dict[str, Any]) -> None:
         print(f"FedSAM/FedAvg training: {by['fedsam']['median']['train_s'] / by['fedavg']['median']['train_s']:.2f}")
     print(f"evaluated images per round: {res['algorithms'][0]['n_test']} test + {res['algorithms'][0]['n_union']} union; "
           "'plain s': the same batches through nn.Module + torch.optim.SGD (two-pass SAM); '/plain': fedlab over "
-          "the plain loop (training) and over the module's own forward on 4,096 union images (evaluation)")
+          f"the plain loop (training) and over the module's own forward on {PROBE_IMAGES} union images (evaluation)")
 
 
 def print_diagnosis(d: dict[str, Any]) -> None:
