@@ -20,10 +20,12 @@ import pytest
 import torch
 
 import fedlab
+from _hardware import describe
 from fedlab import Config
 from fedlab.algorithms import algorithm_class
 from fedlab.engine import Simulation
 from fedlab.models import FlatModel, build_model
+from _load import window
 
 
 def _batch(shape: tuple[int, ...], n: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,24 +112,32 @@ def test_conventional_amp_agrees_with_fedlab_amp(tiny, tmp_path, algorithm):
 
 
 def test_amp_accuracy_curve_on_fashion_mnist(tmp_path, one_thread, fmnist_or_skip):
-    """bf16 training tracks float32 on real data: FedSAM on Fashion-MNIST (Dirichlet 1.0, 10 rounds),
-    accuracy within 5 points at every evaluation and 2.5 points on average over the curve.
+    """bf16 training tracks float32 on real data closer than a change of seed does: FedSAM on
+    Fashion-MNIST (Dirichlet 1.0, 10 rounds), the bf16 curve's mean gap to float32 over the
+    evaluations at most the mean gap between float32 seeds 0 and 1 (a broken bf16 path, one that
+    stalls or diverges, is tens of points away).
 
-    bf16 rounding perturbs every step, so the two trajectories separate like two seeds would; the
-    bounds are what that allows at this size (measured: max 3.2, mean 1.5 points; another seed moves
-    the curve by up to 11 points). On Dirichlet 0.1 the early curve swings by 10 points between
-    rounds whatever the precision, which is why the milder split is used.
+    The yardstick is measured in the same process, so it holds on any CPU: bf16 rounding perturbs
+    every step and the two trajectories separate as two seeds would, by an amount that depends on the
+    kernels (native AVX512-BF16/AMX or emulated). Measured, gap bf16 / gap of seeds, max and mean:
+    Xeon with AMX 0.058 / 0.112 and 0.020 / 0.048; the same with kernels forced to AVX2 (no native
+    bf16) 0.064 / 0.112 and 0.017 / 0.050, forced to ATen's default 0.108 / 0.104 and 0.032 / 0.046;
+    an EPYC without native bf16 saw a 0.064 maximum. Single evaluations swing with the early
+    rounds, so only the mean is bounded.
     """
     cfg = Config(algorithm="fedsam", algorithm_params={"rho": 0.02}, dataset="fmnist", train_size=3000,
                  test_size=500, n_clients=20, participation=0.25, alpha=1.0, rounds=10, local_steps=5,
                  batch_size=32, lr=0.05, eval_every=1, client_threads=2, channels_last=True)
     f32 = fedlab.run(cfg.replace(runs_dir=str(tmp_path / "f32")), progress=False)
     bf16 = fedlab.run(cfg.replace(amp=True, runs_dir=str(tmp_path / "bf16")), progress=False)
+    seed1 = fedlab.run(cfg.replace(seed=1, runs_dir=str(tmp_path / "seed1")), progress=False)
     acc = f32.metrics["test_acc"].to_numpy()
     assert acc[-1] > 0.5  # it learns: the curves compared are not flat noise
     assert not np.array_equal(bf16.metrics["train_loss"].to_numpy(), f32.metrics["train_loss"].to_numpy())
     gap = np.abs(bf16.metrics["test_acc"].to_numpy() - acc)
-    assert gap.max() <= 0.05 and gap.mean() <= 0.025, gap
+    seeds = np.abs(seed1.metrics["test_acc"].to_numpy() - acc)
+    where = f"bf16 gap {gap}, seed gap {seeds}; {describe()}"
+    assert gap.mean() <= seeds.mean(), where
 
 
 def test_curve_gap():
@@ -141,7 +151,7 @@ def test_bench_amp_check_quick_prints_the_table(tmp_path):
     out = tmp_path / "amp.json"
     proc = subprocess.run([sys.executable, "-m", "fedlab", "bench", "--amp-check", "--quick", "--json", str(out)],
                           cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=window(240))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "bf16 accuracy check (quick)" in proc.stdout and "|seed1-seed0| max/mean" in proc.stdout
     rows = json.loads(out.read_text())["rows"]

@@ -63,14 +63,20 @@ def test_bench_flsim_quick(tmp_path, capsys):
 def test_flsim_plain_reference_does_fedlabs_work(tiny, algorithm):
     """The plain-PyTorch loop of ``bench flsim`` trains on fedlab's batches, augmentation included:
     one round of it from θ₀ lands on fedlab's θ₁ (epoch mode, crop p 0.5; equal client sizes, so
-    its unweighted average is FedAvg's weighted one)."""
+    its unweighted average is FedAvg's weighted one).
+
+    "Lands on" is measured against the round's update, ‖θ_plain − θ₁‖ ≤ 1 % of ‖θ₁ − θ₀‖: the two
+    loops run other kernels (nn.Module vs functional), and how far float32 rounding then carries them
+    apart depends on the CPU (here 1e-6 of the update, 4e-5 with the kernels forced to ATen's default;
+    an AVX2-only EPYC saw 3e-3 of max |θ| after two epochs, hence one epoch of 10 steps). Without
+    augmentation the loop lands twice the update away: that is what the bound must tell apart."""
     from fedlab.bench.conventional import ConventionalFL
     from fedlab.bench.flsim import plain_round_seconds
     from fedlab.engine import Simulation
     from fedlab.models.functional import flatten_params
 
     cfg = tiny(algorithm=algorithm, n_clients=4, participation=0.5, partition="iid", local_steps=None,
-               local_epochs=2, batch_size=16, augment=True, crop_prob=0.5, train_size=1200,
+               local_epochs=1, batch_size=16, augment=True, crop_prob=0.5, train_size=640,
                algorithm_params={"rho": 0.05} if algorithm == "fedsam" else {})
     sim = Simulation.build(cfg)
     assert len({len(ix) for ix in sim.partition.client_indices}) == 1
@@ -80,14 +86,14 @@ def test_flsim_plain_reference_does_fedlabs_work(tiny, algorithm):
     seconds, cpu = plain_round_seconds(plain, sim, 0, theta0)
     sim.train_round(state, 0)
     ours = sim.algorithm.global_model(state.server)
-    moved = (ours - theta0).abs().max()
+    moved = (ours - theta0).norm()
     assert seconds > 0 and cpu > 0 and moved > 0
-    assert (flatten_params(plain.model) - ours).abs().max() <= 1e-5 * ours.abs().max()
+    assert (flatten_params(plain.model) - ours).norm() <= 1e-2 * moved
     # and it really used the augmented batches: without augmentation the same loop lands elsewhere
     sim_off = Simulation.build(cfg.replace(augment=False))
     plain_off = ConventionalFL.from_simulation(sim_off)
     plain_round_seconds(plain_off, sim_off, 0, theta0)
-    assert (flatten_params(plain_off.model) - ours).abs().max() > 1e-3 * moved
+    assert (flatten_params(plain_off.model) - ours).norm() > 0.1 * moved
 
 
 def test_plain_evaluation_matches_fedlabs():
