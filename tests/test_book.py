@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from _browser import BROKEN_IMAGES_JS, chromium_page, needs_chromium
+from _load import window_ms
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK_STEMS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
@@ -198,11 +199,11 @@ def test_notebook_page_in_chromium_renders_outputs_and_math(site):
     with chromium_page() as page:
         page.goto(_file_url(target), wait_until="load")
         assert "Flatness incompatibility" in page.locator("h1").first.inner_text()
-        page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=20_000)
+        page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=window_ms(20))
         assert page.locator("img").count() >= 3  # the notebook's figures, from the stored outputs
         assert page.evaluate(BROKEN_IMAGES_JS) == []
         # MathJax, served from _static, typeset the formulas (no network: a CDN would have failed)
-        page.wait_for_selector(".MathJax_CHTML", timeout=20_000)
+        page.wait_for_selector(".MathJax_CHTML", timeout=window_ms(20))
         assert page.locator(".MathJax_CHTML").count() > 5
         for cls, neighbour in (("left-prev", "01_heterogeneity.html"), ("right-next", "03_friendly_adversary.html")):
             link = page.locator(f"a.{cls}")
@@ -217,7 +218,7 @@ def test_gallery_in_chromium_every_figure_loads_and_every_link_resolves(site):
     gallery = site / "gallery.html"
     with chromium_page() as page:
         page.goto(_file_url(gallery), wait_until="load")
-        page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=30_000)
+        page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=window_ms(30))
         widths = page.evaluate("() => Array.from(document.images).map(i => i.naturalWidth)")
         assert len(widths) == len(FIGURE_PNGS) and min(widths) > 0
         assert page.evaluate(BROKEN_IMAGES_JS) == []

@@ -24,6 +24,7 @@ import fedlab
 from fedlab import CheckpointError
 from fedlab import results as results_mod
 from fedlab.tools.repro import numpy_generator
+from _load import window
 
 REPO = Path(__file__).resolve().parent.parent
 NUMBERS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_distance", "uplink_floats",
@@ -93,7 +94,7 @@ def test_os_exit_at_write_point_then_resume(tmp_path, reference, fault):
     cfg = config(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", results_mod.FAULT_ENV: fault}
     done = subprocess.run([sys.executable, "-c", _KILLED, json.dumps(cfg.to_dict())], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=window(300))
     assert done.returncode == results_mod.FAULT_EXIT_CODE, done.stderr
     assert_same_as_reference(fedlab.run(cfg, progress=False), reference)
 

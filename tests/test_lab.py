@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from _browser import chromium_page, needs_chromium
+from _load import window, window_ms
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -42,7 +43,7 @@ class Lab:
         request = urllib.request.Request(
             f"{self.base}{path}", method=method, data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=window(30)) as response:
             text = response.read().decode()
         return json.loads(text) if text else None
 
@@ -66,7 +67,7 @@ def jupyter_lab(tmp_path: Path) -> Iterator[Lab]:
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     lab = Lab(port)
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + window(90)
         while True:
             try:
                 lab.api("/api/status")
@@ -79,7 +80,7 @@ def jupyter_lab(tmp_path: Path) -> Iterator[Lab]:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=window(30))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -99,11 +100,11 @@ def test_lab_lists_notebooks_opens_one_and_starts_its_kernel(tmp_path):
         assert lab.api("/api/kernels") == []
         with chromium_page() as page:
             page.goto(f"{lab.base}/lab/tree/notebooks/00_quickstart.ipynb?token={TOKEN}", wait_until="load")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=window_ms(60))
             # JupyterLab 4 renders cells as they scroll into view: the first one must be the title
             page.wait_for_function("() => document.querySelector('.jp-Notebook .jp-Cell')"
-                                   ".innerText.includes('Quickstart')", timeout=60_000)
-            deadline, kernels = time.monotonic() + 90, []
+                                   ".innerText.includes('Quickstart')", timeout=window_ms(60))
+            deadline, kernels = time.monotonic() + window(90), []
             while time.monotonic() < deadline:  # the page asks the server for a kernel; wait until it runs
                 kernels = lab.api("/api/kernels")
                 if kernels and kernels[0]["execution_state"] == "idle":
@@ -114,7 +115,7 @@ def test_lab_lists_notebooks_opens_one_and_starts_its_kernel(tmp_path):
             assert len(kernels) == 1 and kernels[0]["name"] == "python3"
             assert kernels[0]["execution_state"] == "idle", kernels
             # the page shows the same kernel as ready
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=30_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=window_ms(30))
             sessions = lab.api("/api/sessions")
             assert [s["path"] for s in sessions] == ["notebooks/00_quickstart.ipynb"]
 

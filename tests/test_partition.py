@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from _load import window
 
 from fedlab.data import partition as P
 from fedlab.data._partition_stats import gini
@@ -235,7 +236,7 @@ def test_fingerprint_stable_across_processes_and_hash_seeds() -> None:
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = []
     for proc in procs:
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=window(120))
         assert proc.returncode == 0, err
         outputs.append(out.split())
     here = [_make(c).fingerprint for c in cases]

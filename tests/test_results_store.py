@@ -24,6 +24,7 @@ from fedlab import results as results_mod
 from fedlab.store.atomic import atomic_torch_save, atomic_write_bytes
 from fedlab.store.code_digest import PACKAGE, code_digest, module_digest_text, numeric_sources, package_digest
 from fedlab.engine import Simulation
+from _load import window
 
 REPO = Path(__file__).resolve().parent.parent
 NUMBERS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_distance", "uplink_floats",
@@ -232,7 +233,7 @@ def test_second_process_waits_for_the_lock_then_reads_the_result(small):
             raise
         ckpt = sim.store.checkpoint_path.stat()
         files = _files(sim.store.dir)
-    out, err = other.communicate(timeout=120)
+    out, err = other.communicate(timeout=window(120))
     assert other.returncode == 0, err
     status, digest = out.split()
     import hashlib
@@ -336,7 +337,7 @@ def test_unreadable_summary_names_the_file(tmp_path, content):
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "fedlab", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+                          timeout=window(300))
 
 
 def test_cli_corrupted_checkpoint_is_one_line_and_exit_4(small):

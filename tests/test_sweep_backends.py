@@ -61,11 +61,7 @@ def ray_cluster():
     temp = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths live under it
     options = dict(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20, _temp_dir=temp)
     try:
-        try:
-            _ray_init(ray, **options)
-        except Exception:  # noqa: BLE001 — Ray's raylet gives its agents 30 s; an overloaded machine may miss it
-            ray.shutdown()
-            _ray_init(ray, **options)
+        _ray_init(ray, **options)  # retries a start-up that a loaded machine made time out
         yield ray
     finally:
         ray.shutdown()

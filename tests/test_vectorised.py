@@ -25,6 +25,7 @@ from fedlab.engine import Simulation
 from fedlab.engine import chunking
 from fedlab.engine import vectorised as vec
 from fedlab.engine.clients import ClientJob, LocalData, RoundWork
+from _load import window
 
 REPO = Path(__file__).resolve().parent.parent
 RTOL = 1e-5
@@ -222,7 +223,7 @@ def test_bench_quick_prints_the_tables(tmp_path):
     out = tmp_path / "bench.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "fedlab", "bench", "--quick", "--json", str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=window(240))
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
     for line in ("speed comparison (quick)", "float32 matmul reference", "ms/round", "rounds/s", "% matmul",

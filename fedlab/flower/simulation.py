@@ -91,15 +91,11 @@ def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_pe
 
 
 def _start_ray(num_cpus: int, verbose: bool) -> None:
-    """``ray.init`` for this process, tried up to three times: Ray gives its raylet a fixed 30 s to
-    register, which an overloaded machine can miss."""
+    """``ray.init`` for this process, with the sweep's retries of a start-up that timed out."""
+    import logging
+
     import ray
 
-    for attempt in (1, 2, 3):
-        try:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=verbose)
-            return
-        except Exception as err:  # Ray raises a bare Exception for this timeout
-            if attempt == 3 or "timed out during startup" not in str(err):
-                raise
-            ray.shutdown()
+    from fedlab.sweep.backends import _ray_init
+
+    _ray_init(ray, num_cpus=num_cpus, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=verbose)

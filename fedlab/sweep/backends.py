@@ -266,14 +266,28 @@ def _import_ray() -> Any:
     return ray
 
 
+RAY_START_ATTEMPTS = 3
+
+
 def _ray_init(ray: Any, **kwargs: Any) -> None:
-    """``ray.init`` without its start-up chatter (the sweep's bar and logs say what happens)."""
+    """``ray.init`` without its start-up chatter (the sweep's bar and logs say what happens), tried up
+    to ``RAY_START_ATTEMPTS`` times: Ray gives a starting raylet a fixed 30 s to register with its
+    GCS (``ray/_private/node.py``), which a machine busy with other work can miss. Keyword arguments
+    override the quiet defaults."""
     import logging
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # about accelerator env vars of a future Ray
-        ray.init(log_to_driver=False, logging_level=logging.WARNING, **kwargs)
+    options = {"log_to_driver": False, "logging_level": logging.WARNING, **kwargs}
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # about accelerator env vars of a future Ray
+                ray.init(**options)
+            return
+        except Exception as err:  # Ray raises a bare Exception for this timeout
+            if attempt == RAY_START_ATTEMPTS or "timed out during startup" not in str(err):
+                raise
+            ray.shutdown()
 
 
 def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: float,
