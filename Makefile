@@ -10,7 +10,14 @@ NB_OUT := runs/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
 
-.PHONY: venv data run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp bench-sweep clean-runs
+# What `make test` needs from Debian beyond Python: Chromium (browser tests of the book and JupyterLab)
+# and MathJax (the book, served locally). Each "file:package" pair names what shows the package is there.
+SYSDEPS := /usr/bin/chromium:chromium /usr/share/javascript/mathjax/MathJax.js:libjs-mathjax \
+           /usr/share/javascript/mathjax/fonts/HTML-CSS/TeX/woff:fonts-mathjax
+HAVE_FMNIST  := test -d $(FMNIST_DEB) -o -f data/FashionMNIST/raw/train-images-idx3-ubyte
+HAVE_MATHJAX := test -f /usr/share/javascript/mathjax/MathJax.js -a -d /usr/share/javascript/mathjax/fonts/HTML-CSS/TeX/woff
+
+.PHONY: venv data sysdeps run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp bench-sweep clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -19,12 +26,24 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[notebooks,test,book,flower,distributed]"
 	@rm -f $(VENV)/.installed-* && touch $@
 
-# Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root).
+# Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root);
+# otherwise torchvision's download where the network allows it; otherwise a note.
 data:
-	@if [ -d $(FMNIST_DEB) ] || [ -f data/FashionMNIST/raw/train-images-idx3-ubyte ]; then :; \
+	@if $(HAVE_FMNIST); then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing dataset-fashion-mnist"; apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
-	else echo "note: Fashion-MNIST not on disk; install the Debian package dataset-fashion-mnist or let torchvision download it"; fi
+	  echo "installing dataset-fashion-mnist"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; \
+	elif [ -x $(PY) ] && timeout 600 $(PY) -c "from fedlab.data import load_dataset; load_dataset('fmnist', download=True)" >/dev/null 2>&1; then \
+	  echo "downloaded Fashion-MNIST with torchvision into data/"; \
+	else echo "note: Fashion-MNIST not on disk and not downloadable here; install the Debian package dataset-fashion-mnist (as root: make data)"; fi
+
+# Debian packages of the book and browser tests: installed when we are root, otherwise named (the
+# steps that need them are then skipped, each with a note; nothing else changes).
+sysdeps:
+	@need=""; for pair in $(SYSDEPS); do [ -e "$${pair%%:*}" ] || need="$$need $${pair##*:}"; done; \
+	if [ -z "$$need" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing$$need"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
+	else echo "note: missing Debian packages:$$need (as root: make sysdeps); the book build and the browser tests are skipped"; fi
 
 # The main job (<= 10 min on 2 cores once the venv exists): every notebook at its ci size, two at a
 # time through papermill, then FedAvg, FedSAM and FedVSSAM on the cpu profile's Dirichlet-0.1
@@ -43,13 +62,17 @@ run: venv data
 	echo "committed cpu-profile figures, their data and evidence: figures/README.md"; \
 	echo "time: $$((t2 - t0)) s (notebooks $$((t1 - t0)) s, summary runs $$((t2 - t1)) s); a second make run loads finished runs"
 
-test: venv data test-unit test-notebooks test-papermill
+test: venv sysdeps data test-unit test-notebooks test-papermill
+	@if ! $(HAVE_FMNIST); then echo "SKIPPED: nbval and papermill (Fashion-MNIST is not on disk; see make data)"; fi
+	@if ! $(HAVE_MATHJAX); then echo "SKIPPED: the book build (Debian's libjs-mathjax and fonts-mathjax are not installed; see make sysdeps)"; fi
+	@if [ ! -x /usr/bin/chromium ]; then echo "SKIPPED: the browser tests (Debian's chromium is not installed; see make sysdeps)"; fi
 
 test-unit: venv
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadgroup -q tests
 
 test-notebooks: venv
-	@if [ -n "$(NOTEBOOKS)" ]; then \
+	@if ! $(HAVE_FMNIST); then echo "SKIPPED nbval: Fashion-MNIST is not on disk (make data)"; \
+	elif [ -n "$(NOTEBOOKS)" ]; then \
 	  OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist loadscope -q -p no:randomly --nbval-lax --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 600 notebooks/; \
 	else echo "no notebooks yet"; fi
@@ -59,8 +82,10 @@ test-notebooks: venv
 # then the book built from those executed copies. nbval (above) validates the committed outputs.
 BOOK_EXEC := runs/book/executed
 test-papermill: venv
-	OMP_NUM_THREADS=1 $(PY) notebooks/book/execute.py --jobs 2 -p seed 1 --out $(BOOK_EXEC)
-	$(PY) notebooks/book/build.py --notebooks $(BOOK_EXEC)
+	@if ! $(HAVE_FMNIST); then echo "SKIPPED papermill: Fashion-MNIST is not on disk (make data)"; \
+	else OMP_NUM_THREADS=1 $(PY) notebooks/book/execute.py --jobs 2 -p seed 1 --out $(BOOK_EXEC) || exit 1; \
+	  if $(HAVE_MATHJAX); then $(PY) notebooks/book/build.py --notebooks $(BOOK_EXEC) || exit 1; \
+	  else echo "SKIPPED the book build: Debian's libjs-mathjax and fonts-mathjax are not installed (make sysdeps)"; fi; fi
 
 # The book (runs/book/html/index.html), offline, warnings as errors: from the committed notebooks as
 # they are, or with EXECUTE=1 from copies that papermill executes first at the ci size.
