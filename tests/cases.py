@@ -76,7 +76,7 @@ CASES: tuple[Case, ...] = (
     Case("fedsam", "fedsam", {}, 1, 1, 2, reduces_to=Reduction({"rho": 0.0}, "fedavg")),
     Case("mofedsam", "mofedsam", {}, 1, 2, 2, reduces_to=Reduction({"alpha": 1.0}, "fedsam")),
     Case("mofedsam", "mofedsam-alpha", {"alpha": 0.5, "server_lr": 0.8}, 1, 2, 2),
-    # FedSMOO-adaptive: the default warm-up (3 rounds) covers a 2-round run entirely (plain FedAvg)
+    # FedSMOO-adaptive: the default warm-up (3 rounds) covers the contract's 3-round run entirely (plain FedAvg)
     Case("fedsmoo_adaptive", "fedsmoo_adaptive", {}, 1, 1, 2, up_scalars=2, step0_extra=1, warm_grads=1,
          reduces_to=Reduction({"warmup_rounds": 5}, "fedavg")),
     Case("fedsmoo_adaptive", "fedsmoo_adaptive-warmup1", {"warmup_rounds": 1, "window": 2}, 1, 1, 2,

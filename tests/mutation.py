@@ -145,8 +145,8 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedmoswa.py", "(theta0 - thetaK) / total_lr", "(theta0 - thetaK) / (K * info.lr)", "K·η_t instead of Σ_k η_k"),
         M("fedmoswa.py", "gamma = 1.0 if (self.hp.c_first_round_mean and info.round == 0) else self.hp.gamma", "gamma = self.hp.gamma", "first-round mean ignored"),
         M("fedmoswa.py", 'server["c"] + gamma * stacked_mean(uploads, "dc")', 'server["c"] + stacked_mean(uploads, "dc")', "momentum γ dropped"),
-        # equal to the right rule in round 0 (c = c_i = 0); the c it produces is first read in round 2,
-        # beyond the contract's two rounds, so this mutant is expected to survive
+        # equal to the right rule in round 0 (c = c_i = 0); the c it produces is first read in round 2
+        # (it survived while the contract ran two rounds)
         M("fedmoswa.py", '"dc": c_new - msg["c"]', '"dc": c_new - cstate["c_i"]', "uploads c_i⁺ − c_i instead of c_i⁺ − c"),
     ],
     "fednsam": [
@@ -170,8 +170,8 @@ MUTATIONS: dict[str, list[Mutation]] = {
     "fedacg": [
         M("fedacg.py", "d = g + 2.0 * self.hp.beta *", "d = g + self.hp.beta *", "coefficient of the prox gradient"),
         M("fedacg.py", 'return server["theta"] + self.hp.lam * server["m"]', 'return server["theta"] - self.hp.lam * server["m"]', "sign of the look-ahead"),
-        # m⁰ = 0, so m¹ = Δ̄⁰ either way; the accumulated m² is first read in round 2, beyond the
-        # contract's two rounds, so this mutant is expected to survive
+        # m⁰ = 0, so m¹ = Δ̄⁰ either way; the accumulated m² is first read in round 2 (it survived
+        # while the contract ran two rounds)
         M("fedacg.py", 'm = self.hp.lam * server["m"] + mean_delta', "m = mean_delta", "momentum accumulation dropped"),
         M("fedacg.py", "theta = self._lookahead(server) + mean_delta", 'theta = server["theta"] + mean_delta', "server forgets the look-ahead"),
     ],
