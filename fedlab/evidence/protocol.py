@@ -108,13 +108,14 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     """The committed tuning choice of ``algorithm`` on ``config``'s split.
 
     Reads ``<directory>/<split_key>/<algorithm>.json`` (default ``figures/tuning``) written by
-    :func:`tune_profile`. Without one — a method with nothing to tune, or a split not tuned yet —
+    :func:`tune_profile`, checked by :func:`~fedlab.evidence.tuning.load_tuning` (a TuningError naming
+    the file if it is corrupt, edited, or its choice is not its grid's best finished point). Without one — a method with nothing to tune, or a split not tuned yet —
     the method runs at its defaults and ``source`` says so. The choice is the grid point only
     (e.g. ``{"rho": 0.02}``); merge it into ``algorithm_params``. The ``ci`` profile takes the cpu
     profile's choices (so the quick run exercises them); a profile in :data:`UNTUNED_PROFILES` gets
     the method's defaults (its parameter file sets the paper's values).
     """
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.evidence.tuning import DEFAULT_GRIDS, load_tuning
 
     if profile in UNTUNED_PROFILES:
         return Tuned({}, f"{profile} profile: the paper's settings, not tuned here")
@@ -122,11 +123,7 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     root = tuning_dir() if directory is None else Path(directory)
     path = root / split_key(config) / f"{algorithm}.json"
     if path.exists():
-        try:
-            best = json.loads(path.read_text())["best"]
-        except (json.JSONDecodeError, KeyError) as err:
-            raise ValueError(f"tuning file {path} is not a fedlab.tune result ({err}); restore it from git "
-                             "or delete it and rerun `python -m fedlab tune-profile`") from None
+        best = load_tuning(path)["best"]  # checked: digest, a finished best point of its own grid
         return Tuned(dict(best), str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path))
     if not DEFAULT_GRIDS.get(algorithm):
         return Tuned({}, "defaults (nothing declared to tune)")
@@ -201,11 +198,14 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
 
 
 def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[str, list[Any]]) -> None:
-    """Refuse a committed tuning file made under another protocol, grid or base config."""
+    """Refuse a committed tuning file that is unusable (:func:`~fedlab.evidence.tuning.load_tuning`: never
+    skipped as done) or made under another protocol, grid or base config."""
+    from fedlab.evidence.tuning import load_tuning
+
     def plain(values: dict[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps(values, default=str))
 
-    done = json.loads(path.read_text())
+    done = load_tuning(path)
     ignored = ("runs_dir", "client_threads", "name", "parallel_clients", "device")
     want = plain({k: v for k, v in base.to_dict().items() if k not in ignored})
     have = {k: v for k, v in done.get("base", {}).items() if k in want}
