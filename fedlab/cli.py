@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from fedlab.config import LR_SCHEDULES, SAMPLINGS, Config, ConfigError, dataset_names, help_text, partition_names
 from fedlab.data.datasets import DatasetNotFoundError
+from fedlab.evidence.integrity import EvidenceError
 from fedlab.results import CheckpointError
 
 EXIT_CODES: dict[int, str] = {
@@ -36,7 +37,7 @@ EXIT_CODES: dict[int, str] = {
 }
 # Most specific first: DatasetNotFoundError is a FileNotFoundError (an OSError), ConfigError a ValueError.
 _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
-    (CheckpointError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6), (ImportError, 2))
+    (CheckpointError, 4), (EvidenceError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6), (ImportError, 2))
 """fedlab's errors and their exit codes (an ImportError is a missing optional extra, named in its message)."""
 
 _CLI_NOTES = {

@@ -149,10 +149,18 @@ def test_the_claims_block_of_a_page_is_regenerated_and_the_rest_kept(tmp_path):
 
 def test_the_committed_pages_show_the_claims_as_the_data_say():
     """README.md and figures/README.md carry the claims table generated from the committed data
-    (rerun `python -m fedlab claims --write` after committing records)."""
+    (rerun `python -m fedlab claims --write` after committing records). Changed evidence is reported as
+    such first: rewriting the table would publish the changed numbers."""
     from fedlab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims
+    from fedlab.evidence.integrity import MANIFEST_NAME, problems
     from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
 
+    found = problems(FIGURES_DIR)
+    assert not any(found.values()), (
+        "evidence changed (not a stale table; do NOT run `claims --write`): "
+        + "; ".join(f"{kind}: {', '.join(paths)}" for kind, paths in found.items() if paths)
+        + f" — differ from figures/{MANIFEST_NAME}; restore them from git, or re-record an intended change "
+          "with `python -m fedlab.evidence.integrity --rerecord <file>`")
     block = claims_markdown(evaluate_claims())
     for page in (REPO_ROOT / "README.md", FIGURES_DIR / "README.md"):
         text = page.read_text()

@@ -26,7 +26,9 @@ if it holds against each (fails if any fails, otherwise the weakest verdict wins
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +37,12 @@ from typing import Any
 import pandas as pd
 
 from fedlab.tools.repro import FIGURES_DIR
+from fedlab.evidence.integrity import rerecord
 from fedlab.results import RunResult
 from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
 
 __all__ = ["CLAIMS_FILE", "MIN_SEEDS", "VERDICTS", "Claim", "Verdict", "claims_markdown", "claims_table",
-           "evaluate_claims", "load_claims", "replace_claims_block", "write_claims"]
+           "evaluate_claims", "figures_root", "independent_runs", "load_claims", "replace_claims_block", "write_claims"]
 
 CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
 MIN_SEEDS = 2
@@ -135,10 +138,17 @@ class Verdict:
         return ""
 
 
+def figures_root() -> Path:
+    """The evidence folder claims are judged from: ``$FEDLAB_FIGURES`` if set (a copy, e.g. to test a
+    damaged file without touching the committed ones), else ``figures/`` of this repository."""
+    env = os.environ.get("FEDLAB_FIGURES")
+    return Path(env).expanduser() if env else FIGURES_DIR
+
+
 def load_claims(path: Path | None = None) -> list[Claim]:
     import yaml
 
-    path = CLAIMS_FILE if path is None else Path(path)
+    path = figures_root() / CLAIMS_FILE.name if path is None else Path(path)
     data = yaml.safe_load(path.read_text())
     claims = [Claim.from_dict(d) for d in (data or {}).get("claims", [])]
     ids = [c.id for c in claims]
@@ -186,14 +196,36 @@ def _run_value(res: RunResult, metric: str) -> float:
     return float((tail if len(tail) else m)["flatness_distance"].mean())
 
 
+def independent_runs(runs: Sequence[RunResult]) -> tuple[list[RunResult], int]:
+    """The runs that are independent samples: the first of each seed, and never two identical configs
+    (``runs_dir`` aside); returns them and how many were left out. A repeated seed is the same draw of
+    initialisation, sampling and batches, so counting it twice would shrink the interval for nothing."""
+    kept: list[RunResult] = []
+    seeds: set[Any] = set()
+    configs: set[str] = set()
+    for r in runs:
+        config = json.dumps({**r.config.to_dict(), "runs_dir": None}, sort_keys=True, default=str)
+        if r.config.seed in seeds or config in configs:
+            continue
+        seeds.add(r.config.seed)
+        configs.add(config)
+        kept.append(r)
+    return kept, len(runs) - len(kept)
+
+
+def _duplicates_note(arm: Mapping[str, Any], n: int) -> str:
+    return f"{_arm_name(arm)}: {n} duplicate run(s) (a repeated seed or config) counted once" if n else ""
+
+
 def _arm_from_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
-    chosen = [r for r in runs if _matches(r, arm, claim.select)]
+    chosen, repeated = independent_runs([r for r in runs if _matches(r, arm, claim.select)])
     ok = [r for r in chosen if r.status == "finished"]
     bad = [r for r in chosen if r.status in ("collapsed", "diverged")]
-    note = ""
+    notes = [_duplicates_note(arm, repeated)] if repeated else []
     if bad:
         counts = {s: sum(r.status == s for r in bad) for s in ("collapsed", "diverged")}
-        note = f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        notes.append(f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    note = "; ".join(notes)
     if not ok:
         return None, note
     return mean_interval(_run_value(r, claim.metric) for r in ok), note
@@ -211,11 +243,18 @@ def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -
     if arm_col and arm.get("algorithm"):
         rows = rows[rows[arm_col] == arm["algorithm"]]
     note = ""
+    if "seed" in rows.columns:
+        # a row repeated whole (same seed, same setting, same values) is one measurement written twice; rows
+        # of one seed that differ (per client, per α) are the table's own samples and all count
+        unique = rows.drop_duplicates(keep="first")
+        note = _duplicates_note(arm, len(rows) - len(unique))
+        rows = unique
     if "status" in rows.columns:
         status = rows["status"].fillna("finished")
         counts = {s: int((status == s).sum()) for s in ("collapsed", "diverged")}
         if any(counts.values()):
-            note = f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+            note = "; ".join(x for x in (note, f"{_arm_name(arm)}: " + ", ".join(
+                f"{n} {s}" for s, n in counts.items() if n)) if x)
         rows = rows[status == "finished"]
     vals = rows[col].dropna()
     return (mean_interval(vals) if len(vals) else None), note
@@ -258,9 +297,9 @@ def _few(est: Estimate | None) -> bool:
 
 def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
     """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``)."""
-    from fedlab.evidence.records import RecordError, figure_runs
+    from fedlab.evidence.records import figure_runs
 
-    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
     if isinstance(claim.metric, Mapping):
         csv = figures_dir / f"{claim.figure}.csv"
         if not csv.exists():
@@ -270,7 +309,7 @@ def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
     else:
         try:
             runs = figure_runs(claim.figure, figures_dir)
-        except (FileNotFoundError, RecordError) as err:
+        except FileNotFoundError as err:  # no sidecar: the figure was never made. A bad record raises (loudly).
             return Verdict(claim, "not run", note=str(err).split(";")[0])
         if not runs:
             return Verdict(claim, "not run", note=f"{claim.figure} has no committed records yet")
@@ -303,8 +342,14 @@ def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
 
 
 def evaluate_claims(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None) -> list[Verdict]:
-    """Every claim of ``figures/claims.yaml`` (or ``claims``), evaluated from stored results."""
-    return [evaluate_claim(c, figures_dir) for c in (load_claims() if claims is None else claims)]
+    """Every claim of ``<figures>/claims.yaml`` (or ``claims``), evaluated from stored results.
+
+    Every record read is checked (:func:`fedlab.evidence.records.load_record`): a corrupt, edited or
+    foreign one raises a :class:`~fedlab.evidence.records.RecordError` naming the file, never a
+    quiet "not run"."""
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    return [evaluate_claim(c, figures_dir) for c in (load_claims(figures_dir / "claims.yaml") if claims is None
+                                                     else claims)]
 
 
 def claims_table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
@@ -365,6 +410,9 @@ def write_claims(verdicts: Sequence[Verdict], stem: Path | None = None, profile:
     table.to_csv(paths["csv"], index=False)
     block = claims_markdown(verdicts, profile)
     paths["md"].write_text(f"# Paper claims checked on the {profile} profile\n\n{block}\n")
+    # `claims --write` is the named step that regenerates the claims data from verified records, so it
+    # re-records these two files' digests (records and tuning files are never re-recorded this way)
+    rerecord([paths["csv"], paths["md"]], paths["csv"].parent)
     for page in pages:
         page = Path(page)
         if page.exists() and BLOCK_START in page.read_text():

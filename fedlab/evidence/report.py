@@ -118,8 +118,9 @@ def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> Cp
     """A figure's evidence, read from its JSON sidecar (``save_figure``; ``meta``: its content, if read)."""
     meta = json.loads(Path(sidecar).read_text()) if meta is None else meta
     params = meta.get("parameters") or {}
-    seeds = len(params.get("seeds") or []) or 1
-    records = len(meta.get("records") or [])
+    # a seed or record named twice is still one sample (fedlab.evidence.claims.independent_runs)
+    seeds = len({json.dumps(s, sort_keys=True) for s in params.get("seeds") or []}) or 1
+    records = len(set(meta.get("records") or []))
     kind = str(meta.get("kind", "results"))
     trains = kind != "analysis" and bool(records or meta.get("config_hashes"))
     return CpuFigure(Path(sidecar).stem, str(meta.get("caption", "")), records, seeds,
