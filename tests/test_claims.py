@@ -160,7 +160,7 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
         "evidence changed (not a stale table; do NOT run `claims --write`): "
         + "; ".join(f"{kind}: {', '.join(paths)}" for kind, paths in found.items() if paths)
         + f" — differ from figures/{MANIFEST_NAME}; restore them from git, or re-record an intended change "
-          "with `python -m fedlab.evidence.integrity --rerecord <file>`")
+          "with `python -m fedlab.evidence --rerecord <file>`")
     block = claims_markdown(evaluate_claims())
     for page in (REPO_ROOT / "README.md", FIGURES_DIR / "README.md"):
         text = page.read_text()

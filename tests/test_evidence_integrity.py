@@ -250,6 +250,21 @@ def test_changed_evidence_is_never_re_recorded_silently(figs: Path) -> None:
     assert problems(figs)["changed"] == []
 
 
+def test_the_manifest_command_lists_changes_and_re_records_only_when_asked(figs: Path) -> None:
+    path = figs / "records" / f"{KEY}.json.gz"
+    _edit(path, _set_last_acc)
+    command = [sys.executable, "-m", "fedlab.evidence", "--root", str(figs)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    check = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 1 and f"changed: records/{KEY}.json.gz" in check.stdout, check.stderr
+    added = subprocess.run([*command, "--add", str(path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert added.returncode == 4 and "refusing to re-record it silently" in added.stderr
+    again = subprocess.run([*command, "--rerecord", str(path)], cwd=REPO_ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0 and problems(figs)["changed"] == []
+
+
 def test_a_figure_naming_a_missing_record_is_refused(figs: Path) -> None:
     from fedlab.evidence.records import figure_runs
 
