@@ -4,6 +4,7 @@ from .augment import apply_augment, random_crop_flip
 from .datasets import (
     DATASETS,
     Dataset,
+    DatasetError,
     DatasetNotFoundError,
     balanced_subset,
     load_dataset,
@@ -39,6 +40,7 @@ __all__ = [
     "shards",
     "DATASETS",
     "Dataset",
+    "DatasetError",
     "DatasetNotFoundError",
     "apply_augment",
     "balanced_subset",

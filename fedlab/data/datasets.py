@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,6 +41,7 @@ from fedlab.tools.repro import data_root, numpy_generator
 __all__ = [
     "DATASETS",
     "Dataset",
+    "DatasetError",
     "DatasetNotFoundError",
     "balanced_subset",
     "load_dataset",
@@ -84,6 +86,20 @@ SYNTHETIC_TRAIN_FRACTION = 0.75
 
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset's files are not on disk and could not (or were not allowed to) be downloaded."""
+
+
+class DatasetError(RuntimeError):
+    """A dataset's files are on disk but unusable: corrupt, truncated, not in the expected format, or
+    holding labels outside the dataset's classes. The message names the file and how to restore it."""
+
+
+def _check_label_range(y: Tensor, n_classes: int, where: str, fix: str) -> None:
+    """DatasetError unless every label is a class id in ``[0, n_classes)`` (checked at load, so a bad
+    byte is reported with its file instead of as an IndexError in the middle of a round)."""
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= n_classes):
+        bad = int(y.min()) if int(y.min()) < 0 else int(y.max())
+        raise DatasetError(f"{where} holds label {bad}, outside the {n_classes} classes (0..{n_classes - 1}): "
+                           f"the file is corrupt; {fix}")
 
 
 @dataclass(eq=False)
@@ -275,6 +291,55 @@ def _gunzip_from_debian(raw: Path, source: Path) -> str:
     return ""
 
 
+_IDX_UBYTE = 0x08
+"""The IDX element type of Fashion-MNIST's files: unsigned bytes."""
+FMNIST_SHAPES: dict[str, tuple[int, ...]] = {"images": (28, 28), "labels": ()}
+"""The per-sample shape of each kind of IDX file (after the sample count)."""
+
+
+def _idx_count(path: Path, sample_shape: tuple[int, ...], fix: str) -> int:
+    """The number of samples of an IDX file of unsigned bytes, after checking its header and its size.
+
+    Layout: two zero bytes, the element type, the number of dimensions, each dimension as a big-endian
+    int32, then the bytes. A file that is truncated, padded, or not that layout raises DatasetError
+    naming it (torchvision would raise a bare RuntimeError or AssertionError, or read a short file).
+    """
+    ndim = 1 + len(sample_shape)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            header = fh.read(4 + 4 * ndim)
+    except OSError as err:
+        raise DatasetError(f"Fashion-MNIST file {path} cannot be read ({err.strerror or err}); {fix}") from None
+    if len(header) < 4 + 4 * ndim or header[:2] != b"\0\0" or header[2] != _IDX_UBYTE or header[3] != ndim:
+        raise DatasetError(f"Fashion-MNIST file {path} is not an IDX file of {ndim}-dimensional unsigned bytes "
+                           f"(corrupt or truncated header); {fix}")
+    dims = [int.from_bytes(header[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    if tuple(dims[1:]) != sample_shape:
+        raise DatasetError(f"Fashion-MNIST file {path} holds samples of shape {tuple(dims[1:])}, expected "
+                           f"{sample_shape}; {fix}")
+    expected = 4 + 4 * ndim + math.prod(dims)
+    if size != expected:
+        raise DatasetError(f"Fashion-MNIST file {path} has {size:,} bytes but its header announces {dims[0]:,} "
+                           f"samples ({expected:,} bytes): it is truncated or corrupt; {fix}")
+    return dims[0]
+
+
+def _check_fmnist_files(raw: Path) -> str:
+    """DatasetError unless the four IDX files are intact and pairwise consistent; returns the fix hint."""
+    fix = (f"delete {raw} and load again (the files are unpacked again from {DEBIAN_FMNIST_DIR} — "
+           f"`apt-get install --reinstall {DEBIAN_FMNIST_PACKAGE}` — or downloaded)")
+    for split in ("train", "t10k"):
+        images = raw / f"{split}-images-idx3-ubyte"
+        labels = raw / f"{split}-labels-idx1-ubyte"
+        n_images = _idx_count(images, FMNIST_SHAPES["images"], fix)
+        n_labels = _idx_count(labels, FMNIST_SHAPES["labels"], fix)
+        if n_images != n_labels:
+            raise DatasetError(f"Fashion-MNIST files {images} ({n_images:,} images) and {labels} ({n_labels:,} "
+                               f"labels) do not match; {fix}")
+    return fix
+
+
 def _load_fmnist(root: Path, download: bool | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     from torchvision.datasets import FashionMNIST
 
@@ -299,9 +364,16 @@ def _load_fmnist(root: Path, download: bool | None) -> tuple[Tensor, Tensor, Ten
                 "fmnist", tried, "; ".join(reasons), raw, FMNIST_FILES,
                 f"`apt-get install {DEBIAN_FMNIST_PACKAGE}`",
             )
+    fix = _check_fmnist_files(raw)
     tensors = []
     for train in (True, False):
-        ds = FashionMNIST(str(root), train=train, download=False)
+        try:
+            ds = FashionMNIST(str(root), train=train, download=False)
+        except Exception as exc:  # noqa: BLE001 — whatever torchvision trips on, the files are unusable
+            raise DatasetError(f"Fashion-MNIST files in {raw} cannot be parsed ({type(exc).__name__}: "
+                               f"{' '.join(str(exc).split())}); {fix}") from None
+        labels = raw / f"{'train' if train else 't10k'}-labels-idx1-ubyte"
+        _check_label_range(ds.targets, 10, f"Fashion-MNIST file {labels}", fix)
         tensors.append(_normalise_images(ds.data.unsqueeze(1), FMNIST_MEAN, FMNIST_STD))
         tensors.append(ds.targets.to(torch.int64))
     return tensors[0], tensors[1], tensors[2], tensors[3]
@@ -367,19 +439,29 @@ def _load_cifar(name: str, root: Path, download: bool | None, verify: bool) -> t
             folder, files,
             f"run load_dataset({name!r}, download=True) on a machine with internet",
         )
+    fix = (f"delete {folder} and load it again with download=True (or restore the official "
+           f"{', '.join(files)})")
+    n_classes = 10 if name == "cifar10" else 100
     tensors = []
     for train in (True, False):
         try:
             ds = cls(str(root), train=train, download=False)
         except RuntimeError as exc:
             if verify:
-                raise RuntimeError(
+                raise DatasetError(
                     f"{name} files in {folder} failed torchvision's md5 integrity check ({exc}); they are "
                     "corrupted, truncated or not the official release. Re-download them, or pass "
                     "verify=False to skip the md5 check and parse them anyway"
                     + (f" [{reason}]" if reason else "")
-                ) from exc
-            raise
+                ) from None
+            raise DatasetError(f"{name} files in {folder} cannot be parsed ({' '.join(str(exc).split())}); "
+                               f"{fix}") from None
+        except Exception as exc:  # noqa: BLE001 — unpickling a truncated/corrupt batch fails in many ways
+            raise DatasetError(f"{name} files in {folder} cannot be parsed ({type(exc).__name__}: "
+                               f"{' '.join(str(exc).split())}); {fix}") from None
+        split = ", ".join(f for f, _ in (cls.train_list if train else cls.test_list))
+        _check_label_range(torch.as_tensor(np.asarray(ds.targets, dtype=np.int64)), n_classes,
+                           f"{name} labels in {folder} ({split})", fix)
         mean, std = (CIFAR10_MEAN, CIFAR10_STD) if name == "cifar10" else (CIFAR100_MEAN, CIFAR100_STD)
         pixels = torch.from_numpy(np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2)))  # HWC -> CHW
         tensors.append(_normalise_images(pixels, mean, std))
