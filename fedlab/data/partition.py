@@ -53,6 +53,7 @@ from fedlab.tools.repro import numpy_generator
 
 __all__ = [
     "PARTITIONERS",
+    "PARTITION_OPTIONS",
     "Partition",
     "PartitionStats",
     "dirichlet",
@@ -68,6 +69,10 @@ __all__ = [
 PARTITIONERS: tuple[str, ...] = ("iid", "dirichlet", "dirichlet_client", "pathological", "shards", "file", "natural")
 """Every scheme :func:`make_partition` builds; ``Config.partition`` allows exactly these."""
 CONCENTRATIONS: tuple[str, ...] = ("per_class", "total")
+PARTITION_OPTIONS: tuple[str, ...] = ("min_size", "balance_cap", "concentration", "reuse_on_exhaustion", "path",
+                                      "allow_empty", "allow_duplicates")
+"""The options ``Config.partition_params`` may set: the keyword arguments of :func:`make_partition` that a
+config does not already carry in its own fields."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -579,6 +584,7 @@ def from_file(
     *,
     n_classes: int | None = None,
     allow_empty: bool = False,
+    allow_duplicates: bool | None = None,
 ) -> Partition:
     """Load a partition from JSON (scheme ``"file"``).
 
@@ -589,6 +595,11 @@ def from_file(
     ``len(labels)`` when labels are given; clients must be non-empty unless ``allow_empty``.
     The order of indices within a client is kept as stored, so the fingerprint of a reloaded
     ``to_json`` file equals the original.
+
+    An index listed twice by one client is refused (a hand-edited or concatenated file, whose client
+    would silently train on that sample twice as often), unless ``allow_duplicates=True``, or
+    ``None`` (the default) and the file was written by :meth:`Partition.to_json` of a scheme that
+    repeats samples by design (``dirichlet_client`` with ``reuse_on_exhaustion``).
 
     ``n_classes``: the argument if given, else ``labels.max() + 1`` if labels are given (and then
     the file's ``n_classes``, if any, must agree), else the file's ``n_classes``, else 0
@@ -624,6 +635,8 @@ def from_file(
         raise ValueError(f"{path}: clients must be a non-empty list of per-client index lists")
 
     y = _check_labels(labels) if labels is not None else None
+    if allow_duplicates is None:
+        allow_duplicates = isinstance(source_params, dict) and source_params.get("reuse_on_exhaustion") is True
     arrays = []
     for i, ix in enumerate(raw):
         if not isinstance(ix, list):
@@ -638,6 +651,12 @@ def from_file(
             raise ValueError(f"{path}: client {i}: index {int(arr.min())} must be >= 0")
         if y is not None and len(arr) and int(arr.max()) >= len(y):
             raise ValueError(f"{path}: client {i}: index {int(arr.max())} out of range for {len(y)} labels")
+        if not allow_duplicates and len(arr):
+            values, counts = np.unique(arr, return_counts=True)
+            if counts.max() > 1:
+                raise ValueError(f"{path}: client {i} lists index {int(values[counts.argmax()])} "
+                                 f"{int(counts.max())} times; each client must hold an index once (or pass "
+                                 "partition_params allow_duplicates=True to train on repeated samples)")
         arrays.append(arr)
 
     if file_classes is not None and (isinstance(file_classes, bool) or not isinstance(file_classes, int)):
@@ -677,6 +696,7 @@ def make_partition(
     reuse_on_exhaustion: bool = True,
     path: str | os.PathLike | None = None,
     allow_empty: bool = False,
+    allow_duplicates: bool | None = None,
     natural_clients: Any = None,
 ) -> Partition:
     """Build a partition by scheme name (one of :data:`PARTITIONERS`), e.g. from a config.
@@ -684,7 +704,8 @@ def make_partition(
     Arguments that the chosen scheme does not use are ignored, so a config can carry all of them.
     For ``"file"``, ``path`` is required, ``labels`` may be ``None`` and the file must hold exactly
     ``n_clients`` clients; ``allow_empty=True`` accepts clients without indices (the engine never
-    samples them). For ``"natural"``, ``natural_clients`` is the dataset's own split (:func:`natural`).
+    samples them); ``allow_duplicates`` is :func:`from_file`'s. For ``"natural"``, ``natural_clients``
+    is the dataset's own split (:func:`natural`).
     """
     if scheme not in PARTITIONERS:
         raise ValueError(f"unknown partition scheme {scheme!r}; allowed: {', '.join(PARTITIONERS)}")
@@ -708,7 +729,7 @@ def make_partition(
     if path is None:
         raise ValueError("path is required for scheme 'file'")
     n = _check_int("n_clients", n_clients, 1)
-    part = from_file(path, labels, allow_empty=allow_empty)
+    part = from_file(path, labels, allow_empty=allow_empty, allow_duplicates=allow_duplicates)
     if part.n_clients != n:
         raise ValueError(f"n_clients={n} does not match the {part.n_clients} clients in {path}")
     return part
