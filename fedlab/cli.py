@@ -15,14 +15,19 @@ fields' own descriptions (:func:`fedlab.config.help_text`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import signal
 import sys
+import threading
 import typing
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 from fedlab.config import LR_SCHEDULES, SAMPLINGS, Config, ConfigError, dataset_names, help_text, partition_names
-from fedlab.data.datasets import DatasetNotFoundError
+from fedlab.data.datasets import DatasetError, DatasetNotFoundError
+from fedlab.data.partition import PARTITION_OPTIONS
 from fedlab.evidence.integrity import EvidenceError
 from fedlab.results import CheckpointError
 
@@ -32,12 +37,15 @@ EXIT_CODES: dict[int, str] = {
     2: "invalid input: a config value, hyperparameter, schedule or partition file (the message names it)",
     3: "the run ended without finishing: diverged, or stopped early",
     4: "a run file is corrupted or belongs to another run (CheckpointError; nothing was changed)",
-    5: "the dataset is not on disk and could not be downloaded",
+    5: "the dataset is not on disk and could not be downloaded, or its files are corrupt (the message names the file)",
     6: "a file system error (a path that cannot be read or written)",
+    130: "interrupted (Ctrl-C): a run stops at a round boundary and checkpoints there (a second Ctrl-C stops "
+         "at once, back to the last checkpoint); the same command resumes it",
 }
 # Most specific first: DatasetNotFoundError is a FileNotFoundError (an OSError), ConfigError a ValueError.
 _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
-    (CheckpointError, 4), (EvidenceError, 4), (DatasetNotFoundError, 5), (ValueError, 2), (OSError, 6), (ImportError, 2))
+    (CheckpointError, 4), (EvidenceError, 4), (DatasetNotFoundError, 5), (DatasetError, 5), (ValueError, 2),
+    (OSError, 6), (ImportError, 2))
 """fedlab's errors and their exit codes (an ImportError is a missing optional extra, named in its message)."""
 
 _CLI_NOTES = {
@@ -113,8 +121,7 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="algorithm hyperparameter, repeatable (e.g. --param rho=0.05 --param preset=high)")
     p.add_argument("--partition-param", action="append", default=[], metavar="NAME=VALUE",
-                   help="partitioner option, repeatable (min_size, balance_cap, concentration, "
-                        "reuse_on_exhaustion, path)")
+                   help=f"partitioner option, repeatable ({', '.join(PARTITION_OPTIONS)})")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the Python traceback of an error")
@@ -147,11 +154,36 @@ def _config_from_args(args: argparse.Namespace) -> Config:
     return Config(**values)
 
 
+INTERRUPTED = 130
+"""The exit code of an interrupted command (128 + SIGINT, as a shell reports a Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def _stop_on_ctrl_c(stop: threading.Event) -> Iterator[None]:
+    """While inside: the first Ctrl-C sets ``stop`` (the run then checkpoints at its next round boundary
+    and raises RunInterrupted), a second one interrupts at once (KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedlab.engine import run
 
     config = _config_from_args(args)
-    result = run(config, progress=not args.no_progress)
+    stop = threading.Event()
+    with _stop_on_ctrl_c(stop):
+        result = run(config, progress=not args.no_progress, stop=stop)
     s = result.summary
     print(f"method    {config.name or config.algorithm} on {config.dataset} ({config.partition}, "
           f"{config.n_clients} clients)")
@@ -248,8 +280,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 _FLOWER_DEFAULTS: dict[str, Any] = dict(algorithm="fedvssam", dataset="fmnist", model="cnn", n_clients=10,
                                         participation=0.5, rounds=5, local_steps=10, batch_size=32, lr=0.05,
-                                        train_size=2000, test_size=1000, partition="dirichlet", alpha=0.1, seed=0)
+                                        train_size=None, test_size=None, partition="dirichlet", alpha=0.1, seed=0)
 """flower-sim's defaults: a laptop-sized Fashion-MNIST federation (every other field: Config's)."""
+_FLOWER_SUBSETS: dict[str, tuple[int, int]] = {"fmnist": (2000, 1000), "cifar10": (2000, 1000),
+                                               "cifar100": (2000, 1000)}
+"""flower-sim's train/test subsets when --train-size/--test-size are not given (digits and synthetic are
+smaller than that: they are used whole)."""
 
 
 def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
@@ -257,11 +293,19 @@ def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
                                           "(needs the [flower] extra)", allow_abbrev=False,
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in _FLOWER_DEFAULTS.items():
-        kwargs: dict[str, Any] = {"default": default, "help": _help(name)}
-        if name in _CHOICES:
-            kwargs["choices"] = _CHOICES[name]
+        # Config's description without the run command's notes (flower-sim has no --local-epochs)
+        kwargs: dict[str, Any] = {"default": default, "help": help_text(name)}
+        if name in _CHOICES:  # a Flower app trains named datasets only: no "custom" tensors
+            kwargs["choices"] = [c for c in _CHOICES[name] if c != "custom"]
         if isinstance(default, (int, float)) and not isinstance(default, bool):
             kwargs["type"] = type(default)
+        if name in ("train_size", "test_size"):
+            kwargs["type"] = int
+            which = "training" if name == "train_size" else "test"
+            kwargs["help"] = (f"class-balanced subset of the {which} set; %(default)s: " + ", ".join(
+                f"{sizes[name == 'test_size']} of {d}" for d, sizes in _FLOWER_SUBSETS.items()) + ", all of the others")
+        if name == "n_clients":
+            kwargs["help"] += " (one Flower SuperNode each: at most 1000 per --num-cpus)"
         p.add_argument("--" + name.replace("_", "-"), **kwargs)
     p.add_argument("--sampling", default="uniform", choices=SAMPLINGS, help=_help("sampling"))
     p.add_argument("--schedule-path", default=None, help=_help("schedule_path"))
@@ -276,15 +320,20 @@ def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
 def _cmd_flower_sim(args: argparse.Namespace) -> int:
     try:
         from fedlab.flower import check_servable, run_flower_simulation
+        from fedlab.flower.simulation import check_federation_size
     except ImportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     check_servable(args.algorithm)
+    check_federation_size(args.n_clients, args.num_cpus)  # before the Config, whose other limits it explains
     if not args.verbose:  # Flower logs every round at INFO; the lines below say what matters
         import logging
 
         logging.getLogger("flwr").setLevel(logging.WARNING)
     values = {name: getattr(args, name) for name in _FLOWER_DEFAULTS}
+    subsets = _FLOWER_SUBSETS.get(args.dataset, (None, None))
+    for name, size in zip(("train_size", "test_size"), subsets):
+        values[name] = size if values[name] is None else values[name]
     config = Config(**values, sampling=args.sampling, schedule_path=args.schedule_path,
                     algorithm_params=_key_values(args.param, "--param"), eval_every=1)
 
@@ -422,6 +471,13 @@ def main(argv: list[str] | None = None) -> int:
         code = next(code for cls, code in _ERRORS if isinstance(err, cls))
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return code
+    except KeyboardInterrupt as err:  # RunInterrupted says where the run stopped; a bare Ctrl-C says less
+        if args.debug:
+            raise
+        what = _one_line(err) if str(err) else ("stopped at once; a run resumes from its last checkpoint "
+                                                "when the same command is run again")
+        print(f"interrupted: {what}", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

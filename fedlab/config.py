@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,25 @@ LR_SCHEDULES = ("exponential", "cosine", "constant")
 # client_threads gives the sequential path's numbers bit for bit (at one intra-op thread, and the
 # intra-op thread count is not hashed either).
 _NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb", "client_threads"})
+
+# --- limits before work -------------------------------------------------------------------------------
+# Declared upper bounds, checked when a Config is built (before any file is written or any tensor
+# allocated). Each is far above any experiment of the papers this lab reproduces (their largest: a
+# few thousand rounds, K of a few hundred, B ≤ 128, at most 100 clients per round), and low enough
+# that what the engine holds for it stays small: the batch indices of one round are
+# clients × K × B int64 numbers, built before the round starts.
+MAX_ROUNDS = 100_000
+"""rounds T: tens of times the longest schedule of the papers reproduced here (a few thousand rounds);
+10⁵ rounds take hours even on the smallest federation."""
+MAX_LOCAL_STEPS = 100_000
+"""local steps K per round."""
+MAX_LOCAL_EPOCHS = 10_000
+"""local epochs E per round (epoch mode)."""
+MAX_BATCH_SIZE = 65_536
+"""local minibatch size B (2¹⁶: above every training set this lab loads, Fashion-MNIST's 60 000 the largest)."""
+MAX_SAMPLES_PER_ROUND = 100_000_000
+"""clients per round × K × B: 10⁸ sample-gradients (about a day of CPU time for one round, and 0.8 GB
+of batch indices held at once)."""
 
 
 def dataset_names() -> tuple[str, ...]:
@@ -88,6 +108,19 @@ def check_device_available(device: str) -> None:
         raise ConfigError("device='mps' is not available on this machine; use device='cpu'")
 
 
+def check_round_work(clients: int, local_steps: int, batch_size: int) -> None:
+    """ConfigError when ``clients × local_steps × batch_size`` exceeds :data:`MAX_SAMPLES_PER_ROUND`.
+
+    That product is the number of batch indices the engine draws for one round before training it
+    (and the round's sample-gradients), so it bounds the round's memory and time before any is spent.
+    """
+    work = clients * local_steps * batch_size
+    if work > MAX_SAMPLES_PER_ROUND:
+        raise ConfigError(f"local_steps={local_steps} × batch_size={batch_size} × {clients} clients per round = "
+                          f"{work:,} samples per round is above the limit of {MAX_SAMPLES_PER_ROUND:,} "
+                          "(fedlab.config.MAX_SAMPLES_PER_ROUND); lower local_steps, batch_size or participation")
+
+
 def _opt(default: Any, help: str) -> Any:
     """A :class:`Config` field with its description in ``metadata["help"]`` (a callable default is a factory)."""
     if callable(default):
@@ -131,7 +164,8 @@ class Config:
     classes_per_client: int | None = _opt(None, "c for the pathological partition")
     shards_per_client: int = _opt(2, "shards per client for the shards partition")
     partition_params: dict[str, Any] = _opt(dict, "partitioner options, name → value: min_size, balance_cap, "
-                                            "concentration, reuse_on_exhaustion, path")
+                                            "concentration, reuse_on_exhaustion, path, allow_empty, "
+                                            "allow_duplicates")
     n_clients: int = _opt(100, "number of clients N")
     # who takes part
     participation: float = _opt(0.1, "fraction of clients per round, in (0, 1] (m = round(p·N) for uniform)")
@@ -172,6 +206,9 @@ class Config:
     name: str | None = _opt(None, "label for plots and summaries (not hashed)")
 
     def __post_init__(self) -> None:
+        if isinstance(self.runs_dir, str) and self.runs_dir.startswith("~"):
+            # "~/runs" means the home folder, as in a shell (runs_dir is not hashed: the key is unchanged)
+            object.__setattr__(self, "runs_dir", os.path.expanduser(self.runs_dir))
         self.validate()
 
     # ------------------------------------------------------------------------------------------
@@ -194,6 +231,10 @@ class Config:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise bad(name, "None or a string")
+        if self.runs_dir is not None and not self.runs_dir.strip():
+            # "" would otherwise mean "the default folder" without saying so
+            raise bad("runs_dir", "None (the default <repo>/runs) or a non-empty folder path")
+        self._check_partition_params()
         for name in ("as_cifar_shape", "amp", "channels_last"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "True or False")
@@ -251,6 +292,7 @@ class Config:
                 raise bad(name, "None or an integer ≥ 1")
         if not (_is_number(self.participation) and 0 < self.participation <= 1):
             raise bad("participation", "a number in (0, 1] (not a bool)")
+        self._check_limits()
         for name in ("crop_prob", "flip_prob"):
             value = getattr(self, name)
             if not (_is_number(value) and 0 <= value <= 1):
@@ -295,6 +337,30 @@ class Config:
         if self.local_epochs is not None and self.parallel_clients != 1:
             raise ConfigError("parallel_clients > 1 or 'auto' needs a fixed number of local steps; "
                               "set local_steps=K (local_epochs=None) or parallel_clients=1")
+
+    def _check_partition_params(self) -> None:
+        """ConfigError naming an unknown ``partition_params`` key and the allowed ones."""
+        from fedlab.data.partition import PARTITION_OPTIONS
+
+        unknown = sorted(set(self.partition_params) - set(PARTITION_OPTIONS))
+        if unknown:
+            raise ConfigError(f"partition_params: unknown option(s) {', '.join(map(repr, unknown))}; allowed: "
+                              f"{', '.join(PARTITION_OPTIONS)} (on the command line --partition-param name=value)")
+
+    def _check_limits(self) -> None:
+        """ConfigError when rounds, K, E, B or the work of one round exceed the declared limits.
+
+        Runs after the type checks, so every value here is an integer ≥ 1 (or None in epoch mode).
+        """
+        for name, top in (("rounds", MAX_ROUNDS), ("local_steps", MAX_LOCAL_STEPS),
+                          ("local_epochs", MAX_LOCAL_EPOCHS), ("batch_size", MAX_BATCH_SIZE)):
+            value = getattr(self, name)
+            if value is not None and value > top:
+                raise ConfigError(f"{name}={value} is above the limit; allowed: an integer from 1 to {top:,} "
+                                  f"(fedlab.config.MAX_{name.upper()})")
+        if self.local_steps is not None and self.sampling != "schedule":
+            # a schedule's rounds are checked when it is read (Simulation.build), they may be any size
+            check_round_work(self.clients_per_round, self.local_steps, self.batch_size)
 
     # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import hashlib
 import math
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
@@ -37,7 +38,7 @@ from tqdm import tqdm
 
 from fedlab._version import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
-from fedlab.config import Config, ConfigError, check_device_available
+from fedlab.config import Config, ConfigError, check_device_available, check_round_work
 from fedlab.data import Dataset, balanced_subset, load_dataset
 from fedlab.data.holdout import hold_out_validation
 from fedlab.data.partition import Partition, make_partition
@@ -45,7 +46,9 @@ from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
 from fedlab.engine.malloc import stable_malloc
-from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
+from fedlab.engine.sampling import (
+    BERNOULLI_RETRIES, check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest,
+)
 from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
 from fedlab.tools.repro import REPO_ROOT, torch_generator
@@ -119,9 +122,29 @@ def check_runs_dir(root: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise ConfigError(f"runs_dir={str(root)!r} cannot be created: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    if not _writable(existing):
         raise ConfigError(f"runs_dir={str(root)!r} is not writable ({existing} denies writing); "
                           "give runs_dir a folder you can write to")
+
+
+def _writable(folder: Path) -> bool:
+    """Whether files can be created in ``folder``: permissions, and not a read-only mount (which
+    ``os.access`` does not report to root)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        return not os.statvfs(folder).f_flag & os.ST_RDONLY
+    except (AttributeError, OSError):  # no statvfs (Windows): permissions are all we can tell
+        return True
+
+
+def runs_dir_problem(root: Path) -> ConfigError | None:
+    """:func:`check_runs_dir`'s error for ``root``, or None when runs can be written there."""
+    try:
+        check_runs_dir(root)
+    except ConfigError as err:
+        return err
+    return None
 
 
 def load_run_schedule(config: Config) -> list[list[int]] | None:
@@ -134,11 +157,36 @@ def load_run_schedule(config: Config) -> list[list[int]] | None:
         raise ConfigError(str(err)) from None
 
 
-def check_rounds_drawable(config: Config, schedule: list[list[int]] | None, eligible: np.ndarray) -> None:
-    """Draw every round's clients once, so an infeasible sampling fails before anything is written.
+UNDRAWABLE_RISK = 1e-12
+"""Below this chance that some round's Bernoulli draw fails, no round is drawn ahead (see
+:func:`check_rounds_drawable`)."""
 
-    The draws are cheap (a few random numbers per round) and are exactly those the run will make.
+
+def undrawable_risk(config: Config, eligible: np.ndarray) -> float:
+    """An upper bound on the chance that some round of ``config`` cannot be drawn.
+
+    Only Bernoulli sampling can fail at run time (a uniform draw cannot once :func:`check_sampling`
+    passed; a schedule is validated when read): a round fails when all its
+    :data:`BERNOULLI_RETRIES` draws come up empty, each with probability (1 - p)^E for E eligible
+    clients; the union bound over the rounds gives the rest.
     """
+    if config.sampling != "bernoulli":
+        return 0.0
+    empty = (1.0 - config.participation) ** int(eligible.size)
+    return min(1.0, config.rounds * empty**BERNOULLI_RETRIES)
+
+
+def check_rounds_drawable(config: Config, schedule: list[list[int]] | None, eligible: np.ndarray) -> int:
+    """Draw every round's clients ahead, so an infeasible sampling fails before anything is written,
+    but only when a failure is possible at all (:func:`undrawable_risk` ≥ :data:`UNDRAWABLE_RISK`);
+    returns the number of rounds drawn (0 for every other config).
+
+    Rounds are otherwise drawn lazily, one at a time as the run reaches them (``Simulation.sample``),
+    so a run of many rounds starts at once. The draws are exactly those the run will make (each
+    round has its own generator), so drawing ahead or not changes no number.
+    """
+    if undrawable_risk(config, eligible) < UNDRAWABLE_RISK:
+        return 0
     for t in range(config.rounds):
         try:
             sample_clients(t, config.n_clients, config.participation, seed=config.seed, mode=config.sampling,
@@ -146,6 +194,20 @@ def check_rounds_drawable(config: Config, schedule: list[list[int]] | None, elig
         except RuntimeError as err:
             raise ConfigError(f"participation={config.participation!r} with sampling={config.sampling!r} and "
                               f"n_clients={config.n_clients}: {err} (round {t}); raise participation") from None
+    return config.rounds
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped on request (``stop`` was set, e.g. by Ctrl-C) at a round boundary, checkpointed there.
+
+    A KeyboardInterrupt, so ``except Exception`` does not swallow it; running the same config again
+    resumes the run from ``rounds_done`` bit-identically.
+    """
+
+    def __init__(self, run_dir: Path, rounds_done: int, rounds: int) -> None:
+        self.run_dir, self.rounds_done, self.rounds = run_dir, rounds_done, rounds
+        super().__init__(f"run {run_dir} stopped after round {rounds_done} of {rounds} and was checkpointed "
+                         "there; run the same config again to resume it")
 
 
 @dataclass
@@ -183,6 +245,10 @@ class Simulation:
     chunk_choice: Any = field(default=None, init=False, repr=False)
     # a run absent from runs/ but committed under figures/records/ is loaded from there (without θ)
     use_records: bool = field(default=True, init=False, repr=False)
+    # False when runs_dir cannot be written: only a finished run can then be loaded (read-only)
+    writable: bool = field(default=True, init=False, repr=False)
+    # set by run(stop=...): checked at every round boundary
+    _stop: threading.Event | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None, theta0: Tensor | None = None) -> "Simulation":
@@ -202,8 +268,12 @@ class Simulation:
         if config.device == "cpu":
             stable_malloc()  # evaluation time must not depend on the allocator's history (engine/malloc.py)
         root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
-        check_runs_dir(root)
+        unwritable = runs_dir_problem(root)
+        if unwritable is not None and not root.is_dir():  # no stored run can be there to load: fail now
+            raise unwritable
         schedule = load_run_schedule(config)
+        if schedule is not None and config.local_steps is not None:  # the largest round bounds the work
+            check_round_work(max(len(ids) for ids in schedule), config.local_steps, config.batch_size)
         dataset = build_dataset(config) if dataset is None else hold_out_validation(dataset, config.validation_size)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
@@ -217,6 +287,10 @@ class Simulation:
         config_hash = config.hash(key, schedule_digest(schedule), hparams=algorithm.hp.to_dict())
         sim = cls(config, dataset, partition, model, algorithm, RunStore.for_run(root, config.algorithm, config_hash),
                   config_hash, theta0_digest, schedule)
+        if unwritable is not None:
+            if not sim.store.checkpoint_path.is_file():  # nothing to load: the folder must be writable
+                raise unwritable
+            sim.writable = False  # a stored run can still be loaded (Simulation._load_read_only)
         sim.check_sampling()
         return sim
 
@@ -277,10 +351,14 @@ class Simulation:
         check_rounds_drawable(c, self.schedule, self.eligible)
 
     def sample(self, t: int) -> np.ndarray:
-        """The ids of the clients taking part in round t."""
+        """The ids of the clients taking part in round t, drawn now (rounds are drawn lazily)."""
         c = self.config
-        return sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
-                              schedule=self.schedule, eligible=self.eligible)
+        try:
+            return sample_clients(t, c.n_clients, c.participation, seed=c.seed, mode=c.sampling,
+                                  schedule=self.schedule, eligible=self.eligible)
+        except RuntimeError as err:  # a Bernoulli round that came up empty every time (undrawable_risk)
+            raise ConfigError(f"participation={c.participation!r} with sampling={c.sampling!r} and "
+                              f"n_clients={c.n_clients}: {err} (round {t}); raise participation") from None
 
     def train_round(self, state: TrainingState, t: int, clients: np.ndarray | None = None) -> RoundOutcome:
         """Round t: broadcast, local work of the sampled (or given) clients, upload, aggregate.
@@ -357,8 +435,13 @@ class Simulation:
         return run_clients_sequential(work)
 
     # -----------------------------------------------------------------------------------------
-    def run(self, *, progress: bool = True, stop_after_rounds: int | None = None) -> RunResult:
-        """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption."""
+    def run(self, *, progress: bool = True, stop_after_rounds: int | None = None,
+            stop: threading.Event | None = None) -> RunResult:
+        """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption.
+
+        ``stop``: once set (the command line sets it on Ctrl-C), the run checkpoints at the next round
+        boundary and raises :class:`RunInterrupted`.
+        """
         if self.use_records and not self.store.checkpoint_path.exists():
             from fedlab.evidence.records import load_record
 
@@ -367,8 +450,21 @@ class Simulation:
             committed = load_record(self.store.dir.name, partition=self.partition)
             if committed is not None:
                 return committed
+        if not self.writable:
+            return self._load_read_only()
+        self._stop = stop
         with self.store.lock(quiet=not progress):
             return self._run_locked(progress, stop_after_rounds)
+
+    def _load_read_only(self) -> RunResult:
+        """A finished run in a folder this process cannot write (a read-only mount, another user's runs):
+        returned from its verified checkpoint without the lock and without repairing any view."""
+        ckpt = self.store.load_checkpoint(self.config_hash)  # CheckpointError, touching nothing, if unusable
+        if ckpt is None or ckpt.status not in TERMINAL_STATUSES:
+            done = "has no checkpoint" if ckpt is None else f"stopped after round {ckpt.next_round}"
+            raise ConfigError(f"runs_dir={str(self.store.dir.parent)!r} is not writable and this run {done}, so "
+                              "it cannot be trained there; give runs_dir a folder you can write to")
+        return self._result(ckpt.rows, ckpt.status, ckpt.server)
 
     def _run_locked(self, progress: bool, stop_after_rounds: int | None) -> RunResult:
         """Load a finished run, or resume an unfinished one, or start at round 0; under the lock."""
@@ -394,9 +490,14 @@ class Simulation:
         eval_set = self.eval_set()
         status = "running"
         last_acc = next((r["test_acc"] for r in reversed(rows) if not math.isnan(r["test_acc"])), float("nan"))
+        saved = start  # rounds done at the last checkpoint
         with tqdm(total=c.rounds, initial=start, desc=f"{c.algorithm} {c.dataset}", disable=not progress,
                   file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
             for t in range(start, end):
+                if self._stop is not None and self._stop.is_set():  # asked to stop: at this round boundary
+                    if saved != t:
+                        self._save(state, rows, "running")
+                    raise RunInterrupted(self.store.dir, t, c.rounds)
                 t0 = time.perf_counter()
                 outcome = self.train_round(state, t)
                 row, diverged = self._round_row(t, outcome, state.server, eval_set)
@@ -409,6 +510,7 @@ class Simulation:
                 status = self._status(t, diverged, rows)
                 if status != "running" or (t + 1) % c.checkpoint_every == 0 or t + 1 == end:
                     self._save(state, rows, status)
+                    saved = t + 1
                 if status != "running":
                     break
         if not rows:
@@ -511,7 +613,7 @@ class Simulation:
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
         dataset: Dataset | None = None, theta0: Tensor | None = None, need_theta: bool = False,
-        **overrides: Any) -> RunResult:
+        stop: threading.Event | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
     ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. Your own data and
@@ -521,9 +623,10 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.evidence.records`)
     is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
     the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
-    the run is then trained (or loaded from ``runs/``) as usual.
+    the run is then trained (or loaded from ``runs/``) as usual. ``stop``: see :meth:`Simulation.run`
+    (set it from another thread or a signal handler to stop at the next round boundary).
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
     sim = Simulation.build(config, dataset, theta0)
     sim.use_records = not need_theta
-    return sim.run(progress=progress, stop_after_rounds=stop_after_rounds)
+    return sim.run(progress=progress, stop_after_rounds=stop_after_rounds, stop=stop)

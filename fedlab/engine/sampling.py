@@ -27,6 +27,10 @@ import numpy as np
 from fedlab.tools.repro import numpy_generator
 
 
+BERNOULLI_RETRIES = 1000
+"""Empty Bernoulli draws of a round redrawn before :func:`sample_clients` gives up on it."""
+
+
 def eligible_clients(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     """Sorted int64 ids of the clients that hold at least one sample (the only ones ever sampled)."""
     return np.flatnonzero(np.asarray(sizes) > 0).astype(np.int64)
@@ -63,12 +67,12 @@ def sample_clients(
         check_sampling(n_clients, participation, mode, eligible)
         allowed = np.zeros(n_clients, dtype=bool)
         allowed[eligible] = True
-        for retry in range(1000):
+        for retry in range(BERNOULLI_RETRIES):
             rng = numpy_generator(seed, "sampling", round_, retry)
             chosen = np.flatnonzero((rng.random(n_clients) < participation) & allowed)
             if chosen.size:
                 return chosen.astype(np.int64)
-        raise RuntimeError("bernoulli sampling drew no client 1000 times; participation is too small")
+        raise RuntimeError(f"bernoulli sampling drew no client {BERNOULLI_RETRIES} times; participation is too small")
     if mode == "schedule":
         if schedule is None:
             raise ValueError("sampling='schedule' needs a schedule (list of client-id lists per round)")

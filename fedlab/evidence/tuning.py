@@ -258,7 +258,8 @@ def load_tuning(json_path: str | Path) -> dict[str, Any]:
         state = (f"its row is {chosen.iloc[0]['status']} with score {chosen.iloc[0]['score']}"
                  if len(chosen) else "it has no row in the table")
         raise TuningError(f"{what} chooses {best}, but the best-scored finished point of {csv_path.name} is "
-                          f"{ {k: top[k] for k in grid} } (score {top['score']}); {state}; {fix}")
+                          f"{ {k: getattr(top[k], 'item', lambda: top[k])() for k in grid} } (score {top['score']}); "
+                          f"{state}; {fix}")
     root = tuning_root(json_path)
     try:
         verify(json_path, root, json_bytes)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from flwr.simulation import run_simulation
 
-from fedlab.config import Config
+from fedlab.config import Config, ConfigError
+from fedlab.engine.loop import Simulation
 from fedlab.flower.client import make_client_app
 from fedlab.flower.protocol import Traffic, check_servable, named_configs
 from fedlab.flower.server import FedlabStrategy, RoundRecord, make_server_app
@@ -64,12 +65,34 @@ def run_flower_experiments(configs: Mapping[str, Config], *, num_cpus: int = 1, 
     return _simulate(configs, num_cpus, cpus_per_client, on_round, verbose)  # type: ignore[return-value]
 
 
+NODES_PER_CPU = 1_000
+"""Virtual SuperNodes a simulation may start per CPU given to Ray: the server asks every node which
+client it is before round 1 (one Ray message each) and Flower keeps a state per node, so the start-up
+grows with n_clients whatever the participation."""
+MAX_NODES = 100_000
+"""Virtual SuperNodes a simulation may start on any number of CPUs (fedlab's engine, ``fedlab.run``,
+trains larger federations without one node per client)."""
+
+
+def check_federation_size(n_clients: int, num_cpus: int) -> None:
+    """ConfigError, before Ray starts, when ``n_clients`` SuperNodes exceed what ``num_cpus`` CPUs serve."""
+    top = min(MAX_NODES, NODES_PER_CPU * max(1, num_cpus))
+    if n_clients > top:
+        raise ConfigError(f"n_clients={n_clients} is above the limit of a Flower simulation on num_cpus={num_cpus}: "
+                          f"at most {top:,} SuperNodes ({NODES_PER_CPU:,} per CPU, {MAX_NODES:,} in all; "
+                          "fedlab.flower.simulation.NODES_PER_CPU); give more CPUs (--num-cpus), or train the "
+                          "federation with `python -m fedlab run`")
+
+
 def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_per_client: float,
               on_round: Callable[[RoundRecord], None] | None, verbose: bool) -> dict[str | None, FlowerRun]:
     named = named_configs(experiments)
     assert named is not None
     if cpus_per_client <= 0 or num_cpus < cpus_per_client:
         raise ValueError(f"cpus_per_client must be in (0, num_cpus={num_cpus}] (got {cpus_per_client})")
+    for cfg in named.values():  # everything that can be refused is refused before Ray and Flower start
+        check_federation_size(cfg.n_clients, num_cpus)
+        Simulation.build(cfg)  # dataset, partition, schedule, sampling (the dataset stays cached in-process)
     import ray
 
     if not ray.is_initialized():
