@@ -1,7 +1,7 @@
 """Collapse: a run that trains without diverging but never leaves chance level.
 
-Rule (fedlab's, stated once here): a run that reached its last round is **collapsed** when every
-evaluation in the last quarter of its rounds (rounds r > T − ⌈T/4⌉; at least the last evaluation)
+Rule (fedlab's, stated once here, and in the run key): a run that reached its last round is
+**collapsed** when every evaluation in the last quarter of its rounds (rounds r > T − ⌈T/4⌉; at least the last evaluation)
 has accuracy ≤ 1/C + ``CHANCE_MARGIN`` with C classes. On Fashion-MNIST (C = 10) that is ≤ 0.15.
 Such a model has learned close to nothing — typically an almost input-independent network, as a too
 large SAM radius produces on the GroupNorm CNN — so its accuracy is not a measurement of the method
