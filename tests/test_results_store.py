@@ -188,6 +188,29 @@ def test_code_digest_changes_with_code_not_with_docs(tmp_path):
     assert package_digest(copy) != code_digest()
 
 
+def test_code_digest_survives_moves_splits_and_import_layout(tmp_path):
+    """The key covers the numeric code's content, not where it lives: renaming a module (and the
+    imports that name it), moving a function into a new module, and reordering a module's
+    definitions keep the digest; a changed constant in the moved code does not."""
+    copy = _copy_package(tmp_path)
+    engine = copy / "engine"
+    (engine / "round.py").rename(engine / "round_moved.py")
+    for path in copy.rglob("*.py"):
+        text = path.read_text()
+        if "fedlab.engine.round import" in text:
+            path.write_text(text.replace("fedlab.engine.round import", "fedlab.engine.round_moved import"))
+    source = (copy / "store" / "collapse_probe.py")  # not on the numeric path: never counted
+    source.write_text("x = 1\n")
+    collapse = engine / "collapse.py"
+    text = collapse.read_text()
+    head, sep, rest = text.partition("def is_collapsed(")
+    (engine / "collapse_split.py").write_text("import math\n\n\n" + sep + rest)
+    collapse.write_text(head)
+    assert package_digest(copy) == code_digest()
+    _edit(engine / "collapse_split.py", "return all(", "return len(last_quarter) > 0 and all(")
+    assert package_digest(copy) != code_digest()
+
+
 def test_code_digest_covers_the_numeric_path_only():
     names = {p.relative_to(PACKAGE).as_posix() for p in numeric_sources()}
     assert {"config.py", "algorithms/fedsam.py", "engine/loop.py", "models/functional.py",

@@ -4,16 +4,29 @@ A cached run is only valid for the code that produced it: an edited algorithm, a
 order or model initialisation must not return the old θ. The key therefore covers the source of the
 *numeric path* — the subpackages ``algorithms``, ``engine``, ``models``, ``data``, the module
 ``config``, and the seed-derivation functions of ``tools/repro`` (every random draw goes through them).
+The rule that turns a finished run into ``collapsed`` (``engine/collapse.py``) is on that path too: it
+decides a run's status, which decides whether a seed counts.
 
 What is hashed is the **abstract syntax tree** of each module, with every bare string statement
 (module, class, function and attribute docstrings) removed, not the bytes of the file. Comments and
 docstrings are not in the tree, and formatting (blank lines, line breaks, spacing) does not change
 it, so documentation edits keep every cached run and committed run record valid, while any change
 to a statement, expression, constant or name — anything that could change the numbers — gives a new
-key. Line numbers are excluded (``ast.dump`` without attributes). Deliberately *not* covered, as
-they never change a run's numbers: ``analysis/`` (reads finished runs), ``results``, ``cli``,
-``sweep``, ``plots``, the benchmarks, the rest of ``repro`` (paths, figures) and the notebooks. The
-versions of torch and numpy are not covered either (the key is per code base, not per machine).
+key. Line numbers are excluded (``ast.dump`` without attributes).
+
+The digest is of the code's **content, not its layout**: each module is cut into its top-level
+statements (functions, classes, constants), import statements are dropped, and the SHA-256 is over
+the sorted multiset of those statements' dumps. Moving a module, renaming its file, splitting it or
+merging two, or changing where a name is imported from keeps the key (and every committed record)
+valid, as long as the moved code stays on the numeric path; changing any statement changes the key.
+What the key cannot see: code outside the numeric path; an import that binds a name to another
+library's function of the same name (``from math import sqrt`` → ``from numpy import sqrt``), since
+imports are dropped; the installed versions of torch and numpy; and patches applied in-process at run
+time (monkeypatching an algorithm or the engine). A run made under such a change must not be kept:
+delete its run directory (and never commit its record).
+
+Deliberately *not* covered, as they never change a run's numbers: ``analysis/`` (reads finished runs), ``results``, ``cli``,
+``sweep``, ``plots``, the benchmarks, the rest of ``repro`` (paths, figures) and the notebooks.
 """
 from __future__ import annotations
 
@@ -31,15 +44,23 @@ REPRO_MODULE = "tools/repro.py"
 
 
 class _DropDocstrings(ast.NodeTransformer):
-    """Remove bare string statements (docstrings); a body left empty gets a ``pass``."""
+    """Remove bare string statements (docstrings), and with ``imports=True`` import statements at any
+    depth; a body left empty gets a ``pass``."""
+
+    def __init__(self, imports: bool = False) -> None:
+        self.imports = imports
+
+    def _dropped(self, stmt: ast.stmt) -> bool:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            return True
+        return self.imports and isinstance(stmt, (ast.Import, ast.ImportFrom))
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
         super().generic_visit(node)
         for name in ("body", "orelse", "finalbody"):
             body = getattr(node, name, None)
             if isinstance(body, list) and body and all(isinstance(s, ast.stmt) for s in body):
-                kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                                and isinstance(s.value.value, str))]
+                kept = [s for s in body if not self._dropped(s)]
                 if not kept and name == "body":
                     kept = [ast.Pass()]
                 setattr(node, name, kept)
@@ -51,13 +72,20 @@ def module_digest_text(source: str) -> str:
     return ast.dump(_DropDocstrings().visit(ast.parse(source)), include_attributes=False)
 
 
-def _repro_text(package: Path) -> str:
+def statement_digests(source: str) -> list[str]:
+    """SHA-256 (hex) of each top-level statement of ``source``, with docstrings and imports (at any depth) removed."""
+    tree = _DropDocstrings(imports=True).visit(ast.parse(source))
+    return [hashlib.sha256(ast.dump(node, include_attributes=False).encode()).hexdigest()
+            for node in tree.body if not isinstance(node, ast.Pass)]
+
+
+def _repro_source(package: Path) -> str:
     tree = ast.parse((package / REPRO_MODULE).read_text(encoding="utf-8"))
     funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in REPRO_FUNCTIONS]
     missing = set(REPRO_FUNCTIONS) - {f.name for f in funcs}
     if missing:  # a rename must be reflected here, or the key would silently stop covering it
         raise RuntimeError(f"fedlab.store.code_digest: {REPRO_MODULE} lacks {sorted(missing)}")
-    return module_digest_text(ast.unparse(ast.Module(body=funcs, type_ignores=[])))
+    return ast.unparse(ast.Module(body=funcs, type_ignores=[]))
 
 
 def numeric_sources(package: Path = PACKAGE) -> list[Path]:
@@ -69,13 +97,12 @@ def numeric_sources(package: Path = PACKAGE) -> list[Path]:
 
 
 def package_digest(package: Path) -> str:
-    """SHA-256 (hex) over (relative path, docstring-free AST) of every numeric-path module of ``package``."""
-    h = hashlib.sha256()
+    """SHA-256 (hex) over the sorted statement digests of every numeric-path module of ``package``."""
+    digests: list[str] = []
     for path in numeric_sources(package):
-        h.update(path.relative_to(package).as_posix().encode() + b"\0")
-        h.update(module_digest_text(path.read_text(encoding="utf-8")).encode() + b"\0")
-    h.update(b"repro\0" + _repro_text(package).encode())
-    return h.hexdigest()
+        digests += statement_digests(path.read_text(encoding="utf-8"))
+    digests += statement_digests(_repro_source(package))
+    return hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
 
 
 @lru_cache(maxsize=1)
