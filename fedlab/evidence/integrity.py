@@ -37,7 +37,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["MANIFEST_NAME", "EvidenceError", "add", "evidence_files", "evidence_root", "file_digest",
-           "manifest_path", "problems", "read_manifest", "rerecord", "verify"]
+           "manifest_path", "problems", "read_manifest", "rename", "rerecord", "verify"]
 
 MANIFEST_NAME = "MANIFEST.sha256"
 # what counts as evidence under a root (figures/): records, tuning tables and choices, claims data
@@ -168,6 +168,22 @@ def add(paths: Path | Iterable[Path], root: str | os.PathLike) -> None:
 def rerecord(paths: Path | Iterable[Path], root: str | os.PathLike) -> None:
     """The explicit re-record step: set the lines of ``paths`` to their current digests."""
     _update(Path(root), [paths] if isinstance(paths, Path) else list(paths), replace=True)
+
+
+def rename(moves: dict[Path, Path], root: str | os.PathLike) -> None:
+    """The explicit step of a re-key (:mod:`fedlab.evidence.rekey`): each ``old → new`` file move
+    drops the old path's line and records the new file's digest. An old path without a line is
+    refused, so a re-key cannot launder a file that was never evidence."""
+    root = Path(root)
+    with _locked(root):
+        entries = read_manifest(root)
+        for old, new in moves.items():
+            rel = _relative(Path(old), root)
+            if rel not in entries:
+                raise EvidenceError(f"{old} is not in {manifest_path(root)}; only recorded evidence is renamed")
+            del entries[rel]
+            entries[_relative(Path(new), root)] = file_digest(Path(new).read_bytes())
+        _write(root, entries)
 
 
 def evidence_files(root: str | os.PathLike) -> list[str]:

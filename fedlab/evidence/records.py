@@ -90,7 +90,12 @@ def _payload(result: RunResult) -> dict[str, Any]:
 
 def _record_bytes(result: RunResult) -> bytes:
     """The record of ``result`` as deterministic bytes (sorted JSON, gzip without a timestamp)."""
-    text = json.dumps(_payload(result), sort_keys=True, separators=(",", ":"), default=str).encode()
+    return encode_payload(_payload(result))
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    """A record payload as the deterministic bytes every record is stored as."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9, filename="") as gz:
         gz.write(text)
