@@ -262,7 +262,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         results = sweep(spec.base, spec.grid, spec.seeds, progress=not args.no_progress, backend=args.backend,
                         address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
-                        max_workers=args.max_workers, fail_fast=args.fail_fast)
+                        max_workers=args.max_workers, fail_fast=args.fail_fast, max_runs=spec.max_runs)
         failed = None
     except SweepError as err:
         results, failed = [r for r in err.results if r is not None], err

@@ -97,12 +97,58 @@ def test_summary_table_never_splits_on_unhashed_fields(tiny):
     assert "client_threads" not in table.columns
 
 
-def test_repeated_configs_run_once_and_keep_their_own_fields(tiny):
+def test_repeated_configs_run_once_and_keep_their_own_fields(tiny, capsys):
     runs = sweep(tiny(rounds=2), {"client_threads": [1, 2]}, seeds=[0], backend="local", progress=False)
     assert runs[0].run_dir == runs[1].run_dir  # one run directory, trained once (in-process: one to do)
     assert [r.config.client_threads for r in runs] == [1, 2]
     assert torch.equal(runs[0].theta, runs[1].theta)
     assert len(list((runs[0].run_dir.parent / "sweep-logs").glob("*.log"))) == 1
+    # said, and counted once: one run is one measurement, never n = 2
+    assert "note: 1 of the 2 configs name a run an earlier one already names" in capsys.readouterr().err
+    assert summary_table(runs)["n_seeds"].tolist() == [1]
+    assert summary_table(runs + runs)["n_seeds"].tolist() == [1]
+
+
+def test_repeated_seeds_and_values_are_refused_before_anything_runs(tiny, tmp_path):
+    with pytest.raises(ConfigError, match=r"seeds \[0, 0, 0\] list seed 0 twice"):
+        sweep(tiny(), {"algorithm": ["fedavg"]}, seeds=[0, 0, 0], progress=False)
+    with pytest.raises(ConfigError, match=r"grid\['lr'\] lists 0.1 twice"):
+        sweep(tiny(), {"lr": [0.1, 0.05, 0.1]}, seeds=[0], progress=False)
+    with pytest.raises(ConfigError, match="twice"):
+        expand_grid(tiny(), {"algorithm_params": [{"rho": 0.05}, {"rho": 0.05}]})
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_huge_grid_is_refused_from_its_shape_alone(tiny, tmp_path):
+    import time
+
+    values = [round(0.001 * (i + 1), 3) for i in range(100)]
+    grid = {"lr": values, "weight_decay": [v / 10 for v in values], "local_steps": list(range(1, 101))}
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"1,000,000 runs \(100 lr × 100 weight_decay × 100 local_steps × 1 "
+                                          r"seeds\), more than max_runs=1000.*pass max_runs=1000000"):
+        sweep(tiny(), grid, seeds=[0], progress=False)
+    assert time.perf_counter() - t0 < 0.5  # counted from the list lengths: no config was built
+    assert not (tmp_path / "runs").exists()
+    # declared, it expands
+    assert len(expand_grid(tiny(), {"lr": values[:3]}, seeds=[0, 1], max_runs=6)) == 6
+    with pytest.raises(ConfigError, match="max_runs=5"):
+        expand_grid(tiny(), {"lr": values[:3]}, seeds=[0, 1], max_runs=5)
+
+
+def test_an_unusable_runs_dir_is_named_before_anything_runs(tiny, tmp_path, capsys):
+    from fedlab.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match=f"runs_dir {re.escape(str(blocker))} cannot hold the sweep's runs: "
+                                          "Not a directory"):
+        sweep(tiny(runs_dir=str(blocker)), {"lr": [0.05, 0.1]}, progress=False)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(f"base: {{dataset: digits, model: cnn, n_clients: 8, runs_dir: {blocker}}}\ngrid: {{}}\n")
+    assert main(["sweep", str(grid), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: runs_dir {blocker} cannot hold the sweep's runs") and len(err.splitlines()) == 1
 
 
 # --- grid files (fedlab.sweep.gridfile) and `python -m fedlab sweep` ---------------------------------------
@@ -129,6 +175,10 @@ def test_the_documented_example_grid_file_is_valid(tmp_path):
     ("grid: {lr: [0.1, -1]}\n", "lr"),
     ("grid: {}\nseeds: [0, -1]\n", "seeds"),
     ("grid: {}\nseeds: 3\n", "seeds"),
+    ("grid: {}\nseeds: [0, 1, 0]\n", "'seeds' lists seed 0 more than once"),
+    ("grid: {lr: [0.1, 0.1]}\n", "twice"),
+    ("grid: {lr: [0.1, 0.05]}\nmax_runs: 1\n", "2 runs (2 lr × 1 seeds), more than max_runs=1"),
+    ("grid: {}\nmax_runs: 0\n", "'max_runs' must be an integer"),
     ("grid: {}\ntarget: 70\n", "target"),
     ("- a list\n", "mapping"),
     ("grid: {algorithm: [fedavg\n", "YAML"),

@@ -5,8 +5,8 @@ API (re-exported from :mod:`fedlab.sweep.grid`); :mod:`fedlab.sweep.backends` ru
 sequentially, on a local process pool or on Ray; :mod:`fedlab.sweep.gridfile` reads the YAML grid
 files of ``python -m fedlab sweep``.
 """
-from fedlab.sweep.grid import (BACKENDS, MissingExtraError, RunFailure, SweepError, expand_grid,
-                               rounds_to_target, summary_table, sweep)
+from fedlab.sweep.grid import (BACKENDS, MAX_RUNS, MissingExtraError, RunFailure, SweepError, SweepInterrupted,
+                               expand_grid, rounds_to_target, summary_table, sweep)
 
-__all__ = ["BACKENDS", "MissingExtraError", "RunFailure", "SweepError", "expand_grid", "rounds_to_target",
-           "summary_table", "sweep"]
+__all__ = ["BACKENDS", "MAX_RUNS", "MissingExtraError", "RunFailure", "SweepError", "SweepInterrupted",
+           "expand_grid", "rounds_to_target", "summary_table", "sweep"]

@@ -3,8 +3,9 @@
 Three backends run the same list of configs and return the same results, bit for bit:
 
 * ``sequential`` — one run after another in the calling process (the original ``fedlab.sweep``);
-* ``local`` (the default) — a pool of worker processes on this machine (``spawn`` start method, so
-  nothing of the caller's state is forked into them), as many as fit: one per usable core at
+* ``local`` (the default) — a pool of worker processes on this machine (:mod:`fedlab.sweep.pool`:
+  fresh interpreters that import fedlab and nothing of the caller, so it works from a script, a
+  notebook, ``python -c`` and standard input alike), as many as fit: one per usable core at
   ``cpus_per_run`` = 1 intra-op thread. With a single run to do, or room for a single worker, it
   runs in-process like ``sequential`` (a pool of one would only add its start-up);
 * ``ray`` — every run a Ray task (https://docs.ray.io) holding ``num_cpus`` / ``num_gpus`` (fractional
@@ -26,10 +27,20 @@ and the traceback of a failure to its own log file ``<runs_dir>/sweep-logs/<algo
 A failing run is reported with its error and does not stop the others (``fail_fast`` stops starting
 new ones); :class:`SweepError` carries both the finished results and the failures.
 
-A worker process that dies (killed, out of memory) ends the local pool: the runs it had not finished
-are reported as failed and resume from their checkpoints when the sweep runs again. As with any
-``spawn`` pool, a *script* that starts a local sweep must do so under ``if __name__ == "__main__":``
-(the workers import the script's main module; notebooks and ``python -m fedlab sweep`` need nothing).
+A worker process that dies (killed, out of memory) fails the run it was training, which resumes
+from its checkpoint when the sweep runs again; the other runs go on in a fresh worker.
+
+Stopping. Ctrl-C (SIGINT, a notebook's "interrupt kernel") stops a sweep on every backend: no run
+that had not started starts afterwards, the running ones are killed (local pool; Ray cancels their
+tasks with ``force=True``) or interrupted in-process (sequential), and :class:`SweepInterrupted` — a
+``KeyboardInterrupt`` — is raised after that cleanup, carrying the runs that finished;
+``python -m fedlab sweep`` prints it as one line (``interrupted: the sweep stopped: …``) and exits
+with status 130 (128 + SIGINT, the shell's convention; ``fedlab.cli.INTERRUPTED``). Killed runs lose at most the rounds since their last checkpoint
+(``checkpoint_every``): running the sweep again loads the finished runs, resumes the stopped ones
+and starts the rest, bit-identically to an uninterrupted sweep. If the calling process itself is
+killed (``kill -9``), the local pool's workers die with it (:mod:`fedlab.sweep.pool`); Ray ends the
+tasks of a driver that died (their owner is gone, and a cluster that ``ray.init`` started for the
+sweep goes down with its driver).
 """
 from __future__ import annotations
 
@@ -52,21 +63,42 @@ from fedlab.config import Config, ConfigError
 from fedlab.results import RunResult
 from fedlab.engine.hardware import usable_cores
 
-__all__ = ["BACKENDS", "LOG_DIR_NAME", "MissingExtraError", "RunFailure", "SweepError", "execute",
-           "log_path", "usable_cores"]
+__all__ = ["BACKENDS", "LOG_DIR_NAME", "MissingExtraError", "RunFailure", "SweepError",
+           "SweepInterrupted", "execute", "log_path", "usable_cores"]
 
 BACKENDS = ("local", "ray", "sequential")
 LOG_DIR_NAME = "sweep-logs"
 RAY_EXTRA = "distributed"
 
-# Test hook: "<config.hash()>:<round>" makes the process that trains that config exit abruptly
-# (os._exit, no cleanup, like a SIGKILL) when that 0-based round starts, so tests can kill a worker
-# mid-run at a known point instead of racing a timer.
+# Test hooks, so tests stop a run at a known point instead of racing a timer.
+# "<config.hash()>:<round>" makes the process that trains that config exit abruptly (os._exit, no
+# cleanup, like a SIGKILL) when that 0-based round starts.
 _CRASH_ENV = "FEDLAB_SWEEP_TEST_CRASH"
+# "<round>:<folder>" makes every run that reaches that 0-based round write "<folder>/<hash>.held"
+# (holding its pid) and wait there until it is killed: the sweep is then known to be mid-run.
+_HOLD_ENV = "FEDLAB_SWEEP_TEST_HOLD"
 
 
 class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the extra that provides it."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """A sweep stopped by Ctrl-C (SIGINT), raised once no run is left running.
+
+    A ``KeyboardInterrupt``, so code that stops on one still does. ``results`` holds one entry per
+    config in sweep order (the :class:`RunResult` of a run that finished before the signal, else
+    ``None``); ``stopped`` are the configs that were running (they resume from their last
+    checkpoint when the sweep runs again) and ``not_started`` the ones that never started.
+    """
+
+    def __init__(self, message: str, results: list[RunResult | None], stopped: list[Config],
+                 not_started: list[Config]) -> None:
+        super().__init__(message)
+        self.results, self.stopped, self.not_started = results, stopped, not_started
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class SweepError(RuntimeError):
@@ -116,20 +148,25 @@ def log_path(config: Config) -> Path:
 
 @contextlib.contextmanager
 def _crash_hook(config: Config) -> Iterator[None]:
-    """Arm the test-only crash of :data:`_CRASH_ENV` for this config (see there)."""
+    """Arm the test-only crash of :data:`_CRASH_ENV` or hold of :data:`_HOLD_ENV` for this config."""
     spec = os.environ.get(_CRASH_ENV, "")
     target, _, round_text = spec.partition(":")
-    if not spec or target != config.hash():
+    hold_round, _, hold_dir = os.environ.get(_HOLD_ENV, "").partition(":")
+    crash = bool(spec) and target == config.hash()
+    if not crash and not hold_dir:
         yield
         return
     from fedlab.engine.loop import Simulation
 
     original = Simulation.train_round
-    crash_round = int(round_text)
 
     def train_round(self: Simulation, state: Any, t: int, clients: Any = None) -> Any:
-        if t == crash_round:
+        if crash and t == int(round_text):
             os._exit(70)
+        if hold_dir and t == int(hold_round):
+            Path(hold_dir, f"{config.hash()}.held").write_text(str(os.getpid()))
+            while True:  # until the test's signal ends this process
+                time.sleep(1)
         return original(self, state, t, clients)
 
     Simulation.train_round = train_round  # type: ignore[method-assign]
@@ -148,7 +185,10 @@ def execute_one(key: int, config: Config, threads: int, backend: str) -> _Outcom
     from fedlab.engine import run
 
     path = log_path(config)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # checked by execute() before the sweep; this is the folder vanishing since
+        return _Outcome(key, None, f"cannot create the log folder {path.parent}: {err.strerror or err}", str(path))
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
@@ -182,6 +222,7 @@ class _Tracker:
     progress: bool
     results: dict[int, RunResult] = field(default_factory=dict)
     failures: dict[int, RunFailure] = field(default_factory=dict)
+    started: set[int] = field(default_factory=set)
     bar: Any = None
 
     def __post_init__(self) -> None:
@@ -190,6 +231,10 @@ class _Tracker:
         self.bar = tqdm(total=len(self.configs), desc="sweep", unit="run", disable=not self.progress,
                         file=sys.stderr, dynamic_ncols=True, leave=False)
         self.running(0)
+
+    def start(self, k: int) -> None:
+        """Note that run ``k`` was handed to a process (what an interruption reports as stopped)."""
+        self.started.add(k)
 
     def running(self, n: int) -> None:
         self.bar.set_postfix_str(f"running {n}, failed {len(self.failures)}")
@@ -216,44 +261,16 @@ class _Tracker:
 def _run_sequential(todo: list[int], tracker: _Tracker, threads: int, fail_fast: bool) -> None:
     for k in todo:
         tracker.running(1)
+        tracker.start(k)
         if tracker.record(execute_one(k, tracker.configs[k], threads, "sequential")) and fail_fast:
             return
     tracker.running(0)
 
 
-def _worker_init(threads: int) -> None:
-    torch.set_num_threads(threads)
-
-
 def _run_local(todo: list[int], tracker: _Tracker, threads: int, workers: int, fail_fast: bool) -> None:
-    import multiprocessing
-    from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+    from fedlab.sweep.pool import run_pool
 
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(threads,)) as pool:
-        futures: dict[Future, int] = {pool.submit(execute_one, k, tracker.configs[k], threads, "local"): k
-                                      for k in todo}
-        pending = set(futures)
-        stop = False
-        while pending:
-            tracker.running(min(workers, sum(f.running() for f in pending)))
-            done, pending = wait(pending, return_when="FIRST_COMPLETED")
-            for fut in done:
-                k = futures[fut]
-                try:
-                    failed = tracker.record(fut.result())
-                except CancelledError:
-                    continue  # fail_fast: never started; reported as skipped
-                except BrokenProcessPool:
-                    tracker.fail(k, "the worker process died (killed or crashed) with this run queued or "
-                                    "running; run the sweep again to resume it from its checkpoint")
-                    failed = True
-                if failed and fail_fast and not stop:
-                    stop = True
-                    for other in pending:
-                        other.cancel()  # running ones finish and are saved; queued ones never start
+    run_pool(todo, tracker, threads, workers, fail_fast)
 
 
 def _import_ray() -> Any:
@@ -309,27 +326,43 @@ def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: 
             slots = min(slots, int(resources["GPU"] // gpus))
         task = ray.remote(num_cpus=cpus, num_gpus=gpus)(execute_one)
         refs = {task.remote(k, tracker.configs[k], threads, "ray"): k for k in todo}
+        for k in todo:
+            tracker.start(k)  # Ray may start any of them at once: an interruption calls them all stopped
         pending = list(refs)
-        cancelled = False
-        while pending:
-            tracker.running(min(max(slots, 1), len(pending)))
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                try:
-                    failed = tracker.record(ray.get(ref))
-                except ray.exceptions.TaskCancelledError:
-                    continue
-                except ray.exceptions.RayError as err:  # the worker or its node died
-                    tracker.fail(refs[ref], f"{type(err).__name__}: {err}".splitlines()[0] +
-                                 "; run the sweep again to resume it from its checkpoint")
-                    failed = True
-                if failed and fail_fast and not cancelled:
-                    cancelled = True
-                    for other in pending:  # a running task is interrupted; its checkpoint survives
-                        ray.cancel(other)
+        try:
+            _wait_ray(ray, refs, pending, tracker, slots, fail_fast)
+        except BaseException:
+            # Ctrl-C (or any error) here: no task may start or run on. force=True kills the worker of
+            # a running task (its run resumes from its checkpoint); a queued one is dropped.
+            for ref in refs:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            raise
     finally:
         if owned:
             ray.shutdown()
+
+
+def _wait_ray(ray: Any, refs: dict[Any, int], pending: list[Any], tracker: _Tracker, slots: int,
+              fail_fast: bool) -> None:
+    """Collect the outcomes of the Ray tasks ``pending`` as they finish (``fail_fast``: cancel the rest)."""
+    cancelled = False
+    while pending:
+        tracker.running(min(max(slots, 1), len(pending)))
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            try:
+                failed = tracker.record(ray.get(ref))
+            except ray.exceptions.TaskCancelledError:
+                continue
+            except ray.exceptions.RayError as err:  # the worker or its node died
+                tracker.fail(refs[ref], f"{type(err).__name__}: {err}".splitlines()[0] +
+                             "; run the sweep again to resume it from its checkpoint")
+                failed = True
+            if failed and fail_fast and not cancelled:
+                cancelled = True
+                for other in pending:  # a running task is interrupted; its checkpoint survives
+                    ray.cancel(other)
 
 
 # --- entry point ---------------------------------------------------------------------------------
@@ -357,6 +390,23 @@ def _check_resources(backend: str, cpus_per_run: Any, gpus_per_run: Any, configs
                               "to 'cuda' (Ray shows each task only its own GPU) or gpus_per_run=0")
 
 
+def _check_runs_dirs(configs: Sequence[Config]) -> None:
+    """Create every ``runs_dir``'s log folder and write a probe file there, before any run starts, so
+    an unusable folder is one error naming it (not an errno from inside a worker)."""
+    import tempfile
+
+    for root in sorted({_runs_root(c) for c in configs}):
+        logs = root / LOG_DIR_NAME
+        try:
+            logs.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=logs):
+                pass
+        except OSError as err:
+            raise ConfigError(f"runs_dir {root} cannot hold the sweep's runs: {err.strerror or err} "
+                              f"({err.filename or logs}); choose a writable folder with runs_dir= "
+                              "(python -m fedlab sweep: --runs-dir)") from None
+
+
 def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, backend: str = "local",
             address: str | None = None, cpus_per_run: int = 1, gpus_per_run: float = 0,
             max_workers: int | None = None, fail_fast: bool = False, progress: bool = True) -> list[RunResult]:
@@ -370,8 +420,10 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
     resumes from the run's checkpoint.
 
     Raises :class:`SweepError` (after the other runs finished) if any run failed,
+    :class:`SweepInterrupted` on Ctrl-C (once nothing runs any more, see the module docstring),
     :class:`MissingExtraError` if Ray is asked for but not installed, and
-    :class:`~fedlab.config.ConfigError` for bad resources, before anything runs.
+    :class:`~fedlab.config.ConfigError` for bad resources or a ``runs_dir`` that cannot be written,
+    before anything runs.
     """
     _check_resources(backend, cpus_per_run, gpus_per_run, configs, max_workers)
     configs = [c.replace(runs_dir=str(Path(c.runs_dir).resolve()))
@@ -379,15 +431,23 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
     labels = list(labels) if labels is not None else [f"{c.algorithm} seed {c.seed}" for c in configs]
     if backend == "ray":
         _import_ray()  # fail before any run starts
+    _check_runs_dirs(configs)
     first: dict[tuple[str, str], int] = {}
     alias = [first.setdefault((c.hash(), str(_runs_root(c))), k) for k, c in enumerate(configs)]
     todo = sorted(set(alias))
+    repeats = [(k, a) for k, a in enumerate(alias) if a != k]
+    if repeats:
+        k, a = repeats[0]
+        print(f"note: {len(repeats)} of the {len(configs)} configs name a run an earlier one already names "
+              f"(e.g. {labels[k]!r} is {labels[a]!r}: what differs does not change the run); each such run "
+              "trains once and counts once (summary_table), not as independent evidence", file=sys.stderr)
     cores = max([cpus_per_run] + [c.client_threads for c in configs])
     workers = max_workers or max(1, usable_cores() // cores)
     workers = min(workers, len(todo))
     if backend == "local" and workers <= 1:
         backend = "sequential"  # nothing to run in parallel: skip the pool's start-up
     tracker = _Tracker(configs, labels, progress)
+    interrupted = False
     try:
         if backend == "sequential":
             _run_sequential(todo, tracker, cpus_per_run, fail_fast)
@@ -395,6 +455,8 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
             _run_local(todo, tracker, cpus_per_run, workers, fail_fast)
         else:
             _run_ray(todo, tracker, cpus_per_run, cores, float(gpus_per_run), address, fail_fast)
+    except KeyboardInterrupt:
+        interrupted = True  # every backend has stopped its runs by now; say what is left
     finally:
         tracker.close()
     results: list[RunResult | None] = []
@@ -402,6 +464,14 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
         res = tracker.results.get(a)
         # a repeat of an earlier config gets the shared result under its own (unhashed) fields
         results.append(dataclasses.replace(res, config=configs[k]) if res is not None and a != k else res)
+    if interrupted:
+        done = set(tracker.results) | set(tracker.failures)
+        stopped = [configs[k] for k in todo if k in tracker.started and k not in done]
+        not_started = [configs[k] for k in todo if k not in tracker.started]
+        raise SweepInterrupted(
+            f"the sweep stopped: {len(done)} of {len(todo)} runs done, {len(stopped)} stopped mid-run, "
+            f"{len(not_started)} not started; run the sweep again to finish it (finished runs load, stopped "
+            "ones resume from their checkpoints)", results, stopped, not_started) from None
     if not tracker.failures and all(r is not None for r in results):
         return results  # type: ignore[return-value]
     failures = [tracker.failures[k] for k in todo if k in tracker.failures]

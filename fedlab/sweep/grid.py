@@ -38,11 +38,19 @@ import pandas as pd
 
 from fedlab.config import _NOT_HASHED, Config, ConfigError
 from fedlab.results import RunResult
-from fedlab.sweep.backends import BACKENDS, MissingExtraError, RunFailure, SweepError, execute
+from fedlab.sweep.backends import (BACKENDS, MissingExtraError, RunFailure, SweepError, SweepInterrupted,
+                                    execute)
 from fedlab.evidence.uncertainty import mean_interval
 
-__all__ = ["BACKENDS", "MissingExtraError", "RunFailure", "SweepError", "expand_grid", "rounds_to_target",
-           "summary_table", "sweep"]
+__all__ = ["BACKENDS", "MAX_RUNS", "MissingExtraError", "RunFailure", "SweepError", "SweepInterrupted",
+           "expand_grid", "rounds_to_target", "summary_table", "sweep"]
+
+MAX_RUNS = 1000
+"""The most runs a sweep expands to unless the caller raises ``max_runs`` (a grid file: ``max_runs:``).
+
+Each run trains a model, so a grid past this size is more likely a slip (a list pasted where a value
+was meant, ``np.linspace(0, 1, 100)`` on three keys) than a plan; the bound is checked from the list
+lengths alone, before any config is built (10⁶ grid points took 2.4 GB and minutes just to expand)."""
 
 # Config fields that never identify a group of runs: the seed is averaged over, and the fields that
 # are not hashed change no number.
@@ -53,12 +61,20 @@ def _field_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(Config))
 
 
-def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,)) -> list[Config]:
+def _same(value: Any) -> str:
+    """A canonical text of a grid value, so 0.1 and 0.10 or two equal dicts count as the same value."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence[int] = (0,), *,
+                max_runs: int = MAX_RUNS) -> list[Config]:
     """The configs of a sweep, in order: grid combinations (first key slowest), then seeds.
 
     Raises :class:`~fedlab.config.ConfigError` naming the key for a grid key that is not a Config
-    field (or is ``seed``: pass ``seeds=`` instead), for a value that is not a non-empty list, and —
-    through ``Config`` validation — for any invalid combination, before anything is run.
+    field (or is ``seed``: pass ``seeds=`` instead), for a value that is not a non-empty list, for a
+    seed or a grid value listed twice (the same run twice is one measurement, not two), for a grid of
+    more than ``max_runs`` runs (:data:`MAX_RUNS`; counted before anything is built) and — through
+    ``Config`` validation — for any invalid combination, before anything is run.
     """
     names = _field_names()
     for key, values in grid.items():
@@ -69,9 +85,25 @@ def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence
             raise ConfigError(f"grid key {key!r} is not a Config field; allowed: {', '.join(sorted(names))}")
         if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence) or len(values) == 0:
             raise ConfigError(f"grid[{key!r}] must be a non-empty list of values, got {values!r}")
+        twice = _first_repeat([_same(v) for v in values])
+        if twice is not None:
+            raise ConfigError(f"grid[{key!r}] lists {values[twice]!r} twice: its runs would be the same runs "
+                              "counted again, not independent evidence; list each value once")
     seeds = list(seeds)
     if not seeds:
         raise ConfigError("seeds must be a non-empty list of integers ≥ 0")
+    twice = _first_repeat(seeds)
+    if twice is not None:
+        raise ConfigError(f"seeds {seeds} list seed {seeds[twice]} twice: a seed names one run, so a repeat "
+                          "is that run again, not an independent one; list each seed once")
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise ConfigError(f"max_runs={max_runs!r} is invalid; allowed: an integer ≥ 1")
+    sizes = [len(v) for v in grid.values()]
+    n_runs = math.prod(sizes) * len(seeds)
+    if n_runs > max_runs:
+        shape = " × ".join([f"{len(v)} {k}" for k, v in grid.items()] + [f"{len(seeds)} seeds"])
+        raise ConfigError(f"the grid has {n_runs:,} runs ({shape}), more than max_runs={max_runs}; each run "
+                          f"trains a model: if you mean it, pass max_runs={n_runs} (a grid file: max_runs: {n_runs})")
     keys = list(grid)
     configs = []
     for combo in itertools.product(*(grid[k] for k in keys)):
@@ -84,9 +116,20 @@ def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence
     return configs
 
 
+def _first_repeat(items: Sequence[Any]) -> int | None:
+    """The index of the first item equal to an earlier one, ``None`` if all differ."""
+    seen: set[Any] = set()
+    for i, item in enumerate(items):
+        if item in seen:
+            return i
+        seen.add(item)
+    return None
+
+
 def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noqa: B006 — read-only default
           progress: bool = True, backend: str = "local", address: str | None = None, cpus_per_run: int = 1,
-          gpus_per_run: float = 0, max_workers: int | None = None, fail_fast: bool = False) -> list[RunResult]:
+          gpus_per_run: float = 0, max_workers: int | None = None, fail_fast: bool = False,
+          max_runs: int = MAX_RUNS) -> list[RunResult]:
     """Run (or load from ``runs/``) every combination of ``grid`` × ``seeds`` on top of ``base``.
 
     ``grid`` maps Config field names to lists of values (``{"algorithm": ["fedavg", "fedsam"],
@@ -104,8 +147,17 @@ def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noq
     threads, so all backends give the same bits. A failing run does not stop the others; at the end
     :class:`SweepError` reports every failure (error and log file) and carries the finished results.
     ``fail_fast`` starts no new run after the first failure.
+
+    Refused before anything runs (:class:`~fedlab.config.ConfigError`): a repeated seed or grid value,
+    and a grid of more than ``max_runs`` runs (default :data:`MAX_RUNS`). Grid points that differ only
+    in fields that do not change the run (``client_threads``, or hyperparameters spelled out at their
+    defaults) name the same run: it trains once, a note says so, and :func:`summary_table` counts it once.
+
+    Ctrl-C stops the sweep (no further run starts, running ones are killed, their checkpoints kept)
+    and raises :class:`SweepInterrupted`, a ``KeyboardInterrupt`` carrying what finished; calling
+    ``sweep`` again finishes the rest, bit-identically.
     """
-    configs = expand_grid(base, grid, seeds)
+    configs = expand_grid(base, grid, seeds, max_runs=max_runs)
     keys = list(grid)
     labels = [", ".join([f"{k}={_short(getattr(c, k))}" for k in keys] + [f"seed={c.seed}"]) for c in configs]
     return execute(configs, labels=labels, backend=backend, address=address, cpus_per_run=cpus_per_run,
@@ -167,13 +219,21 @@ def summary_table(results: Iterable[RunResult], target: float | None = None) -> 
     * ``status`` — ``finished`` if every seed finished, else the statuses of the seeds joined by ``/``
       (e.g. ``finished/collapsed/finished``).
 
-    Accuracies are fractions in [0, 1], as in the metrics.
+    Accuracies are fractions in [0, 1], as in the metrics. A run that appears more than once in
+    ``results`` (the same run folder: a repeated grid point, or the result of one run passed twice)
+    is counted once: a repeat is the same measurement, not another seed.
     """
     results = list(results)
     if not results:
         raise ValueError("summary_table needs at least one RunResult")
     groups: dict[str, list[RunResult]] = {}
+    seen: set[str] = set()
     for res in results:
+        # the run's folder identifies it (a custom dataset's runs share a config but not a folder)
+        run_key = str(res.run_dir) if res.run_dir else res.config.hash()
+        if run_key in seen:
+            continue
+        seen.add(run_key)
         groups.setdefault(_group_key(res.config), []).append(res)
     configs = [grp[0].config.to_dict() for grp in groups.values()]
     varying = [name for name in _field_names() if name not in _NOT_GROUPED

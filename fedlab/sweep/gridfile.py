@@ -15,11 +15,15 @@ The format (every key but ``grid`` optional)::
       alpha: [0.5, 0.1]               #   algorithm_params: [{}, {rho: 0.05}]
     seeds: [0, 1, 2]       # each combination once per seed (default [0])
     target: 0.7            # test accuracy for the summary's rounds-to-target column (optional)
+    max_runs: 1000         # the most runs the grid may expand to (optional; default fedlab.sweep.MAX_RUNS)
 
 Everything is validated before any run starts, and every error names the file and the key: an
 unknown top-level key, a ``base`` field that is not a Config field (or ``seed``: use ``seeds``), a
-grid value that is not a non-empty list, a seed that is not an integer ≥ 0, a target outside [0, 1],
-and every combination through :class:`~fedlab.config.Config` validation. A relative ``runs_dir`` is
+grid value that is not a non-empty list, a seed that is not an integer ≥ 0, a seed or grid value
+listed twice (a repeat is the same run, not independent evidence), a target outside [0, 1], a grid of
+more than ``max_runs`` runs (counted from the list lengths before any config is built: a grid that
+large is declared, not stumbled into) and every combination through :class:`~fedlab.config.Config`
+validation. A relative ``runs_dir`` is
 relative to the current directory, as with ``python -m fedlab run --runs-dir``.
 """
 from __future__ import annotations
@@ -33,11 +37,11 @@ from typing import Any
 import yaml
 
 from fedlab.config import Config, ConfigError
-from fedlab.sweep.grid import expand_grid
+from fedlab.sweep.grid import MAX_RUNS, expand_grid
 
 __all__ = ["EXAMPLE", "GRID_KEYS", "GridFile", "load_grid_file"]
 
-GRID_KEYS = ("base", "grid", "seeds", "target")
+GRID_KEYS = ("base", "grid", "seeds", "target", "max_runs")
 EXAMPLE = textwrap.dedent(__doc__.split("::", 1)[1].split("\n\n")[1])
 """The example grid file of this module's docstring (``sweep --help`` prints it; a test loads it)."""
 
@@ -51,10 +55,12 @@ class GridFile:
     grid: dict[str, list[Any]]
     seeds: list[int]
     target: float | None
+    max_runs: int = MAX_RUNS
 
     @property
     def configs(self) -> list[Config]:
-        return expand_grid(self.base, self.grid, self.seeds)
+        """Every run's config, in sweep order."""
+        return expand_grid(self.base, self.grid, self.seeds, max_runs=self.max_runs)
 
 
 def load_grid_file(path: str | Path, *, runs_dir: str | None = None) -> GridFile:
@@ -100,6 +106,14 @@ def load_grid_file(path: str | Path, *, runs_dir: str | None = None) -> GridFile
     if not isinstance(seeds, list) or not seeds or not all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
         raise bad(f"'seeds' must be a non-empty list of integers ≥ 0 (got {seeds!r})")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise bad(f"'seeds' lists seed {repeated[0]} more than once ({seeds}): a seed names one run, so a "
+                  "repeat is that run again, not independent evidence; list each seed once")
+
+    max_runs = data.get("max_runs", MAX_RUNS)
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise bad(f"'max_runs' must be an integer ≥ 1 (got {max_runs!r})")
 
     target = data.get("target")
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float))
@@ -107,8 +121,8 @@ def load_grid_file(path: str | Path, *, runs_dir: str | None = None) -> GridFile
         raise bad(f"'target' must be a test accuracy in [0, 1] (a fraction, 0.7 not 70), got {target!r}")
 
     try:
-        expand_grid(base, grid, seeds)
+        expand_grid(base, grid, seeds, max_runs=max_runs)
     except ConfigError as err:
         raise bad(f"grid: {err}") from None
     return GridFile(path, base, {k: list(v) for k, v in grid.items()}, list(seeds),
-                    None if target is None else float(target))
+                    None if target is None else float(target), max_runs)

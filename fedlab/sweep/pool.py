@@ -1,0 +1,218 @@
+"""The local backend's worker processes: fedlab's own loop in fresh interpreters, one run at a time.
+
+Why not :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method (what the
+local backend used before): a spawned worker re-imports the caller's ``__main__`` — a script without
+an ``if __name__ == "__main__":`` guard starts the sweep again in every worker, and a script read from
+standard input (``python - <<EOF``) has no file to re-import, so every worker died. These workers run
+``python -c "from fedlab.sweep.pool import worker_main; worker_main()"`` instead: they import fedlab
+and nothing of the caller, so a sweep starts alike from a script, ``python -c``, standard input, a
+notebook or ``python -m fedlab sweep``. Everything a run needs travels with it (a
+:class:`~fedlab.config.Config`, plain data); the worker finds fedlab on the caller's ``sys.path``.
+
+How the pool stops, which the executor could not promise:
+
+* a run is handed to a worker only when that worker is idle, so nothing waits inside a worker: when
+  the caller is interrupted (Ctrl-C, any exception) no queued run can start afterwards;
+* on interruption every busy worker is killed at once (its run resumes from its last checkpoint when
+  the sweep runs again, bit-identically; the run store's lock is an OS lock the kernel releases) and
+  the idle ones are told to exit;
+* workers ignore SIGINT — a Ctrl-C in a terminal reaches the whole process group, and the caller
+  alone decides what it stops — and die with their parent: on Linux the kernel kills them when it
+  exits (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), elsewhere a watchdog thread notices within half a
+  second that the parent is gone. So ``kill -9`` of the caller leaves no worker training on.
+
+The channel is each worker's standard input and output, carrying pickles (one task in, one
+:class:`~fedlab.sweep.backends._Outcome` out); the worker moves them to private descriptors first and
+points its fd 1 at stderr, so a stray print of a native library cannot corrupt a message.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedlab.sweep.backends import _Tracker
+
+__all__ = ["ORPHAN_EXIT", "run_pool", "worker_main"]
+
+_PARENT_ENV = "FEDLAB_SWEEP_PARENT"
+_BOOT = "from fedlab.sweep.pool import worker_main; worker_main()"
+ORPHAN_EXIT = 75
+"""Exit status of a worker whose watchdog found its parent gone (on Linux the kernel kills it first)."""
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_WATCH_SECONDS = 0.5
+_EXIT_WAIT_SECONDS = 10.0  # how long an idle worker told to exit gets before it is killed
+
+
+# --- the worker side -----------------------------------------------------------------------------
+def _die_with_parent(parent: int) -> None:
+    """Make this process end when ``parent`` does, however the parent ends (``kill -9`` included)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died before the prctl took effect (then the kernel never signals us), and
+    # other systems have no prctl: the watchdog covers both.
+    if os.getppid() != parent:
+        os._exit(ORPHAN_EXIT)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_SECONDS)
+        os._exit(ORPHAN_EXIT)
+
+    threading.Thread(target=watch, name="fedlab-sweep-watchdog", daemon=True).start()
+
+
+def worker_main() -> None:
+    """The loop of one worker: read a task, run it through :func:`~fedlab.sweep.backends.execute_one`,
+    write its outcome; exit on ``None`` or when the parent closes the channel."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what a Ctrl-C stops
+    _die_with_parent(int(os.environ[_PARENT_ENV]))
+    tasks = os.fdopen(os.dup(0), "rb")
+    outcomes = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)  # native prints now go to stderr, never into the channel
+
+    from fedlab.sweep.backends import execute_one
+
+    while True:
+        try:
+            task = pickle.load(tasks)
+        except EOFError:
+            return
+        if task is None:
+            return
+        key, config, threads = task
+        pickle.dump(execute_one(key, config, threads, "local"), outcomes, protocol=pickle.HIGHEST_PROTOCOL)
+        outcomes.flush()
+
+
+# --- the parent side -----------------------------------------------------------------------------
+@dataclass(eq=False)  # compared and hashed by identity: workers are dict keys
+class _Worker:
+    """One worker process and the two ends of its channel."""
+
+    proc: subprocess.Popen
+    tasks: IO[bytes]
+    outcomes: IO[bytes]
+
+    def fileno(self) -> int:
+        """The descriptor ``select`` waits on: readable when an outcome arrives (or the worker died)."""
+        return self.outcomes.fileno()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+
+def _child_env() -> dict[str, str]:
+    """The worker's environment: the caller's, its ``sys.path`` (so fedlab imports from where the
+    caller imported it, a notebook's ``sys.path.insert`` included) and the parent's pid."""
+    env = dict(os.environ)
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env[_PARENT_ENV] = str(os.getpid())
+    return env
+
+
+def _start_worker(env: dict[str, str]) -> _Worker:
+    # -u: unbuffered binary streams, so an outcome leaves the worker as soon as it is flushed
+    proc = subprocess.Popen([sys.executable, "-u", "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=env, close_fds=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    return _Worker(proc, proc.stdin, proc.stdout)
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Ignore a second Ctrl-C while the pool is being taken down (only the main thread owns signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _take_down(idle: list[_Worker], busy: dict[_Worker, int]) -> None:
+    """Kill the busy workers (their runs resume from checkpoints), let the idle ones exit, reap all."""
+    with _sigint_held():
+        for w in busy:
+            w.kill()
+        for w in idle:
+            with contextlib.suppress(OSError, ValueError):
+                pickle.dump(None, w.tasks)
+                w.tasks.flush()
+        for w in [*busy, *idle]:
+            for stream in (w.tasks, w.outcomes):
+                with contextlib.suppress(OSError):
+                    stream.close()
+            try:
+                w.proc.wait(timeout=_EXIT_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                w.proc.wait()
+
+
+def run_pool(todo: list[int], tracker: _Tracker, threads: int, workers: int, fail_fast: bool) -> None:
+    """Run the configs ``todo`` (indices into ``tracker.configs``) on ``workers`` worker processes.
+
+    A worker that dies fails only the run it was training (it is replaced for the others);
+    ``fail_fast`` hands out no new run after the first failure. Any exception in the caller
+    (``KeyboardInterrupt`` included) takes the pool down before it propagates: see the module docstring.
+    """
+    env = _child_env()
+    queue = deque(todo)
+    idle: list[_Worker] = []
+    busy: dict[_Worker, int] = {}
+    stop = False
+    try:
+        while queue or busy:
+            while queue and not stop and len(busy) < workers:
+                w = idle.pop() if idle else _start_worker(env)
+                k = queue.popleft()
+                tracker.start(k)
+                try:
+                    pickle.dump((k, tracker.configs[k], threads), w.tasks, protocol=pickle.HIGHEST_PROTOCOL)
+                    w.tasks.flush()
+                except (BrokenPipeError, OSError):
+                    pass  # it died before reading: the outcome read below sees end-of-file and says so
+                busy[w] = k
+            if not busy:
+                break
+            tracker.running(len(busy))
+            ready, _, _ = select.select(list(busy), [], [])
+            for w in ready:
+                k = busy.pop(w)
+                try:
+                    outcome: Any = pickle.load(w.outcomes)
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    code = w.proc.wait()
+                    tracker.fail(k, f"the worker process died (pid {w.proc.pid}, exit status {code}: killed or "
+                                    "crashed) while training this run; it resumes from its checkpoint when "
+                                    "the sweep runs again")
+                    failed = True
+                    _take_down([], {w: k})  # reap it; the next run gets a fresh worker
+                else:
+                    failed = tracker.record(outcome)
+                    idle.append(w)
+                if failed and fail_fast:
+                    stop = True  # runs in other workers finish and are saved; queued ones never start
+    finally:
+        _take_down(idle, busy)
