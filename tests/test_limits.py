@@ -301,6 +301,28 @@ def test_finished_run_loads_from_a_read_only_runs_dir(tmp_path, monkeypatch):
         fedlab.run(cfg.replace(seed=1), progress=False)
 
 
+def test_finished_run_loads_from_a_real_read_only_mount(tmp_path):
+    """The same on a read-only bind mount, where the machine allows one (root with mount rights)."""
+    runs, ro = tmp_path / "runs", tmp_path / "ro"
+    cfg = fedlab.Config(**{**BASE, "runs_dir": str(runs)})
+    done = fedlab.run(cfg, progress=False)
+    ro.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(runs), str(ro)], capture_output=True,
+                             timeout=window(30)).returncode == 0
+    if not mounted:
+        pytest.skip("cannot bind-mount here (needs root with mount rights)")
+    try:
+        remount = ["mount", "-o", "remount,ro,bind", str(ro)]
+        if subprocess.run(remount, capture_output=True, timeout=window(30)).returncode != 0:
+            pytest.skip("cannot remount read-only here")
+        again = fedlab.run(cfg.replace(runs_dir=str(ro)), progress=False)
+        assert again.status == "finished" and torch.equal(again.theta, done.theta)
+        with pytest.raises(fedlab.ConfigError, match="not writable"):
+            fedlab.run(cfg.replace(runs_dir=str(ro), seed=1), progress=False)
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True, timeout=window(30))
+
+
 def test_runs_dir_empty_refused_and_home_expanded(tmp_path, monkeypatch, capsys):
     with pytest.raises(fedlab.ConfigError, match="runs_dir"):
         fedlab.Config(runs_dir="")
