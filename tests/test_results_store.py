@@ -211,6 +211,37 @@ def test_code_digest_survives_moves_splits_and_import_layout(tmp_path):
     assert package_digest(copy) != code_digest()
 
 
+def test_code_watch_sees_a_code_edit_not_a_docstring_edit(tmp_path):
+    from fedlab.store.code_digest import CodeWatch
+
+    copy = _copy_package(tmp_path)
+    watch = CodeWatch(copy)
+    assert watch.digest == code_digest() and watch.changed() is None
+    _edit(copy / "algorithms" / "fedsam.py", '"""', '"""A docstring edit. ')
+    assert watch.changed() is None  # the files moved, the code did not
+    _edit(copy / "algorithms" / "fedsam.py", "rho: float = ", "rho: float = 2 * ")
+    assert watch.changed() == package_digest(copy) != watch.digest
+
+
+def test_a_run_whose_code_changes_on_disk_is_not_checkpointed_further(tiny, monkeypatch):
+    """Rounds trained after the numeric code changed on disk may mix old and new code under the old
+    key: the next checkpoint is refused, and the run resumes only from what was saved before."""
+    import fedlab
+    from fedlab.engine import loop
+
+    cfg = tiny(rounds=4, checkpoint_every=1)
+    saves = []  # the first two checkpoints see the code unchanged, the third a new digest
+    monkeypatch.setattr(loop, "code_changed", lambda: "f" * 64 if len(saves) >= 2 else saves.append(1))
+    with pytest.raises(CheckpointError, match="numeric-path code changed on disk"):
+        fedlab.run(cfg, progress=False)
+    sim = fedlab.Simulation.build(cfg)
+    assert sim.store.load_checkpoint(sim.config_hash).next_round == 2
+    monkeypatch.setattr(loop, "code_changed", lambda: None)
+    resumed = fedlab.run(cfg, progress=False, need_theta=True)
+    fresh = fedlab.run(cfg.replace(runs_dir=cfg.runs_dir + "-fresh"), progress=False, need_theta=True)
+    assert resumed.status == fresh.status and torch.equal(resumed.theta, fresh.theta)
+
+
 def test_code_digest_covers_the_numeric_path_only():
     names = {p.relative_to(PACKAGE).as_posix() for p in numeric_sources()}
     assert {"config.py", "algorithms/fedsam.py", "engine/loop.py", "models/functional.py",

@@ -43,6 +43,7 @@ from fedlab.data import Dataset, balanced_subset, load_dataset
 from fedlab.data.holdout import hold_out_validation
 from fedlab.data.partition import Partition, make_partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
+from fedlab.engine.collapse import is_collapsed
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
 from fedlab.engine.malloc import stable_malloc
@@ -51,9 +52,9 @@ from fedlab.engine.sampling import (
 )
 from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
+from fedlab.store.code_digest import code_changed, code_digest
 from fedlab.tools.repro import REPO_ROOT, torch_generator
-from fedlab.evidence.collapse import is_collapsed
-from fedlab.results import TERMINAL_STATUSES, Checkpoint, RunResult, RunStore, config_record
+from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunResult, RunStore, config_record
 
 
 def _numel(state: State) -> int:
@@ -447,7 +448,7 @@ class Simulation:
 
             # trained elsewhere and committed (no θ, see fedlab.evidence.records): read-only, so no lock and
             # nothing is created under runs/
-            committed = load_record(self.store.dir.name, partition=self.partition)
+            committed = load_record(self.store.dir.name, partition=self.partition, config=self.config)
             if committed is not None:
                 return committed
         if not self.writable:
@@ -566,7 +567,15 @@ class Simulation:
         return "running"
 
     def _save(self, state: TrainingState, rows: list[dict[str, Any]], status: str) -> None:
-        """Checkpoint (the record first), then the views derived from it."""
+        """Checkpoint (the record first), then the views derived from it; refused (CheckpointError) if
+        the numeric code on disk changed since this process keyed the run: rounds trained since then
+        may have run new code under the old key, so they are not saved and the run is not resumed."""
+        now = code_changed()
+        if now is not None:
+            raise CheckpointError(
+                f"the numeric-path code changed on disk while run {self.store.dir} was training (it was keyed "
+                f"with code {code_digest()[:12]}, the files now give {now[:12]}); rounds since the last "
+                "checkpoint are not saved. Run it again: with the new code it is a new run under a new key")
         self.store.write_checkpoint(Checkpoint(
             next_round=state.next_round, server=state.server, client_states=state.client_states, rows=rows,
             status=status, config_hash=self.config_hash, theta0=state.theta0, version=__version__))

@@ -239,7 +239,8 @@ def load_record(key: str, directory: Path | None = None, *, partition: Any = Non
         raise RecordError(f"record {path} has status {summary['status']!r}; a record's status is one of "
                           f"{', '.join(sorted(ALLOWED_STATUSES))}")
     if config is not None:
-        want, have = _plain({**config.to_dict(), "runs_dir": None}), _plain({**loaded.to_dict(), "runs_dir": None})
+        # the fields that decide the numbers (how a run executes — threads, vmap, runs_dir — does not)
+        want, have = _plain(config.hashed_fields()), _plain(loaded.hashed_fields())
         differ = sorted(k for k in want if want[k] != have.get(k))
         if differ:
             raise RecordError(f"record {path} was made for another config (differs in: {', '.join(differ)}); "

@@ -105,7 +105,41 @@ def package_digest(package: Path) -> str:
     return hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()
 
 
+class CodeWatch:
+    """The digest of ``package`` when this object was made, and whether the files still give it.
+
+    A process keys its runs with the digest it computed once; if someone edits the numeric code while
+    a run trains, modules imported later would run new code under the old key. :meth:`changed`
+    looks at the files' sizes and modification times (cheap, every checkpoint) and only re-hashes
+    when one of them moved."""
+
+    def __init__(self, package: Path) -> None:
+        self.package = package
+        self.stats = self._stats()
+        self.digest = package_digest(package)
+
+    def _stats(self) -> tuple[tuple[str, int, int], ...]:
+        files = numeric_sources(self.package) + [self.package / REPRO_MODULE]
+        return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+
+    def changed(self) -> str | None:
+        """None while the files give :attr:`digest`, else the digest they give now."""
+        if self._stats() == self.stats:
+            return None
+        now = package_digest(self.package)
+        return None if now == self.digest else now
+
+
 @lru_cache(maxsize=1)
+def _watch() -> CodeWatch:
+    return CodeWatch(PACKAGE)
+
+
 def code_digest() -> str:
     """:func:`package_digest` of this fedlab (computed once per process)."""
-    return package_digest(PACKAGE)
+    return _watch().digest
+
+
+def code_changed() -> str | None:
+    """None while this fedlab's numeric code on disk is what :func:`code_digest` hashed; else the new digest."""
+    return _watch().changed()
