@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import numpy as np
@@ -142,13 +143,18 @@ def test_an_unusable_runs_dir_is_named_before_anything_runs(tiny, tmp_path, caps
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(ConfigError, match=f"runs_dir {re.escape(str(blocker))} cannot hold the sweep's runs: "
-                                          "Not a directory"):
+                                          f"{re.escape(str(blocker))} is not a folder"):
         sweep(tiny(runs_dir=str(blocker)), {"lr": [0.05, 0.1]}, progress=False)
     grid = tmp_path / "grid.yaml"
     grid.write_text(f"base: {{dataset: digits, model: cnn, n_clients: 8, runs_dir: {blocker}}}\ngrid: {{}}\n")
     assert main(["sweep", str(grid), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: runs_dir {blocker} cannot hold the sweep's runs") and len(err.splitlines()) == 1
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ConfigError, match=f"{re.escape(str(locked))} is not writable"):
+            sweep(tiny(runs_dir=str(locked / "runs")), {"lr": [0.05, 0.1]}, progress=False)
 
 
 # --- grid files (fedlab.sweep.gridfile) and `python -m fedlab sweep` ---------------------------------------

@@ -10,6 +10,7 @@ signal lands while exactly two runs are mid-run and four are queued — no race 
 * Ctrl-C of ``sweep()`` in a ``python -c`` script: :class:`SweepInterrupted` (a KeyboardInterrupt)
   naming the two stopped and four unstarted runs;
 * ``kill -9`` of a sweep read from standard input: both workers gone within seconds;
+* the same two signals to a Ray driver: its tasks' workers end with it;
 
 and after each, running the sweep again finishes it with the bits of an uninterrupted sequential
 sweep. A last test runs a local sweep from a script without a ``__main__`` guard.
@@ -203,6 +204,38 @@ def test_kill_9_of_a_sweep_from_stdin_takes_its_workers_down(reference, tmp_path
     logs = (runs / "sweep-logs").glob("*.log")
     assert sum(p.read_text().count("backend local") for p in logs) == 6 + 2  # 6 runs, 2 of them twice
     _assert_same(sweep(_base(runs), GRID, SEEDS, backend="sequential", progress=False), reference)
+
+
+@pytest.mark.xdist_group("ray")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_ray_tasks_end_with_their_driver(tmp_path, signum):
+    pytest.importorskip("ray")
+    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    hold.mkdir()
+    # a lean cluster of 2 CPUs, started by the script itself as a user would; the sweep joins it
+    body = """
+        import tempfile
+        import ray
+        from fedlab.sweep.backends import _ray_init
+        _ray_init(ray, num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20,
+                  _temp_dir=tempfile.mkdtemp(prefix="ray"))
+        try:
+            SWEEP
+        except SweepInterrupted as err:
+            print(err)
+            sys.exit(130)
+        """
+    proc = _start(["-"], tmp_path, hold, stdin=_script(runs, body).replace("max_workers=2", "backend='ray'"))
+    workers = _held_workers(hold, proc)
+    before = _run_dirs(runs)
+    os.killpg(proc.pid, signum) if signum == signal.SIGINT else os.kill(proc.pid, signum)
+    out, err = proc.communicate(timeout=window(60))
+    assert _gone(workers, 10), "a Ray task outlived its driver"
+    if signum == signal.SIGINT:
+        assert proc.returncode == 130, (out, err)
+        assert "0 of 6 runs done, 2 stopped mid-run, 4 not started" in out, (out, err)
+    time.sleep(1)
+    assert _run_dirs(runs) == before
 
 
 def test_a_script_without_a_main_guard_runs_a_local_sweep(tmp_path):

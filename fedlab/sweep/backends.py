@@ -325,9 +325,8 @@ def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: 
         if gpus:
             slots = min(slots, int(resources["GPU"] // gpus))
         task = ray.remote(num_cpus=cpus, num_gpus=gpus)(execute_one)
+        submitted = time.time()
         refs = {task.remote(k, tracker.configs[k], threads, "ray"): k for k in todo}
-        for k in todo:
-            tracker.start(k)  # Ray may start any of them at once: an interruption calls them all stopped
         pending = list(refs)
         try:
             _wait_ray(ray, refs, pending, tracker, slots, fail_fast)
@@ -337,6 +336,11 @@ def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: 
             for ref in refs:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
+            # Ray decides when a task starts; a run's log file, written as it starts, tells which did
+            for k in todo:
+                with contextlib.suppress(OSError):
+                    if log_path(tracker.configs[k]).stat().st_mtime >= submitted:
+                        tracker.start(k)
             raise
     finally:
         if owned:
@@ -391,20 +395,21 @@ def _check_resources(backend: str, cpus_per_run: Any, gpus_per_run: Any, configs
 
 
 def _check_runs_dirs(configs: Sequence[Config]) -> None:
-    """Create every ``runs_dir``'s log folder and write a probe file there, before any run starts, so
-    an unusable folder is one error naming it (not an errno from inside a worker)."""
-    import tempfile
-
+    """Refuse, naming it, a ``runs_dir`` whose log folder could not be created — before any run
+    starts and without creating anything (a sweep refused later, e.g. for Ray's resources, leaves no
+    trace), so an unusable folder is one error instead of an errno from inside a worker."""
     for root in sorted({_runs_root(c) for c in configs}):
-        logs = root / LOG_DIR_NAME
+        folder = root / LOG_DIR_NAME
         try:
-            logs.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=logs):
-                pass
+            while not folder.exists() and folder.parent != folder:
+                folder = folder.parent  # the nearest existing ancestor is where the first mkdir happens
+            problem = (f"{folder} is not a folder" if not folder.is_dir() else
+                       f"{folder} is not writable" if not os.access(folder, os.W_OK | os.X_OK) else None)
         except OSError as err:
-            raise ConfigError(f"runs_dir {root} cannot hold the sweep's runs: {err.strerror or err} "
-                              f"({err.filename or logs}); choose a writable folder with runs_dir= "
-                              "(python -m fedlab sweep: --runs-dir)") from None
+            problem = f"{err.strerror or err} ({err.filename or folder})"
+        if problem:
+            raise ConfigError(f"runs_dir {root} cannot hold the sweep's runs: {problem}; choose a writable "
+                              "folder with runs_dir= (python -m fedlab sweep: --runs-dir)")
 
 
 def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, backend: str = "local",
