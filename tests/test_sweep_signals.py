@@ -181,6 +181,26 @@ def test_ctrl_c_of_sweep_in_python_c_raises_sweep_interrupted(tmp_path):
     assert _run_dirs(runs) == before
 
 
+def test_ctrl_c_of_a_sequential_sweep_raises_sweep_interrupted(tmp_path):
+    runs, hold = tmp_path / "runs", tmp_path / "hold"
+    hold.mkdir()
+    body = """
+        try:
+            SWEEP
+        except SweepInterrupted as err:
+            print("caught", len(err.stopped), len(err.not_started))
+            sys.exit(130)
+        """
+    script = _script(runs, body).replace("max_workers=2", "backend='sequential'")
+    proc = _start(["-c", script], tmp_path, hold)
+    (pid,) = _held_workers(hold, proc, n=1)
+    assert pid == proc.pid  # in-process
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=window(30))
+    assert proc.returncode == 130 and out.split() == ["caught", "1", "5"], (out, err)
+    assert len(_run_dirs(runs)) == 1
+
+
 def test_kill_9_of_a_sweep_from_stdin_takes_its_workers_down(reference, tmp_path):
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     hold.mkdir()
