@@ -375,6 +375,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_claims(args: argparse.Namespace) -> int:
     from fedlab.evidence.claims import claims_table, evaluate_claims, write_claims
 
+    if args.paired or args.decide_at is not None or args.csv is not None:
+        return _claims_paired(args)
     verdicts = evaluate_claims()
     table = claims_table(verdicts)
     with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
@@ -382,6 +384,27 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     if args.write:
         for path in write_claims(verdicts).values():
             print(f"wrote {path}")
+    return 0
+
+
+def _claims_paired(args: argparse.Namespace) -> int:
+    """``claims --paired [--decide-at N] [--csv PATH]``: every claim's unpaired and paired verdicts."""
+    from fedlab.evidence.claims import evaluate_claims_paired, paired_table, paired_text
+    from fedlab.evidence.paired import MIN_SEEDS_TO_DECIDE
+
+    if not args.paired or args.write:
+        print("error: --decide-at and --csv go with --paired, and --paired does not --write (the committed "
+              "claims files keep the unpaired reading)", file=sys.stderr)
+        return 2
+    decide_at = MIN_SEEDS_TO_DECIDE if args.decide_at is None else args.decide_at
+    if decide_at < 2:
+        print(f"error: --decide-at must be at least 2 (an interval needs two pairs), got {decide_at}", file=sys.stderr)
+        return 2
+    verdicts = evaluate_claims_paired(min_seeds_to_decide=decide_at)
+    print(paired_text(verdicts))
+    if args.csv is not None:
+        paired_table(verdicts).to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}")
     return 0
 
 
@@ -430,6 +453,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("claims", allow_abbrev=False,
                        help="evaluate the papers' claims (figures/claims.yaml) from committed results")
     c.add_argument("--write", action="store_true", help="write figures/claims_cpu.md and figures/claims_cpu.csv")
+    c.add_argument("--paired", action="store_true",
+                   help="read each claim by seed pairs (paired t-interval, sign-flip p from 6 seeds) beside the "
+                        "unpaired verdict")
+    c.add_argument("--decide-at", type=int, default=None, metavar="N",
+                   help="with --paired: pairs needed for a verdict (default 6; 3 reads the committed evidence "
+                        "as if decided)")
+    c.add_argument("--csv", type=str, default=None, metavar="PATH",
+                   help="with --paired: write the numeric table (one row per comparison) to PATH")
     f = sub.add_parser("figures", allow_abbrev=False,
                        help="`--dry-run`: estimate the cpu profile's time (make figures) without training",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

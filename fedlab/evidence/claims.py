@@ -19,6 +19,13 @@ seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
 * ``abs_le`` (``tol``, one arm) — holds when the whole interval of |left| is ≤ tol, fails when it is
   wholly above, inconclusive otherwise.
 
+This is the **unpaired** reading, still the default (:func:`evaluate_claim`, the committed claims files). The
+**paired** reading (:func:`evaluate_claim_paired`, ``python -m fedlab claims --paired``) uses that within a
+seed every method of a figure shares θ₀, client sampling, batch order and test subsample: it compares the
+per-seed differences left_s − right_s of the seeds both arms finished (records pair by ``config.seed``, a
+figure's CSV by its ``seed`` column), with the paired t-interval, the sign-flip p-value from 6 pairs and the
+margin rules and seed gates of :mod:`fedlab.evidence.paired`; a claim that cannot be paired says so.
+
 An arm with fewer than :data:`MIN_SEEDS` finished seeds is inconclusive (one seed cannot tell noise
 from effect); collapsed and diverged runs are never averaged in — they are counted and shown. A claim
 whose figure has no committed evidence yet is **not run**. Against a list of arms, a claim holds only
@@ -29,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,16 +46,21 @@ import pandas as pd
 from fedlab.tools.repro import FIGURES_DIR
 from fedlab.evidence.integrity import rerecord
 from fedlab.results import RunResult
+from fedlab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide,
+                                    paired_difference)
 from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
 
-__all__ = ["CLAIMS_FILE", "MIN_SEEDS", "VERDICTS", "Claim", "Verdict", "claims_markdown", "claims_table",
-           "evaluate_claims", "figures_root", "independent_runs", "load_claims", "replace_claims_block", "write_claims"]
+__all__ = ["CLAIMS_FILE", "MIN_SEEDS", "NOT_PAIRED", "VERDICTS", "Claim", "PairedComparison", "PairedVerdict",
+           "Verdict", "claims_markdown", "claims_table", "evaluate_claim_paired", "evaluate_claims",
+           "evaluate_claims_paired", "figures_root", "independent_runs", "load_claims", "paired_table",
+           "paired_text", "replace_claims_block", "write_claims"]
 
 CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
 MIN_SEEDS = 2
 VERDICTS = ("holds", "fails", "inconclusive", "not run")
 OPS = (">", "<", ">=", "<=", "approx", "much_greater", "abs_le")
 _ORDER = {"holds": 0, "inconclusive": 1, "not run": 2, "fails": 3}
+NOT_PAIRED = "not paired"  # the paired reading's verdict when the evidence has no seed to pair by
 
 
 @dataclass(frozen=True)
@@ -217,7 +229,8 @@ def _duplicates_note(arm: Mapping[str, Any], n: int) -> str:
     return f"{_arm_name(arm)}: {n} duplicate run(s) (a repeated seed or config) counted once" if n else ""
 
 
-def _arm_from_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+def _finished_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[list[RunResult], str]:
+    """The arm's finished independent runs, and a note on its repeated, collapsed and diverged ones."""
     chosen, repeated = independent_runs([r for r in runs if _matches(r, arm, claim.select)])
     ok = [r for r in chosen if r.status == "finished"]
     bad = [r for r in chosen if r.status in ("collapsed", "diverged")]
@@ -225,13 +238,25 @@ def _arm_from_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, An
     if bad:
         counts = {s: sum(r.status == s for r in bad) for s in ("collapsed", "diverged")}
         notes.append(f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
-    note = "; ".join(notes)
+    return ok, "; ".join(notes)
+
+
+def _arm_from_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+    ok, note = _finished_runs(runs, claim, arm)
     if not ok:
         return None, note
     return mean_interval(_run_value(r, claim.metric) for r in ok), note
 
 
-def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+def _seeds_from_runs(runs: Sequence[RunResult], claim: Claim,
+                     arm: Mapping[str, Any]) -> tuple[dict[Hashable, float] | None, str]:
+    """``{config.seed: value}`` of the arm's finished independent runs (one run per seed by construction)."""
+    ok, note = _finished_runs(runs, claim, arm)
+    return {r.config.seed: _run_value(r, claim.metric) for r in ok}, note
+
+
+def _table_rows(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
+    """The finished rows of the arm in the figure's table (whole-row repeats counted once), and a note."""
     col, arm_col = claim.metric["column"], claim.metric.get("arm_column")
     if col not in table.columns:
         raise ValueError(f"claim {claim.id!r}: figure {claim.figure}.csv has no column {col!r} "
@@ -256,8 +281,37 @@ def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -
             note = "; ".join(x for x in (note, f"{_arm_name(arm)}: " + ", ".join(
                 f"{n} {s}" for s, n in counts.items() if n)) if x)
         rows = rows[status == "finished"]
-    vals = rows[col].dropna()
+    return rows, note
+
+
+def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+    rows, note = _table_rows(table, claim, arm)
+    vals = rows[claim.metric["column"]].dropna()
     return (mean_interval(vals) if len(vals) else None), note
+
+
+def _seed_label(seed: Any) -> Hashable:
+    """A seed as read from a CSV (``0.0``) as the integer it is; anything else unchanged."""
+    return int(seed) if isinstance(seed, float) and seed.is_integer() else seed
+
+
+def _seeds_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any],
+                      average: bool = False) -> tuple[dict[Hashable, float] | None, str]:
+    """``{seed: value}`` of the arm in the figure's table; ``None`` (and why) when the table cannot be paired:
+    no seed column, or several values of one seed (per-client rows are samples within a seed, not pairs)
+    unless ``average``, which takes each seed's mean (the seed, not the client, is the independent unit)."""
+    rows, note = _table_rows(table, claim, arm)
+    col = claim.metric["column"]
+    rows = rows[rows[col].notna()]
+    if "seed" not in rows.columns:
+        return None, "; ".join(x for x in (note, f"{claim.figure}.csv has no seed column: cannot pair") if x)
+    per_seed = rows.groupby("seed")[col]
+    if average:
+        return {_seed_label(k): float(v) for k, v in per_seed.mean().items()}, note
+    if len(rows) and int(per_seed.size().max()) > 1:
+        return None, "; ".join(x for x in (note, f"{_arm_name(arm)}: several values per seed in "
+                                                  f"{claim.figure}.csv: cannot pair by seed") if x)
+    return {_seed_label(k): float(v) for k, v in per_seed.first().items()}, note
 
 
 # --- comparison ------------------------------------------------------------------------------------
@@ -295,29 +349,70 @@ def _few(est: Estimate | None) -> bool:
     return est is not None and est.n < MIN_SEEDS
 
 
-def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
-    """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``)."""
+@dataclass(frozen=True)
+class _Evidence:
+    """What a claim is judged from: the figure's committed runs, or its CSV table."""
+
+    runs: Sequence[RunResult] | None = None
+    table: pd.DataFrame | None = None
+
+    def arm(self, claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+        """The arm's mean ± interval over its values (unpaired reading), and a note."""
+        if self.table is not None:
+            return _arm_from_table(self.table, claim, arm)
+        return _arm_from_runs(self.runs or [], claim, arm)
+
+    def seeds(self, claim: Claim, arm: Mapping[str, Any],
+              average: bool = False) -> tuple[dict[Hashable, float] | None, str]:
+        """The arm's ``{seed: value}`` (paired reading), or ``None`` and why it cannot be paired."""
+        if self.table is not None:
+            return _seeds_from_table(self.table, claim, arm, average)
+        return _seeds_from_runs(self.runs or [], claim, arm)
+
+
+def _evidence(claim: Claim, figures_dir: Path) -> _Evidence | str:
+    """The claim's evidence in ``figures_dir``, or (a string) why there is none: the claim is not run."""
     from fedlab.evidence.records import figure_runs
 
-    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
     if isinstance(claim.metric, Mapping):
         csv = figures_dir / f"{claim.figure}.csv"
         if not csv.exists():
-            return Verdict(claim, "not run", note=f"no {csv.name} yet")
-        table = pd.read_csv(csv)
-        arm = lambda a: _arm_from_table(table, claim, a)  # noqa: E731
-    else:
-        try:
-            runs = figure_runs(claim.figure, figures_dir)
-        except FileNotFoundError as err:  # no sidecar: the figure was never made. A bad record raises (loudly).
-            return Verdict(claim, "not run", note=str(err).split(";")[0])
-        if not runs:
-            return Verdict(claim, "not run", note=f"{claim.figure} has no committed records yet")
-        arm = lambda a: _arm_from_runs(runs, claim, a)  # noqa: E731
-    left, note_l = arm(claim.left)
+            return f"no {csv.name} yet"
+        return _Evidence(table=pd.read_csv(csv))
+    try:
+        runs = figure_runs(claim.figure, figures_dir)
+    except FileNotFoundError as err:  # no sidecar: the figure was never made. A bad record raises (loudly).
+        return str(err).split(";")[0]
+    if not runs:
+        return f"{claim.figure} has no committed records yet"
+    return _Evidence(runs=runs)
+
+
+def _cost_check(claim: Claim) -> tuple[bool, str]:
+    """Whether the claim's gradient-cost ratio (``cost``) is that of the algorithm registry, and a note."""
+    from fedlab.algorithms import algorithm_class
+
+    ratio = (algorithm_class(claim.left["algorithm"]).grad_evals_per_step
+             / algorithm_class(claim.right[0]["algorithm"]).grad_evals_per_step)
+    ok = math.isclose(ratio, float(claim.cost["left_over_right"]))  # type: ignore[index]
+    return ok, f"gradient cost ratio {ratio:g} ({'as claimed' if ok else 'not as claimed'})"
+
+
+def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
+    """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``): the
+    unpaired reading of the module docstring."""
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    evidence = _evidence(claim, figures_dir)
+    if isinstance(evidence, str):
+        return Verdict(claim, "not run", note=evidence)
+    return _unpaired(claim, evidence)
+
+
+def _unpaired(claim: Claim, evidence: _Evidence) -> Verdict:
+    left, note_l = evidence.arm(claim, claim.left)
     rights, notes = [], [note_l] if note_l else []
     for a in claim.right:
-        est, note = arm(a)
+        est, note = evidence.arm(claim, a)
         rights.append(est)
         if note:
             notes.append(note)
@@ -329,16 +424,207 @@ def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
         return Verdict(claim, "inconclusive", left, rights, "; ".join(notes))
     verdicts = [compare(left, r, claim.op, tol=claim.tol, margin=claim.margin) for r in (rights or [None])]
     if claim.cost:
-        from fedlab.algorithms import algorithm_class
-
-        ratio = (algorithm_class(claim.left["algorithm"]).grad_evals_per_step
-                 / algorithm_class(claim.right[0]["algorithm"]).grad_evals_per_step)
-        ok = math.isclose(ratio, float(claim.cost["left_over_right"]))
-        notes.append(f"gradient cost ratio {ratio:g} ({'as claimed' if ok else 'not as claimed'})")
+        ok, note = _cost_check(claim)
+        notes.append(note)
         if not ok:
             verdicts.append("fails")
     verdict = "fails" if "fails" in verdicts else max(verdicts, key=_ORDER.__getitem__)
     return Verdict(claim, verdict, left, rights, "; ".join(notes))
+
+
+# --- paired reading --------------------------------------------------------------------------------
+_PAIRED_ORDER = {"holds": 0, "inconclusive": 1, TOO_FEW: 3, NOT_PAIRED: 4, "not run": 5, "fails": 6}
+
+
+def _paired_rank(verdict: str) -> int:
+    """holds < inconclusive < inconclusive (n < N) < too few seeds < not paired < not run < fails."""
+    return 2 if verdict.startswith("inconclusive (n < ") else _PAIRED_ORDER[verdict]
+
+
+def _combine(verdicts: Sequence[str]) -> str:
+    """A claim against several arms: fails if any comparison fails, holds only if every one holds, else the
+    weakest of the others (inconclusive < inconclusive (n < N) < too few seeds < not paired < not run)."""
+    if not verdicts:
+        return "not run"
+    return "fails" if "fails" in verdicts else max(verdicts, key=_paired_rank)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """``left − right`` of one right arm, paired by seed (for a one-arm ``abs_le`` claim: the left arm's
+    per-seed values against 0)."""
+
+    right: dict[str, Any]
+    difference: PairedDifference | None  # None: the arms could not be paired (see note)
+    verdict: str  # gated by the number of pairs (fedlab.evidence.paired.decide)
+    as_if: str  # what the interval says without the gate
+    note: str = ""
+
+
+@dataclass
+class PairedVerdict:
+    """A claim's paired verdict, beside its unpaired one (:class:`Verdict`)."""
+
+    claim: Claim
+    verdict: str
+    as_if: str  # the verdict with no gate on the number of pairs
+    unpaired: Verdict
+    comparisons: list[PairedComparison] = field(default_factory=list)
+    min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE
+    note: str = ""
+
+    @property
+    def scale(self) -> float:
+        """100 for accuracies (shown in %), 1 otherwise."""
+        return 100.0 if self.claim.metric == "final_test_acc" else 1.0
+
+    @property
+    def unit(self) -> str:
+        return "%" if self.scale == 100.0 else ""
+
+    def differences(self, with_n: bool = True) -> str:
+        """``"vs FedSAM +3.10 ± 1.20 % (n=3)"`` per comparison, joined by ``"; "``; '–' where nothing paired,
+        ``"– (too few seeds: n=2)"`` below :data:`~fedlab.evidence.paired.MIN_SEEDS_TO_PRINT` pairs (the numbers
+        stay in :func:`paired_table`)."""
+        digits = 2 if self.scale == 100.0 else 4
+        parts = []
+        for c in self.comparisons:
+            d = c.difference
+            if d is None or d.n == 0:
+                text = "–"
+            elif d.n < MIN_SEEDS_TO_PRINT:
+                text = f"– ({TOO_FEW}: n={d.n})"
+            else:
+                text = d.format(self.scale, digits, with_n=False) + (f" {self.unit}" if self.unit else "") \
+                    + (f" (n={d.n})" if with_n else "")
+            parts.append(f"vs {_arm_name(c.right)} {text}" if c.right else text)
+        return "; ".join(parts)
+
+
+def _one_arm(claim: Claim, evidence: _Evidence, min_seeds_to_decide: int,
+             level: float) -> tuple[PairedComparison, list[str]]:
+    """``abs_le``: nothing to pair; the per-seed values (a seed's mean over its rows) against 0, with the
+    one-sample interval over seeds and the same gate on the number of seeds."""
+    values, note = evidence.seeds(claim, claim.left, average=True)
+    notes = [note] if note else []
+    if values is None:
+        return PairedComparison({}, None, NOT_PAIRED, NOT_PAIRED, note), notes
+    diff = paired_difference(values, {s: 0.0 for s in values}, level)
+    verdict, as_if = decide(diff, "abs_le", tol=claim.tol, min_seeds_to_decide=min_seeds_to_decide)
+    notes.append("one arm: nothing to pair; the interval is over per-seed values")
+    return PairedComparison({}, diff, verdict, as_if), notes
+
+
+def evaluate_claim_paired(claim: Claim, figures_dir: Path | None = None, *,
+                          min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE, level: float = 0.95) -> PairedVerdict:
+    """One claim read by seed pairs (:mod:`fedlab.evidence.paired`), beside its unpaired verdict.
+
+    For each right arm R the per-seed differences d_s = left_s − R_s over the seeds both arms finished give
+    d̄ ± t_{(1+level)/2, n−1}·s_d/√n (and the exact sign-flip p from 6 pairs); the verdict follows
+    :func:`fedlab.evidence.paired.decide` (too few seeds below 3 pairs, inconclusive (n < N) below
+    ``min_seeds_to_decide``). Several right arms: each comparison is paired separately and the claim holds
+    only if all hold (:func:`_combine`). A table without a seed column, or with several rows per seed, is
+    "not paired"; a claim with a cost check fails when the cost ratio is not as claimed, as unpaired.
+    """
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    evidence = _evidence(claim, figures_dir)
+    if isinstance(evidence, str):
+        return PairedVerdict(claim, "not run", "not run", Verdict(claim, "not run", note=evidence), [],
+                             min_seeds_to_decide, evidence)
+    unpaired = _unpaired(claim, evidence)
+    if claim.op == "abs_le":
+        comparison, notes = _one_arm(claim, evidence, min_seeds_to_decide, level)
+        comparisons = [comparison]
+    else:
+        left, note = evidence.seeds(claim, claim.left)
+        notes = [note] if note else []
+        comparisons = []
+        for arm in claim.right:
+            right, note = evidence.seeds(claim, arm)
+            if note:
+                notes.append(note)
+            if left is None or right is None:
+                comparisons.append(PairedComparison(dict(arm), None, NOT_PAIRED, NOT_PAIRED, note))
+                continue
+            diff = paired_difference(left, right, level)
+            verdict, as_if = decide(diff, claim.op, tol=claim.tol, margin=claim.margin,
+                                    min_seeds_to_decide=min_seeds_to_decide)
+            if diff.note():
+                notes.append(f"vs {_arm_name(arm)}: {diff.note()}")
+            comparisons.append(PairedComparison(dict(arm), diff, verdict, as_if, diff.note()))
+    verdicts, as_ifs = [c.verdict for c in comparisons], [c.as_if for c in comparisons]
+    if claim.cost:
+        ok, note = _cost_check(claim)
+        notes.append(note)
+        if not ok:
+            verdicts.append("fails")
+            as_ifs.append("fails")
+    return PairedVerdict(claim, _combine(verdicts), _combine(as_ifs), unpaired, comparisons, min_seeds_to_decide,
+                         "; ".join(dict.fromkeys(n for n in notes if n)))
+
+
+def evaluate_claims_paired(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None, *,
+                           min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE,
+                           level: float = 0.95) -> list[PairedVerdict]:
+    """Every claim of ``<figures>/claims.yaml`` (or ``claims``), read by seed pairs beside the unpaired reading."""
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    claims = load_claims(figures_dir / "claims.yaml") if claims is None else claims
+    return [evaluate_claim_paired(c, figures_dir, min_seeds_to_decide=min_seeds_to_decide, level=level)
+            for c in claims]
+
+
+def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
+    """One row per comparison, numbers as floats (accuracies in %, see ``unit``): claim id, arms, unpaired
+    and paired verdicts (the claim's and the comparison's), mean paired difference, half-width, low, high,
+    n, p (NaN below 6 pairs), and the seeds, per-seed differences and the paired per-seed values of each arm
+    as JSON lists."""
+    rows, nan = [], float("nan")
+    for v in verdicts:
+        for i, c in enumerate(v.comparisons or [None]):
+            d = c.difference if c is not None else None
+            rows.append({
+                "id": v.claim.id, "op": v.claim.op, "left": _arm_name(v.claim.left),
+                "right": _arm_name(c.right) if c is not None and c.right else "", "comparison": i,
+                "unpaired_verdict": v.unpaired.verdict, "paired_verdict": v.verdict, "paired_as_if": v.as_if,
+                "comparison_verdict": c.verdict if c is not None else v.verdict,
+                "min_seeds_to_decide": v.min_seeds_to_decide, "unit": v.unit,
+                "mean": v.scale * d.mean if d is not None else nan, "half_width": v.scale * d.half_width if d is not None else nan,
+                "low": v.scale * d.low if d is not None else nan, "high": v.scale * d.high if d is not None else nan,
+                "n": d.n if d is not None else 0, "p": d.p_value if d is not None else nan,
+                "tol": v.scale * v.claim.tol, "margin": v.scale * v.claim.margin,
+                "seeds": json.dumps([_seed_json(s) for s in d.seeds] if d is not None else []),
+                "differences": json.dumps([v.scale * x for x in d.values] if d is not None else []),
+                "left_values": json.dumps([v.scale * a for a, _ in d.pairs] if d is not None else []),
+                "right_values": json.dumps([v.scale * b for _, b in d.pairs] if d is not None else []),
+                "note": v.note})
+    return pd.DataFrame(rows)
+
+
+def _seed_json(seed: Hashable) -> Any:
+    return seed if isinstance(seed, (int, float, str)) else str(seed)
+
+
+def paired_text(verdicts: Sequence[PairedVerdict]) -> str:
+    """The old-vs-new listing: per claim its id, unpaired verdict, paired verdict, the mean paired difference
+    ± half-width per comparison (accuracies in %), n and p; then the notes."""
+    header = ("id", "unpaired", "paired", "paired difference (left − right)", "n", "p")
+    rows = []
+    for v in verdicts:
+        ds = [c.difference for c in v.comparisons]
+        ns = sorted({d.n for d in ds if d is not None})
+        ps = [f"{d.p_value:.3g}" for d in ds if d is not None and math.isfinite(d.p_value)]
+        rows.append((v.claim.id, v.unpaired.verdict, v.verdict, v.differences(with_n=False) or "–",
+                     "/".join(map(str, ns)) or "0", "; ".join(ps) or "–"))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    out = [line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
+    counts = lambda key: ", ".join(f"{sum(key(v) == x for v in verdicts)} {x}"  # noqa: E731
+                                   for x in dict.fromkeys(sorted(map(key, verdicts), key=_paired_rank)))
+    decide_at = verdicts[0].min_seeds_to_decide if verdicts else MIN_SEEDS_TO_DECIDE
+    out += ["", f"unpaired: {counts(lambda v: v.unpaired.verdict)}",
+            f"paired (decided from n ≥ {decide_at} pairs): {counts(lambda v: v.verdict)}"]
+    notes = [f"  {v.claim.id}: {v.note}" for v in verdicts if v.note]
+    return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
 
 def evaluate_claims(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None) -> list[Verdict]:

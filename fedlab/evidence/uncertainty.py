@@ -18,11 +18,28 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["Estimate", "difference_interval", "mean_interval"]
+__all__ = ["Estimate", "Interval", "difference_interval", "mean_interval"]
+
+
+class Interval:
+    """The bounds of ``mean ± half_width``: ``low = mean − half_width``, ``high = mean + half_width`` (NaN
+    when there is no interval). Shared by :class:`Estimate` and the paired difference
+    (:class:`fedlab.evidence.paired.PairedDifference`)."""
+
+    mean: float
+    half_width: float
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Interval):
     """A mean over seeds with its confidence interval and the values it came from."""
 
     mean: float
@@ -33,14 +50,6 @@ class Estimate:
     @property
     def n(self) -> int:
         return len(self.values)
-
-    @property
-    def low(self) -> float:
-        return self.mean - self.half_width
-
-    @property
-    def high(self) -> float:
-        return self.mean + self.half_width
 
     def overlaps(self, other: "Estimate") -> bool:
         """Whether the two intervals share a point (a single value is its own degenerate interval)."""

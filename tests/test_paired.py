@@ -1,0 +1,233 @@
+"""Paired comparisons by seed: the statistics against scipy, the margin rules, the gates, the paired
+reading of claims from synthetic records, and `python -m fedlab claims --paired` on the committed evidence."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from fedlab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_claim_paired, load_claims
+from fedlab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
+                                    paired_difference, sign_flip_p)
+from fedlab.evidence.uncertainty import mean_interval
+from test_claims import _claim, _fake, _figure  # the synthetic-run builders of the claims tests
+
+
+def _arms(n: int, seed: int, shift: float = 0.3, noise: float = 1.0) -> tuple[dict[int, float], dict[int, float]]:
+    rng = np.random.default_rng(seed)
+    right = rng.normal(0.0, 1.0, n)
+    left = right + shift + rng.normal(0.0, noise, n)
+    return dict(enumerate(left)), dict(enumerate(right))
+
+
+@pytest.mark.parametrize(("n", "seed"), [(2, 0), (3, 1), (6, 2), (10, 3)])
+def test_paired_interval_is_scipys_ttest_rel_interval(n, seed):
+    left, right = _arms(n, seed)
+    d = paired_difference(left, right)
+    res = stats.ttest_rel(list(left.values()), list(right.values()))
+    ci = res.confidence_interval(0.95)
+    assert d.n == n and d.mean == pytest.approx(np.mean(np.subtract(list(left.values()), list(right.values()))))
+    assert (d.low, d.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    # the same as a one-sample t-interval of the differences at df = n − 1
+    diffs = np.array(d.values)
+    lo, hi = stats.t.interval(0.90, n - 1, loc=diffs.mean(), scale=stats.sem(diffs))
+    d90 = paired_difference(left, right, level=0.90)
+    assert (d90.low, d90.high) == (pytest.approx(lo), pytest.approx(hi))
+
+
+@pytest.mark.parametrize(("n", "seed", "shift"), [(6, 0, 0.3), (7, 1, 1.0), (8, 2, 0.0), (10, 3, 0.5), (6, 4, 5.0)])
+def test_sign_flip_p_is_scipys_exact_paired_permutation_test(n, seed, shift):
+    left, right = _arms(n, seed, shift)
+    x, y = np.array(list(left.values())), np.array(list(right.values()))
+    ref = stats.permutation_test((x, y), lambda a, b, axis: np.mean(a - b, axis=axis), vectorized=True,
+                                 permutation_type="samples", n_resamples=np.inf, alternative="two-sided")
+    d = paired_difference(left, right)
+    assert d.p_value == pytest.approx(ref.pvalue, rel=1e-12)
+    assert sign_flip_p(x - y) == pytest.approx(ref.pvalue, rel=1e-12)
+
+
+def test_sign_flip_p_edge_cases_and_the_nan_below_six_pairs():
+    assert sign_flip_p([1.0] * 6) == pytest.approx(2 / 64)  # all one sign: only ± all-flips reach it
+    assert sign_flip_p([0.0] * 6) == 1.0  # no difference at all
+    assert sign_flip_p([1.0, -1.0, 2.0, -2.0, 3.0, -3.0]) == 1.0
+    assert sign_flip_p(np.arange(1.0, 18.0)) == pytest.approx(2 / 2 ** 17)  # more than one block of 2^16
+    left, right = _arms(5, 0, shift=10.0)
+    assert math.isnan(paired_difference(left, right).p_value)  # n = 5: no p-value, however large the effect
+    with pytest.raises(ValueError):
+        sign_flip_p([])
+
+
+def test_correlated_arms_undecided_unpaired_decided_paired():
+    # a seed effect shared by both arms (θ₀, sampling, batches) of ±5 points, a consistent +0.5 point gain
+    rng = np.random.default_rng(7)
+    seed_effect = rng.normal(0.70, 0.05, 8)
+    right = dict(enumerate(seed_effect))
+    left = {s: v + 0.005 + rng.normal(0.0, 0.001) for s, v in right.items()}
+    unpaired = compare(mean_interval(left.values()), mean_interval(right.values()), ">")
+    d = paired_difference(left, right)
+    verdict, _ = decide(d, ">")
+    assert unpaired == "inconclusive" and verdict == "holds"
+    assert d.p_value == pytest.approx(2 / 2 ** 8)  # every difference positive
+
+
+def _diff(values: list[float]):
+    return paired_difference(dict(enumerate(values)), {s: 0.0 for s in range(len(values))})
+
+
+@pytest.mark.parametrize(("low", "high", "op", "tol", "margin", "expected"), [
+    (0.1, 0.5, ">", 0, 0, "holds"), (-0.5, -0.1, ">", 0, 0, "fails"), (-0.1, 0.5, ">", 0, 0, "inconclusive"),
+    (-0.5, -0.1, "<", 0, 0, "holds"), (0.1, 0.5, "<", 0, 0, "fails"), (-0.5, 0.1, "<", 0, 0, "inconclusive"),
+    # non-inferiority, δ = 1: holds when low > −1, fails when high < −1
+    (-0.8, 2.0, ">=", 0, 1.0, "holds"), (-3.0, -1.2, ">=", 0, 1.0, "fails"), (-1.5, 2.0, ">=", 0, 1.0, "inconclusive"),
+    (-0.5, 0.5, ">=", 0, 0.0, "inconclusive"),  # δ = 0: means in order are no longer enough
+    (-2.0, 0.8, "<=", 0, 1.0, "holds"), (1.2, 3.0, "<=", 0, 1.0, "fails"), (-2.0, 1.5, "<=", 0, 1.0, "inconclusive"),
+    # equivalence within ± 1: the whole interval inside, wholly outside, or neither
+    (-0.9, 0.9, "approx", 1.0, 0, "holds"), (1.1, 2.0, "approx", 1.0, 0, "fails"),
+    (-2.0, -1.1, "approx", 1.0, 0, "fails"), (-0.5, 1.5, "approx", 1.0, 0, "inconclusive"),
+    # Δ ≥ margin 5
+    (5.5, 9.0, "much_greater", 0, 5.0, "holds"), (1.0, 4.5, "much_greater", 0, 5.0, "fails"),
+    (3.0, 9.0, "much_greater", 0, 5.0, "inconclusive"),
+])
+def test_margin_rules(low, high, op, tol, margin, expected):
+    assert margin_test(low, high, op, tol=tol, margin=margin) == expected
+
+
+def test_the_gates_too_few_then_inconclusive_then_decided():
+    assert (MIN_SEEDS_TO_PRINT, MIN_SEEDS_TO_DECIDE) == (3, 6)
+    big = [5.0, 5.1, 4.9, 5.05, 4.95, 5.0, 5.02]
+    for n, expected in [(2, TOO_FEW), (3, "inconclusive (n < 6)"), (5, "inconclusive (n < 6)"), (6, "holds")]:
+        verdict, as_if = decide(_diff(big[:n]), ">")
+        assert verdict == expected and as_if == "holds", n
+    assert decide(_diff(big[:3]), ">", min_seeds_to_decide=3) == ("holds", "holds")
+    assert decide(_diff(big[:2]), ">", min_seeds_to_decide=2)[0] == TOO_FEW  # printing still needs 3
+    assert decide(_diff([-x for x in big[:5]]), ">")[0] == "inconclusive (n < 6)"  # would fail, n = 5
+    assert decide(_diff(big[:1]), ">") == (TOO_FEW, "inconclusive")
+    with pytest.raises(ValueError):
+        decide(_diff(big), ">", min_seeds_to_decide=1)
+
+
+def test_seeds_in_one_arm_only_are_dropped_and_named():
+    d = paired_difference({0: 0.5, 1: 0.6, 2: 0.7, 5: 0.9}, {1: 0.5, 2: 0.6, 3: 0.1, 5: 0.7})
+    assert d.seeds == (1, 2, 5) and d.values == pytest.approx((0.1, 0.1, 0.2))
+    assert d.left_only == (0,) and d.right_only == (3,)
+    assert "0 only in the left arm" in d.note() and "3 only in the right arm" in d.note()
+    assert paired_difference({0: 1.0}, {1: 1.0}).n == 0
+
+
+def test_paired_claims_from_synthetic_records(tmp_path):
+    # seed effects of ±5 points shared by both arms, FedVSSAM ahead by 1 point at each seed; seed 6 only in
+    # FedVSSAM, seed 7 collapsed for FedSAM
+    base = [0.70, 0.78, 0.64, 0.75, 0.69, 0.81]
+    runs = ([_fake("fedvssam", s, b + 0.01 + 0.001 * s) for s, b in enumerate(base)] + [_fake("fedvssam", 6, 0.7)]
+            + [_fake("fedsam", s, b) for s, b in enumerate(base)] + [_fake("fedvssam", 7, 0.8),
+                                                                     _fake("fedsam", 7, 0.1, "collapsed")])
+    _figure(tmp_path, "fig", runs)
+    claim = _claim(">")
+    v = evaluate_claim_paired(claim, tmp_path)
+    assert v.unpaired.verdict == evaluate_claim(claim, tmp_path).verdict == "inconclusive"
+    assert v.verdict == "holds" and v.as_if == "holds"
+    (c,) = v.comparisons
+    assert c.difference.n == 6 and c.difference.mean == pytest.approx(0.01 + 0.0025)
+    assert c.difference.left_only == (6, 7) and "1 collapsed" in v.note and "only in the left arm" in v.note
+    assert 0 < c.difference.p_value <= 2 / 64 + 1e-12
+    assert "vs FedSAM +1.25 ±" in v.differences() and "% (n=6)" in v.differences()
+    assert evaluate_claim_paired(claim, tmp_path, min_seeds_to_decide=7).verdict == "inconclusive (n < 7)"
+    # several right arms: each paired separately, the claim holds only if every comparison holds
+    runs = ([_fake("fedvssam", s, 0.80 + 0.001 * s) for s in range(6)]
+            + [_fake("fedsam", s, 0.70 + 0.001 * s) for s in range(6)]
+            + [_fake("fedavg", s, 0.80 + 0.001 * s + 0.004 * (-1) ** s) for s in range(6)])
+    _figure(tmp_path / "b", "fig", runs)
+    two = dataclasses.replace(claim, right=[{"algorithm": "fedsam"}, {"algorithm": "fedavg"}])
+    v = evaluate_claim_paired(two, tmp_path / "b")
+    assert [c.verdict for c in v.comparisons] == ["holds", "inconclusive"] and v.verdict == "inconclusive"
+    assert evaluate_claim_paired(_claim(">"), tmp_path / "nothing").verdict == "not run"
+
+
+def test_tables_pair_by_their_seed_column_or_say_they_cannot(tmp_path):
+    rows = {"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "seed": [0.0, 1.0, 2.0] * 2,
+            "lambda_max": [11.0, 21.0, 31.0, 12.0, 22.5, 32.0]}
+    pd.DataFrame(rows).to_csv(tmp_path / "fig.csv", index=False)
+    c = dataclasses.replace(_claim("<"), metric={"column": "lambda_max", "arm_column": "method"})
+    v = evaluate_claim_paired(c, tmp_path, min_seeds_to_decide=3)
+    assert v.unpaired.verdict == "inconclusive" and v.verdict == "holds"
+    assert v.comparisons[0].difference.seeds == (0, 1, 2)  # CSV floats read back as the integer seeds
+    pd.DataFrame({k: x for k, x in rows.items() if k != "seed"}).to_csv(tmp_path / "fig.csv", index=False)
+    v = evaluate_claim_paired(c, tmp_path)
+    assert v.verdict == NOT_PAIRED and "no seed column" in v.note
+    pd.DataFrame({**rows, "seed": [0, 0, 1, 0, 0, 1]}).to_csv(tmp_path / "fig.csv", index=False)
+    assert "several values per seed" in evaluate_claim_paired(c, tmp_path).note
+    # one arm (|left| ≤ tol): per-client rows averaged per seed, the interval over seeds
+    pd.DataFrame({"seed": [0, 0, 1, 1, 2, 2], "cross": [0.01, -0.01, 0.02, 0.0, 0.0, 0.01]}).to_csv(
+        tmp_path / "fig.csv", index=False)
+    z = dataclasses.replace(_claim("abs_le", tol=0.05), metric={"column": "cross", "arm_column": None}, left={},
+                            right=[])
+    v = evaluate_claim_paired(z, tmp_path)
+    assert v.comparisons[0].difference.n == 3 and v.verdict == "inconclusive (n < 6)" and v.as_if == "holds"
+
+
+def _rows(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("---")) + 1
+    return lines[start: lines.index("", start)]
+
+
+def test_the_cli_reads_the_committed_records_paired(tmp_path, capsys):
+    from fedlab.cli import main
+
+    ids = [c.id for c in load_claims()]
+    assert main(["claims", "--paired", "--decide-at", "3", "--csv", str(tmp_path / "paired.csv")]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert [r.split()[0] for r in rows] == ids  # one row per claim, in the file's order
+    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run")
+    for row in rows:
+        cells = [c for c in row.split("  ") if c.strip()]
+        assert cells[1].strip() in ("holds", "fails", "inconclusive", "not run")  # the unpaired verdict
+        assert cells[2].strip().startswith(verdicts)  # the paired verdict
+    assert "unpaired:" in out and "paired (decided from n ≥ 3 pairs):" in out
+    table = pd.read_csv(tmp_path / "paired.csv")
+    assert set(table["id"]) == set(ids)
+    for col in ("mean", "half_width", "low", "high", "p"):
+        assert pd.api.types.is_float_dtype(table[col]), col
+    assert pd.api.types.is_integer_dtype(table["n"])
+    finite = table[table["n"] > 0]
+    assert (finite["low"] <= finite["mean"]).all() and (finite["mean"] <= finite["high"]).all()
+    for _, r in finite.iterrows():
+        diffs = json.loads(r["differences"])
+        assert len(diffs) == len(json.loads(r["seeds"])) == r["n"]
+        assert np.mean(diffs) == pytest.approx(r["mean"])
+        if r["right"]:
+            assert np.subtract(json.loads(r["left_values"]), json.loads(r["right_values"])) == pytest.approx(diffs)
+    assert main(["claims", "--paired"]) == 0
+    out = capsys.readouterr().out
+    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs):" in out
+    assert main(["claims", "--csv", str(tmp_path / "x.csv")]) == 2  # --csv goes with --paired
+    assert main(["claims", "--paired", "--decide-at", "1"]) == 2
+
+
+def test_several_comparisons_combine_to_the_weakest_unless_one_fails():
+    from fedlab.evidence.claims import _combine
+
+    assert _combine(["holds", "holds"]) == "holds"
+    assert _combine(["holds", "inconclusive (n < 6)", "inconclusive"]) == "inconclusive (n < 6)"
+    assert _combine(["inconclusive (n < 6)", TOO_FEW]) == TOO_FEW
+    assert _combine(["holds", NOT_PAIRED, "fails"]) == "fails"
+
+
+def test_fewer_than_three_pairs_print_no_numbers(tmp_path):
+    runs = ([_fake("fedvssam", s, 0.80 + 0.01 * s) for s in range(3)] + [_fake("fedsam", s, 0.70) for s in (1, 2)])
+    _figure(tmp_path, "fig", runs)
+    v = evaluate_claim_paired(_claim(">"), tmp_path)
+    assert v.verdict == TOO_FEW and v.comparisons[0].difference.n == 2
+    assert v.differences() == f"vs FedSAM – ({TOO_FEW}: n=2)" and "only in the left arm" in v.note
+
+
+@pytest.mark.parametrize("values", [[0.3, 0.31, 0.32], [0.01, -0.01, 0.0], [0.04, 0.06, 0.05], [-0.2, 0.1, 0.3]])
+def test_abs_le_on_left_minus_zero_is_the_unpaired_abs_le(values):
+    e = mean_interval(values)
+    assert margin_test(e.low, e.high, "abs_le", tol=0.05) == compare(e, None, "abs_le", tol=0.05)
