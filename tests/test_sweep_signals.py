@@ -40,6 +40,17 @@ BASE = dict(dataset="digits", model="cnn", n_clients=8, participation=0.5, round
             lr=0.05, checkpoint_every=1)
 
 
+CATCH = """
+    try:
+        SWEEP
+    except SweepInterrupted as err:
+        assert isinstance(err, KeyboardInterrupt)
+        print("caught", sum(r is not None for r in err.results), len(err.stopped), len(err.not_started))
+        sys.exit(130)
+    """
+"""The body of a script that reports how a sweep was interrupted (finished, stopped, not started)."""
+
+
 def _base(runs_dir: Path) -> Config:
     return Config(**BASE, runs_dir=str(runs_dir))
 
@@ -158,47 +169,21 @@ def test_ctrl_c_of_the_cli_stops_at_once_and_a_rerun_finishes_bit_identically(re
     _assert_same(sweep(_base(runs), GRID, SEEDS, backend="sequential", progress=False), reference)
 
 
-def test_ctrl_c_of_sweep_in_python_c_raises_sweep_interrupted(tmp_path):
+@pytest.mark.parametrize("backend, running", [("local", 2), ("sequential", 1)])
+def test_ctrl_c_of_sweep_in_python_c_raises_sweep_interrupted(tmp_path, backend, running):
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     hold.mkdir()
-    body = """
-        try:
-            SWEEP
-        except SweepInterrupted as err:
-            assert isinstance(err, KeyboardInterrupt)
-            print("caught", len(err.results), sum(r is not None for r in err.results), len(err.stopped),
-                  len(err.not_started))
-            sys.exit(130)
-        """
-    proc = _start(["-c", _script(runs, body)], tmp_path, hold)
-    workers = _held_workers(hold, proc)
+    script = _script(runs, CATCH).replace("max_workers=2", "max_workers=2, backend=" + repr(backend))
+    proc = _start(["-c", script], tmp_path, hold)
+    workers = _held_workers(hold, proc, n=running)
+    assert backend == "local" or workers == [proc.pid]  # sequential: the run is in the caller's process
     before = _run_dirs(runs)
     os.kill(proc.pid, signal.SIGINT)  # only the caller, as a notebook's "interrupt kernel" does
     out, err = proc.communicate(timeout=window(30))
     assert proc.returncode == 130, (out, err)
-    assert out.split() == ["caught", "6", "0", "2", "4"], (out, err)
+    assert out.split() == ["caught", "0", str(running), str(6 - running)], (out, err)
     assert _gone(workers, 1)
     assert _run_dirs(runs) == before
-
-
-def test_ctrl_c_of_a_sequential_sweep_raises_sweep_interrupted(tmp_path):
-    runs, hold = tmp_path / "runs", tmp_path / "hold"
-    hold.mkdir()
-    body = """
-        try:
-            SWEEP
-        except SweepInterrupted as err:
-            print("caught", len(err.stopped), len(err.not_started))
-            sys.exit(130)
-        """
-    script = _script(runs, body).replace("max_workers=2", "backend='sequential'")
-    proc = _start(["-c", script], tmp_path, hold)
-    (pid,) = _held_workers(hold, proc, n=1)
-    assert pid == proc.pid  # in-process
-    os.kill(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=window(30))
-    assert proc.returncode == 130 and out.split() == ["caught", "1", "5"], (out, err)
-    assert len(_run_dirs(runs)) == 1
 
 
 def test_kill_9_of_a_sweep_from_stdin_takes_its_workers_down(reference, tmp_path):
@@ -233,18 +218,13 @@ def test_ray_tasks_end_with_their_driver(tmp_path, signum):
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     hold.mkdir()
     # a lean cluster of 2 CPUs, started by the script itself as a user would; the sweep joins it
-    body = """
+    body = textwrap.dedent("""
         import tempfile
         import ray
         from fedlab.sweep.backends import _ray_init
         _ray_init(ray, num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20,
                   _temp_dir=tempfile.mkdtemp(prefix="ray"))
-        try:
-            SWEEP
-        except SweepInterrupted as err:
-            print(err)
-            sys.exit(130)
-        """
+        """) + textwrap.dedent(CATCH)
     proc = _start(["-"], tmp_path, hold, stdin=_script(runs, body).replace("max_workers=2", "backend='ray'"))
     workers = _held_workers(hold, proc)
     before = _run_dirs(runs)
@@ -253,7 +233,7 @@ def test_ray_tasks_end_with_their_driver(tmp_path, signum):
     assert _gone(workers, 10), "a Ray task outlived its driver"
     if signum == signal.SIGINT:
         assert proc.returncode == 130, (out, err)
-        assert "0 of 6 runs done, 2 stopped mid-run, 4 not started" in out, (out, err)
+        assert out.split() == ["caught", "0", "2", "4"], (out, err)
     time.sleep(1)
     assert _run_dirs(runs) == before
 
