@@ -185,24 +185,30 @@ def run_pool(todo: list[int], tracker: _Tracker, threads: int, workers: int, fai
     try:
         while queue or busy:
             while queue and not stop and len(busy) < workers:
-                w = idle.pop() if idle else _start_worker(env)
-                k = queue.popleft()
+                w = idle[-1] if idle else _start_worker(env)
+                k = queue[0]
+                # registered as busy before the task is sent, so an interruption at any point here
+                # kills a worker that may have received it; nothing can run that the pool lost track of
+                busy[w] = k
+                if idle and idle[-1] is w:
+                    idle.pop()
+                queue.popleft()
                 tracker.start(k)
                 try:
                     pickle.dump((k, tracker.configs[k], threads), w.tasks, protocol=pickle.HIGHEST_PROTOCOL)
                     w.tasks.flush()
                 except (BrokenPipeError, OSError):
                     pass  # it died before reading: the outcome read below sees end-of-file and says so
-                busy[w] = k
             if not busy:
                 break
             tracker.running(len(busy))
             ready, _, _ = select.select(list(busy), [], [])
             for w in ready:
-                k = busy.pop(w)
+                k = busy[w]  # stays busy (killed if interrupted) until its outcome is read whole
                 try:
                     outcome: Any = pickle.load(w.outcomes)
                 except (EOFError, OSError, pickle.UnpicklingError):
+                    del busy[w]
                     code = w.proc.wait()
                     tracker.fail(k, f"the worker process died (pid {w.proc.pid}, exit status {code}: killed or "
                                     "crashed) while training this run; it resumes from its checkpoint when "
@@ -210,8 +216,9 @@ def run_pool(todo: list[int], tracker: _Tracker, threads: int, workers: int, fai
                     failed = True
                     _take_down([], {w: k})  # reap it; the next run gets a fresh worker
                 else:
-                    failed = tracker.record(outcome)
+                    del busy[w]
                     idle.append(w)
+                    failed = tracker.record(outcome)
                 if failed and fail_fast:
                     stop = True  # runs in other workers finish and are saved; queued ones never start
     finally:
