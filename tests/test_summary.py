@@ -5,7 +5,8 @@ from fedlab.evidence.protocol import profile_federation, tuned_params
 from fedlab.tools import summary
 
 
-def test_quick_summary_prints_each_method_with_its_tuned_source(tmp_path, capsys, monkeypatch, one_thread):
+def test_quick_summary_prints_each_method_with_its_tuned_source(tmp_path, capsys, monkeypatch, one_thread,
+                                                               fmnist_or_skip):
     monkeypatch.setenv("FEDLAB_RECORDS", str(tmp_path / "no-records"))  # train, do not load committed runs
     assert summary.main(["--rounds", "1", "--runs-dir", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
