@@ -13,6 +13,7 @@ This is *not* the unrelated PyPI package of the same import name (SMILELab FedLa
 from __future__ import annotations
 
 from fedlab._version import __version__  # noqa: E402
+from fedlab._rng import derive_seed, numpy_generator, torch_generator  # noqa: E402
 FEDLAB_SAM_MARKER = "fedlab-sam: sharpness-aware federated learning notebooks"
 
 from fedlab.algorithms import ALGORITHMS, Algorithm, get_algorithm  # noqa: E402
@@ -28,6 +29,6 @@ from fedlab import sweep  # noqa: E402  (the module: fedlab.sweep.sweep(...), fe
 __all__ = [
     "ALGORITHMS", "Algorithm", "CheckpointError", "Config", "ConfigError", "DATASETS", "Dataset",
     "FEDLAB_SAM_MARKER", "FlatModel", "MODELS", "PARTITIONERS", "Partition", "RunResult", "Simulation",
-    "TuneResult", "__version__", "build_model", "get_algorithm", "load_dataset", "make_partition", "run", "sweep",
-    "tune",
+    "TuneResult", "__version__", "build_model", "derive_seed", "get_algorithm", "load_dataset", "make_partition",
+    "numpy_generator", "run", "sweep", "torch_generator", "tune",
 ]

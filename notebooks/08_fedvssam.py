@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 08 · FedVSSAM: one variance-suppressed direction for the perturbation, the step and the server
 #
@@ -29,7 +44,7 @@
 # $h^0 = 0$; weight decay and clipping act on $u$, outside the mixing. A switch turned off replaces the
 # suppressed direction with the plain one: LF off → perturb along $g_i$, LU off → step along $\tilde g$,
 # GU off → $\gamma_g = 1$.
-
+#
 #
 # **The evidence protocol.** The full method runs with the ρ and preset **tuned** for this split on a
 # held-out validation set (`tuned_params("fedvssam", split)`, `figures/tuning/`); each ablation switches
@@ -77,11 +92,12 @@ from torch.func import vmap
 import fedlab
 from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import method_color, status_note, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES, numpy_generator, torch_generator
+from lab.tools.plots import method_color, status_note, use_house_style
+from lab.tools.figures import save_figure
+from fedlab import numpy_generator, torch_generator
+from lab.tools.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
 
 use_house_style()
@@ -533,7 +549,7 @@ print("FedVSSAM uplink == FedGAMMA uplink / 2:", 2 * up["FedVSSAM"] == up["FedGA
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("08_fedvssam")
 print(report.text())

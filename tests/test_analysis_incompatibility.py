@@ -23,7 +23,7 @@ from fedlab.analysis import (
 )
 from fedlab.data import make_partition
 from fedlab.models import FlatModel, build_model
-from fedlab.tools.repro import torch_generator
+from fedlab import torch_generator
 
 N_CLASSES, DIM = 4, 10
 

@@ -24,7 +24,7 @@ from fedlab.analysis import (  # noqa: E402
     slice_2d,
 )
 from fedlab.models import FlatModel, build_model  # noqa: E402
-from fedlab.tools.repro import torch_generator  # noqa: E402
+from lab.tools.repro import torch_generator  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ from fedlab.data import (
     pad_to_cifar_shape,
 )
 from fedlab.data import datasets as ds_mod
-from fedlab.tools.repro import data_root, numpy_generator
+from fedlab import numpy_generator
+from fedlab._paths import data_root
 
 FMNIST_BACKGROUND = (0.0 - 0.2860) / 0.3530
 

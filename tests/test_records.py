@@ -15,9 +15,9 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 import fedlab  # noqa: E402
-from fedlab.tools.plots import curve_data, plot_curves  # noqa: E402
-from fedlab.evidence.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
-from fedlab.tools.figures import save_figure  # noqa: E402
+from lab.tools.plots import curve_data, plot_curves  # noqa: E402
+from lab.evidence.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
+from lab.tools.figures import save_figure  # noqa: E402
 from fedlab.sweep import summary_table  # noqa: E402
 
 
@@ -81,7 +81,7 @@ def test_replot_from_committed_data_without_training(two_runs, tmp_path, monkeyp
 
 def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, monkeypatch):
     records = tmp_path / "records"
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     for r in two_runs:
         write_record(r, records)
@@ -106,7 +106,7 @@ def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, m
 
 
 def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
-    from fedlab.evidence.records import record_path, write_record
+    from lab.evidence.records import record_path, write_record
 
     path = write_record(two_runs[0], tmp_path)
     path.write_bytes(path.read_bytes()[:-8])
@@ -122,7 +122,7 @@ def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
 def test_a_committed_record_is_never_replaced(two_runs, tmp_path, monkeypatch):
     """Writing the record of a run loaded from that record (what run_seeds(record=True) does on a rerun)
     or of a retrained run with other wall times leaves the committed bytes as they are."""
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     path = write_record(two_runs[0], tmp_path)
     before = path.read_bytes()

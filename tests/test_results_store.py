@@ -178,10 +178,10 @@ def test_code_digest_changes_with_code_not_with_docs(tmp_path):
     _edit(fedsam, '"""', '"""A docstring edit. ')
     _edit(fedsam, "from __future__", "# a new comment\n\n\nfrom __future__")
     _edit(copy / "analysis" / "__init__.py", '"""', '"""Analysis code is not on the numeric path. ')
-    _edit(copy / "tools" / "repro.py", "def git_commit(", "def _unused():\n    return 1\n\n\ndef git_commit(")
-    _edit(copy / "tools" / "figures.py", "def save_figure(", "def _unused():\n    return 1\n\n\ndef save_figure(")
+    _edit(copy / "_paths.py", "def data_root(", "def _unused():\n    return 1\n\n\ndef data_root(")
+    _edit(copy / "cli.py", "def main(", "def _unused():\n    return 1\n\n\ndef main(")
     assert package_digest(copy) == code_digest()
-    _edit(copy / "tools" / "repro.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
+    _edit(copy / "_rng.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
     assert package_digest(copy) != code_digest()
     copy = _copy_package(tmp_path / "b")
     _edit(copy / "algorithms" / "fedsam.py", "rho: float = ", "rho: float = 2 * ")  # an algorithm's default

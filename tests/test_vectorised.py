@@ -201,7 +201,7 @@ def test_config_accepts_auto_and_budget_and_rejects_bad_values():
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedsam"])
 def test_conventional_baseline_matches_fedlab(tiny, tmp_path, algorithm):
     """Same init, sampling, batch order (clients hold ≥ K·B samples) and hyperparameters → same θ."""
-    from fedlab.bench.conventional import ConventionalFL
+    from lab.bench.conventional import ConventionalFL
     from fedlab.models.functional import flatten_params
 
     for n_clients, participation in ((1, 1.0), (4, 0.5)):

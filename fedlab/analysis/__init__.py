@@ -12,7 +12,7 @@ vectors θ, with the global objective F = (1/N) Σ_i F_i as the papers define it
 
 Modules (one concept each): ``federation`` (data and losses), ``hessian``, ``landscape``,
 ``gradients`` (client gradients at θ), ``incompatibility``, ``friendly``, ``geometry``, ``tracking``,
-and ``bench`` (``python -m fedlab.bench.analysis_tools``).
+and ``bench`` (``python -m lab.bench.analysis_tools``).
 """
 from fedlab.analysis.federation import (
     ClientData,

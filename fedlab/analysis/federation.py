@@ -32,7 +32,7 @@ from torch.func import grad_and_value
 
 from fedlab.engine.batches import fixed_step_batches
 from fedlab.models.functional import FlatModel
-from fedlab.tools.repro import numpy_generator, torch_generator
+from fedlab._rng import numpy_generator, torch_generator
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedlab.config import Config

@@ -34,7 +34,7 @@ from fedlab.analysis.federation import federation_from_config, resolve_chunk
 from fedlab.analysis.gradients import ClientGradients, check_rho, client_gradients
 from fedlab.analysis.incompatibility import perturbation
 from fedlab.models.functional import FlatModel
-from fedlab.tools.repro import numpy_generator
+from fedlab._rng import numpy_generator
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedlab.config import Config

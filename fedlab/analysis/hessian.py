@@ -48,7 +48,7 @@ from fedlab.analysis.federation import (
     global_loss_fn,
     resolve_chunk,
 )
-from fedlab.tools.repro import torch_generator
+from fedlab._rng import torch_generator
 
 __all__ = [
     "HessianEigen",
@@ -271,7 +271,7 @@ def top_eigenvalues(
 
     ``method=None`` picks ``"power"`` for k = 1 and ``"lanczos"`` for k > 1 (Lanczos finds all k from
     one Krylov space; power iteration restarts for every eigenpair and needs several times more
-    products for the same tolerance, see ``python -m fedlab bench analysis``).
+    products for the same tolerance, see ``python -m lab bench analysis``).
 
     ``method="power"``: power iteration, one eigenpair at a time; after eigenpair j is found
     the iterate is kept orthogonal to u_1..u_j (projection deflation), so the next run converges to

@@ -268,7 +268,7 @@ def slice_2d(
     ``channels_last``: evaluate an :class:`~fedlab.analysis.federation.EmpiricalLoss` over image
     inputs with its model in NHWC layout (:meth:`~EmpiricalLoss.with_channels_last`). ``None``
     (default) does so on CPU, where oneDNN's channels-last convolution and max-pool kernels made the
-    ``cnn`` landscape about twice as fast (``python -m fedlab bench analysis``), and there also
+    ``cnn`` landscape about twice as fast (``python -m lab bench analysis``), and there also
     evaluates the samples in chunks of at most :data:`~fedlab.engine.evaluate.CPU_EVAL_BATCH` so that
     a point's activations stay in cache; the values then agree with the loss's own to float rounding
     (~1e-7 relative) and the centre is L(θ) in that layout. ``False`` keeps the loss exactly as given

@@ -15,7 +15,7 @@ Where the files come from (see shared/docs/ENVIRONMENT.md, "Real data offline"):
 * ``digits`` — scikit-learn's bundled ``load_digits`` (no files needed).
 * ``synthetic`` — generated in memory (FedProx's Synthetic(α, β)).
 
-All randomness comes from generators derived from ``seed`` through :mod:`fedlab.tools.repro`.
+All randomness comes from generators derived from ``seed`` through :mod:`fedlab._rng`.
 
 Why one ~560-line file: the five loaders share :class:`Dataset`, the normalisation and the not-found
 errors; each loader is one short function.
@@ -36,7 +36,8 @@ import torch
 from torch import Tensor
 
 from fedlab.store.atomic import atomic_write_bytes
-from fedlab.tools.repro import data_root, numpy_generator
+from fedlab._rng import numpy_generator
+from fedlab._paths import data_root
 
 __all__ = [
     "DATASETS",
@@ -555,7 +556,7 @@ def load_dataset(
     """Load dataset ``name`` (one of :data:`DATASETS`) as normalised tensors on ``device``.
 
     Args:
-        root: data directory; default :func:`fedlab.tools.repro.data_root` (``$FEDLAB_DATA`` or ``<repo>/data``).
+        root: data directory; default :func:`fedlab._paths.data_root` (``$FEDLAB_DATA`` or ``<repo>/data``).
         train_size, test_size: if given, keep a class-balanced seeded subset of that many samples
             (:func:`balanced_subset`, purposes ``"<name>/train"`` and ``"<name>/test"``).  For
             ``synthetic`` a train subset breaks the per-device structure, so ``natural_clients`` is

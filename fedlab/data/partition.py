@@ -49,7 +49,7 @@ import numpy as np
 
 from fedlab.store.atomic import atomic_write_text
 from fedlab.data._partition_stats import PartitionStats, compute_stats
-from fedlab.tools.repro import numpy_generator
+from fedlab._rng import numpy_generator
 
 __all__ = [
     "PARTITIONERS",

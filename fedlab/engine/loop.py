@@ -53,7 +53,8 @@ from fedlab.engine.sampling import (
 from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
 from fedlab.store.code_digest import code_changed, code_digest
-from fedlab.tools.repro import REPO_ROOT, torch_generator
+from fedlab._rng import torch_generator
+from fedlab._paths import REPO_ROOT
 from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunResult, RunStore, config_record
 
 
@@ -444,9 +445,9 @@ class Simulation:
         boundary and raises :class:`RunInterrupted`.
         """
         if self.use_records and not self.store.checkpoint_path.exists():
-            from fedlab.evidence.records import load_record
+            from lab.evidence.records import load_record
 
-            # trained elsewhere and committed (no θ, see fedlab.evidence.records): read-only, so no lock and
+            # trained elsewhere and committed (no θ, see lab.evidence.records): read-only, so no lock and
             # nothing is created under runs/
             committed = load_record(self.store.dir.name, partition=self.partition, config=self.config)
             if committed is not None:
@@ -629,7 +630,7 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
     theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
 
-    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.evidence.records`)
+    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`lab.evidence.records`)
     is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
     the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
     the run is then trained (or loaded from ``runs/``) as usual. ``stop``: see :meth:`Simulation.run`

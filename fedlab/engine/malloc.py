@@ -7,7 +7,7 @@ a freed ``mmap`` chunk is larger than the threshold, the threshold rises to its 
 32 MiB) and the trim threshold to twice that. So the same computation can land in either of two
 regimes within one process: evaluation batches whose activations (25 MB per tensor for LeNet-5 on
 3×32×32 at batch 128) are served from the heap and reused, or are mapped, zero-filled by page
-faults, and returned, batch after batch. Measured with ``python -m fedlab bench flsim`` on the
+faults, and returned, batch after batch. Measured with ``python -m lab bench flsim`` on the
 5,000-image union: 0 or 732,583 minor page faults per evaluation at batch 128 depending on what the
 process had done before (FedAvg vs FedSAM rounds), ~1.5 s of kernel time per evaluation in the
 faulting regime; with the thresholds fixed, 0–8 faults per evaluation at batches 64, 128 (the CPU

@@ -9,7 +9,7 @@ each method's sensitive hyperparameters per setting — but on the test set; fed
 
 Score: the mean validation accuracy over the evaluations in the last quarter of the tuning run
 (rounds r > T − ⌈T/4⌉, at least the last evaluation), which is less noisy than the last value alone.
-A point whose run diverged or collapsed (:mod:`fedlab.evidence.collapse`) is never chosen. Ties go to the
+A point whose run diverged or collapsed (:mod:`fedlab.engine.collapse`) is never chosen. Ties go to the
 first point in grid order. Call it once per split (partition scheme and α): the choice is per split.
 
 Grid keys are the algorithm's hyperparameter names (and ``"preset"``), or ``"lr"`` (the local
@@ -225,7 +225,7 @@ def load_tuning(json_path: str | Path) -> dict[str, Any]:
     json_path = Path(json_path)
     csv_path = json_path.with_suffix(".csv")
     what = f"tuning file {json_path}"
-    fix = "restore it from git, or move it away and rerun `python -m fedlab tune-profile`"
+    fix = "restore it from git, or move it away and rerun `python -m lab tune-profile`"
     try:
         json_bytes = json_path.read_bytes()
         done = json.loads(json_bytes.decode("utf-8"))

@@ -136,7 +136,7 @@ class _Outcome:
 
 
 def _runs_root(config: Config) -> Path:
-    from fedlab.tools.repro import REPO_ROOT
+    from fedlab._paths import REPO_ROOT
 
     return Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
 

@@ -1,13 +1,13 @@
 """Benchmarks that print numbers: milliseconds per round for each algorithm.
 
-``python -m fedlab bench`` trains a few rounds of each algorithm through the real engine (same data
+``python -m lab bench`` trains a few rounds of each algorithm through the real engine (same data
 path, same model, same sampling) and reports the median wall time per round, excluding the first
 (warm-up) round and the last round (the only one that evaluates), plus the cost relative to FedAvg.
 Defaults are the issue's setting: Fashion-MNIST, ``cnn``, 100 clients, 10 % participation, K = 10,
 B = 32.
 
-``python -m fedlab bench --speed`` (or ``--quick``, a seconds-long version for CI) compares execution
-modes instead: the conventional loop of :mod:`fedlab.bench.conventional` (FedAvg/FedSAM only),
+``python -m lab bench --speed`` (or ``--quick``, a seconds-long version for CI) compares execution
+modes instead: the conventional loop of :mod:`lab.bench.conventional` (FedAvg/FedSAM only),
 fedlab's sequential path, fedlab's vectorised path (chunk = m, and ``parallel_clients="auto"``) and,
 on CPU, fedlab's client threads (``client_threads`` = the usable cores, one client per core),
 alone and with ``channels_last=True``; and, as a separate precision, bf16 autocast (``amp=True``) for
@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_class, algorithm_names, get_algorithm
-from fedlab.bench.machine import machine_description, sync, usable_cores
+from lab.bench.machine import machine_description, sync, usable_cores
 
 
 
@@ -73,7 +73,7 @@ class Mode:
     """One execution mode of the speed comparison: how the same rounds are run."""
 
     name: str
-    conventional: bool = False  # the loop of fedlab.bench.conventional instead of fedlab's engine
+    conventional: bool = False  # the loop of lab.bench.conventional instead of fedlab's engine
     parallel: str = "one"  # fedlab: "one" (parallel_clients=1), "m" (one vmapped chunk), "auto"
     threads: bool = False  # client_threads = --client-threads (CPU only)
     channels_last: bool = False
@@ -95,7 +95,7 @@ _MODES: tuple[Mode, ...] = (
 )
 MODE_SPECS: dict[str, Mode] = {md.name: md for md in _MODES}
 MODES: tuple[str, ...] = tuple(MODE_SPECS)
-"""conventional = :mod:`fedlab.bench.conventional` (FedAvg/FedSAM only); sequential =
+"""conventional = :mod:`lab.bench.conventional` (FedAvg/FedSAM only); sequential =
 ``parallel_clients=1``; vectorised = ``parallel_clients=m`` (one vmapped chunk); auto =
 ``parallel_clients="auto"``; threads = ``client_threads=--client-threads``; threads_cl = the same
 with ``channels_last=True`` (the threads modes are CPU only). The ``_bf16`` modes add ``amp=True``
@@ -135,7 +135,7 @@ def random_dataset(input_shape: tuple[int, ...], n_train: int, n_test: int = 100
                    *, device: str = "cpu", seed: int = 0):
     """A fedlab ``Dataset`` of standard-normal images and uniform labels (for timing only)."""
     from fedlab.data import Dataset
-    from fedlab.tools.repro import torch_generator
+    from fedlab import torch_generator
 
     gen = torch_generator(seed, "bench", "random-data")
     channels = input_shape[0]
@@ -249,8 +249,8 @@ def _release_memory(device: torch.device) -> None:
 
 
 def speed_main(args: argparse.Namespace) -> int:
-    """``python -m fedlab bench --speed`` / ``--quick``: see the module docstring."""
-    from fedlab.bench.conventional import CONVENTIONAL_ALGORITHMS, ConventionalFL
+    """``python -m lab bench --speed`` / ``--quick``: see the module docstring."""
+    from lab.bench.conventional import CONVENTIONAL_ALGORITHMS, ConventionalFL
     from fedlab.config import Config
     from fedlab.data import load_dataset
     from fedlab.engine import Simulation
@@ -428,9 +428,9 @@ def speed_main(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv) if argv is not None else None
-    if argv and argv[0] == "--":  # `python -m fedlab bench -- --help` passes the separator along
+    if argv and argv[0] == "--":  # `python -m lab bench -- --help` passes the separator along
         argv = argv[1:]
-    p = argparse.ArgumentParser(prog="python -m fedlab bench", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m lab bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--algorithms", nargs="+", default=None,
                    help="algorithms to time, or 'all' (default: fedavg fedsam; with --speed: "
@@ -464,15 +464,15 @@ def main(argv: list[str] | None = None) -> int:
                        help="memory budget (MiB) for the auto mode's chunk choice (default: the device's)")
     speed.add_argument("--tune-malloc", action="store_true",
                        help="CPU: stop glibc from mmap-ing (and page-faulting) every large tensor; applies to "
-                            "all modes alike (see fedlab.bench.speed.tune_malloc)")
+                            "all modes alike (see lab.bench.speed.tune_malloc)")
     check = p.add_argument_group("bf16 accuracy check (--amp-check; with --quick a seconds-long version; "
                                  "--rounds, --client-threads and --json apply)")
     check.add_argument("--amp-check", action="store_true",
                        help="FedAvg and FedSAM in float32, bf16 and float32 with another seed on Fashion-MNIST "
-                            "(see fedlab.bench.amp)")
+                            "(see lab.bench.amp)")
     args = p.parse_args(argv)
     if args.amp_check:
-        from fedlab.bench.amp import amp_check_main
+        from lab.bench.amp import amp_check_main
 
         t0 = time.perf_counter()
         print(f"machine: {machine_description()}")

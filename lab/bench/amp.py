@@ -1,6 +1,6 @@
 """What bf16 autocast (``amp=True``) does to accuracy, next to what a change of seed does.
 
-``python -m fedlab bench --amp-check`` trains FedAvg and FedSAM (ρ = 0.02) on Fashion-MNIST,
+``python -m lab bench --amp-check`` trains FedAvg and FedSAM (ρ = 0.02) on Fashion-MNIST,
 Dirichlet 0.1, 100 clients, 10 % participation, K = 10, B = 32, lr 0.05, for 50 rounds, three times
 each: float32 with seed 0, bf16 with seed 0, float32 with seed 1. It prints the accuracy curves
 (every 5 rounds, all 10,000 test images), the largest and mean gap between the bf16 and float32
@@ -70,7 +70,7 @@ def amp_check(base: Config, *, progress: bool = False) -> list[dict[str, Any]]:
 
 
 def amp_check_main(quick: bool, rounds: int | None, client_threads: int) -> list[dict[str, Any]]:
-    """``python -m fedlab bench --amp-check``: run :func:`amp_check` and print its table."""
+    """``python -m lab bench --amp-check``: run :func:`amp_check` and print its table."""
     base = amp_check_config(quick=quick, rounds=rounds, client_threads=client_threads)
     print(f"bf16 accuracy check{' (quick)' if quick else ''}: {base.dataset}, {base.partition} "
           f"{base.alpha}, {base.n_clients} clients, participation {base.participation}, K={base.local_steps}, "

@@ -2,15 +2,15 @@
 
 :func:`cpu_report` gathers, for one notebook, its committed cpu-profile figures (the sidecars in
 ``figures/`` whose ``notebook`` is it), how much evidence stands behind each (committed run records,
-seeds; whether it meets the protocol of :mod:`fedlab.evidence.protocol`), and the rows of the claims
-table (:mod:`fedlab.evidence.claims`) that the notebook tests, with verdict and numbers. Nothing in it
+seeds; whether it meets the protocol of :mod:`lab.evidence.protocol`), and the rows of the claims
+table (:mod:`lab.evidence.claims`) that the notebook tests, with verdict and numbers. Nothing in it
 is typed by hand except the claims' wording and, per claim, the likely reason shown *if* the verdict
 is fails or inconclusive (``reasons`` in ``figures/claims.yaml``): the verdicts and the numbers come
 from the records, so the section changes when the evidence does.
 
 In a notebook::
 
-    from fedlab.evidence.report import cpu_report
+    from lab.evidence.report import cpu_report
     report = cpu_report("04_sam_baselines")
     report.show_figures()   # the committed cpu figures, embedded
     print(report.text())    # NBVAL_CHECK_OUTPUT: the claims rows and the evidence, as plain text
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedlab.evidence.claims import Verdict, evaluate_claims, load_claims
-from fedlab.evidence.protocol import SEEDS, profile_federation
-from fedlab.tools.repro import FIGURES_DIR
+from lab.evidence.claims import Verdict, evaluate_claims, load_claims
+from lab.evidence.protocol import SEEDS, profile_federation
+from lab.tools.repro import FIGURES_DIR
 
 __all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
 
@@ -118,7 +118,7 @@ def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> Cp
     """A figure's evidence, read from its JSON sidecar (``save_figure``; ``meta``: its content, if read)."""
     meta = json.loads(Path(sidecar).read_text()) if meta is None else meta
     params = meta.get("parameters") or {}
-    # a seed or record named twice is still one sample (fedlab.evidence.claims.independent_runs)
+    # a seed or record named twice is still one sample (lab.evidence.claims.independent_runs)
     seeds = len({json.dumps(s, sort_keys=True) for s in params.get("seeds") or []}) or 1
     records = len(set(meta.get("records") or []))
     kind = str(meta.get("kind", "results"))

@@ -1,6 +1,6 @@
 """How long the cpu profile takes: a dry run of ``make figures`` that trains nothing.
 
-``python -m fedlab figures --dry-run`` prints, per notebook, the federated runs its cpu profile
+``python -m lab figures --dry-run`` prints, per notebook, the federated runs its cpu profile
 trains, and an estimate of the CPU time:
 
     time ≈ Σ_runs  T · (m · K · B · g · t_grad  +  n_eval · t_fwd / eval_every)  /  (cores · efficiency)
@@ -21,7 +21,7 @@ runs stop being shared and the estimate shows it. Runs already committed as reco
 (``figures/records/``, matched on method, split, seed, T and K) are subtracted, and so is every
 tuning already committed (``figures/tuning/<split>/<method>.json``). Tuning adds one run per point
 of each method's declared grid (:data:`fedlab.evidence.tuning.DEFAULT_GRIDS`) per split, at
-:data:`fedlab.evidence.protocol.TUNING`'s horizon. Analysis-only work (Hessians, landscapes) is not in
+:data:`lab.evidence.protocol.TUNING`'s horizon. Analysis-only work (Hessians, landscapes) is not in
 the formula: each family that analyses θ adds :data:`ANALYSIS_S_PER_MODEL` per model.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.tools.repro import FIGURES_DIR, REPO_ROOT
 
 ANALYSIS_S_PER_MODEL = 15.0
 """Seconds of analysis per analysed model (a top eigenvalue, a trace, a slice on the cpu sizes)."""
@@ -159,14 +159,14 @@ def _round_seconds(p: Mapping[str, Any], costs: Mapping[str, float], grads: floa
 
 def committed_runs(records: Path) -> dict[tuple[str, str, int, int, int], int]:
     """Committed test-set runs by (method, split, seed, T, K): how many records of each."""
-    from fedlab.evidence.protocol import split_key
+    from lab.evidence.protocol import split_key
 
     out: dict[tuple[str, str, int, int, int], int] = {}
     for path in sorted(records.glob("*.json.gz")):
         try:
             cfg = json.loads(gzip.decompress(path.read_bytes()))["config"]["config"]
         except (OSError, EOFError, json.JSONDecodeError, KeyError):
-            continue  # fedlab.evidence.records reports a bad record when it is loaded
+            continue  # lab.evidence.records reports a bad record when it is loaded
         if cfg.get("validation_size"):
             continue  # a tuning run
         key = (str(cfg["algorithm"]), split_key(SimpleNamespace(**cfg)), int(cfg["seed"]), int(cfg["rounds"]),
@@ -179,7 +179,7 @@ def estimate(seeds: int = 3, cores: int = 2, figures_dir: Path | None = None,
              costs: dict[str, dict[str, float]] | None = None, plan: Mapping[str, list[Family]] | None = None,
              tune: bool = True) -> dict[str, Any]:
     """The dry-run estimate: a :class:`NotebookEstimate` per notebook of ``plan``, tuning, and the total."""
-    from fedlab.evidence.protocol import TUNING, profile_splits
+    from lab.evidence.protocol import TUNING, profile_splits
     from fedlab.evidence.tuning import DEFAULT_GRIDS
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)

@@ -1,10 +1,10 @@
 """The closing part of ``make run``: three methods on the cpu profile's federation, with tuned settings.
 
-``python -m fedlab.tools.summary`` trains (or loads) FedAvg, FedSAM and FedVSSAM on the Dirichlet-0.1
-split of the cpu profile (:func:`fedlab.evidence.protocol.profile_federation`: Fashion-MNIST, the
+``python -m lab.tools.summary`` trains (or loads) FedAvg, FedSAM and FedVSSAM on the Dirichlet-0.1
+split of the cpu profile (:func:`lab.evidence.protocol.profile_federation`: Fashion-MNIST, the
 GroupNorm ``cnn``, 100 clients, 10 % per round, the same rounds and local steps for all three), each
 with the hyperparameters tuned for that split on held-out validation data
-(:func:`~fedlab.evidence.protocol.tuned_params`), at seed 0. These are exactly notebook 10's seed-0 runs
+(:func:`~lab.evidence.protocol.tuned_params`), at seed 0. These are exactly notebook 10's seed-0 runs
 of that split, so where their records are committed they are loaded instead of trained. It prints
 each method's settings and where they come from, its final test accuracy and status, then the verdict
 counts of the claims table and where the figures and executed notebooks are. One seed is a
@@ -22,11 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     import fedlab
-    from fedlab.evidence.claims import VERDICTS, claims_table, evaluate_claims
-    from fedlab.evidence.protocol import profile_federation, split_key, tuned_params
-    from fedlab.tools.plots import method_label
+    from lab.evidence.claims import VERDICTS, claims_table, evaluate_claims
+    from lab.evidence.protocol import profile_federation, split_key, tuned_params
+    from lab.tools.plots import method_label
 
-    p = argparse.ArgumentParser(prog="python -m fedlab.tools.summary", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.tools.summary", description=__doc__.splitlines()[0])
     p.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
     p.add_argument("--rounds", type=int, default=None, help="fewer rounds (a quick look; then not notebook 10's runs)")
     p.add_argument("--runs-dir", default=None, help="where the runs live (default: <repo>/runs)")

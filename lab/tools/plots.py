@@ -1,7 +1,7 @@
 """The house plot style and a few plotting helpers shared by the notebooks.
 
 One colour per method, fixed across every figure, so a reader can follow FedVSSAM from notebook to
-notebook; light grid, no top/right spines, labelled axes. Collapsed runs (:mod:`fedlab.evidence.collapse`) are drawn
+notebook; light grid, no top/right spines, labelled axes. Collapsed runs (:mod:`lab.evidence.collapse`) are drawn
 distinctly — thin dotted line, "(collapsed)" in the legend — and :func:`status_note` names them for
 the caption, so a run at chance never passes for a flat, well-trained model.
 """

@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 
 from fedlab.config import Config
-from fedlab.tools.repro import FIGURES_DIR
+from lab.tools.repro import FIGURES_DIR
 from fedlab.evidence.integrity import EvidenceError, add, evidence_root, verify
 from fedlab.results import TERMINAL_STATUSES, RunResult
 from fedlab.store.atomic import TMP_SUFFIX
@@ -271,7 +271,7 @@ def write_records(results: Iterable[RunResult], directory: Path | None = None) -
 def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
     path = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.json"
     if not path.exists():
-        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by fedlab.tools.figures.save_figure?")
+        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by lab.tools.figures.save_figure?")
     return json.loads(path.read_text())
 
 

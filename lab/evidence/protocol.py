@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlab.config import Config
-from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.tools.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["PARTITION_SEED", "SEEDS", "TUNING", "Tuned", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_profile", "tune_splits", "tuned_params", "tuning_dir", "UNTUNED_PROFILES"]
@@ -163,7 +163,7 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     """
     from tqdm import tqdm
 
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
     from fedlab.evidence.tuning import DEFAULT_GRIDS, tune
 
     root = tuning_dir() if directory is None else Path(directory)
@@ -227,7 +227,7 @@ def run_seeds(config: Config, seeds: Sequence[int] | None = None, *, record: boo
     keeps what it finished. Returns the :class:`~fedlab.results.RunResult` of each seed, in order.
     """
     from fedlab.engine import run
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     seeds = list(SEEDS if seeds is None else seeds)
     if not seeds or len(set(seeds)) != len(seeds):

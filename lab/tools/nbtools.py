@@ -1,6 +1,6 @@
 """Notebook maintenance: pair, execute (``ci`` size) and normalise the tutorial notebooks.
 
-``python -m fedlab.tools.nbtools build [NN ...]`` turns each ``notebooks/NN_slug.py`` (jupytext
+``python -m lab.tools.nbtools build [NN ...]`` turns each ``notebooks/NN_slug.py`` (jupytext
 py:percent, the reviewable source) into ``NN_slug.ipynb``, executes it in place with papermill at its
 default parameters and strips volatile metadata, keeping outputs and execution counts (nbval needs
 both). ``check`` verifies that every pair is in sync.
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedlab.tools.repro import REPO_ROOT
+from lab.tools.repro import REPO_ROOT
 
 NB_DIR = REPO_ROOT / "notebooks"
 STRIP_FLAGS = ["--keep-output", "--keep-count", "--extra-keys", "metadata.papermill cell.metadata.papermill"]

@@ -20,8 +20,8 @@ them instead, after proving both ends:
 Numbers are never touched: the metrics and summaries are copied as they are. That the code change
 moved no number is for the test suite to show (``tests/test_numbers_fixed.py``, the contract suite).
 
-    python -m fedlab.evidence.rekey --from aa1bc9c --dry-run   # what would change
-    python -m fedlab.evidence.rekey --from aa1bc9c             # do it
+    python -m lab.evidence.rekey --from aa1bc9c --dry-run   # what would change
+    python -m lab.evidence.rekey --from aa1bc9c             # do it
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ import tempfile
 from pathlib import Path
 
 from fedlab.evidence import integrity
-from fedlab.evidence.records import SUFFIX, encode_payload, records_dir
-from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.evidence.records import SUFFIX, encode_payload, records_dir
+from lab.tools.repro import FIGURES_DIR, REPO_ROOT
 
 # Runs on the old code and on this checkout's: only APIs that have existed since records were first committed.
 _KEYS_SCRIPT = r"""

@@ -1,9 +1,9 @@
 """Seconds per round in FL-Simulator's own CPU configuration, training and evaluation apart.
 
-    python -m fedlab bench flsim                        # the full configuration (long on 2 cores)
-    python -m fedlab bench flsim --train-size 10000 --test-size 2000 --rounds 3
-    python -m fedlab bench flsim --quick                # seconds-long version (CI)
-    python -m fedlab bench flsim --eval-diagnosis       # where evaluation time goes (batch, allocator)
+    python -m lab bench flsim                        # the full configuration (long on 2 cores)
+    python -m lab bench flsim --train-size 10000 --test-size 2000 --rounds 3
+    python -m lab bench flsim --quick                # seconds-long version (CI)
+    python -m lab bench flsim --eval-diagnosis       # where evaluation time goes (batch, allocator)
 
 The configuration is the one FL-Simulator runs on CPU: LeNet-5 on Fashion-MNIST padded to CIFAR's
 3×32×32 (``as_cifar_shape=True``), 100 clients, Bernoulli participation with p = 0.1 (every client
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from fedlab.bench.curvature import load_average
+from lab.bench.curvature import load_average
 
 FLSIM_CONFIG: dict[str, Any] = dict(
     dataset="fmnist", model="lenet5", as_cifar_shape=True, n_clients=100, sampling="bernoulli", participation=0.1,
@@ -92,12 +92,12 @@ def flsim_config(algorithm: str, *, train_size: int | None, test_size: int | Non
 def plain_round_seconds(plain: Any, sim: Any, t: int, theta: Tensor) -> tuple[float, float]:
     """Wall and CPU seconds of round t's local training by the plain-PyTorch loop, from ``theta``.
 
-    The loop (:class:`~fedlab.bench.conventional.ConventionalFL`: an ``nn.Module``, ``torch.optim.SGD``,
+    The loop (:class:`~lab.bench.conventional.ConventionalFL`: an ``nn.Module``, ``torch.optim.SGD``,
     ``clip_grad_norm_``, two-pass SAM) steps through exactly the batches of fedlab's client jobs of
     round t, augmented by the same :class:`~fedlab.engine.clients.LocalData`, and averages the local
     models: the same work as fedlab's round, done the way research code usually does it.
     """
-    from fedlab.bench.machine import sync
+    from lab.bench.machine import sync
     from fedlab.engine.schedule import learning_rate
 
     c = sim.config
@@ -183,9 +183,9 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
     evaluation batch by :func:`choose_eval_batch` on the union at the initial model.
     """
     from fedlab.algorithms import algorithm_class
-    from fedlab.bench.conventional import ConventionalFL
-    from fedlab.bench.machine import sync
-    from fedlab.bench.speed import model_flops
+    from lab.bench.conventional import ConventionalFL
+    from lab.bench.machine import sync
+    from lab.bench.speed import model_flops
     from fedlab.engine import Simulation
 
     dev = torch.device(device)
@@ -338,9 +338,9 @@ def _eval_batch(text: str) -> int | str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from fedlab.bench.speed import matmul_flops_per_second
+    from lab.bench.speed import matmul_flops_per_second
 
-    p = argparse.ArgumentParser(prog="python -m fedlab bench flsim", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m lab bench flsim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
     p.add_argument("--train-size", type=int, default=None, help="class-balanced training subset (default: all)")

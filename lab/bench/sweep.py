@@ -1,6 +1,6 @@
 """Benchmark: the wall time of one sweep on each backend (sequential, local process pool, Ray).
 
-``python -m fedlab bench sweep`` trains a 16-run slice of notebook 10's cpu profile — FedAvg, FedSAM,
+``python -m lab bench sweep`` trains a 16-run slice of notebook 10's cpu profile — FedAvg, FedSAM,
 SCAFFOLD and FedVSSAM × Dirichlet α ∈ {0.5, 0.1} × seeds {0, 1} on Fashion-MNIST with the ``cnn``,
 100 clients, 10 % per round, K = 5, B = 32, evaluation on 2000 test samples at the end — with
 ``--rounds`` (default 3) rounds per run, once per backend, each into its own empty runs folder so
@@ -94,7 +94,7 @@ def bench_sweep(backends: list[str], quick: bool = False, rounds: int | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fedlab bench sweep", description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="python -m lab bench sweep", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=["sequential", "local", "ray"],
                    help="backends to time, in this order (the first is the reference of speed-up and bits)")

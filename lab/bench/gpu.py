@@ -1,15 +1,15 @@
 """The GPU check: one script that measures what the speed goals are about on a CUDA device.
 
-    python -m fedlab bench gpu                     # on a CUDA machine, ≤ 8 minutes on one H200
-    python -m fedlab bench gpu --dry-run           # the same code paths on CPU at a tiny size (CI)
+    python -m lab bench gpu                     # on a CUDA machine, ≤ 8 minutes on one H200
+    python -m lab bench gpu --dry-run           # the same code paths on CPU at a tiny size (CI)
 
 Parts, each a call into fedlab's own benchmarks (only torch and fedlab; no network):
 
 1. ``bench --speed`` for the ``cnn`` on Fashion-MNIST at 10 and 20 clients per round and for
    ResNet-18-GN (``resnet18_gn_imagenet_stem`` on random 3×32×32 data) at 10 — modes conventional
    loop, sequential, vectorised (one chunk of m), ``auto``, and bf16 autocast (``conventional_bf16``,
-   ``auto_bf16``) — FedAvg and FedSAM (:mod:`fedlab.bench.speed`);
-2. the curvature benchmark (:mod:`fedlab.bench.curvature`: fedlab new, old, plain autograd);
+   ``auto_bf16``) — FedAvg and FedSAM (:mod:`lab.bench.speed`);
+2. the curvature benchmark (:mod:`lab.bench.curvature`: fedlab new, old, plain autograd);
 3. one round of the ``paper`` profile of notebook 04 (ResNet-18-GN, 100 clients, 10 %, K = 50, B = 50,
    ``parallel_clients="auto"``) for FedAvg and FedSAM on synthetic CIFAR-shaped data (random tensors
    of CIFAR-10's size, so no dataset is needed), after one warm-up round, plus one evaluation of the
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from fedlab.tools.repro import REPO_ROOT
+from lab.tools.repro import REPO_ROOT
 
 PAPER_PARAMS = REPO_ROOT / "notebooks" / "params" / "04_sam_baselines.paper.yaml"
 SPEED_MODES = ("conventional", "sequential", "vectorised", "auto", "conventional_bf16", "auto_bf16")
@@ -48,7 +48,7 @@ GOALS = {
 
 
 def _speed(device: str, dry_run: bool, out: Path) -> dict[str, Any]:
-    from fedlab.bench.speed import main as bench_main
+    from lab.bench.speed import main as bench_main
 
     common = ["--speed", "--device", device, "--algorithms", "fedavg", "fedsam", "--modes"]
     runs: list[list[str]] = []
@@ -69,7 +69,7 @@ def _speed(device: str, dry_run: bool, out: Path) -> dict[str, Any]:
 
 
 def _curvature(device: str, dry_run: bool) -> dict[str, Any]:
-    from fedlab.bench.curvature import print_report, run_benchmark
+    from lab.bench.curvature import print_report, run_benchmark
 
     kw: dict[str, Any] = dict(n=32, tol=1e-3, cap=30, probes=4, grid=3, landscape_n=32) if dry_run else \
         dict(n=512, tol=1e-5, cap=200, probes=100, grid=21, landscape_n=512)
@@ -96,8 +96,8 @@ def paper_config(algorithm: str, device: str, dry_run: bool, runs_dir: str) -> A
 
 
 def _paper_round(device: str, dry_run: bool) -> dict[str, Any]:
-    from fedlab.bench.machine import sync
-    from fedlab.bench.speed import random_dataset
+    from lab.bench.machine import sync
+    from lab.bench.speed import random_dataset
     from fedlab.engine import Simulation
     from fedlab.engine.evaluate import evaluate
 
@@ -162,7 +162,7 @@ def goals_table(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fedlab bench gpu", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m lab bench gpu", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: checks the code paths only")
     p.add_argument("--device", default=None, help="default: cuda (cpu with --dry-run)")

@@ -1,9 +1,9 @@
 """Figures with provenance: PNG + PDF + a JSON sidecar, the numbers plotted, the runs behind them.
 
 :func:`save_figure` writes a figure and its sidecar (parameters, seed, run config hashes, the
-environment and git stamp of :mod:`fedlab.tools.repro`, dataset checksums) and commits the runs
-behind it as records (:mod:`fedlab.evidence.records`); :func:`write_figure_index` regenerates the
-citation index ``figures/README.md``. Kept apart from :mod:`~fedlab.tools.repro` so that the records
+environment and git stamp of :mod:`lab.tools.repro`, dataset checksums) and commits the runs
+behind it as records (:mod:`lab.evidence.records`); :func:`write_figure_index` regenerates the
+citation index ``figures/README.md``. Kept apart from :mod:`~lab.tools.repro` so that the records
 (which need its paths) and the figures (which need the records) import in one direction only.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedlab.tools.repro import CITABLE_PROFILES, FIGURES_DIR, data_root, environment, git_commit, package_versions
+from fedlab._paths import data_root
+from lab.tools.repro import CITABLE_PROFILES, FIGURES_DIR, environment, git_commit, package_versions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,7 +91,7 @@ def save_figure(
 
     ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
     ``name.csv``. ``runs`` — the runs behind the figure — are committed as records
-    (:mod:`fedlab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
+    (:mod:`lab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
     full configs, so the figure can be re-plotted and every number checked without training. The
     sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
     fedlab version, the commit and the command line of the process. ``kind`` says what the figure
@@ -135,7 +136,7 @@ def save_figure(
         "environment": environment(),
     }
     if runs:
-        from fedlab.evidence.records import write_records
+        from lab.evidence.records import write_records
 
         meta["records"] = write_records(runs, out / "records")
         meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
@@ -167,12 +168,12 @@ def _unique(runs: "list[RunResult]") -> "list[RunResult]":
 
 def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
     """Regenerate ``figures/README.md`` from the JSON sidecars: the claims table first (generated from the
-    committed data, :func:`fedlab.evidence.claims.claims_markdown`), then every figure with its data
+    committed data, :func:`lab.evidence.claims.claims_markdown`), then every figure with its data
     file, the evidence behind it (run records, seeds) and the command that remakes it."""
     import json
 
-    from fedlab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims, load_claims
-    from fedlab.evidence.report import figure_from_sidecar
+    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims, load_claims
+    from lab.evidence.report import figure_from_sidecar
 
     figures_dir = Path(figures_dir)
     entries = []
@@ -198,7 +199,7 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
         "",
         "## Every figure",
         "",
-        "Every figure here was made by a notebook through `fedlab.tools.figures.save_figure`, which writes a PNG,",
+        "Every figure here was made by a notebook through `lab.tools.figures.save_figure`, which writes a PNG,",
         "a PDF, the data it plots (CSV) and a JSON sidecar with the provenance (parameters, seeds, full",
         "configs, the committed run records behind it, git commit, package versions, machine, command).",
         "Rebuild all of them with `make figures`, or one with its command below. To cite a figure, cite",

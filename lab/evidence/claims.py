@@ -2,7 +2,7 @@
 
 The claims are data (``figures/claims.yaml``, next to the results they judge); this module is the
 evaluator. For each claim it collects the evidence — the committed records of the figure named in
-its setting (:func:`fedlab.evidence.records.figure_runs`, filtered by ``select``) or a column of that figure's
+its setting (:func:`lab.evidence.records.figure_runs`, filtered by ``select``) or a column of that figure's
 CSV — reduces each *arm* (a method, optionally with hyperparameters) to a mean ± 95 % interval over
 seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
 
@@ -20,11 +20,11 @@ seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
   wholly above, inconclusive otherwise.
 
 This is the **unpaired** reading, still the default (:func:`evaluate_claim`, the committed claims files). The
-**paired** reading (:func:`evaluate_claim_paired`, ``python -m fedlab claims --paired``) uses that within a
+**paired** reading (:func:`evaluate_claim_paired`, ``python -m lab claims --paired``) uses that within a
 seed every method of a figure shares θ₀, client sampling, batch order and test subsample: it compares the
 per-seed differences left_s − right_s of the seeds both arms finished (records pair by ``config.seed``, a
 figure's CSV by its ``seed`` column), with the paired t-interval, the sign-flip p-value from 6 pairs and the
-margin rules and seed gates of :mod:`fedlab.evidence.paired`; a claim that cannot be paired says so.
+margin rules and seed gates of :mod:`lab.evidence.paired`; a claim that cannot be paired says so.
 
 An arm with fewer than :data:`MIN_SEEDS` finished seeds is inconclusive (one seed cannot tell noise
 from effect); collapsed and diverged runs are never averaged in — they are counted and shown. A claim
@@ -43,10 +43,10 @@ from typing import Any
 
 import pandas as pd
 
-from fedlab.tools.repro import FIGURES_DIR
+from lab.tools.repro import FIGURES_DIR
 from fedlab.evidence.integrity import rerecord
 from fedlab.results import RunResult
-from fedlab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide,
+from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide,
                                     paired_difference)
 from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
 
@@ -172,7 +172,7 @@ def load_claims(path: Path | None = None) -> list[Claim]:
 
 # --- evidence --------------------------------------------------------------------------------------
 def _arm_name(arm: Mapping[str, Any]) -> str:
-    from fedlab.tools.plots import method_label
+    from lab.tools.plots import method_label
 
     if not arm:
         return "value"
@@ -372,7 +372,7 @@ class _Evidence:
 
 def _evidence(claim: Claim, figures_dir: Path) -> _Evidence | str:
     """The claim's evidence in ``figures_dir``, or (a string) why there is none: the claim is not run."""
-    from fedlab.evidence.records import figure_runs
+    from lab.evidence.records import figure_runs
 
     if isinstance(claim.metric, Mapping):
         csv = figures_dir / f"{claim.figure}.csv"
@@ -456,7 +456,7 @@ class PairedComparison:
 
     right: dict[str, Any]
     difference: PairedDifference | None  # None: the arms could not be paired (see note)
-    verdict: str  # gated by the number of pairs (fedlab.evidence.paired.decide)
+    verdict: str  # gated by the number of pairs (lab.evidence.paired.decide)
     as_if: str  # what the interval says without the gate
     note: str = ""
 
@@ -484,7 +484,7 @@ class PairedVerdict:
 
     def differences(self, with_n: bool = True) -> str:
         """``"vs FedSAM +3.10 ± 1.20 % (n=3)"`` per comparison, joined by ``"; "``; '–' where nothing paired,
-        ``"– (too few seeds: n=2)"`` below :data:`~fedlab.evidence.paired.MIN_SEEDS_TO_PRINT` pairs (the numbers
+        ``"– (too few seeds: n=2)"`` below :data:`~lab.evidence.paired.MIN_SEEDS_TO_PRINT` pairs (the numbers
         stay in :func:`paired_table`)."""
         digits = 2 if self.scale == 100.0 else 4
         parts = []
@@ -517,11 +517,11 @@ def _one_arm(claim: Claim, evidence: _Evidence, min_seeds_to_decide: int,
 
 def evaluate_claim_paired(claim: Claim, figures_dir: Path | None = None, *,
                           min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE, level: float = 0.95) -> PairedVerdict:
-    """One claim read by seed pairs (:mod:`fedlab.evidence.paired`), beside its unpaired verdict.
+    """One claim read by seed pairs (:mod:`lab.evidence.paired`), beside its unpaired verdict.
 
     For each right arm R the per-seed differences d_s = left_s − R_s over the seeds both arms finished give
     d̄ ± t_{(1+level)/2, n−1}·s_d/√n (and the exact sign-flip p from 6 pairs); the verdict follows
-    :func:`fedlab.evidence.paired.decide` (too few seeds below 3 pairs, inconclusive (n < N) below
+    :func:`lab.evidence.paired.decide` (too few seeds below 3 pairs, inconclusive (n < N) below
     ``min_seeds_to_decide``). Several right arms: each comparison is paired separately and the claim holds
     only if all hold (:func:`_combine`). A table without a seed column, or with several rows per seed, is
     "not paired"; a claim with a cost check fails when the cost ratio is not as claimed, as unpaired.
@@ -630,8 +630,8 @@ def paired_text(verdicts: Sequence[PairedVerdict]) -> str:
 def evaluate_claims(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None) -> list[Verdict]:
     """Every claim of ``<figures>/claims.yaml`` (or ``claims``), evaluated from stored results.
 
-    Every record read is checked (:func:`fedlab.evidence.records.load_record`): a corrupt, edited or
-    foreign one raises a :class:`~fedlab.evidence.records.RecordError` naming the file, never a
+    Every record read is checked (:func:`lab.evidence.records.load_record`): a corrupt, edited or
+    foreign one raises a :class:`~lab.evidence.records.RecordError` naming the file, never a
     quiet "not run"."""
     figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
     return [evaluate_claim(c, figures_dir) for c in (load_claims(figures_dir / "claims.yaml") if claims is None
@@ -686,7 +686,7 @@ def write_claims(verdicts: Sequence[Verdict], stem: Path | None = None, profile:
     """Write ``figures/claims_<profile>.md`` (Markdown table) and ``.csv``, and refresh the claims block of
     each of ``pages`` (default, when ``stem`` is not given: the repository's README.md and
     figures/README.md, where they have one)."""
-    from fedlab.tools.repro import REPO_ROOT
+    from lab.tools.repro import REPO_ROOT
 
     if pages is None:
         pages = [REPO_ROOT / "README.md", FIGURES_DIR / "README.md"] if stem is None else []

@@ -1,8 +1,8 @@
 """Benchmark of the analysis tools: seconds for (a) the top Hessian eigenvalue and (b) a 2-D loss
 landscape, for the ``cnn`` model on Fashion-MNIST.
 
-    python -m fedlab.bench.analysis_tools                       # defaults below
-    python -m fedlab.bench.analysis_tools --train-size 500 --grid 11 --device cuda --json
+    python -m lab.bench.analysis_tools                       # defaults below
+    python -m lab.bench.analysis_tools --train-size 500 --grid 11 --device cuda --json
 
 The objective is the federated F = (1/N) Σ_i F_i over an IID split of a class-balanced training
 subset (``--train-size`` samples, ``--clients`` clients), at the model's initial weights. Each
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from fedlab.bench.machine import machine_info, sync
+from lab.bench.machine import machine_info, sync
 
 
 def run_benchmark(
@@ -44,7 +44,7 @@ def run_benchmark(
     from fedlab.analysis.landscape import filter_normalized_direction, slice_2d
     from fedlab.data import load_dataset, make_partition
     from fedlab.models import FlatModel, build_model
-    from fedlab.tools.repro import torch_generator
+    from fedlab import torch_generator
 
     dev = torch.device(device)
     data = load_dataset("fmnist", train_size=train_size, device=dev, seed=seed)
@@ -87,7 +87,7 @@ def run_benchmark(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fedlab.bench.analysis_tools", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m lab.bench.analysis_tools", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--train-size", type=int, default=1000, help="training samples (class-balanced subset)")
     parser.add_argument("--clients", type=int, default=10, help="IID clients sharing them")

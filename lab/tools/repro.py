@@ -1,47 +1,32 @@
-"""Reproducibility helpers: repository paths, derived random generators, the environment and git stamp.
+"""The repository's paths and stamps: where this checkout keeps its figures and runs, the git commit
+and the environment a figure was made in (:mod:`lab.tools.figures` writes them into each sidecar).
 
-Every random choice in fedlab draws from its own generator, derived from the experiment seed and a
-*purpose* tuple such as ``("batches", round, client)``. The derivation goes through SHA-256 of the
-textual key, so it is independent of ``PYTHONHASHSEED``, dict order and the global RNG state, and a
-resumed run re-creates exactly the generators an uninterrupted run would have used.
-
-Saving a figure with its provenance is :mod:`fedlab.tools.figures`; it uses the stamp helpers here.
+The seed derivation every run uses is the library's (:func:`fedlab.derive_seed`,
+:func:`fedlab.torch_generator`, :func:`fedlab.numpy_generator`); only what belongs to this repository is here.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
-REPO_ROOT: Path = Path(__file__).resolve().parents[2]  # this file is <repo>/fedlab/tools/repro.py
+REPO_ROOT: Path = Path(__file__).resolve().parents[2]  # this file is <repo>/lab/tools/repro.py
 """The repository root (notebooks resolve every path from here, never from the cwd)."""
+RUNS_DIR: Path = REPO_ROOT / "runs"
+"""The repository's run store: the lab points ``$FEDLAB_RUNS`` here (:func:`lab_environment`)."""
 
 
-def data_root() -> Path:
-    """Where datasets live: ``$FEDLAB_DATA`` if set, else ``<repo>/data``."""
-    env = os.environ.get("FEDLAB_DATA")
-    return Path(env).expanduser().resolve() if env else REPO_ROOT / "data"
+def lab_environment() -> None:
+    """What every entry point of the lab sets before it trains (the Makefile sets the same):
+    ``$FEDLAB_RUNS`` = the repository's ``runs/`` unless already set, so a notebook executed with
+    ``--cwd notebooks`` still writes to ``<repo>/runs``; and the fixed allocator thresholds of
+    :func:`fedlab.engine.malloc.stable_malloc` (timing only, never numbers)."""
+    from fedlab.engine.malloc import stable_malloc
 
-
-def derive_seed(seed: int, *purpose: object) -> int:
-    """A 63-bit seed derived from ``seed`` and a purpose tuple (stable across processes)."""
-    key = repr((int(seed),) + tuple(str(p) for p in purpose)).encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
-
-
-def torch_generator(seed: int, *purpose: object, device: str | torch.device = "cpu") -> torch.Generator:
-    """A fresh ``torch.Generator`` on ``device`` for one purpose."""
-    gen = torch.Generator(device=device)
-    gen.manual_seed(derive_seed(seed, *purpose))
-    return gen
-
-
-def numpy_generator(seed: int, *purpose: object) -> np.random.Generator:
-    """A fresh ``numpy.random.Generator`` (PCG64) for one purpose."""
-    return np.random.default_rng(derive_seed(seed, *purpose))
+    os.environ.setdefault("FEDLAB_RUNS", str(RUNS_DIR))
+    stable_malloc()
 
 
 # --- where figures go, and the stamp of where they were made -------------------------------------

@@ -1,6 +1,6 @@
 """The conventional baseline: a federated simulator written the way most research code is.
 
-Used only by ``python -m fedlab bench --speed`` to measure what fedlab's design buys. Everything
+Used only by ``python -m lab bench --speed`` to measure what fedlab's design buys. Everything
 here is the textbook ``nn.Module`` route that fedlab's engine deliberately avoids:
 
 * one ``torch.utils.data.DataLoader`` per client over a ``Subset`` of a ``TensorDataset`` (default
@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, RandomSampler, Subset, TensorDataset
 
 from fedlab.engine.sampling import sample_clients
 from fedlab.engine.schedule import learning_rate
-from fedlab.tools.repro import derive_seed
+from fedlab import derive_seed
 
 CONVENTIONAL_ALGORITHMS: tuple[str, ...] = ("fedavg", "fedsam")
 
@@ -143,7 +143,7 @@ class ConventionalFL:
         """One local step per batch (SGD, or two-pass SAM) on a deep copy of the global model.
 
         Returns the local ``state_dict`` and the mean loss at the unperturbed weights.
-        ``python -m fedlab bench flsim`` feeds it the batches of fedlab's own client jobs.
+        ``python -m lab bench flsim`` feeds it the batches of fedlab's own client jobs.
         """
         local = copy.deepcopy(self.model)
         local.train()

@@ -1,8 +1,8 @@
 """Benchmark of the curvature tools and the 2-D landscape: fedlab (new), fedlab (old), plain autograd.
 
-    python -m fedlab bench analysis                   # cnn, 512 Fashion-MNIST images, k = 2, tol 1e-5, cap 200
-    python -m fedlab bench analysis --n 128 --json out.json
-    python -m fedlab bench analysis --quick           # seconds-long version (CI)
+    python -m lab bench analysis                   # cnn, 512 Fashion-MNIST images, k = 2, tol 1e-5, cap 200
+    python -m lab bench analysis --n 128 --json out.json
+    python -m lab bench analysis --quick           # seconds-long version (CI)
 
 One fixed batch of ``--n`` class-balanced Fashion-MNIST training images and the ``cnn`` at its
 initial weights define L(θ) = mean cross-entropy. For each solver it measures the top ``--k``
@@ -29,7 +29,7 @@ Solvers (rows):
   not a fedlab dependency); its products are counted by wrapping its product function, and it draws
   its random vectors from torch's global generator, which is seeded for it here.
 
-The same Rademacher probes (drawn from :func:`fedlab.tools.repro.torch_generator`) are used by every solver
+The same Rademacher probes (drawn from :func:`lab.tools.repro.torch_generator`) are used by every solver
 but PyHessian, so their traces differ by float rounding only. The landscape part times
 :func:`fedlab.analysis.slice_2d` on a ``--grid`` × ``--grid`` grid over ``--landscape-n`` images
 (notebook 09's cpu-ci measured F has 5 × 32) in the variants of :data:`LANDSCAPE_VARIANTS`: the
@@ -57,8 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedlab.tools.repro import torch_generator
-from fedlab.bench.machine import load_average, machine_info, sync
+from fedlab import torch_generator
+from lab.bench.machine import load_average, machine_info, sync
 
 
 SOLVERS = ("new", "power", "old", "plain", "pyhessian")
@@ -437,7 +437,7 @@ def print_report(res: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fedlab bench analysis", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m lab bench analysis", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--n", type=int, default=512, help="Fashion-MNIST images in the batch")
     p.add_argument("--k", type=int, default=2, help="eigenvalues")
