@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 from fedlab.config import LR_SCHEDULES, SAMPLINGS, Config, ConfigError, dataset_names, help_text, partition_names
 from fedlab.data.datasets import DatasetError, DatasetNotFoundError
 from fedlab.data.partition import PARTITION_OPTIONS
+from fedlab.engine.malloc import stable_malloc
 from fedlab.evidence.integrity import EvidenceError
 from fedlab.results import CheckpointError
 
@@ -392,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    # the command line fixes the allocator's thresholds (timing only, never numbers; fedlab.engine.malloc);
+    # a library call leaves the process's allocator as it found it
+    stable_malloc()
     commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim}
     return dispatch(commands[args.command], args)
 

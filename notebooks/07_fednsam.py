@@ -102,6 +102,7 @@ import fedlab
 from fedlab.engine.sampling import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.records import run_or_load
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, status_note,
                                 use_house_style)
@@ -281,9 +282,8 @@ print(pd.DataFrame({"algorithm": {k: a for k, (a, _) in methods.items()},
                     "source": sources}).to_string())
 sam_rho = fedlab.get_algorithm("fedsam", methods["FedSAM"][1]).hp.rho  # the radius FedSAM runs with
 short = base.replace(rounds=check_rounds, eval_every=1)
-sam_short = fedlab.run(short.replace(algorithm="fedsam", algorithm_params={"rho": sam_rho}), progress=False)
-nsam0_short = fedlab.run(short.replace(algorithm="fednsam", algorithm_params={"rho": sam_rho, "gamma": 0.0}),
-                         progress=False)
+sam_short = run_or_load(short.replace(algorithm="fedsam", algorithm_params={"rho": sam_rho}))
+nsam0_short = run_or_load(short.replace(algorithm="fednsam", algorithm_params={"rho": sam_rho, "gamma": 0.0}))
 
 # %%
 # NBVAL_CHECK_OUTPUT

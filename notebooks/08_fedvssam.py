@@ -252,8 +252,7 @@ plt.show()
 # %%
 full_run = (runs["full (LF + LU + GU)"] if ablation == "paper" else runs["LF+LU+GU"])[0]  # the first seed
 # RunResult.server is the final server state (None for a run read from a committed record: train it here)
-server = full_run.server if full_run.server is not None else fedlab.run(full_run.config, need_theta=True,
-                                                                        progress=False).server
+server = full_run.server if full_run.server is not None else fedlab.run(full_run.config, progress=False).server
 theta, h = server["theta"].to(device), server["h"].to(device)
 sim = fedlab.Simulation.build(full_run.config)
 grad_fn = sim.model.grad_fn
@@ -496,9 +495,8 @@ short = base.replace(rounds=check_rounds, eval_every=1)
 comm = {"FedAvg": ("fedavg", {}), "FedSAM": ("fedsam", {"rho": rho}),
         "FedVSSAM base": ("fedvssam", {"rho": rho, "preset": "base"}),
         "FedVSSAM": ("fedvssam", full_params), "SCAFFOLD": ("scaffold", {}), "FedGAMMA": ("fedgamma", {})}
-# need_theta: the identity compares the trained models themselves (a committed record holds no θ)
-comm_runs = {label: fedlab.run(short.replace(algorithm=alg, algorithm_params=params), progress=False,
-                               need_theta=True)
+# fedlab.run trains (or loads from runs/): the identity compares the trained models themselves
+comm_runs = {label: fedlab.run(short.replace(algorithm=alg, algorithm_params=params), progress=False)
              for label, (alg, params) in comm.items()}
 
 # %%

@@ -103,6 +103,7 @@ from fedlab.analysis import (
     track_sharpness,
 )
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.records import run_or_load
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
@@ -538,7 +539,7 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 track_rows, track_runs = [], []
 for name in track_methods:
     results = [run_of[(name, s_)] if (name, s_) in run_of else
-               fedlab.run(method_config(name).replace(seed=s_), progress=False) for s_ in seeds]
+               run_or_load(method_config(name).replace(seed=s_)) for s_ in seeds]
     track_runs += results
     for res in results:
         m = tracked[(name, res.config.seed)].dropna(subset=["lambda_1"])

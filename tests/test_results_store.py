@@ -237,8 +237,8 @@ def test_a_run_whose_code_changes_on_disk_is_not_checkpointed_further(tiny, monk
     sim = fedlab.Simulation.build(cfg)
     assert sim.store.load_checkpoint(sim.config_hash).next_round == 2
     monkeypatch.setattr(loop, "code_changed", lambda: None)
-    resumed = fedlab.run(cfg, progress=False, need_theta=True)
-    fresh = fedlab.run(cfg.replace(runs_dir=cfg.runs_dir + "-fresh"), progress=False, need_theta=True)
+    resumed = fedlab.run(cfg, progress=False)
+    fresh = fedlab.run(cfg.replace(runs_dir=cfg.runs_dir + "-fresh"), progress=False)
     assert resumed.status == fresh.status and torch.equal(resumed.theta, fresh.theta)
 
 
@@ -442,3 +442,14 @@ def test_run_result_carries_the_final_server_state(tiny):
     assert all(torch.equal(trained.server[k], loaded.server[k]) for k in trained.server)
     alg = fedlab.get_algorithm("scaffold")
     assert torch.equal(alg.global_model(trained.server), trained.theta.cpu())
+
+
+def test_default_runs_dir_is_fedlab_runs_or_the_working_directory(tmp_path, monkeypatch):
+    """Never a folder inside the installed package: ``$FEDLAB_RUNS`` if set, else ``./runs``."""
+    from fedlab._paths import default_runs_dir
+
+    monkeypatch.delenv("FEDLAB_RUNS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_runs_dir() == tmp_path / "runs"
+    monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "elsewhere"))
+    assert default_runs_dir() == tmp_path / "elsewhere"

@@ -157,7 +157,6 @@ def track_sharpness(
         raise ValueError(f"rho must be None or > 0, got {rho!r}")
 
     sim = Simulation.build(config, dataset)
-    sim.use_records = False  # the measurements need θ, which a committed record does not keep: train
     clients = client_data(sim.dataset, sim.partition, seed=seed)
     if max_clients is not None and len(clients) > max_clients:
         keep = np.sort(numpy_generator(seed, "track-clients").choice(len(clients), max_clients, replace=False))
@@ -197,7 +196,6 @@ def track_sharpness(
     if missing_past:  # the run went past them without tracking: replay those rounds elsewhere
         with tempfile.TemporaryDirectory(prefix="fedlab-track-") as tmp:
             replay = Simulation.build(config.replace(runs_dir=tmp), sim.dataset)
-            replay.use_records = False  # else a committed record of the run would stand in, without θ
             _drive(replay, missing_past, max(missing_past), record, progress)
     _drive(sim, targets, rounds, record, progress)
 

@@ -46,7 +46,6 @@ from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.collapse import is_collapsed
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
-from fedlab.engine.malloc import stable_malloc
 from fedlab.engine.sampling import (
     BERNOULLI_RETRIES, check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest,
 )
@@ -54,7 +53,7 @@ from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
 from fedlab.store.code_digest import code_changed, code_digest
 from fedlab._rng import torch_generator
-from fedlab._paths import REPO_ROOT
+from fedlab._paths import default_runs_dir
 from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunResult, RunStore, config_record
 
 
@@ -245,8 +244,6 @@ class Simulation:
     schedule: list[list[int]] | None = None  # the validated client schedule (sampling="schedule")
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
-    # a run absent from runs/ but committed under figures/records/ is loaded from there (without θ)
-    use_records: bool = field(default=True, init=False, repr=False)
     # False when runs_dir cannot be written: only a finished run can then be loaded (read-only)
     writable: bool = field(default=True, init=False, repr=False)
     # set by run(stop=...): checked at every round boundary
@@ -267,9 +264,7 @@ class Simulation:
             raise ConfigError("dataset='custom' trains on tensors you supply: "
                               "fedlab.run(cfg, dataset=fedlab.data.from_tensors(x_train, y_train, x_test, y_test))")
         check_device_available(config.device)
-        if config.device == "cpu":
-            stable_malloc()  # evaluation time must not depend on the allocator's history (engine/malloc.py)
-        root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
+        root = Path(config.runs_dir) if config.runs_dir else default_runs_dir()
         unwritable = runs_dir_problem(root)
         if unwritable is not None and not root.is_dir():  # no stored run can be there to load: fail now
             raise unwritable
@@ -444,14 +439,6 @@ class Simulation:
         ``stop``: once set (the command line sets it on Ctrl-C), the run checkpoints at the next round
         boundary and raises :class:`RunInterrupted`.
         """
-        if self.use_records and not self.store.checkpoint_path.exists():
-            from lab.evidence.records import load_record
-
-            # trained elsewhere and committed (no θ, see lab.evidence.records): read-only, so no lock and
-            # nothing is created under runs/
-            committed = load_record(self.store.dir.name, partition=self.partition, config=self.config)
-            if committed is not None:
-                return committed
         if not self.writable:
             return self._load_read_only()
         self._stop = stop
@@ -622,7 +609,7 @@ class Simulation:
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
-        dataset: Dataset | None = None, theta0: Tensor | None = None, need_theta: bool = False,
+        dataset: Dataset | None = None, theta0: Tensor | None = None,
         stop: threading.Event | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
@@ -630,13 +617,10 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
     theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
 
-    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`lab.evidence.records`)
-    is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
-    the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
-    the run is then trained (or loaded from ``runs/``) as usual. ``stop``: see :meth:`Simulation.run`
-    (set it from another thread or a signal handler to stop at the next round boundary).
+    The result always carries the final model θ: a run is trained, resumed, or loaded from its run
+    directory under ``runs_dir`` (default: ``$FEDLAB_RUNS``, else ``./runs`` of the current working
+    directory), never from anywhere else. ``stop``: see :meth:`Simulation.run` (set it from another
+    thread or a signal handler to stop at the next round boundary).
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    sim = Simulation.build(config, dataset, theta0)
-    sim.use_records = not need_theta
-    return sim.run(progress=progress, stop_after_rounds=stop_after_rounds, stop=stop)
+    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds, stop=stop)

@@ -19,6 +19,11 @@ heap and up to :data:`TRIM_THRESHOLD` of free memory is kept at its top. Setting
 explicitly also switches glibc's dynamic adjustment off, so the regime no longer depends on
 history. The cost is that a process keeps up to 512 MiB of freed memory. Linux/glibc only;
 elsewhere, or with ``FEDLAB_MALLOC=default`` in the environment, nothing is changed.
+
+Opt-in: building or running a simulation never calls it (a library must not change the allocator of
+the process it is imported into). ``python -m fedlab ...`` calls it at start, and so does the
+repository's lab (``python -m lab ...``, its notebooks and ``make run``); call it yourself in a
+program that evaluates on the CPU and wants the same timings. It changes timing only, never a number.
 """
 from __future__ import annotations
 

@@ -136,9 +136,9 @@ class _Outcome:
 
 
 def _runs_root(config: Config) -> Path:
-    from fedlab._paths import REPO_ROOT
+    from fedlab._paths import default_runs_dir
 
-    return Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
+    return Path(config.runs_dir) if config.runs_dir else default_runs_dir()
 
 
 def log_path(config: Config) -> Path:

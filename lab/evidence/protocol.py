@@ -163,7 +163,7 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     """
     from tqdm import tqdm
 
-    from lab.evidence.records import write_record
+    from lab.evidence.records import run_or_load, write_record
     from fedlab.evidence.tuning import DEFAULT_GRIDS, tune
 
     root = tuning_dir() if directory is None else Path(directory)
@@ -188,7 +188,7 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
             out.append(path)
             continue
         result = tune(base, grid, rounds=t["rounds"], seed=t["seed"], validation_size=t["validation_size"],
-                      progress=False)
+                      progress=False, runner=run_or_load)
         if record:
             for res in result.runs:
                 write_record(res, records_directory)
@@ -221,13 +221,13 @@ def run_seeds(config: Config, seeds: Sequence[int] | None = None, *, record: boo
     """``config`` once per training seed (default :data:`SEEDS`), the partition fixed across them.
 
     The partition seed is ``config.partition_seed`` if set, else :data:`PARTITION_SEED`, so the seeds
-    vary initialisation, client sampling and batch order only. Runs go through :func:`fedlab.run`
-    (cached under ``runs/``, or loaded from committed records unless ``need_theta``); with ``record``
+    vary initialisation, client sampling and batch order only. Runs go through
+    :func:`~lab.evidence.records.run_or_load` (cached under ``runs/``, or loaded from committed
+    records unless ``need_theta``); with ``record``
     each finished run's record is written at once (``figures/records/``), so an interrupted profile
     keeps what it finished. Returns the :class:`~fedlab.results.RunResult` of each seed, in order.
     """
-    from fedlab.engine import run
-    from lab.evidence.records import write_record
+    from lab.evidence.records import run_or_load, write_record
 
     seeds = list(SEEDS if seeds is None else seeds)
     if not seeds or len(set(seeds)) != len(seeds):
@@ -235,7 +235,7 @@ def run_seeds(config: Config, seeds: Sequence[int] | None = None, *, record: boo
     fixed = config if config.partition_seed is not None else config.replace(partition_seed=PARTITION_SEED)
     out = []
     for s in seeds:
-        res = run(fixed.replace(seed=int(s)), progress=False, need_theta=need_theta, dataset=dataset)
+        res = run_or_load(fixed.replace(seed=int(s)), need_theta=need_theta, dataset=dataset)
         if record:
             write_record(res)
         out.append(res)

@@ -18,9 +18,10 @@ a temporary sibling), so the first record of a key stays the evidence even betwe
 What records are for:
 
 * re-plotting a figure from committed data in seconds (:func:`figure_runs`, :func:`figure_data`);
-* skipping runs already done on another machine: :func:`fedlab.run` returns a run that is absent from
-  ``runs/`` but present here from its record (``theta=None``; ``fedlab.run(..., need_theta=True)``
-  trains it where the model itself is analysed);
+* skipping runs already done on another machine: :func:`run_or_load` returns a run that is absent
+  from ``runs/`` but present here from its record (``theta=None``; ``need_theta=True`` trains it
+  where the model itself is analysed). Loading a record is always this explicit act of the lab:
+  :func:`fedlab.run` only trains, resumes or loads from ``runs/``;
 * checking any number: every metric row of every run behind a figure is in its record.
 
 The directory is ``$FEDLAB_RECORDS`` if set, else ``<repo>/figures/records``.
@@ -254,6 +255,25 @@ def load_record(key: str, directory: Path | None = None, *, partition: Any = Non
     except EvidenceError as err:
         raise RecordError(str(err)) from None
     return RunResult(loaded, metrics, None, summary["status"], path, summary, partition)  # type: ignore[arg-type]
+
+
+def run_or_load(config: Config, *, need_theta: bool = False, dataset: Any = None,
+                progress: bool = False) -> RunResult:
+    """``config``'s committed record when one exists for its run key and neither θ is needed nor the
+    run is already in ``runs/``; else :func:`fedlab.run` (train, resume, or load from ``runs/``).
+
+    A record has no model (``theta=None``), so pass ``need_theta=True`` where the model itself is
+    analysed (Hessians, landscapes): the run is then trained, with the same numbers. ``dataset``
+    goes to the run as in :func:`fedlab.run`."""
+    from fedlab.engine import Simulation
+
+    sim = Simulation.build(config, dataset)
+    if not need_theta and not sim.store.checkpoint_path.exists():
+        # read-only: no lock, and nothing is created under runs/
+        committed = load_record(sim.store.dir.name, partition=sim.partition, config=sim.config)
+        if committed is not None:
+            return committed
+    return sim.run(progress=progress)
 
 
 def write_records(results: Iterable[RunResult], directory: Path | None = None) -> list[str]:

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     import fedlab
     from lab.evidence.claims import VERDICTS, claims_table, evaluate_claims
     from lab.evidence.protocol import profile_federation, split_key, tuned_params
+    from lab.evidence.records import run_or_load
     from lab.tools.plots import method_label
 
     p = argparse.ArgumentParser(prog="python -m lab.tools.summary", description=__doc__.splitlines()[0])
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     for method in METHODS:
         tuned = tuned_params(method, base)
         cfg = base.replace(algorithm=method, algorithm_params=dict(tuned.params))
-        res = fedlab.run(cfg, progress=False)
+        res = run_or_load(cfg)
         rows.append({"method": method_label(method), "settings": ", ".join(f"{k}={v}" for k, v in
                                                                          cfg.algorithm_params.items()) or "defaults",
                      "from": tuned.source, "final test acc": round(100 * res.final_accuracy, 2),
