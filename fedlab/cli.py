@@ -206,7 +206,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_algorithms(args: argparse.Namespace) -> int:
     from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.algorithms.accounting import communication_vectors
+    from fedlab.engine.accounting import communication_vectors
 
     rows = []
     for name in algorithm_names():

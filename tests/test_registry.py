@@ -13,7 +13,7 @@ import torch
 import fedlab
 from cases import DEFAULTS, communication
 from fedlab.algorithms import algorithm_class, algorithm_names
-from fedlab.algorithms.accounting import communication_vectors
+from fedlab.engine.accounting import communication_vectors
 
 REQUIRED = set(DEFAULTS)
 NAMES = algorithm_names()

@@ -69,7 +69,7 @@ def random_crop_flip(
     if generator.device.type != x.device.type:
         raise ValueError(
             f"generator is on {generator.device} but x is on {x.device}; "
-            "create the generator on x's device (fedlab.tools.repro.torch_generator(..., device=x.device))"
+            "create the generator on x's device (fedlab.torch_generator(..., device=x.device))"
         )
     p = int(padding)
     n, c, h, w = x.shape

@@ -68,6 +68,14 @@ def _cached_dataset(name: str, device: str, train_size: int | None, test_size: i
                         as_cifar_shape=as_cifar_shape)
 
 
+def _held_out(dataset: Dataset, size: int | None) -> Dataset:
+    """:func:`hold_out_validation`, its ``ValueError`` reported as the config's error (``validation_size``)."""
+    try:
+        return hold_out_validation(dataset, size)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
 def build_dataset(config: Config) -> Dataset:
     """The config's dataset on its device (cached in-process: notebooks run many configs on one).
 
@@ -78,7 +86,7 @@ def build_dataset(config: Config) -> Dataset:
     # trains on should not change with the training seed.
     full = _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
                            config.as_cifar_shape)
-    return hold_out_validation(full, config.validation_size)
+    return _held_out(full, config.validation_size)
 
 
 def build_partition(config: Config, dataset: Dataset) -> Partition:
@@ -271,7 +279,7 @@ class Simulation:
         schedule = load_run_schedule(config)
         if schedule is not None and config.local_steps is not None:  # the largest round bounds the work
             check_round_work(max(len(ids) for ids in schedule), config.local_steps, config.batch_size)
-        dataset = build_dataset(config) if dataset is None else hold_out_validation(dataset, config.validation_size)
+        dataset = build_dataset(config) if dataset is None else _held_out(dataset, config.validation_size)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
         module = module.to(config.device)

@@ -1,5 +1,8 @@
 """The communication a method costs, measured from what it sends (a fact of the algorithm contract).
 
+It lives in the engine because it measures by running one real round (:func:`fedlab.engine.round.run_round`);
+the algorithms only declare what they send.
+
 ``python -m fedlab algorithms`` prints it, and the registry test holds every method's declared
 ``uplink_vectors``/``downlink_vectors`` against it.
 """
@@ -10,6 +13,9 @@ from typing import Any
 import torch
 
 from fedlab.algorithms._registry import get_algorithm
+from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
+from fedlab.engine.round import round_info, run_round
+from fedlab.engine.toy import _GivenBatches
 
 __all__ = ["communication_vectors"]
 
@@ -29,23 +35,14 @@ def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
         r = theta - target
         return r, 0.5 * (r * r).sum()
 
-    from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
-    from fedlab.engine.round import round_info, run_round
-
     server = alg.server_init(theta0)
     info = round_info(0, lr0=0.1, schedule="constant", rounds=1, decay=1.0, client_steps=(2,), n_clients=4,
                       weight_decay=0.0, clip_norm=None)
     jobs = [ClientJob(0, [None, None], None)]
     done = run_round(alg, server, {}, [0], theta0, info,
                      lambda msg, states: run_clients_sequential(
-                         RoundWork(alg, msg, jobs, states, _NoData(), grad_fn, info)))
+                         RoundWork(alg, msg, jobs, states, _GivenBatches(), grad_fn, info)))
     up = sum(v.numel() for v in done.results[0].upload.values()) / dim
     down = sum(v.numel() for v in done.msg.values()) / dim
     return round(up, 2), round(down, 2)
 
-
-class _NoData:
-    """The quadratic oracle needs no batch."""
-
-    def batch(self, batch: Any, generator: torch.Generator | None) -> Any:
-        return batch
