@@ -26,9 +26,6 @@ objectives come from :func:`global_loss_fn` / :func:`client_loss_fn`, whose
 :class:`~fedlab.analysis.federation.EmpiricalLoss` lets products be accumulated chunk by chunk.
 Random start vectors come from an explicit ``torch.Generator`` (default: derived from seed 0), drawn
 on the generator's device and moved to θ's, so results do not depend on the global RNG.
-
-Why ~490 lines: one Hessian-vector operator and the three estimators built on it (power/Lanczos
-eigenvalues, Hutchinson trace, SAM sharpness), which share its checks and backends.
 """
 from __future__ import annotations
 

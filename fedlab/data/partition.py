@@ -6,7 +6,7 @@ iteration over sets or dicts), so the same call gives the same :attr:`Partition.
 every process. Generated partitions list each client's indices in ascending order; that order
 carries no information, since the engine shuffles each client's data with its own generator.
 
-The schemes and the code bases whose conventions they follow (``docs/ALGORITHMS.md`` §21):
+The schemes and the code bases whose conventions they follow (../shared/docs/ALGORITHMS.md §21):
 
 ==================  ==================================================================  =========
 scheme              what α / the parameter means                                        disjoint

@@ -13,9 +13,6 @@ choice draws from a generator derived from (seed, purpose, round, client), and e
 (one metrics row and divergence), ``_status`` (diverged / collapsed / finished), ``_save`` (a
 :class:`fedlab.results.Checkpoint`, whose on-disk layout only the results store knows) and
 ``_result``.
-
-Why ~550 lines: it is the :class:`Simulation` (build, resume, train, record) plus the build-time
-validators it calls; each method holds one step.
 """
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ Solvers (rows):
   not a fedlab dependency); its products are counted by wrapping its product function, and it draws
   its random vectors from torch's global generator, which is seeded for it here.
 
-The same Rademacher probes (drawn from :func:`lab.tools.repro.torch_generator`) are used by every solver
+The same Rademacher probes (drawn from :func:`fedlab.torch_generator`) are used by every solver
 but PyHessian, so their traces differ by float rounding only. The landscape part times
 :func:`fedlab.analysis.slice_2d` on a ``--grid`` × ``--grid`` grid over ``--landscape-n`` images
 (notebook 09's cpu-ci measured F has 5 × 32) in the variants of :data:`LANDSCAPE_VARIANTS`: the
