@@ -327,15 +327,15 @@ def test_every_atomic_write_honours_the_umask(tmp_path, umask027, tiny):
 
 
 def test_dataset_unpacking_uses_the_atomic_write(tmp_path, umask027):
-    from fedlab.data import datasets
+    from fedlab.data import _files
 
     source = tmp_path / "deb"
     source.mkdir()
-    for f in datasets.FMNIST_FILES:
+    for f in _files.FMNIST_FILES:
         with gzip.open(source / (f + ".gz"), "wb") as fh:
             fh.write(f.encode() * 3)
-    assert datasets._gunzip_from_debian(tmp_path / "raw", source) == ""
-    for f in datasets.FMNIST_FILES:
+    assert _files._gunzip_from_debian(tmp_path / "raw", source) == ""
+    for f in _files.FMNIST_FILES:
         assert (tmp_path / "raw" / f).read_bytes() == f.encode() * 3
         assert _mode(tmp_path / "raw" / f) == 0o640
     assert not list((tmp_path / "raw").glob(".*"))

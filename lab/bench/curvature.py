@@ -38,9 +38,6 @@ intra-op threads, so that "new" is also compared on the same cores), channels-la
 and the default (channels-last, one grid point per usable core). One torch thread by default
 (``--threads``); wall times on a shared machine are noisy, so the load average is printed with the
 numbers.
-
-Why ~440 lines: one benchmark — the plain-autograd reference solvers it compares against, the rows
-and the report.
 """
 from __future__ import annotations
 

@@ -22,9 +22,6 @@ fedlab's best mode over the conventional loop (float32 against float32, bf16 aga
 against the float32 loop, labelled as such), the fraction of a plain float32 matmul's FLOP rate
 that each mode achieves (model FLOPs from ``torch.utils.flop_counter.FlopCounterMode``), and the peak
 memory of the vectorised path per chunk size (see :mod:`fedlab.engine.chunking`).
-
-Why ~520 lines: the execution-mode comparison (``speed_main``, ~180 lines) and the per-algorithm
-table share the modes and the timing helpers; splitting ``speed_main`` is open work.
 """
 from __future__ import annotations
 
