@@ -35,15 +35,14 @@ from fedlab.analysis.friendly import (
 )
 from fedlab.analysis.gradients import ClientGradients, client_gradients
 from fedlab.analysis.hessian import (
-    HessianEigen,
     HessianOperator,
     TraceEstimate,
     hessian_matrix,
     hessian_trace,
     hvp,
     sam_sharpness,
-    top_eigenvalues,
 )
+from fedlab.analysis.eigen import HessianEigen, top_eigenvalues
 from fedlab.analysis.incompatibility import (
     IncompatibilityReport,
     MixingSweep,

@@ -30,7 +30,8 @@ from torch import Tensor
 from torch.func import vmap
 from tqdm import tqdm
 
-from fedlab.analysis.federation import federation_from_config, resolve_chunk
+from fedlab.analysis.federation import federation_from_config
+from fedlab.analysis.points import resolve_chunk
 from fedlab.analysis.gradients import ClientGradients, check_rho, client_gradients
 from fedlab.analysis.incompatibility import perturbation
 from fedlab.models.functional import FlatModel

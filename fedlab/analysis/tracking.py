@@ -33,7 +33,8 @@ import pandas as pd
 from torch import Tensor
 
 from fedlab.analysis.federation import EmpiricalLoss, client_data, global_loss_fn
-from fedlab.analysis.hessian import hessian_trace, sam_sharpness, top_eigenvalues
+from fedlab.analysis.eigen import top_eigenvalues
+from fedlab.analysis.hessian import hessian_trace, sam_sharpness
 from fedlab._rng import numpy_generator, torch_generator
 from fedlab.results import atomic_write_text
 
