@@ -149,7 +149,7 @@ def test_curve_gap():
 
 def test_bench_amp_check_quick_prints_the_table(tmp_path):
     out = tmp_path / "amp.json"
-    proc = subprocess.run([sys.executable, "-m", "fedlab", "bench", "--amp-check", "--quick", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "--amp-check", "--quick", "--json", str(out)],
                           cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
                           capture_output=True, text=True, timeout=window(240))
     assert proc.returncode == 0, proc.stderr[-2000:]
