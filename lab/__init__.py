@@ -6,10 +6,10 @@ committed run records (:mod:`lab.evidence`), figure writing with provenance and 
 (``python -m lab ...``). The lab imports the library; the library never imports the lab
 (``tests/test_layering.py``).
 
-Importing the lab sets its environment (:func:`lab.tools.repro.lab_environment`): ``$FEDLAB_RUNS``
+Importing the lab sets its environment (:func:`lab.repro.lab_environment`): ``$FEDLAB_RUNS``
 defaults to this repository's ``runs/`` — so a notebook executed with ``--cwd notebooks`` writes its
 runs where ``make run`` and the tests look — and the allocator thresholds are fixed (timing only).
 """
-from lab.tools.repro import lab_environment
+from lab.repro import lab_environment
 
 lab_environment()

@@ -69,7 +69,7 @@ from fedlab.evidence.tuning import DEFAULT_GRIDS
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import curve_data, method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
-from lab.tools.repro import CITABLE_PROFILES, REPO_ROOT
+from lab.repro import CITABLE_PROFILES, REPO_ROOT
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))

@@ -109,7 +109,7 @@ from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
 from fedlab import torch_generator
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))

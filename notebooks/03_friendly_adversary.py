@@ -100,7 +100,7 @@ from lab.evidence.protocol import PARTITION_SEED, run_seeds
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import draw_band, method_color, use_house_style
 from lab.tools.figures import save_figure
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

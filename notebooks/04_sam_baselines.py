@@ -81,7 +81,7 @@ from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
                                 status_note, use_house_style)
 from lab.tools.figures import save_figure
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 NB = "04_sam_baselines"

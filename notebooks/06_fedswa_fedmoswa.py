@@ -80,7 +80,7 @@ from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_pa
 from lab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
                                 status_note, use_house_style)
 from lab.tools.figures import save_figure
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 NB = "06_fedswa_fedmoswa"

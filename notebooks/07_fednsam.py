@@ -107,7 +107,7 @@ from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, status_note,
                                 use_house_style)
 from lab.tools.figures import save_figure
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
 
 use_house_style()

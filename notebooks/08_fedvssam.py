@@ -97,7 +97,7 @@ from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import method_color, status_note, use_house_style
 from lab.tools.figures import save_figure
 from fedlab import numpy_generator, torch_generator
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
 
 use_house_style()

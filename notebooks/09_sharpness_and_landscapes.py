@@ -108,7 +108,7 @@ from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
 from fedlab import numpy_generator, torch_generator
-from lab.tools.repro import CITABLE_PROFILES
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have

@@ -93,7 +93,7 @@ from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import METHOD_ORDER, method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
-from lab.tools.repro import CITABLE_PROFILES, FIGURES_DIR
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR
 from fedlab.sweep import summary_table
 
 use_house_style()

@@ -73,7 +73,7 @@ def test_measured_costs_are_positive():
 
 def test_the_plan_names_real_methods_and_notebooks():
     from fedlab.algorithms import algorithm_names
-    from lab.tools.repro import REPO_ROOT
+    from lab.repro import REPO_ROOT
 
     for nb, families in PLAN.items():
         assert (REPO_ROOT / "notebooks" / f"{nb}.py").exists(), nb
@@ -83,7 +83,7 @@ def test_the_plan_names_real_methods_and_notebooks():
 
 def test_make_figures_runs_every_notebook_once_with_10_first():
     from lab.evidence.budget import RUN_ORDER
-    from lab.tools.repro import REPO_ROOT
+    from lab.repro import REPO_ROOT
 
     notebooks = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert sorted(RUN_ORDER) == notebooks and RUN_ORDER[0] == "10_benchmarks"

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import fedlab
-import lab.tools.repro
+import lab.repro
 from lab.evidence.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
 from lab.evidence.records import write_record
 from fedlab.results import RunResult
@@ -119,7 +119,7 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
                 cls = algorithm_class(arm["algorithm"])
                 names = {f.name for f in dataclasses.fields(cls.hparams_cls)}
                 assert set(arm.get("params", {})) <= names, (c.id, arm)
-        assert (lab.tools.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
+        assert (lab.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
     verdicts = [evaluate_claim(c, tmp_path) for c in claims]  # an empty figures dir: nothing run yet
     assert {v.verdict for v in verdicts} == {"not run"}
     paths = write_claims(verdicts, tmp_path / "claims_cpu")
@@ -154,7 +154,7 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
     such first: rewriting the table would publish the changed numbers."""
     from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims
     from fedlab.evidence.integrity import MANIFEST_NAME, problems
-    from lab.tools.repro import FIGURES_DIR, REPO_ROOT
+    from lab.repro import FIGURES_DIR, REPO_ROOT
 
     found = problems(FIGURES_DIR)
     assert not any(found.values()), (

@@ -28,7 +28,7 @@ from fedlab.evidence import integrity
 from fedlab.evidence.integrity import MANIFEST_NAME, EvidenceError, problems
 from lab.evidence.records import RecordError, load_record, record_path, write_record
 from fedlab.evidence.tuning import TuningError, load_tuning
-from lab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.repro import FIGURES_DIR, REPO_ROOT
 
 SIDECAR = "10_benchmarks_bars_fmnist"  # the figure behind "FedVSSAM > FedSAM (Dir 0.1)"
 

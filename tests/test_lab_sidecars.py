@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lab.evidence.records import SUFFIX
-from lab.tools.repro import FIGURES_DIR
+from lab.repro import FIGURES_DIR
 
 SIDECARS = sorted(p for p in FIGURES_DIR.glob("*.json") if "records" in json.loads(p.read_text()))
 

@@ -10,7 +10,7 @@ import pytest
 
 from fedlab.evidence import integrity
 from lab.evidence import rekey
-from lab.tools.repro import FIGURES_DIR
+from lab.repro import FIGURES_DIR
 
 RECORDS = sorted((FIGURES_DIR / "records").glob("*.json.gz"))
 

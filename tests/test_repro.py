@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from lab.tools import figures, repro  # noqa: E402
+from lab import repro
+from lab.tools import figures  # noqa: E402
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 
@@ -80,10 +81,10 @@ def _fedlab_imports(module) -> set[str]:
 def test_records_repro_and_figures_import_in_one_direction():
     from lab.evidence import records
 
-    assert "lab.tools.repro" in _fedlab_imports(records)
+    assert "lab.repro" in _fedlab_imports(records)
     assert not {"lab.evidence.records", "lab.tools.figures"} & _fedlab_imports(repro)
     assert "lab.tools.figures" not in _fedlab_imports(records)
-    assert {"lab.tools.repro", "lab.evidence.records"} <= _fedlab_imports(figures)
+    assert {"lab.repro", "lab.evidence.records"} <= _fedlab_imports(figures)
 
 
 def test_every_method_has_its_own_colour_and_style():

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from lab.tools.repro import REPO_ROOT
+from lab.repro import REPO_ROOT
 
 PAPER_PARAMS = REPO_ROOT / "notebooks" / "params" / "04_sam_baselines.paper.yaml"
 SPEED_MODES = ("conventional", "sequential", "vectorised", "auto", "conventional_bf16", "auto_bf16")

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from lab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.repro import FIGURES_DIR, REPO_ROOT
 
 ANALYSIS_S_PER_MODEL = 15.0
 """Seconds of analysis per analysed model (a top eigenvalue, a trace, a slice on the cpu sizes)."""

@@ -43,7 +43,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.tools.repro import FIGURES_DIR
+from lab.repro import FIGURES_DIR
 from fedlab.evidence.integrity import rerecord
 from fedlab.results import RunResult
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide,
@@ -172,7 +172,7 @@ def load_claims(path: Path | None = None) -> list[Claim]:
 
 # --- evidence --------------------------------------------------------------------------------------
 def _arm_name(arm: Mapping[str, Any]) -> str:
-    from lab.tools.plots import method_label
+    from lab.style import method_label
 
     if not arm:
         return "value"
@@ -686,7 +686,7 @@ def write_claims(verdicts: Sequence[Verdict], stem: Path | None = None, profile:
     """Write ``figures/claims_<profile>.md`` (Markdown table) and ``.csv``, and refresh the claims block of
     each of ``pages`` (default, when ``stem`` is not given: the repository's README.md and
     figures/README.md, where they have one)."""
-    from lab.tools.repro import REPO_ROOT
+    from lab.repro import REPO_ROOT
 
     if pages is None:
         pages = [REPO_ROOT / "README.md", FIGURES_DIR / "README.md"] if stem is None else []

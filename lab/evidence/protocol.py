@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlab.config import Config
-from lab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["PARTITION_SEED", "SEEDS", "TUNING", "Tuned", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_profile", "tune_splits", "tuned_params", "tuning_dir", "UNTUNED_PROFILES"]

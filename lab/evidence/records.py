@@ -42,7 +42,7 @@ from typing import Any
 import pandas as pd
 
 from fedlab.config import Config
-from lab.tools.repro import FIGURES_DIR
+from lab.repro import FIGURES_DIR
 from fedlab.evidence.integrity import EvidenceError, add, evidence_root, verify
 from fedlab.results import TERMINAL_STATUSES, RunResult
 from fedlab.store.atomic import TMP_SUFFIX

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from fedlab.evidence import integrity
 from lab.evidence.records import SUFFIX, encode_payload, records_dir
-from lab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.repro import FIGURES_DIR, REPO_ROOT
 
 # Runs on the old code and on this checkout's: only APIs that have existed since records were first committed.
 _KEYS_SCRIPT = r"""

@@ -24,7 +24,7 @@ from typing import Any
 
 from lab.evidence.claims import Verdict, evaluate_claims, load_claims
 from lab.evidence.protocol import SEEDS, profile_federation
-from lab.tools.repro import FIGURES_DIR
+from lab.repro import FIGURES_DIR
 
 __all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
 

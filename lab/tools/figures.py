@@ -1,9 +1,9 @@
 """Figures with provenance: PNG + PDF + a JSON sidecar, the numbers plotted, the runs behind them.
 
 :func:`save_figure` writes a figure and its sidecar (parameters, seed, run config hashes, the
-environment and git stamp of :mod:`lab.tools.repro`, dataset checksums) and commits the runs
+environment and git stamp of :mod:`lab.repro`, dataset checksums) and commits the runs
 behind it as records (:mod:`lab.evidence.records`); :func:`write_figure_index` regenerates the
-citation index ``figures/README.md``. Kept apart from :mod:`~lab.tools.repro` so that the records
+citation index ``figures/README.md``. Kept apart from :mod:`~lab.repro` so that the records
 (which need its paths) and the figures (which need the records) import in one direction only.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedlab._paths import data_root
-from lab.tools.repro import CITABLE_PROFILES, FIGURES_DIR, environment, git_commit, package_versions
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR, environment, git_commit, package_versions
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.tools.repro import REPO_ROOT
+from lab.repro import REPO_ROOT
 
 NB_DIR = REPO_ROOT / "notebooks"
 STRIP_FLAGS = ["--keep-output", "--keep-count", "--extra-keys", "metadata.papermill cell.metadata.papermill"]

@@ -15,18 +15,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-METHOD_ORDER = ("fedavg", "fedprox", "scaffold", "feddyn", "fedacg", "fedsam", "mofedsam", "fedgamma",
-                "fedspeed", "fedsmoo", "fedsmoo_adaptive", "fedlesam", "fedswa", "fedmoswa", "fednsam",
-                "fedvssam")
-METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "feddyn": "FedDyn",
-                 "fedacg": "FedACG", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
-                 "fedspeed": "FedSpeed", "fedsmoo": "FedSMOO", "fedsmoo_adaptive": "FedSMOO (adaptive)",
-                 "fedlesam": "FedLESAM", "fedswa": "FedSWA", "fedmoswa": "FedMoSWA", "fednsam": "FedNSAM",
-                 "fedvssam": "FedVSSAM"}
-# one colour per method, no two alike (FedAvg black as the reference, FedProx the only grey)
-_PALETTE = ["#000000", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
-            "#e377c2", "#2ca02c", "#006d2c", "#b15928", "#1b9e77", "#393b79", "#e6ab02", "#d62728"]
-METHOD_COLORS = dict(zip(METHOD_ORDER, _PALETTE))
+# the method facts are lab.style's; re-exported here, where the notebooks draw with them
+from lab.style import _PALETTE, METHOD_COLORS, METHOD_LABELS, METHOD_ORDER, method_color, method_label
+
 # line styles and markers cycle with a different period than the colours, so that no two methods share
 # all three; dotted is kept for collapsed runs (COLLAPSED_STYLE)
 _LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
@@ -42,14 +33,6 @@ def use_house_style() -> None:
         "legend.fontsize": 8, "legend.frameon": False, "xtick.labelsize": 9, "ytick.labelsize": 9,
         "lines.linewidth": 1.6, "font.family": "DejaVu Sans",
     })
-
-
-def method_label(name: str) -> str:
-    return METHOD_LABELS.get(name, name)
-
-
-def method_color(name: str) -> str:
-    return METHOD_COLORS.get(name, "#333333")
 
 
 def method_style(name: str, index: int | None = None) -> dict[str, Any]:

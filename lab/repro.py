@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO_ROOT: Path = Path(__file__).resolve().parents[2]  # this file is <repo>/lab/tools/repro.py
+REPO_ROOT: Path = Path(__file__).resolve().parents[1]  # this file is <repo>/lab/repro.py
 """The repository root (notebooks resolve every path from here, never from the cwd)."""
 RUNS_DIR: Path = REPO_ROOT / "runs"
 """The repository's run store: the lab points ``$FEDLAB_RUNS`` here (:func:`lab_environment`)."""
