@@ -4,8 +4,11 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 export PYTHONHASHSEED := 0
+# Every run of a make target lands in this repository's runs/, whatever the working directory of the
+# process (papermill executes the notebooks with --cwd notebooks); fedlab's own default is ./runs.
+export FEDLAB_RUNS ?= $(CURDIR)/runs
 NB_OUT := runs/notebooks
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
@@ -20,10 +23,11 @@ HAVE_MATHJAX := test -f /usr/share/javascript/mathjax/MathJax.js -a -d /usr/shar
 .PHONY: venv data sysdeps run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp bench-sweep clean-runs
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[notebooks,test,book,flower,distributed]"
+	$(PY) -m pip install -q --no-deps -e ./lab  # the repository's harness beside the library (lab/README.md)
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root);
@@ -47,7 +51,7 @@ sysdeps:
 
 # The main job (<= 10 min on 2 cores once the venv exists): every notebook at its ci size, two at a
 # time through papermill, then FedAvg, FedSAM and FedVSSAM on the cpu profile's Dirichlet-0.1
-# federation with the hyperparameters tuned for it (fedlab/tools/summary.py; notebook 10's seed-0 runs,
+# federation with the hyperparameters tuned for it (lab/tools/summary.py; notebook 10's seed-0 runs,
 # loaded from figures/records/ where committed).
 run: venv data
 	@mkdir -p $(NB_OUT); t0=$$(date +%s); \
@@ -56,7 +60,7 @@ run: venv data
 	    --no-progress-bar --log-level WARNING > $${out%.ipynb}.log 2>&1 \
 	  && echo "executed  $$nb" || { echo "FAILED    $$nb (log: $${out%.ipynb}.log)"; exit 255; }' || exit 1; \
 	t1=$$(date +%s); echo; \
-	OMP_NUM_THREADS=1 $(PY) -m fedlab.tools.summary --client-threads 2 || exit 1; \
+	OMP_NUM_THREADS=1 $(PY) -m lab.tools.summary --client-threads 2 || exit 1; \
 	t2=$$(date +%s); echo; \
 	echo "executed notebooks (ci size): $(NB_OUT)/   their figures: figures/_scratch/   runs: runs/"; \
 	echo "committed cpu-profile figures, their data and evidence: figures/README.md"; \
@@ -103,47 +107,47 @@ lab: venv
 
 # Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients): first the
 # tuning of every method on every split (validation data held out; resumable), then the notebooks in
-# the order of fedlab.evidence.budget.RUN_ORDER (10 first: the others reuse its runs), training one
+# the order of lab.evidence.budget.RUN_ORDER (10 first: the others reuse its runs), training one
 # client per core where a notebook trains (client_threads: same numbers as one client at a time).
 # Every finished run is written to figures/records/ at once: commit them as they come (a rerun, here
 # or on another machine, skips every committed run). `make figures-dry-run` estimates the time.
 CORES ?= $(shell nproc 2>/dev/null || echo 1)
 figures: venv data
-	OMP_NUM_THREADS=1 $(PY) -m fedlab tune-profile --client-threads $(CORES)
-	@for base in $$($(PY) -c "from fedlab.evidence.budget import RUN_ORDER; print(' '.join(RUN_ORDER))"); do \
+	OMP_NUM_THREADS=1 $(PY) -m lab tune-profile --client-threads $(CORES)
+	@for base in $$($(PY) -c "from lab.evidence.budget import RUN_ORDER; print(' '.join(RUN_ORDER))"); do \
 	  params=notebooks/params/$$base.cpu.yaml; \
 	  threads=$$(grep -q '^client_threads = ' notebooks/$$base.py && echo "-p client_threads $(CORES)"); \
 	  echo "== $$base ($$params $$threads)"; \
 	  OMP_NUM_THREADS=1 $(PY) -m papermill notebooks/$$base.ipynb runs/figures/$$base.ipynb -f $$params $$threads \
 	    -k python3 --cwd notebooks --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
 	done
-	$(PY) -m fedlab claims --write
+	$(PY) -m lab claims --write
 
 # What `make figures` would cost (runs x rounds x measured per-round cost, minus committed records),
 # and the papers' claims evaluated from the committed results (writes figures/claims_cpu.{md,csv}).
 figures-dry-run: venv
-	OMP_NUM_THREADS=1 $(PY) -m fedlab figures --dry-run
+	OMP_NUM_THREADS=1 $(PY) -m lab figures --dry-run
 
 claims: venv
-	$(PY) -m fedlab claims --write
+	$(PY) -m lab claims --write
 
 bench: venv data
-	$(PY) -m fedlab bench --algorithms all
+	$(PY) -m lab bench --algorithms all
 
 # Execution modes side by side (conventional loop, sequential, vmap, auto, client threads, NHWC, bf16);
 # JSON in runs/bench/. bench-amp: what bf16 does to accuracy (FedAvg, FedSAM; 50 rounds on Fashion-MNIST).
 bench-speed: venv data
 	@mkdir -p runs/bench
-	$(PY) -m fedlab bench --speed --models cnn --rounds 6 --json runs/bench/speed_cnn.json
+	$(PY) -m lab bench --speed --models cnn --rounds 6 --json runs/bench/speed_cnn.json
 
 bench-amp: venv data
 	@mkdir -p runs/bench
-	$(PY) -m fedlab bench --amp-check --json runs/bench/amp_check.json
+	$(PY) -m lab bench --amp-check --json runs/bench/amp_check.json
 
-# Wall time of a 16-run sweep sequential vs a local process pool vs Ray (fedlab.bench.sweep).
+# Wall time of a 16-run sweep sequential vs a local process pool vs Ray (lab.bench.sweep).
 bench-sweep: venv data
 	@mkdir -p runs/bench
-	$(PY) -m fedlab bench sweep --json runs/bench/sweep.json
+	$(PY) -m lab bench sweep --json runs/bench/sweep.json
 
 clean-runs:
 	rm -rf runs

@@ -202,7 +202,7 @@ class Config:
     channels_last: bool = _opt(False, "run convolutions in NHWC memory layout (faster kernels; same function, "
                                "last-bit differences)")
     checkpoint_every: int = _opt(10, "write a checkpoint every this many rounds")
-    runs_dir: str | None = _opt(None, "where run directories live (None = <repo>/runs)")
+    runs_dir: str | None = _opt(None, "where run directories live (None = $FEDLAB_RUNS, else ./runs)")
     name: str | None = _opt(None, "label for plots and summaries (not hashed)")
 
     def __post_init__(self) -> None:

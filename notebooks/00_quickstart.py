@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 00 · Quickstart: FedAvg, FedSAM and FedVSSAM on Fashion-MNIST
 #
@@ -49,12 +64,12 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from fedlab.evidence.protocol import PARTITION_SEED, profile_federation, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, profile_federation, run_seeds, tuned_params
 from fedlab.evidence.tuning import DEFAULT_GRIDS
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import curve_data, method_color, method_label, status_note, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES, REPO_ROOT
+from lab.tools.plots import curve_data, method_color, method_label, status_note, use_house_style
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES, REPO_ROOT
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -98,7 +113,7 @@ if profile == "cpu":
 # %% [markdown]
 # ## 3. Train FedAvg, FedSAM and FedVSSAM
 # Each method runs with the hyperparameters **tuned for this split** on a validation set held out from
-# the training data (`fedlab.evidence.protocol.tuned_params`, the committed choice in
+# the training data (`lab.evidence.protocol.tuned_params`, the committed choice in
 # `figures/tuning/<split>/`; notebook 04 measures what a SAM radius too large for this small CNN does to
 # it, and why the radius must be chosen per model). Where no tuning is committed yet the
 # method runs at its defaults and the table says "untuned". Each run is stored under `runs/` (a second
@@ -238,7 +253,7 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("00_quickstart")
 print(report.text())

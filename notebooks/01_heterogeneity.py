@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 01 · Heterogeneity: how clients' data are split, and why "Dir-0.5" is not always "Dir-0.5"
 #
@@ -35,8 +50,8 @@ import fedlab
 from fedlab.data import partition as P
 from matplotlib.ticker import FuncFormatter
 
-from fedlab.tools.plots import use_house_style
-from fedlab.tools.figures import save_figure
+from lab.tools.plots import use_house_style
+from lab.tools.figures import save_figure
 
 use_house_style()
 data = fedlab.load_dataset(dataset)
@@ -257,7 +272,7 @@ print("same split after a JSON round trip:", again.fingerprint == splits["dirich
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("01_heterogeneity")
 print(report.text())

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 02 · Flatness incompatibility: why locally flat is not globally flat
 #
@@ -89,11 +104,12 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from fedlab.engine.toy import run_functional
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import method_color, method_label, status_note, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES, torch_generator
+from lab.tools.plots import method_color, method_label, status_note, use_house_style
+from lab.tools.figures import save_figure
+from fedlab import torch_generator
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -712,7 +728,7 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("02_flatness_incompatibility")
 print(report.text())

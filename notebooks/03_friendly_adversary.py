@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 03 · The friendly adversary: heterogeneity and batch noise in a local SAM perturbation
 #
@@ -81,11 +96,11 @@ from fedlab.analysis import (
     gradient_decomposition,
     mixing_sweep,
 )
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds
+from lab.evidence.protocol import PARTITION_SEED, run_seeds
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import draw_band, method_color, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES
+from lab.tools.plots import draw_band, method_color, use_house_style
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have
@@ -484,7 +499,7 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("03_friendly_adversary")
 print(report.text())

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 04 · The SAM family in federated learning: FedSAM, MoFedSAM, FedGAMMA, FedSpeed, FedLESAM
 #
@@ -60,13 +75,13 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from fedlab.evidence.collapse import chance_threshold
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
+from lab.evidence.collapse import chance_threshold
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
+from lab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
                                 status_note, use_house_style)
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 NB = "04_sam_baselines"
@@ -76,7 +91,7 @@ seeds = list(range(seed, seed + n_seeds))
 # Plot helpers used by every figure below. Each method gets its own colour, line style *and* marker;
 # a curve is the mean over the seeds whose run finished, with its 95 % interval as a band (none with
 # one seed); a seed whose run collapsed (accuracy at chance over its last quarter,
-# `fedlab.evidence.collapse`) or diverged is drawn on its own, thin, dotted, with ✕ markers and its
+# `lab.evidence.collapse`) or diverged is drawn on its own, thin, dotted, with ✕ markers and its
 # status in the legend, and never averaged in.
 
 # %%
@@ -139,10 +154,10 @@ def all_runs(runs):
 # Two committed sweeps (`figures/tuning/04_rho_sweep_fedsam_<model>.csv`, made by `fedlab.tune`):
 # FedSAM at ρ ∈ {0, 0.02, 0.05, 0.1} on Fashion-MNIST, Dirichlet 0.1, 100 clients, scored by the mean
 # validation accuracy over the last quarter of a short horizon (its protocol is printed below, read
-# from the sweep's JSON). The dashed line is the collapse threshold of `fedlab.evidence.collapse`
+# from the sweep's JSON). The dashed line is the collapse threshold of `lab.evidence.collapse`
 # (chance + 5 points). When they are committed, the right panel shows the protocol's tuning grid of
 # every SAM-family method on the Dirichlet-0.1 split (`figures/tuning/dirichlet-0.1/<method>.csv`,
-# written by `python -m fedlab tune-profile`) — the grids from which this notebook's radii come.
+# written by `python -m lab tune-profile`) — the grids from which this notebook's radii come.
 # These are committed files: the figure is the same whatever profile runs the notebook.
 
 # %%
@@ -169,7 +184,7 @@ for arch, (table, meta) in sweeps.items():
 missing = [m for m in SAM_FAMILY if m not in grids]
 print(f"tuning grids on dirichlet-0.1 committed for: {', '.join(method_label(m) for m in grids) or 'none'}")
 if missing:
-    print(f"not committed yet (run `python -m fedlab tune-profile`): {', '.join(method_label(m) for m in missing)}")
+    print(f"not committed yet (run `python -m lab tune-profile`): {', '.join(method_label(m) for m in missing)}")
 
 # %%
 n_panels = 2 if grids else 1
@@ -526,7 +541,7 @@ for name, params, ref, diff, moved in identity:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("04_sam_baselines")
 print(report.text())

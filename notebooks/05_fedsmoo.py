@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 05 · FedSMOO: dynamic regularisation plus a globally corrected perturbation
 #
@@ -62,12 +77,12 @@ import torch
 
 import fedlab
 from fedlab.engine.toy import quadratic_federation, run_functional
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, method_label, status_note,
+from lab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, method_label, status_note,
                                 use_house_style)
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 NB = "05_fedsmoo"
@@ -475,7 +490,7 @@ print(f"main runs, rounds 1-{w}, every seed: largest difference to FedAvg's trai
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("05_fedsmoo")
 print(report.text())

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 06 · FedSWA and FedMoSWA: flatness from a cyclic learning rate instead of a second gradient
 #
@@ -61,11 +76,11 @@ import torch
 import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
-from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
                                 status_note, use_house_style)
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 NB = "06_fedswa_fedmoswa"
@@ -495,7 +510,7 @@ for n, rs in runs.items():
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("06_fedswa_fedmoswa")
 print(report.text())

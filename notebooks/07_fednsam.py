@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 07 · FedNSAM: searching for flatness along the global momentum
 #
@@ -86,12 +101,13 @@ import torch
 import fedlab
 from fedlab.engine.sampling import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.records import run_or_load
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, status_note,
+from lab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, status_note,
                                 use_house_style)
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
 
 use_house_style()
@@ -266,9 +282,8 @@ print(pd.DataFrame({"algorithm": {k: a for k, (a, _) in methods.items()},
                     "source": sources}).to_string())
 sam_rho = fedlab.get_algorithm("fedsam", methods["FedSAM"][1]).hp.rho  # the radius FedSAM runs with
 short = base.replace(rounds=check_rounds, eval_every=1)
-sam_short = fedlab.run(short.replace(algorithm="fedsam", algorithm_params={"rho": sam_rho}), progress=False)
-nsam0_short = fedlab.run(short.replace(algorithm="fednsam", algorithm_params={"rho": sam_rho, "gamma": 0.0}),
-                         progress=False)
+sam_short = run_or_load(short.replace(algorithm="fedsam", algorithm_params={"rho": sam_rho}))
+nsam0_short = run_or_load(short.replace(algorithm="fednsam", algorithm_params={"rho": sam_rho, "gamma": 0.0}))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -387,7 +402,7 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("07_fednsam")
 print(report.text())

@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 08 · FedVSSAM: one variance-suppressed direction for the perturbation, the step and the server
 #
@@ -29,7 +44,7 @@
 # $h^0 = 0$; weight decay and clipping act on $u$, outside the mixing. A switch turned off replaces the
 # suppressed direction with the plain one: LF off → perturb along $g_i$, LU off → step along $\tilde g$,
 # GU off → $\gamma_g = 1$.
-
+#
 #
 # **The evidence protocol.** The full method runs with the ρ and preset **tuned** for this split on a
 # held-out validation set (`tuned_params("fedvssam", split)`, `figures/tuning/`); each ablation switches
@@ -77,11 +92,12 @@ from torch.func import vmap
 import fedlab
 from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import method_color, status_note, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES, numpy_generator, torch_generator
+from lab.tools.plots import method_color, status_note, use_house_style
+from lab.tools.figures import save_figure
+from fedlab import numpy_generator, torch_generator
+from lab.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
 
 use_house_style()
@@ -236,8 +252,7 @@ plt.show()
 # %%
 full_run = (runs["full (LF + LU + GU)"] if ablation == "paper" else runs["LF+LU+GU"])[0]  # the first seed
 # RunResult.server is the final server state (None for a run read from a committed record: train it here)
-server = full_run.server if full_run.server is not None else fedlab.run(full_run.config, need_theta=True,
-                                                                        progress=False).server
+server = full_run.server if full_run.server is not None else fedlab.run(full_run.config, progress=False).server
 theta, h = server["theta"].to(device), server["h"].to(device)
 sim = fedlab.Simulation.build(full_run.config)
 grad_fn = sim.model.grad_fn
@@ -480,9 +495,8 @@ short = base.replace(rounds=check_rounds, eval_every=1)
 comm = {"FedAvg": ("fedavg", {}), "FedSAM": ("fedsam", {"rho": rho}),
         "FedVSSAM base": ("fedvssam", {"rho": rho, "preset": "base"}),
         "FedVSSAM": ("fedvssam", full_params), "SCAFFOLD": ("scaffold", {}), "FedGAMMA": ("fedgamma", {})}
-# need_theta: the identity compares the trained models themselves (a committed record holds no θ)
-comm_runs = {label: fedlab.run(short.replace(algorithm=alg, algorithm_params=params), progress=False,
-                               need_theta=True)
+# fedlab.run trains (or loads from runs/): the identity compares the trained models themselves
+comm_runs = {label: fedlab.run(short.replace(algorithm=alg, algorithm_params=params), progress=False)
              for label, (alg, params) in comm.items()}
 
 # %%
@@ -533,7 +547,7 @@ print("FedVSSAM uplink == FedGAMMA uplink / 2:", 2 * up["FedVSSAM"] == up["FedGA
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("08_fedvssam")
 print(report.text())

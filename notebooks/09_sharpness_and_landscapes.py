@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 09 · Sharpness and loss landscapes of the final global models
 #
@@ -87,11 +102,13 @@ from fedlab.analysis import (
     top_eigenvalues,
     track_sharpness,
 )
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.records import run_or_load
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES, numpy_generator, torch_generator
+from lab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
+from lab.tools.figures import save_figure
+from fedlab import numpy_generator, torch_generator
+from lab.repro import CITABLE_PROFILES
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have
@@ -522,7 +539,7 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 track_rows, track_runs = [], []
 for name in track_methods:
     results = [run_of[(name, s_)] if (name, s_) in run_of else
-               fedlab.run(method_config(name).replace(seed=s_), progress=False) for s_ in seeds]
+               run_or_load(method_config(name).replace(seed=s_)) for s_ in seeds]
     track_runs += results
     for res in results:
         m = tracked[(name, res.config.seed)].dropna(subset=["lambda_1"])
@@ -594,7 +611,7 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("09_sharpness_and_landscapes")
 print(report.text())

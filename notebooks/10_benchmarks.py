@@ -1,3 +1,18 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 10 · Benchmarks: every method on three splits
 #
@@ -17,7 +32,7 @@
 # implicit: the **uplink cost** per client and round in units of the model size d (FedAvg = 1).
 # Wall-clock time is left out: it measures whatever else the machine was doing.
 #
-# **The evidence protocol** (`fedlab.evidence.protocol`, issue 14). Each method runs with the
+# **The evidence protocol** (`lab.evidence.protocol`, issue 14). Each method runs with the
 # hyperparameters **tuned for that split** on a validation set held out from the training data
 # (`tuned_params(method, split)`, the committed choice in `figures/tuning/<split>/<method>.json`; a
 # method without a committed choice runs at its registered defaults and the table below says so).
@@ -74,11 +89,11 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 import fedlab
-from fedlab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab.evidence.uncertainty import mean_interval
-from fedlab.tools.plots import METHOD_ORDER, method_color, method_label, status_note, use_house_style
-from fedlab.tools.figures import save_figure
-from fedlab.tools.repro import CITABLE_PROFILES, FIGURES_DIR
+from lab.tools.plots import METHOD_ORDER, method_color, method_label, status_note, use_house_style
+from lab.tools.figures import save_figure
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR
 from fedlab.sweep import summary_table
 
 use_house_style()
@@ -465,7 +480,7 @@ else:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 
 report = cpu_report("10_benchmarks")
 print(report.text())

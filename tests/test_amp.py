@@ -97,7 +97,7 @@ def test_amp_vectorised_agrees_with_sequential(tiny, tmp_path):
 def test_conventional_amp_agrees_with_fedlab_amp(tiny, tmp_path, algorithm):
     """The benchmark's bf16 baseline trains the same model: θ within 2 % of max |θ| after 3 rounds,
     losses within 1 % (float32: 1e-5, see test_vectorised; bf16 rounding differences compound)."""
-    from fedlab.bench.conventional import ConventionalFL
+    from lab.bench.conventional import ConventionalFL
     from fedlab.models.functional import flatten_params
 
     cfg = tiny(algorithm=algorithm, n_clients=4, participation=0.5, partition="iid", rounds=3, amp=True,
@@ -141,7 +141,7 @@ def test_amp_accuracy_curve_on_fashion_mnist(tmp_path, one_thread, fmnist_or_ski
 
 
 def test_curve_gap():
-    from fedlab.bench.amp import curve_gap
+    from lab.bench.amp import curve_gap
 
     assert curve_gap([0.5, 0.6, 0.7], [0.5, 0.5, 0.8]) == pytest.approx((0.1, 2 * 0.1 / 3))
     assert curve_gap([0.3], [0.3]) == (0.0, 0.0)
@@ -149,7 +149,7 @@ def test_curve_gap():
 
 def test_bench_amp_check_quick_prints_the_table(tmp_path):
     out = tmp_path / "amp.json"
-    proc = subprocess.run([sys.executable, "-m", "fedlab", "bench", "--amp-check", "--quick", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "--amp-check", "--quick", "--json", str(out)],
                           cwd=Path(__file__).resolve().parents[1], env={**os.environ, "OMP_NUM_THREADS": "1"},
                           capture_output=True, text=True, timeout=window(240))
     assert proc.returncode == 0, proc.stderr[-2000:]

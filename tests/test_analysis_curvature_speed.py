@@ -26,7 +26,7 @@ from fedlab.analysis import (
     top_eigenvalues,
 )
 from fedlab.models import FlatModel, build_model
-from fedlab.tools.repro import torch_generator
+from fedlab import torch_generator
 
 
 def _tiny_mlp() -> FlatModel:
@@ -149,7 +149,7 @@ def test_bench_analysis_quick_runs_and_agrees(tmp_path, capsys):
         load_dataset("fmnist", train_size=10, download=False)
     except DatasetNotFoundError:
         pytest.skip("Fashion-MNIST is not on disk")
-    from fedlab.cli import main
+    from lab.cli import main
 
     out = tmp_path / "a.json"
     assert main(["bench", "analysis", "--quick", "--solvers", "new", "old", "plain", "--json", str(out)]) == 0

@@ -19,7 +19,7 @@ from fedlab.analysis import (
     track_sharpness,
 )
 from fedlab.models import FlatModel
-from fedlab.tools.repro import torch_generator
+from fedlab import torch_generator
 
 
 def tiny_mlp(seed: int = 0) -> FlatModel:
@@ -184,7 +184,7 @@ def test_bad_input_names_the_argument(federation):
 def test_track_sharpness_trains_a_run_whose_record_is_committed(tiny, tmp_path, monkeypatch):
     # a finished run whose record is committed (figures/records/) but whose θ is only in runs/: the replay
     # in a temporary folder must train, not take the record (which has no θ) as the finished run
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     cfg = tiny(rounds=4, runs_dir=str(tmp_path / "runs"))
     done = fedlab.run(cfg, progress=False)

@@ -1,4 +1,4 @@
-"""Flatness incompatibility, the δ/ζ decomposition, friendly-adversary rates and client geometry."""
+"""Flatness incompatibility, the δ/ζ decomposition, friendly-adversary rates."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,21 +9,17 @@ import fedlab
 from fedlab.analysis import (
     client_data,
     client_gradients,
-    cosine_matrix,
     federation_from_config,
-    flatness_distances,
     flatness_incompatibility,
     friendly_adversary,
     friendly_vs_alpha,
     friendly_vs_batch_size,
     gradient_decomposition,
-    gradient_similarity,
     mixing_sweep,
-    one_round_updates,
 )
 from fedlab.data import make_partition
 from fedlab.models import FlatModel, build_model
-from fedlab.tools.repro import torch_generator
+from fedlab import torch_generator
 
 N_CLASSES, DIM = 4, 10
 
@@ -184,43 +180,6 @@ def test_bad_input_names_the_argument(gaussian, non_iid):
         client_gradients(model, clients, theta, batches=0)
     with pytest.raises(ValueError, match="grads"):
         flatness_incompatibility(model, clients[:3], theta, grads=grads)
-
-
-# --- geometry -------------------------------------------------------------------------------------
-def test_gradient_similarity_reflects_heterogeneity(gaussian, iid, non_iid):
-    model, _, _, theta = gaussian
-    sims = {name: gradient_similarity(model, c, theta) for name, (c, _) in {"iid": iid, "non_iid": non_iid}.items()}
-    for s in sims.values():
-        torch.testing.assert_close(s, s.T)
-        torch.testing.assert_close(torch.diagonal(s), torch.ones(8, dtype=s.dtype))
-    off = ~torch.eye(8, dtype=torch.bool)
-    assert sims["iid"][off].mean() > 0.8 and sims["non_iid"][off].mean() < sims["iid"][off].mean() - 0.3
-    torch.testing.assert_close(gradient_similarity(model, non_iid[0], theta, grads=non_iid[1]), sims["non_iid"])
-    with pytest.raises(ValueError, match="vectors"):
-        cosine_matrix(torch.zeros(3))
-
-
-def test_one_round_updates_reproduce_the_engine(tiny, tmp_path):
-    cfg = tiny(rounds=2, runs_dir=str(tmp_path / "engine"))
-    run = fedlab.run(cfg, progress=False)
-    for t in (0, 1):
-        upd = one_round_updates(cfg.replace(runs_dir=str(tmp_path / "unused")), round_=t)
-        assert upd.thetas_final.shape == (cfg.clients_per_round, run.theta.numel())
-        assert upd.flatness_distance()["flatness_distance"].mean() == pytest.approx(
-            run.metrics["flatness_distance"].iloc[t], rel=1e-6)
-    assert torch.equal(upd.theta_next, run.theta)  # round 1 ends where the engine's run ends
-    manual = flatness_distances(upd.thetas_final, upd.theta_next)
-    np.testing.assert_allclose(upd.flatness_distance()["flatness_distance"], manual.double().numpy())
-    with pytest.raises(ValueError, match="theta_next"):
-        flatness_distances(upd.thetas_final, upd.theta_next[:-1])
-    assert not (tmp_path / "unused").exists()
-    sim = upd.similarity()
-    assert sim.shape == (4, 4) and torch.allclose(torch.diagonal(sim), torch.ones(4, dtype=sim.dtype))
-    assert upd.summary()["round"].iloc[0] == 2
-    everyone = one_round_updates(cfg, round_=0, all_clients=True)
-    assert everyone.thetas_final.shape[0] == cfg.n_clients
-    with pytest.raises(ValueError, match="round_"):
-        one_round_updates(cfg, round_=2)
 
 
 def test_federation_from_config_matches_the_partition(tiny):

@@ -11,12 +11,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from fedlab.analysis import (  # noqa: E402
-    client_loss_fn,
-    client_slices_1d,
     filter_normalized_direction,
     global_loss_fn,
     interpolate,
-    plot_client_slices,
     plot_contour,
     plot_slice_1d,
     plot_surface,
@@ -24,7 +21,7 @@ from fedlab.analysis import (  # noqa: E402
     slice_2d,
 )
 from fedlab.models import FlatModel, build_model  # noqa: E402
-from fedlab.tools.repro import torch_generator  # noqa: E402
+from fedlab import torch_generator  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -123,33 +120,17 @@ def test_slice_1d_and_interpolate_exact_points(cnn_federation):
     assert list(path.to_frame().columns) == ["alpha", "loss"]
 
 
-def test_client_slices_average_to_the_global_slice(cnn_federation):
-    model, clients, loss, theta = cnn_federation
-    d = filter_normalized_direction(model, theta, torch_generator(0, "dir"))
-    per = client_slices_1d(model, clients, theta, d, span=0.5, n=5)
-    whole = slice_1d(loss, theta, d, span=0.5, n=5)
-    assert per.losses.shape == (3, 5)
-    np.testing.assert_allclose(per.global_losses, whole.losses, rtol=1e-5)
-    with torch.no_grad():
-        for i, c in enumerate(clients):
-            assert per.losses[i, 2] == pytest.approx(float(client_loss_fn(model, c)(theta)), rel=1e-5)
-    assert len(per.to_frame()) == 4 * 5 and len(per.minimisers()) == 3
-    batched = client_slices_1d(model, clients, theta, d, span=0.5, n=5, vmap_chunk=2)  # vmap over points
-    np.testing.assert_allclose(batched.losses, per.losses, rtol=1e-5)
-
-
 def test_plots_draw_labelled_axes(cnn_federation):
     model, clients, loss, theta = cnn_federation
     d1 = filter_normalized_direction(model, theta, torch_generator(0, "d1"))
     d2 = filter_normalized_direction(model, theta, torch_generator(0, "d2"))
     s1 = slice_1d(loss, theta, d1, n=5)
     s2 = slice_2d(loss, theta, d1, d2, n=5, progress=False)
-    fig, axes = plt.subplots(1, 3, figsize=(9, 3))
+    fig, axes = plt.subplots(1, 2, figsize=(6, 3))
     plot_slice_1d(axes[0], s1, label="global")
     plot_contour(axes[1], s2)
-    plot_client_slices(axes[2], client_slices_1d(model, clients, theta, d1, n=5))
     assert axes[0].get_xlabel() == "α" and axes[0].get_ylabel() == "loss"
-    assert len(fig.axes) == 4  # the contour plot added a colorbar
+    assert len(fig.axes) == 3  # the contour plot added a colorbar
     surf = plot_surface(plt.figure(), s2)
     assert surf is not None
     plt.close("all")
@@ -187,8 +168,6 @@ def test_point_threads_give_the_one_thread_loop_bit_for_bit(cnn_federation, one_
                                   slice_1d(loss, theta, d1, n=9, threads=1).losses)
     np.testing.assert_array_equal(interpolate(loss, theta, theta + 0.3 * d1, n=9, threads=3).losses,
                                   interpolate(loss, theta, theta + 0.3 * d1, n=9, threads=1).losses)
-    np.testing.assert_array_equal(client_slices_1d(model, clients, theta, d1, n=5, threads=2).losses,
-                                  client_slices_1d(model, clients, theta, d1, n=5, threads=1).losses)
     assert not np.array_equal(loop.losses[0], loop.losses[-1])  # the points differ, so order is tested
     with pytest.raises(ValueError, match="threads must be"):
         slice_2d(loss, theta, d1, d2, n=3, threads=0, progress=False)

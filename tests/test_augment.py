@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlab.data import apply_augment, random_crop_flip
-from fedlab.tools.repro import torch_generator
+from fedlab import torch_generator
 
 
 def _batch(n=16, c=3, h=32, w=32, seed=0):

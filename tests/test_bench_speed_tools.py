@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from fedlab.bench.flsim import EVAL_BATCH_CANDIDATES
+from lab.bench.flsim import EVAL_BATCH_CANDIDATES
 from fedlab.config import Config, ConfigError
 from fedlab.engine.clients import LocalData
-from fedlab.tools.repro import torch_generator
+from fedlab import torch_generator
 
 
 def _need_fmnist() -> None:
@@ -39,7 +39,7 @@ def test_crop_and_flip_probabilities_reach_the_augmentation():
 
 def test_bench_flsim_quick(tmp_path, capsys):
     _need_fmnist()
-    from fedlab.cli import main
+    from lab.cli import main
 
     out = tmp_path / "flsim.json"
     assert main(["bench", "flsim", "--quick", "--json", str(out)]) == 0
@@ -70,8 +70,8 @@ def test_flsim_plain_reference_does_fedlabs_work(tiny, algorithm):
     apart depends on the CPU (here 1e-6 of the update, 4e-5 with the kernels forced to ATen's default;
     an AVX2-only EPYC saw 3e-3 of max |θ| after two epochs, hence one epoch of 10 steps). Without
     augmentation the loop lands twice the update away: that is what the bound must tell apart."""
-    from fedlab.bench.conventional import ConventionalFL
-    from fedlab.bench.flsim import plain_round_seconds
+    from lab.bench.conventional import ConventionalFL
+    from lab.bench.flsim import plain_round_seconds
     from fedlab.engine import Simulation
     from fedlab.models.functional import flatten_params
 
@@ -97,7 +97,7 @@ def test_flsim_plain_reference_does_fedlabs_work(tiny, algorithm):
 
 
 def test_plain_evaluation_matches_fedlabs():
-    from fedlab.bench.flsim import plain_evaluation
+    from lab.bench.flsim import plain_evaluation
     from fedlab.engine.evaluate import evaluate
     from fedlab.models import FlatModel, build_model
 
@@ -111,7 +111,7 @@ def test_plain_evaluation_matches_fedlabs():
 
 
 def test_choose_eval_batch_measures_every_candidate_and_rejects_bad_ones():
-    from fedlab.bench.flsim import choose_eval_batch
+    from lab.bench.flsim import choose_eval_batch
     from fedlab.models import FlatModel, build_model
 
     model = FlatModel(build_model("mlp", (1, 8, 8), 10, seed=0))
@@ -126,7 +126,7 @@ def test_choose_eval_batch_measures_every_candidate_and_rejects_bad_ones():
 
 def test_bench_gpu_dry_run(tmp_path, capsys):
     _need_fmnist()
-    from fedlab.cli import main
+    from lab.cli import main
 
     out = tmp_path / "gpu.json"
     assert main(["bench", "gpu", "--dry-run", "--out", str(out)]) == 0

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fedlab.evidence.budget import (ANALYSIS_S_PER_MODEL, PARALLEL_EFFICIENCY, PLAN, Family, _params, estimate,
+from lab.evidence.budget import (ANALYSIS_S_PER_MODEL, PARALLEL_EFFICIENCY, PLAN, Family, _params, estimate,
                                     measure_costs)
 
 COSTS = {"cnn": {"grad_per_sample": 1e-3, "forward_per_sample": 2e-4}}
@@ -49,7 +49,7 @@ def test_shared_runs_are_counted_once_and_committed_ones_subtracted(tmp_path):
 
 
 def test_tuning_counts_every_grid_point_per_split_and_skips_committed(tmp_path):
-    from fedlab.evidence.protocol import profile_splits
+    from lab.evidence.protocol import profile_splits
     from fedlab.evidence.tuning import DEFAULT_GRIDS
 
     import math
@@ -73,7 +73,7 @@ def test_measured_costs_are_positive():
 
 def test_the_plan_names_real_methods_and_notebooks():
     from fedlab.algorithms import algorithm_names
-    from fedlab.tools.repro import REPO_ROOT
+    from lab.repro import REPO_ROOT
 
     for nb, families in PLAN.items():
         assert (REPO_ROOT / "notebooks" / f"{nb}.py").exists(), nb
@@ -82,8 +82,8 @@ def test_the_plan_names_real_methods_and_notebooks():
 
 
 def test_make_figures_runs_every_notebook_once_with_10_first():
-    from fedlab.evidence.budget import RUN_ORDER
-    from fedlab.tools.repro import REPO_ROOT
+    from lab.evidence.budget import RUN_ORDER
+    from lab.repro import REPO_ROOT
 
     notebooks = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert sorted(RUN_ORDER) == notebooks and RUN_ORDER[0] == "10_benchmarks"

@@ -16,7 +16,10 @@ CFF = yaml.safe_load((REPO / "CITATION.cff").read_text())
 
 def test_version_is_the_package_version_and_the_date_is_a_date():
     assert CFF["version"] == fedlab.__version__
-    assert CFF["version"] == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    # pyproject states no version of its own: it reads fedlab/_version.py
+    assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "fedlab._version.__version__"}
     released = datetime.date.fromisoformat(str(CFF["date-released"]))
     assert released <= datetime.date.today()
 

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 import fedlab
-from fedlab.evidence.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
-from fedlab.evidence.records import write_record
+import lab.repro
+from lab.evidence.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
+from lab.evidence.records import write_record
 from fedlab.results import RunResult
 from fedlab.evidence.uncertainty import mean_interval
 
@@ -118,7 +119,7 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
                 cls = algorithm_class(arm["algorithm"])
                 names = {f.name for f in dataclasses.fields(cls.hparams_cls)}
                 assert set(arm.get("params", {})) <= names, (c.id, arm)
-        assert (fedlab.tools.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
+        assert (lab.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
     verdicts = [evaluate_claim(c, tmp_path) for c in claims]  # an empty figures dir: nothing run yet
     assert {v.verdict for v in verdicts} == {"not run"}
     paths = write_claims(verdicts, tmp_path / "claims_cpu")
@@ -131,7 +132,7 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
 
 
 def test_the_claims_block_of_a_page_is_regenerated_and_the_rest_kept(tmp_path):
-    from fedlab.evidence.claims import BLOCK_END, BLOCK_START, replace_claims_block
+    from lab.evidence.claims import BLOCK_END, BLOCK_START, replace_claims_block
 
     runs = [_fake("fedvssam", s, a) for s, a in enumerate([0.8, 0.81, 0.82])]
     runs += [_fake("fedsam", s, a) for s, a in enumerate([0.7, 0.71, 0.72])]
@@ -149,11 +150,11 @@ def test_the_claims_block_of_a_page_is_regenerated_and_the_rest_kept(tmp_path):
 
 def test_the_committed_pages_show_the_claims_as_the_data_say():
     """README.md and figures/README.md carry the claims table generated from the committed data
-    (rerun `python -m fedlab claims --write` after committing records). Changed evidence is reported as
+    (rerun `python -m lab claims --write` after committing records). Changed evidence is reported as
     such first: rewriting the table would publish the changed numbers."""
-    from fedlab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims
+    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims
     from fedlab.evidence.integrity import MANIFEST_NAME, problems
-    from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
+    from lab.repro import FIGURES_DIR, REPO_ROOT
 
     found = problems(FIGURES_DIR)
     assert not any(found.values()), (
@@ -166,7 +167,7 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
         text = page.read_text()
         assert BLOCK_START in text, f"{page} lacks the claims block"
         assert text[text.index(BLOCK_START) + len(BLOCK_START):text.index(BLOCK_END)].strip() == block.strip(), \
-            f"{page}: the claims table is stale; run `python -m fedlab claims --write`"
+            f"{page}: the claims table is stale; run `python -m lab claims --write`"
 
 
 def test_a_collapsed_arm_of_a_figure_table_is_counted_not_dropped(tmp_path):

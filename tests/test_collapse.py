@@ -13,9 +13,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import fedlab  # noqa: E402
-from fedlab.evidence.collapse import chance_threshold, is_collapsed  # noqa: E402
+from lab.evidence.collapse import chance_threshold, is_collapsed  # noqa: E402
 from fedlab.engine import build_dataset  # noqa: E402
-from fedlab.tools.plots import plot_curves, status_note  # noqa: E402
+from lab.tools.plots import plot_curves, status_note  # noqa: E402
 from fedlab.results import TERMINAL_STATUSES  # noqa: E402
 from fedlab.sweep import summary_table  # noqa: E402
 

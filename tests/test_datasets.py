@@ -19,8 +19,10 @@ from fedlab.data import (
     load_dataset,
     pad_to_cifar_shape,
 )
+from fedlab.data import _files as files_mod
 from fedlab.data import datasets as ds_mod
-from fedlab.tools.repro import data_root, numpy_generator
+from fedlab import numpy_generator
+from fedlab._paths import data_root
 
 FMNIST_BACKGROUND = (0.0 - 0.2860) / 0.3530
 
@@ -29,10 +31,10 @@ FMNIST_BACKGROUND = (0.0 - 0.2860) / 0.3530
 # Fashion-MNIST
 # ------------------------------------------------------------------------------------------------
 def _fmnist_source() -> tuple[str, Path | None]:
-    if all((ds_mod.DEBIAN_FMNIST_DIR / (f + ".gz")).is_file() for f in ds_mod.FMNIST_FILES):
+    if all((files_mod.DEBIAN_FMNIST_DIR / (f + ".gz")).is_file() for f in files_mod.FMNIST_FILES):
         return "debian", None
     raw = data_root() / "FashionMNIST" / "raw"
-    if all((raw / f).is_file() for f in ds_mod.FMNIST_FILES):
+    if all((raw / f).is_file() for f in files_mod.FMNIST_FILES):
         return "data_root", data_root()
     return "none", None
 
@@ -40,7 +42,7 @@ def _fmnist_source() -> tuple[str, Path | None]:
 _FMNIST_KIND, _FMNIST_ROOT = _fmnist_source()
 needs_fmnist = pytest.mark.skipif(
     _FMNIST_KIND == "none",
-    reason=f"no Fashion-MNIST: neither {ds_mod.DEBIAN_FMNIST_DIR} (apt-get install dataset-fashion-mnist) "
+    reason=f"no Fashion-MNIST: neither {files_mod.DEBIAN_FMNIST_DIR} (apt-get install dataset-fashion-mnist) "
     f"nor {data_root() / 'FashionMNIST' / 'raw'}",
 )
 
@@ -73,7 +75,7 @@ def test_real_fmnist_loads_and_is_normalised(fmnist, fmnist_root):
     # background pixels (raw 0) map exactly to the normalised zero
     assert torch.isclose(d.x_train.min(), torch.tensor(FMNIST_BACKGROUND), atol=1e-5)
     raw = Path(fmnist_root) / "FashionMNIST" / "raw"
-    assert all((raw / f).is_file() for f in ds_mod.FMNIST_FILES)
+    assert all((raw / f).is_file() for f in files_mod.FMNIST_FILES)
     assert not list(raw.glob("*.tmp")), "atomic extraction left temporary files behind"
 
 
@@ -112,19 +114,19 @@ def test_fmnist_extracts_from_debian_dir(tmp_path, monkeypatch):
     _write_idx(deb / "train-labels-idx1-ubyte.gz", labels=tr_lab)
     _write_idx(deb / "t10k-images-idx3-ubyte.gz", images=te_img)
     _write_idx(deb / "t10k-labels-idx1-ubyte.gz", labels=te_lab)
-    monkeypatch.setattr(ds_mod, "DEBIAN_FMNIST_DIR", deb)
+    monkeypatch.setattr(files_mod, "DEBIAN_FMNIST_DIR", deb)
     d = load_dataset("fmnist", root=tmp_path / "root", download=False)
     assert (d.n_train, d.n_test) == (20, 10)
     expected = (torch.from_numpy(tr_img).float() / 255 - 0.2860) / 0.3530
     torch.testing.assert_close(d.x_train[:, 0], expected)
     assert d.y_train.tolist() == tr_lab.tolist() and d.y_test.tolist() == te_lab.tolist()
     raw = tmp_path / "root" / "FashionMNIST" / "raw"
-    assert sorted(p.name for p in raw.iterdir()) == sorted(ds_mod.FMNIST_FILES)
-    assert all((raw / f).stat().st_mode & 0o044 == 0o044 for f in ds_mod.FMNIST_FILES), "not group/world readable"
+    assert sorted(p.name for p in raw.iterdir()) == sorted(files_mod.FMNIST_FILES)
+    assert all((raw / f).stat().st_mode & 0o044 == 0o044 for f in files_mod.FMNIST_FILES), "not group/world readable"
 
 
 def test_fmnist_missing_without_download_raises(tmp_path, monkeypatch):
-    monkeypatch.setattr(ds_mod, "DEBIAN_FMNIST_DIR", tmp_path / "no-such-debian-dir")
+    monkeypatch.setattr(files_mod, "DEBIAN_FMNIST_DIR", tmp_path / "no-such-debian-dir")
     with pytest.raises(DatasetNotFoundError) as info:
         load_dataset("fmnist", root=tmp_path / "empty", download=False)
     msg = str(info.value)

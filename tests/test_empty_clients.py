@@ -17,7 +17,7 @@ from fedlab.config import ConfigError
 from fedlab.data import DatasetNotFoundError
 from fedlab.engine import Simulation, sample_clients
 from fedlab.engine.loop import build_dataset, build_partition
-from fedlab.tools.repro import numpy_generator
+from fedlab import numpy_generator
 
 # digits, 20 clients, Dirichlet α = 0.02: clients 0, 8 and 12 hold no sample
 EMPTY_SPLIT = dict(dataset="digits", partition="dirichlet", alpha=0.02, n_clients=20)

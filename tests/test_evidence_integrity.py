@@ -26,9 +26,9 @@ import pytest
 
 from fedlab.evidence import integrity
 from fedlab.evidence.integrity import MANIFEST_NAME, EvidenceError, problems
-from fedlab.evidence.records import RecordError, load_record, record_path, write_record
+from lab.evidence.records import RecordError, load_record, record_path, write_record
 from fedlab.evidence.tuning import TuningError, load_tuning
-from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
+from lab.repro import FIGURES_DIR, REPO_ROOT
 
 SIDECAR = "10_benchmarks_bars_fmnist"  # the figure behind "FedVSSAM > FedSAM (Dir 0.1)"
 
@@ -201,7 +201,7 @@ TUNING_FAULTS: dict[str, tuple[Callable[[Path], None], str]] = {
 
 @pytest.mark.parametrize("fault", list(TUNING_FAULTS))
 def test_a_bad_tuning_file_is_refused_naming_it(figs: Path, fault: str) -> None:
-    from fedlab.evidence.protocol import profile_splits, tuned_params
+    from lab.evidence.protocol import profile_splits, tuned_params
 
     split = profile_splits("cpu")["dirichlet-0.5"]
     assert tuned_params("fedsam", split, directory=figs / "tuning").tuned  # the intact copy is used
@@ -215,7 +215,7 @@ def test_a_bad_tuning_file_is_refused_naming_it(figs: Path, fault: str) -> None:
 
 def test_tune_profile_does_not_skip_a_bad_tuning_file_as_done(figs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fedlab.evidence.tuning as tuning_module
-    from fedlab.evidence.protocol import TUNING as PROTOCOL, profile_splits, tune_splits
+    from lab.evidence.protocol import TUNING as PROTOCOL, profile_splits, tune_splits
 
     def no_training(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a committed tuning file must be checked, not retrained")
@@ -266,7 +266,7 @@ def test_the_manifest_command_lists_changes_and_re_records_only_when_asked(figs:
 
 
 def test_a_figure_naming_a_missing_record_is_refused(figs: Path) -> None:
-    from fedlab.evidence.records import figure_runs
+    from lab.evidence.records import figure_runs
 
     (figs / "f.json").write_text(json.dumps({"records": [KEY, "fedsam-0123456789ab"]}))
     with pytest.raises(RecordError, match="names record 'fedsam-0123456789ab', which is not in"):
@@ -276,7 +276,7 @@ def test_a_figure_naming_a_missing_record_is_refused(figs: Path) -> None:
 # --- duplicate seeds ------------------------------------------------------------------------------
 def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
     """The same seed's record named three times is one sample (n = 1), with a note, not n = 3 with ci 0."""
-    from fedlab.evidence.claims import evaluate_claim, load_claims
+    from lab.evidence.claims import evaluate_claim, load_claims
 
     keys = json.loads((FIGURES_DIR / f"{SIDECAR}.json").read_text())["records"]
     fedsam = [k for k in keys if k.startswith("fedsam-")]
@@ -291,7 +291,7 @@ def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
 def test_identical_configs_in_a_figure_table_count_once(tmp_path: Path) -> None:
     import pandas as pd
 
-    from fedlab.evidence.claims import Claim, evaluate_claim
+    from lab.evidence.claims import Claim, evaluate_claim
 
     rows = [{"method": m, "seed": s, "v": v} for m, s, v in
             [("a", 0, 1.0), ("a", 0, 1.0), ("a", 0, 1.0), ("a", 1, 1.2), ("b", 0, 0.1), ("b", 1, 0.2)]]
@@ -380,7 +380,7 @@ def test_claims_exits_non_zero_naming_a_damaged_record(tmp_path: Path, fault: st
     shutil.copytree(FIGURES_DIR / "records", figs / "records")
     RECORD_FAULTS[fault][0](figs)
     env = {**os.environ, "FEDLAB_FIGURES": str(figs), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "fedlab", "claims"], cwd=REPO_ROOT, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "lab", "claims"], cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert f"{figs / 'records' / KEY}.json.gz" in proc.stderr and message in proc.stderr

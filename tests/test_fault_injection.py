@@ -23,7 +23,7 @@ import torch
 import fedlab
 from fedlab import CheckpointError
 from fedlab import results as results_mod
-from fedlab.tools.repro import numpy_generator
+from fedlab import numpy_generator
 from _load import window
 
 REPO = Path(__file__).resolve().parent.parent

@@ -32,7 +32,7 @@ from fedlab.cli import INTERRUPTED, main
 from fedlab.config import MAX_BATCH_SIZE, MAX_LOCAL_EPOCHS, MAX_LOCAL_STEPS, MAX_ROUNDS, MAX_SAMPLES_PER_ROUND
 from fedlab.data import DatasetError, from_file, load_dataset
 from fedlab.data import datasets as ds_mod
-from fedlab.engine import loop
+from fedlab.engine import loop, setup
 from _load import window
 from test_datasets import _write_cifar10
 
@@ -100,6 +100,7 @@ def test_a_long_run_draws_no_round_ahead(tmp_path, monkeypatch):
         return real(t, *args, **kwargs)
 
     monkeypatch.setattr(loop, "sample_clients", counting)
+    monkeypatch.setattr(setup, "sample_clients", counting)  # the build-time checks draw through setup
     for sampling in ("uniform", "bernoulli"):
         draws.clear()
         sim = loop.Simulation.build(fedlab.Config(**{**BASE, "rounds": 100_000, "sampling": sampling,
@@ -112,12 +113,12 @@ def test_a_long_run_draws_no_round_ahead(tmp_path, monkeypatch):
 def test_ahead_drawing_is_kept_only_where_a_round_can_fail():
     eligible = np.arange(8)
     plain = fedlab.Config(**{**BASE, "sampling": "bernoulli"})
-    assert loop.undrawable_risk(plain, eligible) < loop.UNDRAWABLE_RISK
-    assert loop.undrawable_risk(fedlab.Config(**BASE), eligible) == 0.0
+    assert setup.undrawable_risk(plain, eligible) < setup.UNDRAWABLE_RISK
+    assert setup.undrawable_risk(fedlab.Config(**BASE), eligible) == 0.0
     hopeless = plain.replace(participation=1e-9)
-    assert loop.undrawable_risk(hopeless, eligible) >= loop.UNDRAWABLE_RISK
+    assert setup.undrawable_risk(hopeless, eligible) >= setup.UNDRAWABLE_RISK
     with pytest.raises(fedlab.ConfigError, match="participation"):
-        loop.check_rounds_drawable(hopeless, None, eligible)
+        setup.check_rounds_drawable(hopeless, None, eligible)
 
 
 # ------------------------------------------------------------------------------------ dataset files
@@ -165,9 +166,9 @@ FMNIST_DAMAGE = [
 
 @pytest.fixture
 def fresh_dataset_cache():
-    loop._cached_dataset.cache_clear()  # an in-process cache must not hide the files of this test
+    setup._cached_dataset.cache_clear()  # an in-process cache must not hide the files of this test
     yield
-    loop._cached_dataset.cache_clear()
+    setup._cached_dataset.cache_clear()
 
 
 def test_tiny_fmnist_files_load(tmp_path):
@@ -291,7 +292,7 @@ def test_finished_run_loads_from_a_read_only_runs_dir(tmp_path, monkeypatch):
         raise OSError(30, "Read-only file system")
 
     # a read-only mount: os.statvfs reports it, and every attempt to create a file fails
-    monkeypatch.setattr(loop, "_writable", lambda folder: False)
+    monkeypatch.setattr(setup, "_writable", lambda folder: False)
     monkeypatch.setattr("fedlab.store.atomic.os.open", read_only)
     monkeypatch.setattr("filelock.FileLock.acquire", read_only)
     again = fedlab.run(cfg, progress=False)

@@ -59,7 +59,7 @@ def test_paired_script_in_sync(path):
     nb = _read(path)
     py_cells = [(c.cell_type, c.source.strip()) for c in from_py.cells]
     nb_cells = [(c.cell_type, c.source.strip()) for c in nb.cells]
-    assert py_cells == nb_cells, "notebook and .py differ: run `python -m fedlab.tools.nbtools build NN`"
+    assert py_cells == nb_cells, "notebook and .py differ: run `python -m lab.tools.nbtools build NN`"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

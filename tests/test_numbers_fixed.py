@@ -52,7 +52,7 @@ def config(algorithm: str, runs_dir: str, **overrides) -> Config:
 
 def final_theta(cfg: Config) -> tuple[torch.Tensor, torch.Tensor]:
     """(θ₀, θ_T) of a fresh run, float32 on the CPU."""
-    result = fedlab.run(cfg, progress=False, need_theta=True)
+    result = fedlab.run(cfg, progress=False)
     theta0 = fedlab.Simulation.build(cfg).initial_state().theta0
     return theta0.detach().float().cpu(), result.theta.detach().to(torch.float32).contiguous().cpu()
 

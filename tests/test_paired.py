@@ -1,5 +1,5 @@
 """Paired comparisons by seed: the statistics against scipy, the margin rules, the gates, the paired
-reading of claims from synthetic records, and `python -m fedlab claims --paired` on the committed evidence."""
+reading of claims from synthetic records, and `python -m lab claims --paired` on the committed evidence."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fedlab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_claim_paired, load_claims
-from fedlab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
+from lab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_claim_paired, load_claims
+from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
                                     paired_difference, sign_flip_p)
 from fedlab.evidence.uncertainty import mean_interval
 from test_claims import _claim, _fake, _figure  # the synthetic-run builders of the claims tests
@@ -177,7 +177,7 @@ def _rows(out: str) -> list[str]:
 
 
 def test_the_cli_reads_the_committed_records_paired(tmp_path, capsys):
-    from fedlab.cli import main
+    from lab.cli import main
 
     ids = [c.id for c in load_claims()]
     assert main(["claims", "--paired", "--decide-at", "3", "--csv", str(tmp_path / "paired.csv")]) == 0
@@ -211,7 +211,7 @@ def test_the_cli_reads_the_committed_records_paired(tmp_path, capsys):
 
 
 def test_several_comparisons_combine_to_the_weakest_unless_one_fails():
-    from fedlab.evidence.claims import _combine
+    from lab.evidence.claims import _combine
 
     assert _combine(["holds", "holds"]) == "holds"
     assert _combine(["holds", "inconclusive (n < 6)", "inconclusive"]) == "inconclusive (n < 6)"

@@ -1,4 +1,4 @@
-"""Seed-aware plot helpers (fedlab.tools.plots): means over finished seeds only, the others drawn and counted."""
+"""Seed-aware plot helpers (lab.tools.plots): means over finished seeds only, the others drawn and counted."""
 from __future__ import annotations
 
 import matplotlib
@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from fedlab.tools.plots import curves_table, draw_seeds, finished_runs, mean_curve  # noqa: E402
+from lab.tools.plots import curves_table, draw_seeds, finished_runs, mean_curve  # noqa: E402
 from test_claims import _fake  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def test_mean_curve_averages_finished_seeds_and_draw_seeds_counts_the_rest():
 
 
 def test_final_estimate_uses_finished_seeds_only():
-    from fedlab.tools.plots import final_estimate
+    from lab.tools.plots import final_estimate
 
     runs = [_fake("fedsam", 0, 0.6), _fake("fedsam", 1, 0.8), _fake("fedsam", 2, 0.1, status="collapsed")]
     est = final_estimate(runs)
@@ -41,7 +41,7 @@ def test_seed_band_and_draw_band_plot_the_mean_and_the_95_interval():
     import numpy as np
     from scipy import stats
 
-    from fedlab.tools.plots import draw_band, seed_band
+    from lab.tools.plots import draw_band, seed_band
 
     samples = [[1.0, 2.0, 4.0], [3.0], [0.5, 0.5, 2.0, 1.0]]
     mean, half = seed_band(samples)

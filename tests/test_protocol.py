@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from fedlab.evidence.protocol import (PARTITION_SEED, profile_federation, profile_splits, split_key, tune_splits,
+from lab.evidence.protocol import (PARTITION_SEED, profile_federation, profile_splits, split_key, tune_splits,
                                       tuned_params)
-from fedlab.evidence.records import load_record
+from lab.evidence.records import load_record
 
 TINY_TUNING = {"rounds": 4, "eval_every": 2, "validation_size": 200, "seed": 0}
 GRIDS = {"fedsam": {"rho": [0.01, 1.0]}, "fedprox": {"mu": [0.01, 0.1]}}
@@ -63,7 +63,7 @@ def test_unknown_methods_are_refused_before_training(tiny, tmp_path):
 
 
 def test_run_seeds_fixes_the_partition_and_records_each_run(tiny, tmp_path, monkeypatch, one_thread):
-    from fedlab.evidence.protocol import run_seeds
+    from lab.evidence.protocol import run_seeds
 
     monkeypatch.setenv("FEDLAB_RECORDS", str(tmp_path / "records"))
     runs = run_seeds(tiny(rounds=2), seeds=[0, 1], record=True)

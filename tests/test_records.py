@@ -13,11 +13,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import fedlab  # noqa: E402
-from fedlab.tools.plots import curve_data, plot_curves  # noqa: E402
-from fedlab.evidence.records import RecordError, figure_data, figure_runs, load_record  # noqa: E402
-from fedlab.tools.figures import save_figure  # noqa: E402
+from lab.tools.plots import curve_data, plot_curves  # noqa: E402
+from lab.evidence.records import RecordError, figure_data, figure_runs, load_record, run_or_load  # noqa: E402
+from lab.tools.figures import save_figure  # noqa: E402
 from fedlab.sweep import summary_table  # noqa: E402
 
 
@@ -81,7 +82,7 @@ def test_replot_from_committed_data_without_training(two_runs, tmp_path, monkeyp
 
 def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, monkeypatch):
     records = tmp_path / "records"
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     for r in two_runs:
         write_record(r, records)
@@ -92,21 +93,38 @@ def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, m
     monkeypatch.setattr(fedlab.engine.loop.Simulation, "train_round",
                         lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     cfg = two_runs[1].config.replace(runs_dir=str(fresh))
-    got = fedlab.run(cfg, progress=False)
+    got = run_or_load(cfg)
     assert calls == [] and not fresh.exists()
     assert got.theta is None and got.status == two_runs[1].status
     pd.testing.assert_frame_equal(got.metrics, two_runs[1].metrics, check_dtype=False)
-    swept = fedlab.sweep.sweep(cfg, {"algorithm": ["fedavg", "fedsam"]}, progress=False)
-    assert calls == [] and [r.theta is None for r in swept] == [True, True]
     # where θ is analysed, need_theta=True trains (identically)
-    trained = fedlab.run(cfg, progress=False, need_theta=True)
+    trained = run_or_load(cfg, need_theta=True)
     assert calls and trained.theta is not None
     pd.testing.assert_frame_equal(trained.metrics.drop(columns="wall_seconds"),
                                   two_runs[1].metrics.drop(columns="wall_seconds"))
 
 
+def test_fedlab_run_never_reads_committed_records(two_runs, tmp_path, monkeypatch):
+    """A library call trains (or loads from its runs_dir) even when the run's record is committed: the
+    result always has θ, and the numbers are the record's. Loading records is the lab's explicit act."""
+    from lab.evidence.records import load_record, write_record
+
+    records = tmp_path / "records"
+    path = write_record(two_runs[1], records)
+    monkeypatch.setenv("FEDLAB_RECORDS", str(records))
+    assert load_record(path.name.removesuffix(".json.gz")) is not None  # the record is there, and valid
+    got = fedlab.run(two_runs[1].config.replace(runs_dir=str(tmp_path / "elsewhere")), progress=False)
+    assert isinstance(got.theta, torch.Tensor) and got.server is not None
+    assert (tmp_path / "elsewhere").is_dir()  # trained there, not read from figures/records
+    pd.testing.assert_frame_equal(got.metrics.drop(columns="wall_seconds"),
+                                  two_runs[1].metrics.drop(columns="wall_seconds"))
+    swept = fedlab.sweep.sweep(two_runs[1].config.replace(runs_dir=str(tmp_path / "elsewhere")),
+                               {"algorithm": [two_runs[1].config.algorithm]}, progress=False)
+    assert all(isinstance(r.theta, torch.Tensor) for r in swept)
+
+
 def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
-    from fedlab.evidence.records import record_path, write_record
+    from lab.evidence.records import record_path, write_record
 
     path = write_record(two_runs[0], tmp_path)
     path.write_bytes(path.read_bytes()[:-8])
@@ -122,7 +140,7 @@ def test_corrupted_or_foreign_record_is_refused(two_runs, tmp_path):
 def test_a_committed_record_is_never_replaced(two_runs, tmp_path, monkeypatch):
     """Writing the record of a run loaded from that record (what run_seeds(record=True) does on a rerun)
     or of a retrained run with other wall times leaves the committed bytes as they are."""
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     path = write_record(two_runs[0], tmp_path)
     before = path.read_bytes()

@@ -13,7 +13,7 @@ import torch
 import fedlab
 from cases import DEFAULTS, communication
 from fedlab.algorithms import algorithm_class, algorithm_names
-from fedlab.algorithms.accounting import communication_vectors
+from fedlab.engine.accounting import communication_vectors
 
 REQUIRED = set(DEFAULTS)
 NAMES = algorithm_names()
@@ -76,7 +76,7 @@ def test_three_rounds_deterministic_resumable_and_honest_about_communication(nam
     d = a.theta.numel()
     m = int(a.metrics["n_sampled"].iloc[0])
     case = DEFAULTS[name]
-    # fedlab.bench.speed measures what the method sends; it must agree with the table
+    # lab.bench.speed measures what the method sends; it must agree with the table
     assert communication_vectors(name) == (case.up, case.down)
     # the engine's per-round counts are the vectors the method really sent, m clients per round
     assert (a.metrics["downlink_floats"] == round(case.down * d) * m).all()

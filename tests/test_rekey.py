@@ -1,4 +1,4 @@
-"""Re-keying committed records (fedlab.evidence.rekey): names and references change, numbers never."""
+"""Re-keying committed records (lab.evidence.rekey): names and references change, numbers never."""
 from __future__ import annotations
 
 import gzip
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fedlab.evidence import integrity, rekey
-from fedlab.tools.repro import FIGURES_DIR
+from fedlab.evidence import integrity
+from lab.evidence import rekey
+from lab.repro import FIGURES_DIR
 
 RECORDS = sorted((FIGURES_DIR / "records").glob("*.json.gz"))
 

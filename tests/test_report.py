@@ -1,11 +1,11 @@
-"""Each notebook's "What the cpu run shows" section, from committed data (fedlab.evidence.report)."""
+"""Each notebook's "What the cpu run shows" section, from committed data (lab.evidence.report)."""
 from __future__ import annotations
 
 import json
 
 import yaml
 
-from fedlab.evidence.report import cpu_report
+from lab.evidence.report import cpu_report
 from test_claims import _fake  # the synthetic-run builder of the claims tests
 
 CLAIM = {"id": "vs_above_sam", "claim": "FedVSSAM > FedSAM", "source": {"paper": "P", "where": "T1"},
@@ -15,7 +15,7 @@ CLAIM = {"id": "vs_above_sam", "claim": "FedVSSAM > FedSAM", "source": {"paper":
 
 
 def _setup(tmp_path, left, right, seeds=(0, 1, 2)):
-    from fedlab.evidence.records import write_record
+    from lab.evidence.records import write_record
 
     runs = [_fake("fedvssam", s, a) for s, a in zip(seeds, left)] + [_fake("fedsam", s, a) for s, a in zip(seeds, right)]
     for r in runs:

@@ -12,7 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from fedlab.tools import figures, repro  # noqa: E402
+from lab import repro
+from lab.tools import figures  # noqa: E402
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 
@@ -63,32 +64,32 @@ def test_save_figure_writes_png_pdf_and_provenance(tmp_path):
 
 
 def _fedlab_imports(module) -> set[str]:
-    """The fedlab modules a module's source imports (anywhere in it, lazily or not)."""
+    """The fedlab and lab modules a module's source imports (anywhere in it, lazily or not)."""
     import ast
     from pathlib import Path
 
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedlab"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(("fedlab", "lab")):
             names.add(node.module)
         elif isinstance(node, ast.Import):
-            names |= {a.name for a in node.names if a.name.startswith("fedlab")}
+            names |= {a.name for a in node.names if a.name.startswith(("fedlab", "lab"))}
     return names
 
 
 def test_records_repro_and_figures_import_in_one_direction():
-    from fedlab.evidence import records
+    from lab.evidence import records
 
-    assert "fedlab.tools.repro" in _fedlab_imports(records)
-    assert not {"fedlab.evidence.records", "fedlab.tools.figures"} & _fedlab_imports(repro)
-    assert "fedlab.tools.figures" not in _fedlab_imports(records)
-    assert {"fedlab.tools.repro", "fedlab.evidence.records"} <= _fedlab_imports(figures)
+    assert "lab.repro" in _fedlab_imports(records)
+    assert not {"lab.evidence.records", "lab.tools.figures"} & _fedlab_imports(repro)
+    assert "lab.tools.figures" not in _fedlab_imports(records)
+    assert {"lab.repro", "lab.evidence.records"} <= _fedlab_imports(figures)
 
 
 def test_every_method_has_its_own_colour_and_style():
     from fedlab.algorithms import algorithm_names
-    from fedlab.tools.plots import method_style
+    from lab.tools.plots import method_style
 
     styles = [method_style(m) for m in algorithm_names()]
     colours = [s["color"] for s in styles]

@@ -178,10 +178,10 @@ def test_code_digest_changes_with_code_not_with_docs(tmp_path):
     _edit(fedsam, '"""', '"""A docstring edit. ')
     _edit(fedsam, "from __future__", "# a new comment\n\n\nfrom __future__")
     _edit(copy / "analysis" / "__init__.py", '"""', '"""Analysis code is not on the numeric path. ')
-    _edit(copy / "tools" / "repro.py", "def git_commit(", "def _unused():\n    return 1\n\n\ndef git_commit(")
-    _edit(copy / "tools" / "figures.py", "def save_figure(", "def _unused():\n    return 1\n\n\ndef save_figure(")
+    _edit(copy / "_paths.py", "def data_root(", "def _unused():\n    return 1\n\n\ndef data_root(")
+    _edit(copy / "cli.py", "def main(", "def _unused():\n    return 1\n\n\ndef main(")
     assert package_digest(copy) == code_digest()
-    _edit(copy / "tools" / "repro.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
+    _edit(copy / "_rng.py", "int.from_bytes(", "1 + int.from_bytes(")  # the seed derivation
     assert package_digest(copy) != code_digest()
     copy = _copy_package(tmp_path / "b")
     _edit(copy / "algorithms" / "fedsam.py", "rho: float = ", "rho: float = 2 * ")  # an algorithm's default
@@ -237,8 +237,8 @@ def test_a_run_whose_code_changes_on_disk_is_not_checkpointed_further(tiny, monk
     sim = fedlab.Simulation.build(cfg)
     assert sim.store.load_checkpoint(sim.config_hash).next_round == 2
     monkeypatch.setattr(loop, "code_changed", lambda: None)
-    resumed = fedlab.run(cfg, progress=False, need_theta=True)
-    fresh = fedlab.run(cfg.replace(runs_dir=cfg.runs_dir + "-fresh"), progress=False, need_theta=True)
+    resumed = fedlab.run(cfg, progress=False)
+    fresh = fedlab.run(cfg.replace(runs_dir=cfg.runs_dir + "-fresh"), progress=False)
     assert resumed.status == fresh.status and torch.equal(resumed.theta, fresh.theta)
 
 
@@ -327,15 +327,15 @@ def test_every_atomic_write_honours_the_umask(tmp_path, umask027, tiny):
 
 
 def test_dataset_unpacking_uses_the_atomic_write(tmp_path, umask027):
-    from fedlab.data import datasets
+    from fedlab.data import _files
 
     source = tmp_path / "deb"
     source.mkdir()
-    for f in datasets.FMNIST_FILES:
+    for f in _files.FMNIST_FILES:
         with gzip.open(source / (f + ".gz"), "wb") as fh:
             fh.write(f.encode() * 3)
-    assert datasets._gunzip_from_debian(tmp_path / "raw", source) == ""
-    for f in datasets.FMNIST_FILES:
+    assert _files._gunzip_from_debian(tmp_path / "raw", source) == ""
+    for f in _files.FMNIST_FILES:
         assert (tmp_path / "raw" / f).read_bytes() == f.encode() * 3
         assert _mode(tmp_path / "raw" / f) == 0o640
     assert not list((tmp_path / "raw").glob(".*"))
@@ -442,3 +442,14 @@ def test_run_result_carries_the_final_server_state(tiny):
     assert all(torch.equal(trained.server[k], loaded.server[k]) for k in trained.server)
     alg = fedlab.get_algorithm("scaffold")
     assert torch.equal(alg.global_model(trained.server), trained.theta.cpu())
+
+
+def test_default_runs_dir_is_fedlab_runs_or_the_working_directory(tmp_path, monkeypatch):
+    """Never a folder inside the installed package: ``$FEDLAB_RUNS`` if set, else ``./runs``."""
+    from fedlab._paths import default_runs_dir
+
+    monkeypatch.delenv("FEDLAB_RUNS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_runs_dir() == tmp_path / "runs"
+    monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "elsewhere"))
+    assert default_runs_dir() == tmp_path / "elsewhere"

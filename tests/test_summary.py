@@ -1,8 +1,8 @@
-"""The end of `make run` (fedlab.tools.summary): three methods, tuned settings, their sources, the claims' counts."""
+"""The end of `make run` (lab.tools.summary): three methods, tuned settings, their sources, the claims' counts."""
 from __future__ import annotations
 
-from fedlab.evidence.protocol import profile_federation, tuned_params
-from fedlab.tools import summary
+from lab.evidence.protocol import profile_federation, tuned_params
+from lab.tools import summary
 
 
 def test_quick_summary_prints_each_method_with_its_tuned_source(tmp_path, capsys, monkeypatch, one_thread,

@@ -198,7 +198,7 @@ def test_ray_refuses_resources_the_cluster_lacks(ray_cluster, tmp_path):
 
 @pytest.mark.xdist_group("ray")
 def test_bench_sweep_quick_prints_every_backend(ray_cluster, capsys):
-    from fedlab.bench.sweep import main
+    from lab.bench.sweep import main
 
     assert main(["--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out

@@ -201,7 +201,7 @@ def test_config_accepts_auto_and_budget_and_rejects_bad_values():
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedsam"])
 def test_conventional_baseline_matches_fedlab(tiny, tmp_path, algorithm):
     """Same init, sampling, batch order (clients hold ≥ K·B samples) and hyperparameters → same θ."""
-    from fedlab.bench.conventional import ConventionalFL
+    from lab.bench.conventional import ConventionalFL
     from fedlab.models.functional import flatten_params
 
     for n_clients, participation in ((1, 1.0), (4, 0.5)):
@@ -222,7 +222,7 @@ def test_conventional_baseline_matches_fedlab(tiny, tmp_path, algorithm):
 def test_bench_quick_prints_the_tables(tmp_path):
     out = tmp_path / "bench.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "fedlab", "bench", "--quick", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "lab", "bench", "--quick", "--json", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=window(240))
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout

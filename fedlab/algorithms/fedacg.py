@@ -1,5 +1,5 @@
 """FedACG — accelerated client gradient (Kim et al., CVPR 2024), as in geehokim/FedACG
-(``servers/base.py`` ``ServerM`` with ``FedACG: True``, ``clients/base_client.py``; ALGORITHMS.md §14).
+(``servers/base.py`` ``ServerM`` with ``FedACG: True``, ``clients/base_client.py``; ../shared/docs/ALGORITHMS.md §14).
 
 The server keeps θ^t and a global momentum m (m = 0 before round 0) and sends the look-ahead point
 

@@ -1,4 +1,4 @@
-"""FedAvg (McMahan et al., AISTATS 2017), as in FL-Simulator's ``FedAvg`` (ALGORITHMS.md §2).
+"""FedAvg (McMahan et al., AISTATS 2017), as in FL-Simulator's ``FedAvg`` (../shared/docs/ALGORITHMS.md §2).
 
 Client, K steps:  θ ← θ − η_t (clip(g_i(θ; ξ), C) + wd·θ);  upload Δ_i = θ_{i,K} − θ^t.
 Server:           θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i   (η_g = 1 in every reference code).

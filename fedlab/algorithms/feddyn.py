@@ -1,5 +1,5 @@
 """FedDyn — federated dynamic regularisation (Acar et al., ICLR 2021), as in FL-Simulator
-``server/FedDyn.py`` + ``client/feddyn.py`` (ALGORITHMS.md §12).
+``server/FedDyn.py`` + ``client/feddyn.py`` (../shared/docs/ALGORITHMS.md §12).
 
 Client i keeps h_i, the running sum of its past displacements Δ_i (= −∇L_i(θ_i^{prev})/λ in the
 paper's notation). Local objective f_i(θ) + λ⟨θ, h_i − θ^t⟩ + (λ/2)‖θ‖², so each step (minibatch ξ):

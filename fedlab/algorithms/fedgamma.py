@@ -1,5 +1,5 @@
 """FedGAMMA — SCAFFOLD-corrected local SAM (Dai et al., TNNLS 2023), as re-implemented in
-FL-Simulator ``client/fedgamma.py`` + ``server/FedGamma.py`` (ALGORITHMS.md §5; no authors' code).
+FL-Simulator ``client/fedgamma.py`` + ``server/FedGamma.py`` (../shared/docs/ALGORITHMS.md §5; no authors' code).
 
 Client i, each local step with minibatch ξ (c, c_i as in SCAFFOLD):
 

@@ -1,4 +1,4 @@
-"""FedLESAM — locally estimated global perturbation (Fan et al., ICML 2024), ALGORITHMS.md §15.
+"""FedLESAM — locally estimated global perturbation (Fan et al., ICML 2024), ../shared/docs/ALGORITHMS.md §15.
 
 Idea: the perturbation that matters is the one of the *global* loss. A client cannot compute it, but
 the global model moved from θ_old,i (the model it received at its last participation) to θ^t along

@@ -1,4 +1,4 @@
-"""FedProx (Li et al., MLSys 2020), as in FL-Simulator ``client/fedprox.py`` (ALGORITHMS.md §13).
+"""FedProx (Li et al., MLSys 2020), as in FL-Simulator ``client/fedprox.py`` (../shared/docs/ALGORITHMS.md §13).
 
 Client i minimises f_i(θ) + (μ/2)‖θ − θ^t‖², so every local step (minibatch ξ) is
 

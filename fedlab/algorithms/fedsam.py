@@ -1,6 +1,6 @@
 """FedSAM — local SAM at every client step (Qu et al., ICML 2022; Caldarola et al., ECCV 2022).
 
-FL-Simulator ``client/fedsam.py`` (ALGORITHMS.md §3). For each local step with minibatch ξ:
+FL-Simulator ``client/fedsam.py`` (../shared/docs/ALGORITHMS.md §3). For each local step with minibatch ξ:
 
     g  = ∇f_i(θ; ξ)                    raw cross-entropy gradient (no weight decay)
     ε̂  = ρ g / (‖g‖ + ε)               ascent along the local minibatch gradient

@@ -1,7 +1,7 @@
 """FedSMOO — the paper's method (Sun et al., ICML 2023, "Dynamic Regularized Sharpness Aware
 Minimization in Federated Learning"), as in the authors' code FL-Simulator ``client/fedsmoo.py``,
 ``optimizer/DRegSAM.py``, ``server/FedSMOO.py`` *after* the 2024-10-26 fix (commit 502bec6, issue #13;
-ALGORITHMS.md §6). This is **not** the per-client adaptive scheme of the practitioner's blog; that
+../shared/docs/ALGORITHMS.md §6). This is **not** the per-client adaptive scheme of the practitioner's blog; that
 variant is ``fedsmoo_adaptive`` (:mod:`fedlab.algorithms.fedsmoo_adaptive`).
 
 Client i keeps h_i (FedDyn dual, sum of its past Δ_i) and μ_i (dynamic dual of the perturbation);

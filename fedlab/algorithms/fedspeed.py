@@ -1,5 +1,5 @@
 """FedSpeed (Sun et al., ICLR 2023) as released in FL-Simulator ``client/fedspeed.py`` +
-``server/FedSpeed.py`` (the authors' code; ALGORITHMS.md §17) — FedDyn with a local SAM gradient.
+``server/FedSpeed.py`` (the authors' code; ../shared/docs/ALGORITHMS.md §17) — FedDyn with a local SAM gradient.
 
 Client i (state h_i), each local step with minibatch ξ:
 

@@ -1,4 +1,4 @@
-"""FedSWA — stochastic weight averaging for FL (Liu et al., ICML 2025), ALGORITHMS.md §7.
+"""FedSWA — stochastic weight averaging for FL (Liu et al., ICML 2025), ../shared/docs/ALGORITHMS.md §7.
 
 Instead of SAM's second gradient, FedSWA restarts a *decaying* local learning rate every round (a
 cyclic schedule, as in SWA) and averages the client end points with an EMA on the server.

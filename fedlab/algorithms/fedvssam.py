@@ -1,6 +1,6 @@
 """FedVSSAM — variance-suppressed sharpness-aware FL (Xiao et al., NeurIPS 2026, arXiv 2605.09144).
 
-No public code: this is fedlab's reading of the paper description (ALGORITHMS.md §10, PAPERS.md §1).
+No public code: this is fedlab's reading of the paper description (../shared/docs/ALGORITHMS.md §10, PAPERS.md §1).
 The server keeps an EMA direction h that tracks ∇F; clients anchor both the SAM perturbation and the
 descent step to it, which suppresses the minibatch noise ("friendly adversary") and the client drift
 that make local flat regions incompatible with the global one.

@@ -1,4 +1,4 @@
-"""MoFedSAM — FedSAM with client-side global momentum (Qu et al., ICML 2022), ALGORITHMS.md §4.
+"""MoFedSAM — FedSAM with client-side global momentum (Qu et al., ICML 2022), ../shared/docs/ALGORITHMS.md §4.
 
 Reference: FL-Simulator ``server/MoFedSAM.py`` + ``client/mofedsam.py`` (Liu's ``FedMoSAM`` path
 crashes and is not used). The server turns last round's mean update into a gradient-like vector and

@@ -1,5 +1,5 @@
 """SCAFFOLD, option II control variates (Karimireddy et al., ICML 2020), as in FL-Simulator
-``server/SCAFFOLD.py`` + ``client/scaffold.py`` (ALGORITHMS.md §11).
+``server/SCAFFOLD.py`` + ``client/scaffold.py`` (../shared/docs/ALGORITHMS.md §11).
 
 Client i holds its control variate c_i; the server holds θ and the global variate c. Round t:
 

@@ -1,5 +1,5 @@
-"""Analysis tools: curvature, loss landscapes, flatness incompatibility, friendly adversary, client
-geometry and sharpness over training.
+"""Analysis tools: curvature, loss landscapes, flatness incompatibility, friendly adversary and
+sharpness over training.
 
 Everything works on a *federation view* — a :class:`~fedlab.models.FlatModel` and per-client data
 ``[(x_i, y_i), ...]`` (:func:`client_data`, :func:`federation_from_config`) — and on flat parameter
@@ -11,8 +11,8 @@ vectors θ, with the global objective F = (1/N) Σ_i F_i as the papers define it
     top_eigenvalues(F, model.theta0(), k=2).values
 
 Modules (one concept each): ``federation`` (data and losses), ``hessian``, ``landscape``,
-``gradients`` (client gradients at θ), ``incompatibility``, ``friendly``, ``geometry``, ``tracking``,
-and ``bench`` (``python -m fedlab.bench.analysis_tools``).
+``gradients`` (client gradients at θ), ``incompatibility``, ``friendly`` and ``tracking``. Their
+timings are the lab's (``python -m lab bench analysis``).
 """
 from fedlab.analysis.federation import (
     ClientData,
@@ -33,25 +33,16 @@ from fedlab.analysis.friendly import (
     friendly_vs_batch_size,
     gradient_decomposition,
 )
-from fedlab.analysis.geometry import (
-    RoundUpdates,
-    cosine_matrix,
-    flatness_distances,
-    gradient_similarity,
-    one_round_updates,
-    plot_similarity,
-)
 from fedlab.analysis.gradients import ClientGradients, client_gradients
 from fedlab.analysis.hessian import (
-    HessianEigen,
     HessianOperator,
     TraceEstimate,
     hessian_matrix,
     hessian_trace,
     hvp,
     sam_sharpness,
-    top_eigenvalues,
 )
+from fedlab.analysis.eigen import HessianEigen, top_eigenvalues
 from fedlab.analysis.incompatibility import (
     IncompatibilityReport,
     MixingSweep,
@@ -60,13 +51,10 @@ from fedlab.analysis.incompatibility import (
     perturbation,
 )
 from fedlab.analysis.landscape import (
-    ClientSlices,
     Slice1D,
     Slice2D,
-    client_slices_1d,
     filter_normalized_direction,
     interpolate,
-    plot_client_slices,
     plot_contour,
     plot_slice_1d,
     plot_surface,
@@ -76,13 +64,12 @@ from fedlab.analysis.landscape import (
 from fedlab.analysis.tracking import read_sharpness, sharpness_row, track_sharpness
 
 __all__ = [
-    "ClientData", "ClientGradients", "ClientSlices", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition",
-    "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "RoundUpdates", "Slice1D", "Slice2D",
-    "TraceEstimate", "client_data", "client_gradients", "client_loss_fn", "client_slices_1d", "cosine_matrix",
-    "evaluate_affine", "evaluate_points", "federation_from_config", "filter_normalized_direction", "flatness_distances", "flatness_incompatibility",
-    "friendly_adversary", "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition",
-    "gradient_similarity", "hessian_matrix", "hessian_trace", "hvp", "interpolate", "mixing_sweep",
-    "one_round_updates", "perturbation", "plot_client_slices", "plot_contour", "plot_similarity", "plot_slice_1d",
+    "ClientData", "ClientGradients", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition", "HessianEigen",
+    "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "Slice1D", "Slice2D", "TraceEstimate",
+    "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
+    "federation_from_config", "filter_normalized_direction", "flatness_incompatibility", "friendly_adversary",
+    "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition", "hessian_matrix",
+    "hessian_trace", "hvp", "interpolate", "mixing_sweep", "perturbation", "plot_contour", "plot_slice_1d",
     "plot_surface", "read_sharpness", "sam_sharpness", "sharpness_row", "slice_1d", "slice_2d", "top_eigenvalues",
     "track_sharpness",
 ]

@@ -30,11 +30,12 @@ from torch import Tensor
 from torch.func import vmap
 from tqdm import tqdm
 
-from fedlab.analysis.federation import federation_from_config, resolve_chunk
+from fedlab.analysis.federation import federation_from_config
+from fedlab.analysis.points import resolve_chunk
 from fedlab.analysis.gradients import ClientGradients, check_rho, client_gradients
 from fedlab.analysis.incompatibility import perturbation
 from fedlab.models.functional import FlatModel
-from fedlab.tools.repro import numpy_generator
+from fedlab._rng import numpy_generator
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedlab.config import Config

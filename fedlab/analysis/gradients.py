@@ -19,9 +19,10 @@ from torch import Tensor
 from torch.func import vmap
 from tqdm import tqdm
 
-from fedlab.analysis.federation import check_clients, client_loss_fn, resolve_chunk, sample_batches
+from fedlab.analysis.federation import check_clients, client_loss_fn, sample_batches
+from fedlab.analysis.points import resolve_chunk
 from fedlab.models.functional import FlatModel
-from fedlab.tools.repro import torch_generator
+from fedlab._rng import torch_generator
 
 __all__ = ["ClientGradients", "client_gradients", "check_rho"]
 

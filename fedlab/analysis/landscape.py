@@ -34,21 +34,16 @@ from torch import Tensor, nn
 from fedlab.analysis.federation import (
     EmpiricalLoss,
     LossFn,
-    check_clients,
     evaluate_affine,
-    global_loss_fn,
 )
 from fedlab.engine.evaluate import CPU_EVAL_BATCH
 from fedlab.models.functional import FlatModel, ParamSpec, param_spec
 
 __all__ = [
-    "ClientSlices",
     "Slice1D",
     "Slice2D",
-    "client_slices_1d",
     "filter_normalized_direction",
     "interpolate",
-    "plot_client_slices",
     "plot_contour",
     "plot_slice_1d",
     "plot_surface",
@@ -268,7 +263,7 @@ def slice_2d(
     ``channels_last``: evaluate an :class:`~fedlab.analysis.federation.EmpiricalLoss` over image
     inputs with its model in NHWC layout (:meth:`~EmpiricalLoss.with_channels_last`). ``None``
     (default) does so on CPU, where oneDNN's channels-last convolution and max-pool kernels made the
-    ``cnn`` landscape about twice as fast (``python -m fedlab bench analysis``), and there also
+    ``cnn`` landscape about twice as fast (``python -m lab bench analysis``), and there also
     evaluates the samples in chunks of at most :data:`~fedlab.engine.evaluate.CPU_EVAL_BATCH` so that
     a point's activations stay in cache; the values then agree with the loss's own to float rounding
     (~1e-7 relative) and the centre is L(θ) in that layout. ``False`` keeps the loss exactly as given
@@ -293,58 +288,6 @@ def slice_2d(
     return Slice2D(grid, grid.copy(), _as_numpy(losses).reshape(n, n))
 
 
-@dataclass
-class ClientSlices:
-    """Each client's loss along one line: ``losses[i, j]`` = F_i(θ + α_j d); ``global_losses`` = mean."""
-
-    alphas: np.ndarray
-    losses: np.ndarray  # (n_clients, n)
-    global_losses: np.ndarray  # (n,)
-
-    def to_frame(self) -> pd.DataFrame:
-        """Long format ``alpha, client, loss`` (client ``-1`` is the global mean F)."""
-        rows = [pd.DataFrame({"alpha": self.alphas, "client": i, "loss": row}) for i, row in enumerate(self.losses)]
-        rows.append(pd.DataFrame({"alpha": self.alphas, "client": -1, "loss": self.global_losses}))
-        return pd.concat(rows, ignore_index=True)
-
-    def minimisers(self) -> np.ndarray:
-        """α at which each client's loss is smallest on the grid (spread = local flat regions disagree)."""
-        return self.alphas[self.losses.argmin(axis=1)]
-
-
-def client_slices_1d(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    theta: Tensor,
-    direction: Tensor,
-    span: float = 1.0,
-    n: int = 21,
-    *,
-    batches: int | None = None,
-    batch_size: int = 64,
-    seed: int = 0,
-    vmap_chunk: int | None = None,
-    threads: int | None = None,
-    progress: bool = False,
-) -> ClientSlices:
-    """F_i(θ + α d) for every client i along one direction, all clients in one pass per point.
-
-    ``batches``/``batch_size``/``seed`` choose the samples as in :func:`global_loss_fn`;
-    ``threads``: see :func:`slice_2d`.
-    """
-    check_clients(clients)
-    _check_direction(theta, direction, "direction")
-    loss: EmpiricalLoss = global_loss_fn(model, clients, batches, batch_size, seed)
-    alphas = _symmetric_grid(span, n)
-    a = torch.as_tensor(alphas, dtype=theta.dtype)[:, None]
-    workers = [w.group_losses for w in _point_workers(loss, theta, threads)]
-    per_client = evaluate_affine(loss.group_losses, theta.detach(), a, direction.detach()[None],
-                                 vmap_chunk=vmap_chunk, workers=workers, progress=progress,
-                                 desc="client slices")  # (n, N)
-    values = _as_numpy(per_client).T
-    return ClientSlices(alphas, values, values.mean(axis=0))
-
-
 # ------------------------------------------------------------------------------------------------
 # plots (matplotlib only; imported lazily so the analysis code runs without a display)
 # ------------------------------------------------------------------------------------------------
@@ -367,24 +310,6 @@ def plot_slice_1d(ax: Any, result: Slice1D, *, label: str | None = None, xlabel:
     if label is not None:
         ax.legend(frameon=False)
     return line
-
-
-def plot_client_slices(ax: Any, result: ClientSlices, *, show_clients: int | None = 10,
-                       cmap: str = "viridis") -> Any:
-    """Per-client loss curves (thin) and the global mean F (thick black) along one direction."""
-    import matplotlib.pyplot as plt
-
-    n = result.losses.shape[0] if show_clients is None else min(show_clients, result.losses.shape[0])
-    colours = plt.get_cmap(cmap)(np.linspace(0, 1, max(n, 1)))
-    for i in range(n):
-        ax.plot(result.alphas, result.losses[i], color=colours[i], lw=0.8, alpha=0.8)
-    ax.plot(result.alphas, result.global_losses, color="black", lw=2.0, label="global F")
-    ax.axvline(0.0, color="0.7", lw=0.8, ls="--", zorder=0)
-    ax.set_xlabel("α")
-    ax.set_ylabel("client loss F_i")
-    ax.legend(frameon=False)
-    _clean(ax)
-    return ax
 
 
 def plot_contour(ax: Any, result: Slice2D, *, levels: int | Sequence[float] = 20, log: bool = False,

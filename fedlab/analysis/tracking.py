@@ -33,8 +33,9 @@ import pandas as pd
 from torch import Tensor
 
 from fedlab.analysis.federation import EmpiricalLoss, client_data, global_loss_fn
-from fedlab.analysis.hessian import hessian_trace, sam_sharpness, top_eigenvalues
-from fedlab.tools.repro import numpy_generator, torch_generator
+from fedlab.analysis.eigen import top_eigenvalues
+from fedlab.analysis.hessian import hessian_trace, sam_sharpness
+from fedlab._rng import numpy_generator, torch_generator
 from fedlab.results import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,7 +158,6 @@ def track_sharpness(
         raise ValueError(f"rho must be None or > 0, got {rho!r}")
 
     sim = Simulation.build(config, dataset)
-    sim.use_records = False  # the measurements need θ, which a committed record does not keep: train
     clients = client_data(sim.dataset, sim.partition, seed=seed)
     if max_clients is not None and len(clients) > max_clients:
         keep = np.sort(numpy_generator(seed, "track-clients").choice(len(clients), max_clients, replace=False))
@@ -197,7 +197,6 @@ def track_sharpness(
     if missing_past:  # the run went past them without tracking: replay those rounds elsewhere
         with tempfile.TemporaryDirectory(prefix="fedlab-track-") as tmp:
             replay = Simulation.build(config.replace(runs_dir=tmp), sim.dataset)
-            replay.use_records = False  # else a committed record of the run would stand in, without θ
             _drive(replay, missing_past, max(missing_past), record, progress)
     _drive(sim, targets, rounds, record, progress)
 

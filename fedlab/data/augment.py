@@ -19,7 +19,7 @@ Then, for ``0 ≤ r < H`` and ``0 ≤ c < W``::
 i.e. a crop of the padded image followed by a left-right mirror of the crop.  It is computed with a
 single advanced-indexing gather from per-sample row/column index grids built from ``arange``.
 
-Zero padding happens **after** normalisation, as in FL-Simulator (ALGORITHMS.md §20): the padded
+Zero padding happens **after** normalisation, as in FL-Simulator (../shared/docs/ALGORITHMS.md §20): the padded
 border is 0 in normalised units, i.e. the dataset's *mean colour*, not black.  (torchvision's
 ``RandomCrop(32, padding=4)`` on un-normalised images pads with black instead.)  FL-Simulator also
 applies the crop only with probability 0.5; ``crop_p=0.5`` reproduces that, the default ``crop_p=1``
@@ -69,7 +69,7 @@ def random_crop_flip(
     if generator.device.type != x.device.type:
         raise ValueError(
             f"generator is on {generator.device} but x is on {x.device}; "
-            "create the generator on x's device (fedlab.tools.repro.torch_generator(..., device=x.device))"
+            "create the generator on x's device (fedlab.torch_generator(..., device=x.device))"
         )
     p = int(padding)
     n, c, h, w = x.shape

@@ -12,7 +12,6 @@ import weakref
 import numpy as np
 import torch
 
-from fedlab.config import ConfigError
 from fedlab.data.datasets import Dataset, balanced_subset
 
 __all__ = ["hold_out_validation"]
@@ -30,18 +29,19 @@ def hold_out_validation(dataset: Dataset, size: int | None) -> Dataset:
     the result); the remaining training samples stay the training set that clients are partitioned
     over. The test set of ``dataset`` is dropped, so nothing downstream can read it. ``size=None``
     returns ``dataset`` unchanged; a dataset that already is such a split is returned as it is.
+    A size the dataset cannot give raises ``ValueError`` (the engine reports it as a ``ConfigError``).
     """
     if size is None or dataset in _HELD_OUT:
         return dataset
     cached = _SPLITS.setdefault(dataset, {})
     if size not in cached:
         if dataset.natural_clients is not None:
-            raise ConfigError("validation_size: this dataset's natural clients index the whole training "
+            raise ValueError("validation_size: this dataset's natural clients index the whole training "
                               "set; hold-out validation is not defined for it")
         try:
             keep_val = balanced_subset(dataset.y_train, size, seed=0, purpose="validation")
         except ValueError as err:
-            raise ConfigError(f"validation_size={size}: {err}") from None
+            raise ValueError(f"validation_size={size}: {err}") from None
         mask = np.ones(dataset.n_train, dtype=bool)
         mask[keep_val] = False
         dev = dataset.x_train.device

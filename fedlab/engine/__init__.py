@@ -1,5 +1,7 @@
 """The simulation engine: client sampling, local work, aggregation, evaluation, resume."""
-from fedlab.engine.loop import Simulation, build_dataset, build_partition, hold_out_validation, run
+from fedlab.data.holdout import hold_out_validation
+from fedlab.engine.loop import Simulation, run
+from fedlab.engine.setup import build_dataset, build_partition
 from fedlab.engine.sampling import load_schedule, sample_clients
 from fedlab.engine.schedule import learning_rate
 

@@ -8,25 +8,17 @@ checkpoint), resumes an unfinished one from its checkpoint, or starts from round
 choice draws from a generator derived from (seed, purpose, round, client), and every piece of state
 (server, clients) lives in the checkpoint, so a resumed run is bit-identical to an uninterrupted one.
 
-``Simulation.run`` is a chain of small steps: ``_run_locked`` (load, resume or start),
-``_train`` (the rounds and the progress bar), ``eval_set`` (evaluation subsample), ``_round_row``
-(one metrics row and divergence), ``_status`` (diverged / collapsed / finished), ``_save`` (a
-:class:`fedlab.results.Checkpoint`, whose on-disk layout only the results store knows) and
-``_result``.
-
-Why ~550 lines: it is the :class:`Simulation` (build, resume, train, record) plus the build-time
-validators it calls; each method holds one step.
+What a run is built from is :mod:`fedlab.engine.setup`; the state it carries from round to round,
+:mod:`fedlab.engine.state`.
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,194 +31,26 @@ from tqdm import tqdm
 from fedlab._version import __version__
 from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
 from fedlab.config import Config, ConfigError, check_device_available, check_round_work
-from fedlab.data import Dataset, balanced_subset, load_dataset
-from fedlab.data.holdout import hold_out_validation
-from fedlab.data.partition import Partition, make_partition
+from fedlab.data import Dataset, balanced_subset
+from fedlab.data.partition import Partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
 from fedlab.engine.collapse import is_collapsed
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
-from fedlab.engine.malloc import stable_malloc
-from fedlab.engine.sampling import (
-    BERNOULLI_RETRIES, check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest,
-)
+from fedlab.engine.sampling import check_sampling, eligible_clients, load_schedule, sample_clients, schedule_digest
 from fedlab.engine.round import round_info, run_round
 from fedlab.models import FlatModel, build_model
 from fedlab.store.code_digest import code_changed, code_digest
-from fedlab.tools.repro import REPO_ROOT, torch_generator
+from fedlab._rng import torch_generator
+from fedlab._paths import default_runs_dir
 from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunResult, RunStore, config_record
+from fedlab.engine.setup import (_held_out, _load_theta0, build_dataset, build_partition, check_rounds_drawable,
+                                 load_run_schedule, runs_dir_problem)
+from fedlab.engine.state import RoundOutcome, RunInterrupted, TrainingState
 
 
 def _numel(state: State) -> int:
     return sum(int(v.numel()) for v in state.values())
-
-
-@lru_cache(maxsize=8)
-def _cached_dataset(name: str, device: str, train_size: int | None, test_size: int | None, seed: int,
-                    as_cifar_shape: bool) -> Dataset:
-    return load_dataset(name, device=device, train_size=train_size, test_size=test_size, seed=seed,
-                        as_cifar_shape=as_cifar_shape)
-
-
-def build_dataset(config: Config) -> Dataset:
-    """The config's dataset on its device (cached in-process: notebooks run many configs on one).
-
-    With ``validation_size`` set, the returned dataset is :func:`hold_out_validation` of it: clients
-    train on the rest of the training set and the run is evaluated on the held-out part.
-    """
-    # Subsets are drawn with seed 0 unless the config asks for per-seed data: the data a method
-    # trains on should not change with the training seed.
-    full = _cached_dataset(config.dataset, config.device, config.train_size, config.test_size, 0,
-                           config.as_cifar_shape)
-    return hold_out_validation(full, config.validation_size)
-
-
-def build_partition(config: Config, dataset: Dataset) -> Partition:
-    """The config's partition of ``dataset``'s training set (:func:`fedlab.data.partition.make_partition`)."""
-    labels = dataset.y_train.cpu().numpy()
-    try:
-        params: dict[str, Any] = dict(config.partition_params)
-        seed = config.seed if config.partition_seed is None else config.partition_seed
-        return make_partition(config.partition, labels, config.n_clients, seed=seed,
-                              alpha=config.alpha, classes_per_client=config.classes_per_client,
-                              shards_per_client=config.shards_per_client,
-                              natural_clients=dataset.natural_clients, **params)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"partition: {err}") from None
-
-
-def _load_theta0(module: torch.nn.Module, theta0: Tensor, model_name: str, dataset: Dataset) -> str:
-    """Copy a user θ₀ into ``module`` (so ``FlatModel.theta0()`` returns it); its SHA-256 for the key."""
-    from fedlab.models.functional import load_flat_, param_spec
-
-    d = param_spec(module).dim
-    if not isinstance(theta0, Tensor):
-        raise ConfigError(f"theta0 must be a torch.Tensor, a flat vector of {d} parameters "
-                          f"(got {type(theta0).__name__})")
-    if theta0.ndim != 1 or theta0.numel() != d:
-        raise ConfigError(f"theta0 has shape {tuple(theta0.shape)} but model {model_name!r} for input "
-                          f"{dataset.input_shape} and {dataset.n_classes} classes has d={d} parameters; pass a "
-                          "flat vector of shape (d,) (fedlab.models.functional.flatten_params(module))")
-    if not theta0.is_floating_point() or not bool(torch.isfinite(theta0).all()):
-        raise ConfigError(f"theta0 must hold finite floating-point values (dtype {theta0.dtype})")
-    load_flat_(module, theta0.detach())
-    flat = torch.cat([p.detach().reshape(-1) for p in module.parameters() if p.requires_grad])
-    return hashlib.sha256(flat.cpu().contiguous().view(torch.uint8).numpy()).hexdigest()
-
-
-def check_runs_dir(root: Path) -> None:
-    """ConfigError unless ``root`` is (or can be created as) a writable folder; creates nothing."""
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"runs_dir={str(root)!r} is a file, not a folder; give runs_dir a folder")
-    existing = root.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(f"runs_dir={str(root)!r} cannot be created: {existing} is a file, not a folder")
-    if not _writable(existing):
-        raise ConfigError(f"runs_dir={str(root)!r} is not writable ({existing} denies writing); "
-                          "give runs_dir a folder you can write to")
-
-
-def _writable(folder: Path) -> bool:
-    """Whether files can be created in ``folder``: permissions, and not a read-only mount (which
-    ``os.access`` does not report to root)."""
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return False
-    try:
-        return not os.statvfs(folder).f_flag & os.ST_RDONLY
-    except (AttributeError, OSError):  # no statvfs (Windows): permissions are all we can tell
-        return True
-
-
-def runs_dir_problem(root: Path) -> ConfigError | None:
-    """:func:`check_runs_dir`'s error for ``root``, or None when runs can be written there."""
-    try:
-        check_runs_dir(root)
-    except ConfigError as err:
-        return err
-    return None
-
-
-def load_run_schedule(config: Config) -> list[list[int]] | None:
-    """The validated client schedule of a ``sampling="schedule"`` config (ConfigError naming the file)."""
-    if config.sampling != "schedule":
-        return None
-    try:
-        return load_schedule(config.schedule_path, config.n_clients, config.rounds)  # eligibility: build()
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-
-
-UNDRAWABLE_RISK = 1e-12
-"""Below this chance that some round's Bernoulli draw fails, no round is drawn ahead (see
-:func:`check_rounds_drawable`)."""
-
-
-def undrawable_risk(config: Config, eligible: np.ndarray) -> float:
-    """An upper bound on the chance that some round of ``config`` cannot be drawn.
-
-    Only Bernoulli sampling can fail at run time (a uniform draw cannot once :func:`check_sampling`
-    passed; a schedule is validated when read): a round fails when all its
-    :data:`BERNOULLI_RETRIES` draws come up empty, each with probability (1 - p)^E for E eligible
-    clients; the union bound over the rounds gives the rest.
-    """
-    if config.sampling != "bernoulli":
-        return 0.0
-    empty = (1.0 - config.participation) ** int(eligible.size)
-    return min(1.0, config.rounds * empty**BERNOULLI_RETRIES)
-
-
-def check_rounds_drawable(config: Config, schedule: list[list[int]] | None, eligible: np.ndarray) -> int:
-    """Draw every round's clients ahead, so an infeasible sampling fails before anything is written,
-    but only when a failure is possible at all (:func:`undrawable_risk` ≥ :data:`UNDRAWABLE_RISK`);
-    returns the number of rounds drawn (0 for every other config).
-
-    Rounds are otherwise drawn lazily, one at a time as the run reaches them (``Simulation.sample``),
-    so a run of many rounds starts at once. The draws are exactly those the run will make (each
-    round has its own generator), so drawing ahead or not changes no number.
-    """
-    if undrawable_risk(config, eligible) < UNDRAWABLE_RISK:
-        return 0
-    for t in range(config.rounds):
-        try:
-            sample_clients(t, config.n_clients, config.participation, seed=config.seed, mode=config.sampling,
-                           schedule=schedule, eligible=eligible)
-        except RuntimeError as err:
-            raise ConfigError(f"participation={config.participation!r} with sampling={config.sampling!r} and "
-                              f"n_clients={config.n_clients}: {err} (round {t}); raise participation") from None
-    return config.rounds
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """A run stopped on request (``stop`` was set, e.g. by Ctrl-C) at a round boundary, checkpointed there.
-
-    A KeyboardInterrupt, so ``except Exception`` does not swallow it; running the same config again
-    resumes the run from ``rounds_done`` bit-identically.
-    """
-
-    def __init__(self, run_dir: Path, rounds_done: int, rounds: int) -> None:
-        self.run_dir, self.rounds_done, self.rounds = run_dir, rounds_done, rounds
-        super().__init__(f"run {run_dir} stopped after round {rounds_done} of {rounds} and was checkpointed "
-                         "there; run the same config again to resume it")
-
-
-@dataclass
-class TrainingState:
-    """Everything that evolves during a run (and is checkpointed): server and client states."""
-
-    server: State
-    client_states: dict[int, State]
-    theta0: Tensor  # the initial global model (stateful methods initialise client state from it)
-    next_round: int = 0
-
-
-@dataclass
-class RoundOutcome:
-    clients: np.ndarray
-    info: RoundInfo
-    msg: State
-    results: list[ClientResult]
 
 
 @dataclass
@@ -244,8 +68,6 @@ class Simulation:
     schedule: list[list[int]] | None = None  # the validated client schedule (sampling="schedule")
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
-    # a run absent from runs/ but committed under figures/records/ is loaded from there (without θ)
-    use_records: bool = field(default=True, init=False, repr=False)
     # False when runs_dir cannot be written: only a finished run can then be loaded (read-only)
     writable: bool = field(default=True, init=False, repr=False)
     # set by run(stop=...): checked at every round boundary
@@ -266,16 +88,14 @@ class Simulation:
             raise ConfigError("dataset='custom' trains on tensors you supply: "
                               "fedlab.run(cfg, dataset=fedlab.data.from_tensors(x_train, y_train, x_test, y_test))")
         check_device_available(config.device)
-        if config.device == "cpu":
-            stable_malloc()  # evaluation time must not depend on the allocator's history (engine/malloc.py)
-        root = Path(config.runs_dir) if config.runs_dir else REPO_ROOT / "runs"
+        root = Path(config.runs_dir) if config.runs_dir else default_runs_dir()
         unwritable = runs_dir_problem(root)
         if unwritable is not None and not root.is_dir():  # no stored run can be there to load: fail now
             raise unwritable
         schedule = load_run_schedule(config)
         if schedule is not None and config.local_steps is not None:  # the largest round bounds the work
             check_round_work(max(len(ids) for ids in schedule), config.local_steps, config.batch_size)
-        dataset = build_dataset(config) if dataset is None else hold_out_validation(dataset, config.validation_size)
+        dataset = build_dataset(config) if dataset is None else _held_out(dataset, config.validation_size)
         partition = build_partition(config, dataset)
         module = build_model(config.model, dataset.input_shape, dataset.n_classes, seed=config.seed)
         module = module.to(config.device)
@@ -443,14 +263,6 @@ class Simulation:
         ``stop``: once set (the command line sets it on Ctrl-C), the run checkpoints at the next round
         boundary and raises :class:`RunInterrupted`.
         """
-        if self.use_records and not self.store.checkpoint_path.exists():
-            from fedlab.evidence.records import load_record
-
-            # trained elsewhere and committed (no θ, see fedlab.evidence.records): read-only, so no lock and
-            # nothing is created under runs/
-            committed = load_record(self.store.dir.name, partition=self.partition, config=self.config)
-            if committed is not None:
-                return committed
         if not self.writable:
             return self._load_read_only()
         self._stop = stop
@@ -621,7 +433,7 @@ class Simulation:
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
-        dataset: Dataset | None = None, theta0: Tensor | None = None, need_theta: bool = False,
+        dataset: Dataset | None = None, theta0: Tensor | None = None,
         stop: threading.Event | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
@@ -629,13 +441,10 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
     theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
 
-    A run that is not in ``runs/`` but is committed under ``figures/records/`` (:mod:`fedlab.evidence.records`)
-    is returned from the record, with ``theta=None``: records keep config, metrics and summary, not
-    the model. Pass ``need_theta=True`` where the model itself is analysed (Hessians, landscapes);
-    the run is then trained (or loaded from ``runs/``) as usual. ``stop``: see :meth:`Simulation.run`
-    (set it from another thread or a signal handler to stop at the next round boundary).
+    The result always carries the final model θ: a run is trained, resumed, or loaded from its run
+    directory under ``runs_dir`` (default: ``$FEDLAB_RUNS``, else ``./runs`` of the current working
+    directory), never from anywhere else. ``stop``: see :meth:`Simulation.run` (set it from another
+    thread or a signal handler to stop at the next round boundary).
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    sim = Simulation.build(config, dataset, theta0)
-    sim.use_records = not need_theta
-    return sim.run(progress=progress, stop_after_rounds=stop_after_rounds, stop=stop)
+    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds, stop=stop)

@@ -7,7 +7,7 @@ a freed ``mmap`` chunk is larger than the threshold, the threshold rises to its 
 32 MiB) and the trim threshold to twice that. So the same computation can land in either of two
 regimes within one process: evaluation batches whose activations (25 MB per tensor for LeNet-5 on
 3×32×32 at batch 128) are served from the heap and reused, or are mapped, zero-filled by page
-faults, and returned, batch after batch. Measured with ``python -m fedlab bench flsim`` on the
+faults, and returned, batch after batch. Measured with ``python -m lab bench flsim`` on the
 5,000-image union: 0 or 732,583 minor page faults per evaluation at batch 128 depending on what the
 process had done before (FedAvg vs FedSAM rounds), ~1.5 s of kernel time per evaluation in the
 faulting regime; with the thresholds fixed, 0–8 faults per evaluation at batches 64, 128 (the CPU
@@ -19,6 +19,11 @@ heap and up to :data:`TRIM_THRESHOLD` of free memory is kept at its top. Setting
 explicitly also switches glibc's dynamic adjustment off, so the regime no longer depends on
 history. The cost is that a process keeps up to 512 MiB of freed memory. Linux/glibc only;
 elsewhere, or with ``FEDLAB_MALLOC=default`` in the environment, nothing is changed.
+
+Opt-in: building or running a simulation never calls it (a library must not change the allocator of
+the process it is imported into). ``python -m fedlab ...`` calls it at start, and so does the
+repository's lab (``python -m lab ...``, its notebooks and ``make run``); call it yourself in a
+program that evaluates on the CPU and wants the same timings. It changes timing only, never a number.
 """
 from __future__ import annotations
 

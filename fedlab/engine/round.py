@@ -6,7 +6,7 @@
     server  = aggregate(server, stacked uploads, info)
 
 :meth:`fedlab.engine.Simulation.train_round` (real data, any executor), :func:`fedlab.engine.toy.run_functional`
-(gradient oracles) and :func:`fedlab.algorithms.accounting.communication_vectors` (what a method sends)
+(gradient oracles) and :func:`fedlab.engine.accounting.communication_vectors` (what a method sends)
 all call :func:`run_round`; :func:`round_info` is the only place a :class:`RoundInfo` is built.
 """
 from __future__ import annotations

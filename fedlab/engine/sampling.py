@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedlab.tools.repro import numpy_generator
+from fedlab._rng import numpy_generator
 
 
 BERNOULLI_RETRIES = 1000

@@ -80,7 +80,7 @@ def quadratic_federation(
     minimiser of F = mean_i f_i. A batch is the pair (client id, noise draw). Heterogeneity scales the
     spread of the b_i; distinct A_i make FedAvg's fixed point differ from θ* (client drift).
     """
-    from fedlab.tools.repro import torch_generator
+    from fedlab._rng import torch_generator
 
     gen = torch_generator(seed, "quadratic")
     problems = []

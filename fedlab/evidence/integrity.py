@@ -171,7 +171,7 @@ def rerecord(paths: Path | Iterable[Path], root: str | os.PathLike) -> None:
 
 
 def rename(moves: dict[Path, Path], root: str | os.PathLike) -> None:
-    """The explicit step of a re-key (:mod:`fedlab.evidence.rekey`): each ``old → new`` file move
+    """The explicit step of a re-key (the repository's ``python -m lab.evidence.rekey``): each ``old → new`` file move
     drops the old path's line and records the new file's digest. An old path without a line is
     refused, so a re-key cannot launder a file that was never evidence."""
     root = Path(root)
@@ -207,10 +207,9 @@ def problems(root: str | os.PathLike) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m fedlab.evidence [--add PATH... | --rerecord PATH...] [--root DIR]``; without an action it
     lists every difference between the manifest and the evidence on disk (exit 1 if there is one)."""
-    from fedlab.tools.repro import FIGURES_DIR
-
     parser = argparse.ArgumentParser(prog="python -m fedlab.evidence", description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=FIGURES_DIR, help="the folder of the manifest (figures/)")
+    parser.add_argument("--root", type=Path, default=Path("figures"),
+                        help="the folder of the manifest (default: figures/ of the current directory)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--add", nargs="+", type=Path, metavar="PATH", help="add new evidence files")
     group.add_argument("--rerecord", nargs="+", type=Path, metavar="PATH",

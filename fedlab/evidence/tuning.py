@@ -9,7 +9,7 @@ each method's sensitive hyperparameters per setting — but on the test set; fed
 
 Score: the mean validation accuracy over the evaluations in the last quarter of the tuning run
 (rounds r > T − ⌈T/4⌉, at least the last evaluation), which is less noisy than the last value alone.
-A point whose run diverged or collapsed (:mod:`fedlab.evidence.collapse`) is never chosen. Ties go to the
+A point whose run diverged or collapsed (:mod:`fedlab.engine.collapse`) is never chosen. Ties go to the
 first point in grid order. Call it once per split (partition scheme and α): the choice is per split.
 
 Grid keys are the algorithm's hyperparameter names (and ``"preset"``), or ``"lr"`` (the local
@@ -19,11 +19,12 @@ hyperparameters in one table; its names are checked against the registry's hpara
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import itertools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import pandas as pd
 from fedlab.config import Config, ConfigError
 from fedlab.data import Dataset
 from fedlab.evidence.integrity import EvidenceError, add, verify
+from fedlab.results import RunResult
 
 __all__ = ["DEFAULT_GRIDS", "TUNABLE_CONFIG_FIELDS", "TuneResult", "TuningError", "default_grid", "load_tuning",
            "tune", "tuning_root"]
@@ -155,20 +157,23 @@ class TuneResult:
 
 def tune(base: Config, grid: Mapping[str, Sequence[Any]] | None = None, *, rounds: int | None = None,
          seed: int = 0, validation_size: int = 5000, dataset: Dataset | None = None,
-         progress: bool = True) -> TuneResult:
+         progress: bool = True, runner: Callable[..., RunResult] | None = None) -> TuneResult:
     """Select ``base.algorithm``'s hyperparameters on a held-out validation set (never the test set).
 
     ``grid`` maps hyperparameter names (or ``"lr"``) to candidates; default
     :func:`default_grid`. ``rounds`` shortens the tuning horizon (default ``base.rounds``); ``seed``
     is the one tuning seed; ``validation_size`` training samples are held out (class-balanced,
     seed 0, disjoint from what clients train on). ``dataset`` optionally supplies the full dataset (it
-    is split here, its test part is ignored). Each point is run through :func:`fedlab.run`, so it is
-    cached under ``runs/`` and resumable like any run. An empty grid returns ``base`` unchanged.
+    is split here, its test part is ignored). Each point is run through ``runner(config,
+    dataset=dataset)``, default :func:`fedlab.run`, so it is cached under ``runs/`` and resumable like
+    any run (a caller with results stored elsewhere passes its own loader). An empty grid returns
+    ``base`` unchanged.
     """
     from tqdm import tqdm
 
     from fedlab.engine import run
 
+    runner = runner if runner is not None else functools.partial(run, progress=False)
     grid = default_grid(base.algorithm) if grid is None else dict(grid)
     _check_grid(base.algorithm, grid)
     tuning = base.replace(validation_size=validation_size, seed=seed,
@@ -178,7 +183,7 @@ def tune(base: Config, grid: Mapping[str, Sequence[Any]] | None = None, *, round
     rows, runs = [], []
     for point, cfg in tqdm(list(zip(points, configs)), desc=f"tune {base.algorithm}", disable=not progress,
                            leave=False):
-        res = run(cfg, dataset=dataset, progress=False, need_theta=False)
+        res = runner(cfg, dataset=dataset)
         runs.append(res)
         m = res.metrics
         score = validation_score(m["round"], m["test_acc"], cfg.rounds)
@@ -225,7 +230,7 @@ def load_tuning(json_path: str | Path) -> dict[str, Any]:
     json_path = Path(json_path)
     csv_path = json_path.with_suffix(".csv")
     what = f"tuning file {json_path}"
-    fix = "restore it from git, or move it away and rerun `python -m fedlab tune-profile`"
+    fix = "restore it from git, or move it away and rerun `python -m lab tune-profile`"
     try:
         json_bytes = json_path.read_bytes()
         done = json.loads(json_bytes.decode("utf-8"))

@@ -24,7 +24,7 @@ __all__ = ["Estimate", "Interval", "difference_interval", "mean_interval"]
 class Interval:
     """The bounds of ``mean ± half_width``: ``low = mean − half_width``, ``high = mean + half_width`` (NaN
     when there is no interval). Shared by :class:`Estimate` and the paired difference
-    (:class:`fedlab.evidence.paired.PairedDifference`)."""
+    (the paired difference of the lab's claims)."""
 
     mean: float
     half_width: float

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedlab.tools.repro import derive_seed
+from fedlab._rng import derive_seed
 from .cnn import NORMS, build_cnn, build_lenet5, build_mlp
 from .resnet import build_resnet18_gn, build_resnet18_gn_imagenet_stem
 from .wrn import build_wrn28_4_gn

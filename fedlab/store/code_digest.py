@@ -3,7 +3,7 @@
 A cached run is only valid for the code that produced it: an edited algorithm, a changed batch
 order or model initialisation must not return the old θ. The key therefore covers the source of the
 *numeric path* — the subpackages ``algorithms``, ``engine``, ``models``, ``data``, the module
-``config``, and the seed-derivation functions of ``tools/repro`` (every random draw goes through them).
+``config``, and the seed-derivation functions of ``_rng`` (every random draw goes through them).
 The rule that turns a finished run into ``collapsed`` (``engine/collapse.py``) is on that path too: it
 decides a run's status, which decides whether a seed counts.
 
@@ -26,7 +26,7 @@ time (monkeypatching an algorithm or the engine). A run made under such a change
 delete its run directory (and never commit its record).
 
 Deliberately *not* covered, as they never change a run's numbers: ``analysis/`` (reads finished runs), ``results``, ``cli``,
-``sweep``, ``plots``, the benchmarks, the rest of ``repro`` (paths, figures) and the notebooks.
+``sweep``, and the lab beside the library (plots, figures, benchmarks, evidence) and the notebooks.
 """
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent  # fedlab/ (this file is fedlab/store/code_digest.py)
 NUMERIC_PACKAGES = ("algorithms", "engine", "models", "data")
 NUMERIC_MODULES = ("config.py",)
-# tools/repro.py also holds paths and figure helpers; only its generator derivation is on the numeric path.
+# the seed derivation every random draw goes through (its three functions, by name)
 REPRO_FUNCTIONS = ("derive_seed", "torch_generator", "numpy_generator")
-REPRO_MODULE = "tools/repro.py"
+REPRO_MODULE = "_rng.py"
 
 
 class _DropDocstrings(ast.NodeTransformer):

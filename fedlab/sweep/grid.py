@@ -192,7 +192,7 @@ def _short(value: Any) -> Any:
 
 def _uplink_per_client(res: RunResult, column: str) -> float:
     """Mean floats one client sends (or receives) per round, in units of the model size d."""
-    # records (fedlab.evidence.records) carry no θ, but their summary has the model size
+    # records (lab.evidence.records) carry no θ, but their summary has the model size
     d = int(res.theta.numel()) if res.theta is not None else int(res.summary["n_params"])
     m = res.metrics
     return float((m[column] / (m["n_sampled"] * d)).mean())
@@ -204,7 +204,7 @@ def summary_table(results: Iterable[RunResult], target: float | None = None) -> 
     Columns: the config fields that vary between groups (always ``algorithm``), then
 
     * ``n_seeds``; ``n_collapsed`` and ``n_diverged`` — seeds whose run collapsed to chance
-      (:mod:`fedlab.evidence.collapse`) or diverged; they are **not** averaged into the accuracy columns;
+      (:mod:`fedlab.engine.collapse`) or diverged; they are **not** averaged into the accuracy columns;
     * ``final_acc_mean``, ``final_acc_std`` and ``final_acc_ci95`` — the last evaluated test accuracy
       over the *finished* seeds: mean, sample standard deviation (ddof = 1) and the half-width of the
       95 % Student-t interval (:func:`fedlab.evidence.uncertainty.mean_interval`; NaN with one finished seed,

@@ -22,7 +22,7 @@ How the pool stops, which the executor could not promise:
   second that the parent is gone. So ``kill -9`` of the caller leaves no worker training on.
 
 The channel is each worker's standard input and output, carrying pickles (one task in, one
-:class:`~fedlab.sweep.backends._Outcome` out); the worker moves them to private descriptors first and
+:class:`~fedlab.sweep.runs._Outcome` out); the worker moves them to private descriptors first and
 points its fd 1 at stderr, so a stray print of a native library cannot corrupt a message.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedlab.sweep.backends import _Tracker
+    from fedlab.sweep.runs import _Tracker
 
 __all__ = ["ORPHAN_EXIT", "run_pool", "worker_main"]
 
@@ -76,7 +76,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def worker_main() -> None:
-    """The loop of one worker: read a task, run it through :func:`~fedlab.sweep.backends.execute_one`,
+    """The loop of one worker: read a task, run it through :func:`~fedlab.sweep.runs.execute_one`,
     write its outcome; exit on ``None`` or when the parent closes the channel."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what a Ctrl-C stops
     _die_with_parent(int(os.environ[_PARENT_ENV]))
@@ -87,7 +87,7 @@ def worker_main() -> None:
     os.close(devnull)
     os.dup2(2, 1)  # native prints now go to stderr, never into the channel
 
-    from fedlab.sweep.backends import execute_one
+    from fedlab.sweep.runs import execute_one
 
     while True:
         try:

@@ -1,0 +1,178 @@
+"""One run of a sweep, as every backend executes it (:func:`execute_one`), and the sweep's progress.
+
+The body of every backend of :mod:`fedlab.sweep.backends` and of the local pool's workers
+(:mod:`fedlab.sweep.pool`): it sits below both, so neither has to import the other's internals.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedlab.config import Config
+from fedlab.results import RunResult
+
+__all__ = ["LOG_DIR_NAME", "RunFailure", "execute_one", "log_path", "runs_root"]
+
+LOG_DIR_NAME = "sweep-logs"
+
+# Test hooks, so tests stop a run at a known point instead of racing a timer.
+# "<config.hash()>:<round>" makes the process that trains that config exit abruptly (os._exit, no
+# cleanup, like a SIGKILL) when that 0-based round starts.
+_CRASH_ENV = "FEDLAB_SWEEP_TEST_CRASH"
+# "<round>:<folder>" makes every run that reaches that 0-based round write "<folder>/<hash>.held"
+# (holding its pid) and wait there until it is killed: the sweep is then known to be mid-run.
+_HOLD_ENV = "FEDLAB_SWEEP_TEST_HOLD"
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """A run that raised (or whose worker died): its config, the error, and the run's log file."""
+
+    config: Config
+    label: str
+    error: str
+    log_path: Path
+
+
+@dataclass
+class _Outcome:
+    """What a worker sends back: the result, or the error of a failed run (workers never raise)."""
+
+    key: int
+    result: RunResult | None
+    error: str | None
+    log_path: str
+
+
+def runs_root(config: Config) -> Path:
+    """The folder ``config``'s run lives under (``runs_dir``, else :func:`fedlab._paths.default_runs_dir`)."""
+    from fedlab._paths import default_runs_dir
+
+    return Path(config.runs_dir) if config.runs_dir else default_runs_dir()
+
+
+def log_path(config: Config) -> Path:
+    """The log file of one run of a sweep (appended to by every attempt)."""
+    return runs_root(config) / LOG_DIR_NAME / f"{config.algorithm}-seed{config.seed}-{config.hash()}.log"
+
+
+@contextlib.contextmanager
+def _crash_hook(config: Config) -> Iterator[None]:
+    """Arm the test-only crash of :data:`_CRASH_ENV` or hold of :data:`_HOLD_ENV` for this config."""
+    spec = os.environ.get(_CRASH_ENV, "")
+    target, _, round_text = spec.partition(":")
+    hold_round, _, hold_dir = os.environ.get(_HOLD_ENV, "").partition(":")
+    crash = bool(spec) and target == config.hash()
+    if not crash and not hold_dir:
+        yield
+        return
+    from fedlab.engine.loop import Simulation
+
+    original = Simulation.train_round
+
+    def train_round(self: Simulation, state: Any, t: int, clients: Any = None) -> Any:
+        if crash and t == int(round_text):
+            os._exit(70)
+        if hold_dir and t == int(hold_round):
+            Path(hold_dir, f"{config.hash()}.held").write_text(str(os.getpid()))
+            while True:  # until the test's signal ends this process
+                time.sleep(1)
+        return original(self, state, t, clients)
+
+    Simulation.train_round = train_round  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Simulation.train_round = original  # type: ignore[method-assign]
+
+
+def execute_one(key: int, config: Config, threads: int, backend: str) -> _Outcome:
+    """Train (or load, or resume) one config through :func:`fedlab.run`: the body of every backend.
+
+    Runs at ``threads`` intra-op threads, sends the run's output to its log file and returns its
+    error instead of raising, so one failing run never takes a pool or a sweep down with it.
+    """
+    from fedlab.engine import run
+
+    path = log_path(config)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # checked by execute() before the sweep; this is the folder vanishing since
+        return _Outcome(key, None, f"cannot create the log folder {path.parent}: {err.strerror or err}", str(path))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    try:
+        with open(path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            print(f"== {now} start: {config.algorithm} seed {config.seed} (config hash {config.hash()}) on "
+                  f"{platform.node()} pid {os.getpid()}, backend {backend}, {threads} intra-op thread(s)",
+                  flush=True)
+            try:
+                with _crash_hook(config):
+                    result = run(config, progress=False)
+            except Exception as err:  # noqa: BLE001 — any failure of a run is reported, not raised
+                traceback.print_exc(file=log)
+                print(f"== failed after {time.perf_counter() - t0:.1f} s", flush=True)
+                return _Outcome(key, None, f"{type(err).__name__}: {err}", str(path))
+            print(f"== {result.status} after {time.perf_counter() - t0:.1f} s: {result.run_dir}", flush=True)
+        return _Outcome(key, result, None, str(path))
+    finally:
+        torch.set_num_threads(previous)
+
+
+# --- progress ------------------------------------------------------------------------------------
+@dataclass
+class _Tracker:
+    """Collects outcomes and keeps the sweep's one progress bar: done / running / failed, ETA."""
+
+    configs: list[Config]
+    labels: list[str]
+    progress: bool
+    results: dict[int, RunResult] = field(default_factory=dict)
+    failures: dict[int, RunFailure] = field(default_factory=dict)
+    started: set[int] = field(default_factory=set)
+    bar: Any = None
+
+    def __post_init__(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=len(self.configs), desc="sweep", unit="run", disable=not self.progress,
+                        file=sys.stderr, dynamic_ncols=True, leave=False)
+        self.running(0)
+
+    def start(self, k: int) -> None:
+        """Note that run ``k`` was handed to a process (what an interruption reports as stopped)."""
+        self.started.add(k)
+
+    def running(self, n: int) -> None:
+        self.bar.set_postfix_str(f"running {n}, failed {len(self.failures)}")
+
+    def record(self, outcome: _Outcome) -> bool:
+        """Store one outcome; True if it is a failure."""
+        k = outcome.key
+        if outcome.result is not None:
+            self.results[k] = outcome.result
+        else:
+            self.failures[k] = RunFailure(self.configs[k], self.labels[k], outcome.error or "unknown error",
+                                          Path(outcome.log_path))
+        self.bar.update(1)
+        return outcome.result is None
+
+    def fail(self, k: int, error: str) -> None:
+        self.record(_Outcome(k, None, error, str(log_path(self.configs[k]))))
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,150 @@
+"""The lab's command line: ``python -m lab bench | claims | figures --dry-run | tune-profile``.
+
+These commands serve this repository's evidence (the committed records, the claims of
+``figures/claims.yaml``, the cpu profile's budget and tuning) and its benchmarks; the library's own
+commands (``run``, ``sweep``, ``algorithms``, ``flower-sim``) stay ``python -m fedlab ...``. Errors are
+one line ``error: ...`` on stderr with the library's exit codes (:func:`fedlab.cli.dispatch`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fedlab.cli import dispatch
+
+__all__ = ["BENCH_COMMANDS", "build_parser", "main"]
+
+BENCH_COMMANDS = {
+    "analysis": "lab.bench.curvature",  # curvature and landscape: fedlab new/old vs plain autograd
+    "flsim": "lab.bench.flsim",  # FL-Simulator's CPU configuration: seconds per round, training and evaluation
+    "gpu": "lab.bench.gpu",  # the CUDA check of the speed goals (--dry-run: the same code on CPU)
+    "sweep": "lab.bench.sweep",  # the sweep backends' wall time: sequential vs local pool vs Ray
+}
+"""``python -m lab bench NAME ...`` runs ``main`` of these modules; anything else goes to :mod:`lab.bench.speed`."""
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    rest = list(args.bench_args)
+    if rest[:1] and rest[0] in BENCH_COMMANDS:
+        return importlib.import_module(BENCH_COMMANDS[rest[0]]).main(rest[1:])
+    from lab.bench.speed import main as bench_main
+
+    return bench_main(rest)
+
+
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from lab.evidence.claims import claims_table, evaluate_claims, write_claims
+
+    if args.paired or args.decide_at is not None or args.csv is not None:
+        return _claims_paired(args)
+    verdicts = evaluate_claims()
+    table = claims_table(verdicts)
+    with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
+        print(table[["claim", "numbers", "verdict"]].to_string(index=False))
+    if args.write:
+        for path in write_claims(verdicts).values():
+            print(f"wrote {path}")
+    return 0
+
+
+def _claims_paired(args: argparse.Namespace) -> int:
+    """``claims --paired [--decide-at N] [--csv PATH]``: every claim's unpaired and paired verdicts."""
+    from lab.evidence.claims import evaluate_claims_paired, paired_table, paired_text
+    from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
+
+    if not args.paired or args.write:
+        print("error: --decide-at and --csv go with --paired, and --paired does not --write (the committed "
+              "claims files keep the unpaired reading)", file=sys.stderr)
+        return 2
+    decide_at = MIN_SEEDS_TO_DECIDE if args.decide_at is None else args.decide_at
+    if decide_at < 2:
+        print(f"error: --decide-at must be at least 2 (an interval needs two pairs), got {decide_at}", file=sys.stderr)
+        return 2
+    verdicts = evaluate_claims_paired(min_seeds_to_decide=decide_at)
+    print(paired_text(verdicts))
+    if args.csv is not None:
+        paired_table(verdicts).to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from lab.evidence.budget import estimate, print_estimate
+
+    if not args.dry_run:
+        print("error: only `figures --dry-run` is implemented here; `make figures` runs the notebooks",
+              file=sys.stderr)
+        return 2
+    costs = None
+    if args.grad_ms is not None:  # a quiet-machine calibration instead of measuring on a busy one
+        fwd = args.forward_ms if args.forward_ms is not None else args.grad_ms / 3
+        costs = {"cnn": {"grad_per_sample": args.grad_ms / 1e3, "forward_per_sample": fwd / 1e3}}
+    est = estimate(seeds=args.seeds, cores=args.cores, costs=costs)
+    return 0 if print_estimate(est, args.budget_hours) else 1
+
+
+def _cmd_tune_profile(args: argparse.Namespace) -> int:
+    from lab.evidence.protocol import tune_profile
+
+    split_list = [s for s in (args.splits or "").split(",") if s] or None
+    method_list = [m for m in (args.methods or "").split(",") if m] or None
+    paths = tune_profile(args.profile, methods=method_list, splits=split_list, client_threads=args.client_threads,
+                         record=not args.no_record, progress=not args.no_progress)
+    for path in paths:
+        best = __import__("json").loads(path.read_text())["best"]
+        print(f"{path.parent.name:18s} {path.stem:18s} {best}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m lab`` parser (bench, claims, figures, tune-profile)."""
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`); "
+                                     "bench analysis | flsim | gpu | sweep",
+                       add_help=False)
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    c = sub.add_parser("claims", allow_abbrev=False,
+                       help="evaluate the papers' claims (figures/claims.yaml) from committed results")
+    c.add_argument("--write", action="store_true", help="write figures/claims_cpu.md and figures/claims_cpu.csv")
+    c.add_argument("--paired", action="store_true",
+                   help="read each claim by seed pairs (paired t-interval, sign-flip p from 6 seeds) beside the "
+                        "unpaired verdict")
+    c.add_argument("--decide-at", type=int, default=None, metavar="N",
+                   help="with --paired: pairs needed for a verdict (default 6; 3 reads the committed evidence "
+                        "as if decided)")
+    c.add_argument("--csv", type=str, default=None, metavar="PATH",
+                   help="with --paired: write the numeric table (one row per comparison) to PATH")
+    f = sub.add_parser("figures", allow_abbrev=False,
+                       help="`--dry-run`: estimate the cpu profile's time (make figures) without training",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f.add_argument("--dry-run", action="store_true", help="print the per-notebook estimate; train nothing")
+    f.add_argument("--seeds", type=int, default=3, help="seeds per comparison")
+    f.add_argument("--cores", type=int, default=2, help="CPU cores (client_threads)")
+    f.add_argument("--grad-ms", type=float, default=None,
+                   help="ms per sample-gradient of the cnn instead of measuring it (README Benchmarks, quiet "
+                        "2-core machine: 2145 ms per FedAvg round / 3200 sample-gradients = 0.67)")
+    f.add_argument("--forward-ms", type=float, default=None, help="ms per sample-forward (default: grad-ms / 3)")
+    f.add_argument("--budget-hours", type=float, default=4.0, help="exit 1 if the estimate exceeds this")
+    t = sub.add_parser("tune-profile", allow_abbrev=False,
+                       help="tune every method on every split of a profile on held-out validation data "
+                            "(resumable; writes figures/tuning/<split>/<method>.csv/json and run records)")
+    t.add_argument("--profile", default="cpu", help="the profile whose federation and splits are tuned")
+    t.add_argument("--splits", default=None, help="comma-separated split keys (default: all), e.g. dirichlet-0.1")
+    t.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
+    t.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
+    t.add_argument("--no-record", action="store_true", help="do not write the grid points' run records")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
+        return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
+    args = build_parser().parse_args(argv)
+    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "tune-profile": _cmd_tune_profile}
+    return dispatch(commands[args.command], args)

@@ -1,0 +1,707 @@
+"""The papers' claims, evaluated from stored results: holds / fails / inconclusive / not run.
+
+The claims are data (``figures/claims.yaml``, next to the results they judge); this module is the
+evaluator. For each claim it collects the evidence — the committed records of the figure named in
+its setting (:func:`lab.evidence.records.figure_runs`, filtered by ``select``) or a column of that figure's
+CSV — reduces each *arm* (a method, optionally with hyperparameters) to a mean ± 95 % interval over
+seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
+
+* ``>`` / ``<`` — **holds** when the intervals are disjoint in the claimed order, **fails** when
+  they are disjoint the other way, **inconclusive** when they overlap;
+* ``>=`` / ``<=`` — holds unless contradicted: holds when the means are in the claimed order (or
+  the intervals are disjoint in it), fails when disjoint the other way, inconclusive otherwise;
+* ``approx`` (tolerance ``tol``) — an equivalence test on Welch's 95 % interval of the difference of
+  the means (:func:`~fedlab.evidence.uncertainty.difference_interval`): holds when the whole interval
+  lies within [−tol, tol], fails when it lies wholly outside, inconclusive otherwise (close means
+  with wide intervals are not evidence of equality);
+* ``much_greater`` (``margin``) — holds when left − margin is above right with disjoint intervals,
+  fails when left.mean − right.mean < margin and the shifted intervals are disjoint, else inconclusive;
+* ``abs_le`` (``tol``, one arm) — holds when the whole interval of |left| is ≤ tol, fails when it is
+  wholly above, inconclusive otherwise.
+
+This is the **unpaired** reading, still the default (:func:`evaluate_claim`, the committed claims files). The
+**paired** reading (:func:`evaluate_claim_paired`, ``python -m lab claims --paired``) uses that within a
+seed every method of a figure shares θ₀, client sampling, batch order and test subsample: it compares the
+per-seed differences left_s − right_s of the seeds both arms finished (records pair by ``config.seed``, a
+figure's CSV by its ``seed`` column), with the paired t-interval, the sign-flip p-value from 6 pairs and the
+margin rules and seed gates of :mod:`lab.evidence.paired`; a claim that cannot be paired says so.
+
+An arm with fewer than :data:`MIN_SEEDS` finished seeds is inconclusive (one seed cannot tell noise
+from effect); collapsed and diverged runs are never averaged in — they are counted and shown. A claim
+whose figure has no committed evidence yet is **not run**. Against a list of arms, a claim holds only
+if it holds against each (fails if any fails, otherwise the weakest verdict wins).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lab.repro import FIGURES_DIR
+from fedlab.evidence.integrity import rerecord
+from fedlab.results import RunResult
+from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide,
+                                    paired_difference)
+from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
+
+__all__ = ["CLAIMS_FILE", "MIN_SEEDS", "NOT_PAIRED", "VERDICTS", "Claim", "PairedComparison", "PairedVerdict",
+           "Verdict", "claims_markdown", "claims_table", "evaluate_claim_paired", "evaluate_claims",
+           "evaluate_claims_paired", "figures_root", "independent_runs", "load_claims", "paired_table",
+           "paired_text", "replace_claims_block", "write_claims"]
+
+CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
+MIN_SEEDS = 2
+VERDICTS = ("holds", "fails", "inconclusive", "not run")
+OPS = (">", "<", ">=", "<=", "approx", "much_greater", "abs_le")
+_ORDER = {"holds": 0, "inconclusive": 1, "not run": 2, "fails": 3}
+NOT_PAIRED = "not paired"  # the paired reading's verdict when the evidence has no seed to pair by
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    claim: str
+    paper: str
+    where: str
+    notebook: str
+    figure: str
+    select: dict[str, Any]
+    metric: Any
+    left: dict[str, Any]
+    op: str
+    right: list[dict[str, Any]]
+    tol: float = 0.0
+    margin: float = 0.0
+    cost: dict[str, float] | None = None
+    reasons: dict[str, str] = field(default_factory=dict)  # verdict -> the likely reason, shown with that verdict
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Claim":
+        where = f"claim {d.get('id', '?')!r}"
+        missing = [k for k in ("id", "claim", "source", "setting", "metric", "left", "op") if k not in d]
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {missing}")
+        if d["op"] not in OPS:
+            raise ValueError(f"{where}: op={d['op']!r} is invalid; allowed: {', '.join(OPS)}")
+        right = d.get("right", [])
+        right = [right] if isinstance(right, Mapping) else list(right)
+        if d["op"] != "abs_le" and not right:
+            raise ValueError(f"{where}: op {d['op']!r} needs a right arm")
+        metric = d["metric"]
+        if not (metric in ("final_test_acc", "mean_flatness_distance")
+                or (isinstance(metric, Mapping) and "column" in metric)):
+            raise ValueError(f"{where}: metric={metric!r} is invalid; allowed: final_test_acc, "
+                             "mean_flatness_distance, or {column: <name>, arm_column: <name>}")
+        return cls(id=str(d["id"]), claim=str(d["claim"]), paper=str(d["source"]["paper"]),
+                   where=str(d["source"].get("where", "")), notebook=str(d["setting"]["notebook"]),
+                   figure=str(d["setting"]["figure"]), select=dict(d["setting"].get("select") or {}),
+                   metric=metric, left=dict(d["left"] or {}), op=str(d["op"]), right=right,
+                   tol=float(d.get("tol", 0.0)), margin=float(d.get("margin", 0.0)), cost=d.get("cost"),
+                   reasons=_reasons(where, d.get("reasons")))
+
+
+def _reasons(where: str, value: Any) -> dict[str, str]:
+    reasons = dict(value or {})
+    bad = sorted(set(reasons) - {"fails", "inconclusive"})
+    if bad:
+        raise ValueError(f"{where}: reasons may be given for the verdicts fails and inconclusive, not {bad}")
+    return {k: str(v) for k, v in reasons.items()}
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    verdict: str
+    left: Estimate | None = None
+    right: list[Estimate | None] = field(default_factory=list)
+    note: str = ""
+
+    def numbers(self, scale: float = 100.0) -> str:
+        if self.left is None:
+            return ""
+        s = scale if self.claim.metric == "final_test_acc" else 1.0
+        digits = 2 if s == 100.0 else 4
+        parts = [f"{_arm_name(self.claim.left)} {self.left.format(s, digits)}"]
+        for arm, est in zip(self.claim.right, self.right):
+            parts.append(f"{_arm_name(arm)} {est.format(s, digits) if est else '–'}")
+        return "; ".join(parts)
+
+    def lean(self) -> str:
+        """For an undecided ordering claim: which way the means point (the intervals overlap, so it is no
+        verdict, but a reader should not have to work out that the data lean against the paper)."""
+        op = self.claim.op
+        rights = [r for r in self.right if r is not None]
+        if self.verdict != "inconclusive" or self.left is None or not rights \
+                or op not in (">", ">=", "<", "<=", "much_greater"):
+            return ""
+        sign = -1.0 if op in ("<", "<=") else 1.0
+        margin = self.claim.margin if op == "much_greater" else 0.0
+        gaps = [sign * (self.left.mean - r.mean) for r in rights]
+        if any(g < 0 for g in gaps):
+            return "the means point against the claim (the intervals overlap: not a verdict)"
+        if all(g > margin for g in gaps):
+            return "the means point the claimed way (the intervals overlap: not a verdict)"
+        return ""
+
+
+def figures_root() -> Path:
+    """The evidence folder claims are judged from: ``$FEDLAB_FIGURES`` if set (a copy, e.g. to test a
+    damaged file without touching the committed ones), else ``figures/`` of this repository."""
+    env = os.environ.get("FEDLAB_FIGURES")
+    return Path(env).expanduser() if env else FIGURES_DIR
+
+
+def load_claims(path: Path | None = None) -> list[Claim]:
+    import yaml
+
+    path = figures_root() / CLAIMS_FILE.name if path is None else Path(path)
+    data = yaml.safe_load(path.read_text())
+    claims = [Claim.from_dict(d) for d in (data or {}).get("claims", [])]
+    ids = [c.id for c in claims]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"{path}: duplicate claim id(s) {dup}")
+    return claims
+
+
+# --- evidence --------------------------------------------------------------------------------------
+def _arm_name(arm: Mapping[str, Any]) -> str:
+    from lab.style import method_label
+
+    if not arm:
+        return "value"
+    text = arm.get("name") or method_label(arm.get("algorithm", "?"))
+    if arm.get("params"):
+        text += " [" + ", ".join(f"{k}={v}" for k, v in arm["params"].items()) + "]"
+    return text
+
+
+def _matches(res: RunResult, arm: Mapping[str, Any], select: Mapping[str, Any]) -> bool:
+    from fedlab.algorithms import get_algorithm
+
+    cfg = res.config
+    if any(getattr(cfg, k, None) != v for k, v in select.items()):
+        return False
+    if arm.get("algorithm") and cfg.algorithm != arm["algorithm"]:
+        return False
+    if arm.get("name") and cfg.name != arm["name"]:
+        return False
+    if arm.get("params"):
+        hp = get_algorithm(cfg.algorithm, cfg.algorithm_params).hp.to_dict()
+        if any(hp.get(k) != v for k, v in arm["params"].items()):
+            return False
+    return True
+
+
+def _run_value(res: RunResult, metric: str) -> float:
+    if metric == "final_test_acc":
+        return res.final_accuracy
+    m = res.metrics[["round", "flatness_distance"]].dropna()
+    total = int(res.config.rounds)
+    tail = m[m["round"] > total - math.ceil(total / 4)]
+    return float((tail if len(tail) else m)["flatness_distance"].mean())
+
+
+def independent_runs(runs: Sequence[RunResult]) -> tuple[list[RunResult], int]:
+    """The runs that are independent samples: the first of each seed, and never two identical configs
+    (``runs_dir`` aside); returns them and how many were left out. A repeated seed is the same draw of
+    initialisation, sampling and batches, so counting it twice would shrink the interval for nothing."""
+    kept: list[RunResult] = []
+    seeds: set[Any] = set()
+    configs: set[str] = set()
+    for r in runs:
+        config = json.dumps({**r.config.to_dict(), "runs_dir": None}, sort_keys=True, default=str)
+        if r.config.seed in seeds or config in configs:
+            continue
+        seeds.add(r.config.seed)
+        configs.add(config)
+        kept.append(r)
+    return kept, len(runs) - len(kept)
+
+
+def _duplicates_note(arm: Mapping[str, Any], n: int) -> str:
+    return f"{_arm_name(arm)}: {n} duplicate run(s) (a repeated seed or config) counted once" if n else ""
+
+
+def _finished_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[list[RunResult], str]:
+    """The arm's finished independent runs, and a note on its repeated, collapsed and diverged ones."""
+    chosen, repeated = independent_runs([r for r in runs if _matches(r, arm, claim.select)])
+    ok = [r for r in chosen if r.status == "finished"]
+    bad = [r for r in chosen if r.status in ("collapsed", "diverged")]
+    notes = [_duplicates_note(arm, repeated)] if repeated else []
+    if bad:
+        counts = {s: sum(r.status == s for r in bad) for s in ("collapsed", "diverged")}
+        notes.append(f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return ok, "; ".join(notes)
+
+
+def _arm_from_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+    ok, note = _finished_runs(runs, claim, arm)
+    if not ok:
+        return None, note
+    return mean_interval(_run_value(r, claim.metric) for r in ok), note
+
+
+def _seeds_from_runs(runs: Sequence[RunResult], claim: Claim,
+                     arm: Mapping[str, Any]) -> tuple[dict[Hashable, float] | None, str]:
+    """``{config.seed: value}`` of the arm's finished independent runs (one run per seed by construction)."""
+    ok, note = _finished_runs(runs, claim, arm)
+    return {r.config.seed: _run_value(r, claim.metric) for r in ok}, note
+
+
+def _table_rows(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tuple[pd.DataFrame, str]:
+    """The finished rows of the arm in the figure's table (whole-row repeats counted once), and a note."""
+    col, arm_col = claim.metric["column"], claim.metric.get("arm_column")
+    if col not in table.columns:
+        raise ValueError(f"claim {claim.id!r}: figure {claim.figure}.csv has no column {col!r} "
+                         f"(columns: {', '.join(map(str, table.columns))})")
+    rows = table
+    for key, value in claim.select.items():  # the setting's filter, on the columns the table has
+        if key in rows.columns:
+            rows = rows[rows[key] == value]
+    if arm_col and arm.get("algorithm"):
+        rows = rows[rows[arm_col] == arm["algorithm"]]
+    note = ""
+    if "seed" in rows.columns:
+        # a row repeated whole (same seed, same setting, same values) is one measurement written twice; rows
+        # of one seed that differ (per client, per α) are the table's own samples and all count
+        unique = rows.drop_duplicates(keep="first")
+        note = _duplicates_note(arm, len(rows) - len(unique))
+        rows = unique
+    if "status" in rows.columns:
+        status = rows["status"].fillna("finished")
+        counts = {s: int((status == s).sum()) for s in ("collapsed", "diverged")}
+        if any(counts.values()):
+            note = "; ".join(x for x in (note, f"{_arm_name(arm)}: " + ", ".join(
+                f"{n} {s}" for s, n in counts.items() if n)) if x)
+        rows = rows[status == "finished"]
+    return rows, note
+
+
+def _arm_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+    rows, note = _table_rows(table, claim, arm)
+    vals = rows[claim.metric["column"]].dropna()
+    return (mean_interval(vals) if len(vals) else None), note
+
+
+def _seed_label(seed: Any) -> Hashable:
+    """A seed as read from a CSV (``0.0``) as the integer it is; anything else unchanged."""
+    return int(seed) if isinstance(seed, float) and seed.is_integer() else seed
+
+
+def _seeds_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any],
+                      average: bool = False) -> tuple[dict[Hashable, float] | None, str]:
+    """``{seed: value}`` of the arm in the figure's table; ``None`` (and why) when the table cannot be paired:
+    no seed column, or several values of one seed (per-client rows are samples within a seed, not pairs)
+    unless ``average``, which takes each seed's mean (the seed, not the client, is the independent unit)."""
+    rows, note = _table_rows(table, claim, arm)
+    col = claim.metric["column"]
+    rows = rows[rows[col].notna()]
+    if "seed" not in rows.columns:
+        return None, "; ".join(x for x in (note, f"{claim.figure}.csv has no seed column: cannot pair") if x)
+    per_seed = rows.groupby("seed")[col]
+    if average:
+        return {_seed_label(k): float(v) for k, v in per_seed.mean().items()}, note
+    if len(rows) and int(per_seed.size().max()) > 1:
+        return None, "; ".join(x for x in (note, f"{_arm_name(arm)}: several values per seed in "
+                                                  f"{claim.figure}.csv: cannot pair by seed") if x)
+    return {_seed_label(k): float(v) for k, v in per_seed.first().items()}, note
+
+
+# --- comparison ------------------------------------------------------------------------------------
+def compare(left: Estimate, right: Estimate | None, op: str, *, tol: float = 0.0, margin: float = 0.0) -> str:
+    """The verdict of ``left op right`` from two estimates (see the module docstring)."""
+    def bounds(e: Estimate, shift: float = 0.0) -> tuple[float, float]:
+        return (e.low - shift, e.high - shift) if math.isfinite(e.half_width) else (e.mean - shift, e.mean - shift)
+
+    if op == "abs_le":
+        lo, hi = bounds(left)
+        worst, best = max(abs(lo), abs(hi)), (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)))
+        return "holds" if worst <= tol else "fails" if best > tol else "inconclusive"
+    assert right is not None
+    if op in ("<", "<="):  # mirror: a < b  ⇔  −a > −b
+        left = Estimate(-left.mean, left.half_width, left.values, left.level)
+        right = Estimate(-right.mean, right.half_width, right.values, right.level)
+        op = op.replace("<", ">")
+    shift = margin if op == "much_greater" else 0.0
+    llo, lhi = bounds(left, shift)
+    rlo, rhi = bounds(right)
+    above, below = llo > rhi, lhi < rlo
+    if op in (">", "much_greater"):
+        return "holds" if above else "fails" if below else "inconclusive"
+    if op == ">=":
+        return "fails" if below else "holds" if (above or left.mean >= right.mean) else "inconclusive"
+    if op == "approx":
+        lo, hi = difference_interval(left, right)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return "inconclusive"
+        return "holds" if -tol <= lo and hi <= tol else "fails" if (lo > tol or hi < -tol) else "inconclusive"
+    raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
+
+
+def _few(est: Estimate | None) -> bool:
+    return est is not None and est.n < MIN_SEEDS
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What a claim is judged from: the figure's committed runs, or its CSV table."""
+
+    runs: Sequence[RunResult] | None = None
+    table: pd.DataFrame | None = None
+
+    def arm(self, claim: Claim, arm: Mapping[str, Any]) -> tuple[Estimate | None, str]:
+        """The arm's mean ± interval over its values (unpaired reading), and a note."""
+        if self.table is not None:
+            return _arm_from_table(self.table, claim, arm)
+        return _arm_from_runs(self.runs or [], claim, arm)
+
+    def seeds(self, claim: Claim, arm: Mapping[str, Any],
+              average: bool = False) -> tuple[dict[Hashable, float] | None, str]:
+        """The arm's ``{seed: value}`` (paired reading), or ``None`` and why it cannot be paired."""
+        if self.table is not None:
+            return _seeds_from_table(self.table, claim, arm, average)
+        return _seeds_from_runs(self.runs or [], claim, arm)
+
+
+def _evidence(claim: Claim, figures_dir: Path) -> _Evidence | str:
+    """The claim's evidence in ``figures_dir``, or (a string) why there is none: the claim is not run."""
+    from lab.evidence.records import figure_runs
+
+    if isinstance(claim.metric, Mapping):
+        csv = figures_dir / f"{claim.figure}.csv"
+        if not csv.exists():
+            return f"no {csv.name} yet"
+        return _Evidence(table=pd.read_csv(csv))
+    try:
+        runs = figure_runs(claim.figure, figures_dir)
+    except FileNotFoundError as err:  # no sidecar: the figure was never made. A bad record raises (loudly).
+        return str(err).split(";")[0]
+    if not runs:
+        return f"{claim.figure} has no committed records yet"
+    return _Evidence(runs=runs)
+
+
+def _cost_check(claim: Claim) -> tuple[bool, str]:
+    """Whether the claim's gradient-cost ratio (``cost``) is that of the algorithm registry, and a note."""
+    from fedlab.algorithms import algorithm_class
+
+    ratio = (algorithm_class(claim.left["algorithm"]).grad_evals_per_step
+             / algorithm_class(claim.right[0]["algorithm"]).grad_evals_per_step)
+    ok = math.isclose(ratio, float(claim.cost["left_over_right"]))  # type: ignore[index]
+    return ok, f"gradient cost ratio {ratio:g} ({'as claimed' if ok else 'not as claimed'})"
+
+
+def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
+    """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``): the
+    unpaired reading of the module docstring."""
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    evidence = _evidence(claim, figures_dir)
+    if isinstance(evidence, str):
+        return Verdict(claim, "not run", note=evidence)
+    return _unpaired(claim, evidence)
+
+
+def _unpaired(claim: Claim, evidence: _Evidence) -> Verdict:
+    left, note_l = evidence.arm(claim, claim.left)
+    rights, notes = [], [note_l] if note_l else []
+    for a in claim.right:
+        est, note = evidence.arm(claim, a)
+        rights.append(est)
+        if note:
+            notes.append(note)
+    if left is None or (claim.op != "abs_le" and any(r is None for r in rights)):
+        verdict = "inconclusive" if notes else "not run"
+        return Verdict(claim, verdict, left, rights, "; ".join(notes + (["no finished run of an arm"])))
+    if _few(left) or any(_few(r) for r in rights):
+        notes.append(f"fewer than {MIN_SEEDS} seeds")
+        return Verdict(claim, "inconclusive", left, rights, "; ".join(notes))
+    verdicts = [compare(left, r, claim.op, tol=claim.tol, margin=claim.margin) for r in (rights or [None])]
+    if claim.cost:
+        ok, note = _cost_check(claim)
+        notes.append(note)
+        if not ok:
+            verdicts.append("fails")
+    verdict = "fails" if "fails" in verdicts else max(verdicts, key=_ORDER.__getitem__)
+    return Verdict(claim, verdict, left, rights, "; ".join(notes))
+
+
+# --- paired reading --------------------------------------------------------------------------------
+_PAIRED_ORDER = {"holds": 0, "inconclusive": 1, TOO_FEW: 3, NOT_PAIRED: 4, "not run": 5, "fails": 6}
+
+
+def _paired_rank(verdict: str) -> int:
+    """holds < inconclusive < inconclusive (n < N) < too few seeds < not paired < not run < fails."""
+    return 2 if verdict.startswith("inconclusive (n < ") else _PAIRED_ORDER[verdict]
+
+
+def _combine(verdicts: Sequence[str]) -> str:
+    """A claim against several arms: fails if any comparison fails, holds only if every one holds, else the
+    weakest of the others (inconclusive < inconclusive (n < N) < too few seeds < not paired < not run)."""
+    if not verdicts:
+        return "not run"
+    return "fails" if "fails" in verdicts else max(verdicts, key=_paired_rank)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """``left − right`` of one right arm, paired by seed (for a one-arm ``abs_le`` claim: the left arm's
+    per-seed values against 0)."""
+
+    right: dict[str, Any]
+    difference: PairedDifference | None  # None: the arms could not be paired (see note)
+    verdict: str  # gated by the number of pairs (lab.evidence.paired.decide)
+    as_if: str  # what the interval says without the gate
+    note: str = ""
+
+
+@dataclass
+class PairedVerdict:
+    """A claim's paired verdict, beside its unpaired one (:class:`Verdict`)."""
+
+    claim: Claim
+    verdict: str
+    as_if: str  # the verdict with no gate on the number of pairs
+    unpaired: Verdict
+    comparisons: list[PairedComparison] = field(default_factory=list)
+    min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE
+    note: str = ""
+
+    @property
+    def scale(self) -> float:
+        """100 for accuracies (shown in %), 1 otherwise."""
+        return 100.0 if self.claim.metric == "final_test_acc" else 1.0
+
+    @property
+    def unit(self) -> str:
+        return "%" if self.scale == 100.0 else ""
+
+    def differences(self, with_n: bool = True) -> str:
+        """``"vs FedSAM +3.10 ± 1.20 % (n=3)"`` per comparison, joined by ``"; "``; '–' where nothing paired,
+        ``"– (too few seeds: n=2)"`` below :data:`~lab.evidence.paired.MIN_SEEDS_TO_PRINT` pairs (the numbers
+        stay in :func:`paired_table`)."""
+        digits = 2 if self.scale == 100.0 else 4
+        parts = []
+        for c in self.comparisons:
+            d = c.difference
+            if d is None or d.n == 0:
+                text = "–"
+            elif d.n < MIN_SEEDS_TO_PRINT:
+                text = f"– ({TOO_FEW}: n={d.n})"
+            else:
+                text = d.format(self.scale, digits, with_n=False) + (f" {self.unit}" if self.unit else "") \
+                    + (f" (n={d.n})" if with_n else "")
+            parts.append(f"vs {_arm_name(c.right)} {text}" if c.right else text)
+        return "; ".join(parts)
+
+
+def _one_arm(claim: Claim, evidence: _Evidence, min_seeds_to_decide: int,
+             level: float) -> tuple[PairedComparison, list[str]]:
+    """``abs_le``: nothing to pair; the per-seed values (a seed's mean over its rows) against 0, with the
+    one-sample interval over seeds and the same gate on the number of seeds."""
+    values, note = evidence.seeds(claim, claim.left, average=True)
+    notes = [note] if note else []
+    if values is None:
+        return PairedComparison({}, None, NOT_PAIRED, NOT_PAIRED, note), notes
+    diff = paired_difference(values, {s: 0.0 for s in values}, level)
+    verdict, as_if = decide(diff, "abs_le", tol=claim.tol, min_seeds_to_decide=min_seeds_to_decide)
+    notes.append("one arm: nothing to pair; the interval is over per-seed values")
+    return PairedComparison({}, diff, verdict, as_if), notes
+
+
+def evaluate_claim_paired(claim: Claim, figures_dir: Path | None = None, *,
+                          min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE, level: float = 0.95) -> PairedVerdict:
+    """One claim read by seed pairs (:mod:`lab.evidence.paired`), beside its unpaired verdict.
+
+    For each right arm R the per-seed differences d_s = left_s − R_s over the seeds both arms finished give
+    d̄ ± t_{(1+level)/2, n−1}·s_d/√n (and the exact sign-flip p from 6 pairs); the verdict follows
+    :func:`lab.evidence.paired.decide` (too few seeds below 3 pairs, inconclusive (n < N) below
+    ``min_seeds_to_decide``). Several right arms: each comparison is paired separately and the claim holds
+    only if all hold (:func:`_combine`). A table without a seed column, or with several rows per seed, is
+    "not paired"; a claim with a cost check fails when the cost ratio is not as claimed, as unpaired.
+    """
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    evidence = _evidence(claim, figures_dir)
+    if isinstance(evidence, str):
+        return PairedVerdict(claim, "not run", "not run", Verdict(claim, "not run", note=evidence), [],
+                             min_seeds_to_decide, evidence)
+    unpaired = _unpaired(claim, evidence)
+    if claim.op == "abs_le":
+        comparison, notes = _one_arm(claim, evidence, min_seeds_to_decide, level)
+        comparisons = [comparison]
+    else:
+        left, note = evidence.seeds(claim, claim.left)
+        notes = [note] if note else []
+        comparisons = []
+        for arm in claim.right:
+            right, note = evidence.seeds(claim, arm)
+            if note:
+                notes.append(note)
+            if left is None or right is None:
+                comparisons.append(PairedComparison(dict(arm), None, NOT_PAIRED, NOT_PAIRED, note))
+                continue
+            diff = paired_difference(left, right, level)
+            verdict, as_if = decide(diff, claim.op, tol=claim.tol, margin=claim.margin,
+                                    min_seeds_to_decide=min_seeds_to_decide)
+            if diff.note():
+                notes.append(f"vs {_arm_name(arm)}: {diff.note()}")
+            comparisons.append(PairedComparison(dict(arm), diff, verdict, as_if, diff.note()))
+    verdicts, as_ifs = [c.verdict for c in comparisons], [c.as_if for c in comparisons]
+    if claim.cost:
+        ok, note = _cost_check(claim)
+        notes.append(note)
+        if not ok:
+            verdicts.append("fails")
+            as_ifs.append("fails")
+    return PairedVerdict(claim, _combine(verdicts), _combine(as_ifs), unpaired, comparisons, min_seeds_to_decide,
+                         "; ".join(dict.fromkeys(n for n in notes if n)))
+
+
+def evaluate_claims_paired(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None, *,
+                           min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE,
+                           level: float = 0.95) -> list[PairedVerdict]:
+    """Every claim of ``<figures>/claims.yaml`` (or ``claims``), read by seed pairs beside the unpaired reading."""
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    claims = load_claims(figures_dir / "claims.yaml") if claims is None else claims
+    return [evaluate_claim_paired(c, figures_dir, min_seeds_to_decide=min_seeds_to_decide, level=level)
+            for c in claims]
+
+
+def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
+    """One row per comparison, numbers as floats (accuracies in %, see ``unit``): claim id, arms, unpaired
+    and paired verdicts (the claim's and the comparison's), mean paired difference, half-width, low, high,
+    n, p (NaN below 6 pairs), and the seeds, per-seed differences and the paired per-seed values of each arm
+    as JSON lists."""
+    rows, nan = [], float("nan")
+    for v in verdicts:
+        for i, c in enumerate(v.comparisons or [None]):
+            d = c.difference if c is not None else None
+            rows.append({
+                "id": v.claim.id, "op": v.claim.op, "left": _arm_name(v.claim.left),
+                "right": _arm_name(c.right) if c is not None and c.right else "", "comparison": i,
+                "unpaired_verdict": v.unpaired.verdict, "paired_verdict": v.verdict, "paired_as_if": v.as_if,
+                "comparison_verdict": c.verdict if c is not None else v.verdict,
+                "min_seeds_to_decide": v.min_seeds_to_decide, "unit": v.unit,
+                "mean": v.scale * d.mean if d is not None else nan, "half_width": v.scale * d.half_width if d is not None else nan,
+                "low": v.scale * d.low if d is not None else nan, "high": v.scale * d.high if d is not None else nan,
+                "n": d.n if d is not None else 0, "p": d.p_value if d is not None else nan,
+                "tol": v.scale * v.claim.tol, "margin": v.scale * v.claim.margin,
+                "seeds": json.dumps([_seed_json(s) for s in d.seeds] if d is not None else []),
+                "differences": json.dumps([v.scale * x for x in d.values] if d is not None else []),
+                "left_values": json.dumps([v.scale * a for a, _ in d.pairs] if d is not None else []),
+                "right_values": json.dumps([v.scale * b for _, b in d.pairs] if d is not None else []),
+                "note": v.note})
+    return pd.DataFrame(rows)
+
+
+def _seed_json(seed: Hashable) -> Any:
+    return seed if isinstance(seed, (int, float, str)) else str(seed)
+
+
+def paired_text(verdicts: Sequence[PairedVerdict]) -> str:
+    """The old-vs-new listing: per claim its id, unpaired verdict, paired verdict, the mean paired difference
+    ± half-width per comparison (accuracies in %), n and p; then the notes."""
+    header = ("id", "unpaired", "paired", "paired difference (left − right)", "n", "p")
+    rows = []
+    for v in verdicts:
+        ds = [c.difference for c in v.comparisons]
+        ns = sorted({d.n for d in ds if d is not None})
+        ps = [f"{d.p_value:.3g}" for d in ds if d is not None and math.isfinite(d.p_value)]
+        rows.append((v.claim.id, v.unpaired.verdict, v.verdict, v.differences(with_n=False) or "–",
+                     "/".join(map(str, ns)) or "0", "; ".join(ps) or "–"))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
+    out = [line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
+    counts = lambda key: ", ".join(f"{sum(key(v) == x for v in verdicts)} {x}"  # noqa: E731
+                                   for x in dict.fromkeys(sorted(map(key, verdicts), key=_paired_rank)))
+    decide_at = verdicts[0].min_seeds_to_decide if verdicts else MIN_SEEDS_TO_DECIDE
+    out += ["", f"unpaired: {counts(lambda v: v.unpaired.verdict)}",
+            f"paired (decided from n ≥ {decide_at} pairs): {counts(lambda v: v.verdict)}"]
+    notes = [f"  {v.claim.id}: {v.note}" for v in verdicts if v.note]
+    return "\n".join(out + (["", "notes:", *notes] if notes else []))
+
+
+def evaluate_claims(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None) -> list[Verdict]:
+    """Every claim of ``<figures>/claims.yaml`` (or ``claims``), evaluated from stored results.
+
+    Every record read is checked (:func:`lab.evidence.records.load_record`): a corrupt, edited or
+    foreign one raises a :class:`~lab.evidence.records.RecordError` naming the file, never a
+    quiet "not run"."""
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    return [evaluate_claim(c, figures_dir) for c in (load_claims(figures_dir / "claims.yaml") if claims is None
+                                                     else claims)]
+
+
+def claims_table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
+    """One row per claim: claim, paper, setting, fedlab's numbers (mean ± 95 % interval (n)), verdict."""
+    return pd.DataFrame([{"id": v.claim.id, "claim": v.claim.claim, "paper": f"{v.claim.paper}, {v.claim.where}",
+                          "setting": f"{v.claim.notebook} / {v.claim.figure}"
+                          + (" (" + ", ".join(f"{k}={x}" for k, x in v.claim.select.items()) + ")"
+                             if v.claim.select else ""),
+                          "numbers": v.numbers(), "verdict": v.verdict,
+                          "note": "; ".join(x for x in (v.note, v.lean()) if x)} for v in verdicts])
+
+
+def claims_markdown(verdicts: Sequence[Verdict], profile: str = "cpu") -> str:
+    """The claims table as Markdown: a sentence on how to read it, the table, and the verdict counts."""
+    table = claims_table(verdicts)
+    esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = [f"Generated by `python -m fedlab claims --write` from the committed {profile}-profile run records "
+             "(`figures/records/`) and figure data; the claims are listed in `figures/claims.yaml`. "
+             "Accuracies in %, mean ± 95 % Student-t interval over seeds (n = seeds). "
+             "holds / fails: the intervals are disjoint in / against the claimed order; "
+             "inconclusive: they overlap (or too few seeds, or an arm collapsed); for ≥ (\"at least as good\") "
+             "holds means not contradicted: the means are in order and the intervals are not disjoint against it; "
+             "for ≈ (within a tolerance) "
+             "holds means Welch's 95 % interval of the difference lies inside the tolerance; "
+             "not run: no data yet.", "",
+             "| claim | paper | setting | fedlab's numbers | verdict | note |", "|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append("| " + " | ".join(esc(r[k]) for k in ("claim", "paper", "setting", "numbers", "verdict",
+                                                             "note")) + " |")
+    counts = table["verdict"].value_counts()
+    lines += ["", "Summary: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + "."]
+    return "\n".join(lines)
+
+
+BLOCK_START, BLOCK_END = "<!-- fedlab:claims:start -->", "<!-- fedlab:claims:end -->"
+
+
+def replace_claims_block(text: str, block: str, where: str = "the file") -> str:
+    """``text`` with the part between :data:`BLOCK_START` and :data:`BLOCK_END` replaced by ``block``."""
+    i, j = text.find(BLOCK_START), text.find(BLOCK_END)
+    if i < 0 or j < i:
+        raise ValueError(f"{where} has no {BLOCK_START} … {BLOCK_END} block for the claims table")
+    return text[: i + len(BLOCK_START)] + "\n" + block + "\n" + text[j:]
+
+
+def write_claims(verdicts: Sequence[Verdict], stem: Path | None = None, profile: str = "cpu",
+                 pages: Sequence[Path] | None = None) -> dict[str, Path]:
+    """Write ``figures/claims_<profile>.md`` (Markdown table) and ``.csv``, and refresh the claims block of
+    each of ``pages`` (default, when ``stem`` is not given: the repository's README.md and
+    figures/README.md, where they have one)."""
+    from lab.repro import REPO_ROOT
+
+    if pages is None:
+        pages = [REPO_ROOT / "README.md", FIGURES_DIR / "README.md"] if stem is None else []
+    stem = FIGURES_DIR / f"claims_{profile}" if stem is None else Path(stem)
+    table = claims_table(verdicts)
+    paths = {"csv": stem.with_suffix(".csv"), "md": stem.with_suffix(".md")}
+    table.to_csv(paths["csv"], index=False)
+    block = claims_markdown(verdicts, profile)
+    paths["md"].write_text(f"# Paper claims checked on the {profile} profile\n\n{block}\n")
+    # `claims --write` is the named step that regenerates the claims data from verified records, so it
+    # re-records these two files' digests (records and tuning files are never re-recorded this way)
+    rerecord([paths["csv"], paths["md"]], paths["csv"].parent)
+    for page in pages:
+        page = Path(page)
+        if page.exists() and BLOCK_START in page.read_text():
+            page.write_text(replace_claims_block(page.read_text(), block, str(page)))
+            paths[f"page:{page.name}:{page.parent.name}"] = page
+    return paths

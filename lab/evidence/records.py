@@ -1,0 +1,316 @@
+"""Committed run records: the per-run evidence behind the figures, small enough for git.
+
+A *record* is one run's ``config.json`` (the Config, its hash, partition fingerprint and summary of
+the split), ``summary.json`` and ``metrics.csv``, without the checkpoint, stored as one gzipped JSON
+file named after the run directory::
+
+    figures/records/<algorithm>-<hash>.json.gz
+
+Why this form: one file per run is add-only in git (notebooks that share runs, as 04/05/06 do, never
+conflict over a shared table), the name is the run directory's (``RunStore.for_run``), so a record
+follows the store's key whatever goes into it, and gzipped JSON needs no extra dependency and is
+readable with ``zcat``. A 50-round run is about 3 KB. Every load checks the gzip CRC, the fields, that
+the record is the key's run (payload key, hash, algorithm, an allowed status) and its SHA-256 against
+the evidence manifest ``figures/MANIFEST.sha256`` (:mod:`fedlab.evidence.integrity`), to which
+:func:`write_record` adds each new record's line; a record is written create-if-absent (hard link of
+a temporary sibling), so the first record of a key stays the evidence even between racing writers.
+
+What records are for:
+
+* re-plotting a figure from committed data in seconds (:func:`figure_runs`, :func:`figure_data`);
+* skipping runs already done on another machine: :func:`run_or_load` returns a run that is absent
+  from ``runs/`` but present here from its record (``theta=None``; ``need_theta=True`` trains it
+  where the model itself is analysed). Loading a record is always this explicit act of the lab:
+  :func:`fedlab.run` only trains, resumes or loads from ``runs/``;
+* checking any number: every metric row of every run behind a figure is in its record.
+
+The directory is ``$FEDLAB_RECORDS`` if set, else ``<repo>/figures/records``.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import secrets
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fedlab.config import Config
+from lab.repro import FIGURES_DIR
+from fedlab.evidence.integrity import EvidenceError, add, evidence_root, verify
+from fedlab.results import TERMINAL_STATUSES, RunResult
+from fedlab.store.atomic import TMP_SUFFIX
+
+__all__ = ["ALLOWED_STATUSES", "RecordError", "figure_data", "figure_runs", "load_record", "record_path", "records_dir",
+           "remove_orphan_tmps", "write_record"]
+
+SUFFIX = ".json.gz"
+
+
+class RecordError(EvidenceError):
+    """A committed record exists but cannot be used; the message names the file."""
+
+
+ALLOWED_STATUSES: frozenset[str] = TERMINAL_STATUSES
+"""The statuses a record may carry: only a run that is over is evidence (never ``running``)."""
+_REQUIRED: dict[str, tuple[str, ...]] = {"": ("key", "config", "summary", "metrics"), "config": ("config", "hash"),
+                                         "summary": ("status",), "metrics": ("columns", "data")}
+TMP_PATTERN = f".*{SUFFIX}.*{TMP_SUFFIX}"
+"""Orphans of interrupted record writes (``.<key>.json.gz.<random>.tmp``): never loaded, removed on the next write."""
+
+
+def records_dir() -> Path:
+    """``$FEDLAB_RECORDS`` if set, else ``figures/records`` of this repository."""
+    env = os.environ.get("FEDLAB_RECORDS")
+    return Path(env).expanduser() if env else FIGURES_DIR / "records"
+
+
+def record_path(key: str, directory: Path | None = None) -> Path:
+    return (records_dir() if directory is None else Path(directory)) / f"{key}{SUFFIX}"
+
+
+def _payload(result: RunResult) -> dict[str, Any]:
+    config_file = Path(result.run_dir) / "config.json"
+    if config_file.exists():
+        info = json.loads(config_file.read_text())
+    else:  # a record of a record: its own config block
+        info = {"config": result.config.to_dict(), "hash": result.summary.get("config_hash")}
+    # where the run lived on the machine that trained it is not part of the evidence (and not hashed)
+    info = {**info, "config": {**info["config"], "runs_dir": None}}
+    metrics = result.metrics
+    return {"key": Path(result.run_dir).name.removesuffix(SUFFIX), "config": info, "summary": result.summary,
+            "metrics": {"columns": list(metrics.columns),
+                        "data": json.loads(metrics.to_json(orient="values", double_precision=15))}}
+
+
+def _record_bytes(result: RunResult) -> bytes:
+    """The record of ``result`` as deterministic bytes (sorted JSON, gzip without a timestamp)."""
+    return encode_payload(_payload(result))
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    """A record payload as the deterministic bytes every record is stored as."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9, filename="") as gz:
+        gz.write(text)
+    return buf.getvalue()
+
+
+@contextlib.contextmanager
+def _writers_lock(root: Path, exclusive: bool) -> Iterator[bool]:
+    """Writers share this lock while a temporary file of theirs exists; the orphan sweep takes it
+    exclusively without waiting (yields False when some writer is busy: then it sweeps nothing), so a
+    live writer's temporary file is never taken for an orphan."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".records.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def remove_orphan_tmps(directory: Path | None = None) -> list[Path]:
+    """Delete the temporary files interrupted record writes left in ``directory`` (none while another
+    writer is busy there); returns what was removed."""
+    folder = records_dir() if directory is None else Path(directory)
+    if not folder.is_dir():
+        return []
+    with _writers_lock(evidence_root(folder, "records"), exclusive=True) as alone:
+        if not alone:
+            return []
+        removed = [p for p in folder.glob(TMP_PATTERN) if p.is_file()]
+        for p in removed:
+            p.unlink(missing_ok=True)
+    return removed
+
+
+def write_record(result: RunResult, directory: Path | None = None) -> Path:
+    """Write ``result``'s record (deterministic bytes: gzip without a timestamp), add its line to the
+    evidence manifest (:mod:`fedlab.evidence.integrity`) and return its path.
+
+    An existing record is never replaced: its key is the run's (same config, data, code → same
+    numbers), the first one written is the evidence, and a run that was itself *loaded* from a
+    record would otherwise overwrite it with less (a record's config block lacks the split summary
+    of the run directory's ``config.json``, and a retrained run's wall times differ). The write is
+    create-if-absent even between racing writers: the bytes go to a temporary sibling that is
+    hard-linked to the final name, which fails if the name exists (the first writer wins, the others
+    keep its record). Orphans of interrupted writes are removed first."""
+    key = Path(result.run_dir).name.removesuffix(SUFFIX)
+    path = record_path(key, directory)
+    folder, root = path.parent, evidence_root(path.parent, "records")
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_orphan_tmps(folder)
+    if path.exists():
+        return path
+    data = _record_bytes(result)
+    with _writers_lock(root, exclusive=False):
+        tmp = folder / f".{path.name}.{secrets.token_hex(6)}{TMP_SUFFIX}"
+        try:
+            with open(tmp, "xb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)  # atomic and exclusive: never replaces a record another writer made
+                won = True
+            except FileExistsError:
+                won = path.read_bytes() == data  # the same bytes: this writer vouches for them too
+        finally:
+            tmp.unlink(missing_ok=True)
+    if won:
+        add(path, root)
+    return path
+
+
+def _missing(payload: Any) -> list[str]:
+    """The required fields ``payload`` lacks (dotted names), or its top level when it is no object."""
+    if not isinstance(payload, dict):
+        return ["<a JSON object>"]
+    missing = []
+    for block, names in _REQUIRED.items():
+        part = payload if not block else payload.get(block)
+        if not isinstance(part, dict):
+            missing.append(block if block not in payload else f"{block} (not an object)")
+            continue
+        missing += [f"{block}.{n}" if block else n for n in names if n not in part]
+    return sorted(set(missing))
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(values, sort_keys=True, default=str))
+
+
+def load_record(key: str, directory: Path | None = None, *, partition: Any = None,
+                config: Config | None = None) -> RunResult | None:
+    """The run stored under ``key`` as a :class:`RunResult` with ``theta=None``; None if there is none.
+
+    Refused with a :class:`RecordError` naming the file: bytes that are not gzip JSON, a missing
+    field, a record of another run (payload key, config hash or algorithm not the key's), a status
+    outside :data:`ALLOWED_STATUSES`, a config block unlike ``config`` (the requested run's, when given;
+    ``runs_dir`` aside) or a split unlike ``partition``'s, and bytes that differ from the evidence
+    manifest's digest (checked last, so a damaged file is named for what is wrong with it)."""
+    path = record_path(key, directory)
+    if Path(key).name != key or key.startswith("."):  # a sidecar's key must not reach outside the folder
+        raise RecordError(f"{key!r} is not a record key (<algorithm>-<hash>); refusing to read {path}")
+    if not path.exists():
+        return None
+    try:
+        data = path.read_bytes()
+        payload = json.loads(gzip.decompress(data))
+    except (OSError, EOFError, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError, zlib.error) as err:
+        raise RecordError(f"record {path} is corrupted or not a fedlab record ({type(err).__name__}: {err}); "
+                          "restore it from git or delete it to retrain the run") from None
+    missing = _missing(payload)
+    if missing:
+        raise RecordError(f"record {path} lacks required field(s) {', '.join(missing)}; restore it from git")
+    info, summary = payload["config"], payload["summary"]
+    record_hash = str(info["hash"])
+    if payload["key"] != key or key != f"{key.rsplit('-', 1)[0]}-{record_hash}" \
+            or summary.get("config_hash", record_hash) != record_hash:
+        raise RecordError(f"record {path} holds run {payload['key']!r} (hash {info['hash']}), "
+                          f"not {key!r}; refusing to mix runs")
+    try:
+        loaded = Config.from_dict(info["config"])
+        metrics = pd.DataFrame(payload["metrics"]["data"], columns=payload["metrics"]["columns"])
+        metrics = metrics.astype({c: float for c in metrics.columns if c in ("test_acc", "test_loss")})
+    except (TypeError, ValueError, KeyError) as err:
+        raise RecordError(f"record {path} has an unusable config or metrics block ({type(err).__name__}: {err}); "
+                          "restore it from git") from None
+    if key.rsplit("-", 1)[0] != loaded.algorithm:
+        raise RecordError(f"record {path} holds a run of algorithm {loaded.algorithm!r}, not of {key!r}; "
+                          "refusing to mix runs")
+    if summary["status"] not in ALLOWED_STATUSES:
+        raise RecordError(f"record {path} has status {summary['status']!r}; a record's status is one of "
+                          f"{', '.join(sorted(ALLOWED_STATUSES))}")
+    if config is not None:
+        # the fields that decide the numbers (how a run executes — threads, vmap, runs_dir — does not)
+        want, have = _plain(config.hashed_fields()), _plain(loaded.hashed_fields())
+        differ = sorted(k for k in want if want[k] != have.get(k))
+        if differ:
+            raise RecordError(f"record {path} was made for another config (differs in: {', '.join(differ)}); "
+                              "refusing to return it for this run")
+    fingerprint = getattr(partition, "fingerprint", None)
+    if fingerprint is not None and summary.get("partition_fingerprint", fingerprint) != fingerprint:
+        raise RecordError(f"record {path} was made on another split (partition fingerprint "
+                          f"{summary['partition_fingerprint'][:12]}…, this run's {fingerprint[:12]}…)")
+    try:
+        verify(path, evidence_root(path.parent, "records"), data)
+    except EvidenceError as err:
+        raise RecordError(str(err)) from None
+    return RunResult(loaded, metrics, None, summary["status"], path, summary, partition)  # type: ignore[arg-type]
+
+
+def run_or_load(config: Config, *, need_theta: bool = False, dataset: Any = None,
+                progress: bool = False) -> RunResult:
+    """``config``'s committed record when one exists for its run key and neither θ is needed nor the
+    run is already in ``runs/``; else :func:`fedlab.run` (train, resume, or load from ``runs/``).
+
+    A record has no model (``theta=None``), so pass ``need_theta=True`` where the model itself is
+    analysed (Hessians, landscapes): the run is then trained, with the same numbers. ``dataset``
+    goes to the run as in :func:`fedlab.run`."""
+    from fedlab.engine import Simulation
+
+    sim = Simulation.build(config, dataset)
+    if not need_theta and not sim.store.checkpoint_path.exists():
+        # read-only: no lock, and nothing is created under runs/
+        committed = load_record(sim.store.dir.name, partition=sim.partition, config=sim.config)
+        if committed is not None:
+            return committed
+    return sim.run(progress=progress)
+
+
+def write_records(results: Iterable[RunResult], directory: Path | None = None) -> list[str]:
+    """Write the records of ``results`` (each once) and return their keys in order."""
+    keys: list[str] = []
+    for res in results:
+        key = Path(res.run_dir).name.removesuffix(SUFFIX)
+        if key not in keys:
+            write_record(res, directory)
+            keys.append(key)
+    return keys
+
+
+# --- figures from committed data ----------------------------------------------------------------
+def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
+    path = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no sidecar {path}; is {name!r} a figure saved by lab.tools.figures.save_figure?")
+    return json.loads(path.read_text())
+
+
+def figure_runs(name: str, figures_dir: Path | None = None) -> list[RunResult]:
+    """The runs behind figure ``name``, loaded from its committed records (no training, no θ)."""
+    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    keys: Sequence[str] = _sidecar(name, figures_dir).get("records", [])
+    runs = []
+    for key in keys:
+        res = load_record(key, figures_dir / "records")
+        if res is None:
+            raise RecordError(f"figure {name!r} names record {key!r}, which is not in {figures_dir / 'records'}")
+        runs.append(res)
+    return runs
+
+
+def figure_data(name: str, figures_dir: Path | None = None) -> pd.DataFrame:
+    """The numbers figure ``name`` plots, from the CSV that ``save_figure(data=...)`` wrote beside it."""
+    path = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"figure {name!r} has no data file {path}")
+    return pd.read_csv(path)

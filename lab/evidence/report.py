@@ -1,0 +1,143 @@
+""""What the cpu run shows": each notebook's closing section, generated from committed data only.
+
+:func:`cpu_report` gathers, for one notebook, its committed cpu-profile figures (the sidecars in
+``figures/`` whose ``notebook`` is it), how much evidence stands behind each (committed run records,
+seeds; whether it meets the protocol of :mod:`lab.evidence.protocol`), and the rows of the claims
+table (:mod:`lab.evidence.claims`) that the notebook tests, with verdict and numbers. Nothing in it
+is typed by hand except the claims' wording and, per claim, the likely reason shown *if* the verdict
+is fails or inconclusive (``reasons`` in ``figures/claims.yaml``): the verdicts and the numbers come
+from the records, so the section changes when the evidence does.
+
+In a notebook::
+
+    from lab.evidence.report import cpu_report
+    report = cpu_report("04_sam_baselines")
+    report.show_figures()   # the committed cpu figures, embedded
+    print(report.text())    # NBVAL_CHECK_OUTPUT: the claims rows and the evidence, as plain text
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.evidence.claims import Verdict, evaluate_claims, load_claims
+from lab.evidence.protocol import SEEDS, profile_federation
+from lab.repro import FIGURES_DIR
+
+__all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
+
+
+@dataclass(frozen=True)
+class CpuFigure:
+    name: str
+    caption: str
+    records: int  # committed run records behind it
+    seeds: int  # seeds per comparison it states
+    png: Path
+    trains: bool = True  # federated runs behind it (False: partition statistics, toy problems)
+    kind: str = "results"  # save_figure's kind: results | tuning | analysis
+
+    def evidence(self) -> str:
+        """One line on what stands behind the figure."""
+        if self.kind == "tuning":
+            return "tuning runs on held-out validation data (one seed by protocol)"
+        if not self.trains:
+            return "no federated training (a toy problem or partition statistics)"
+        if self.records == 0:
+            return "made before the evidence protocol: no committed records (an illustration)"
+        extra = "" if self.seeds >= len(SEEDS) else f"; fewer than the protocol's {len(SEEDS)} seeds"
+        return f"{self.records} run records, {self.seeds} seed(s){extra}"
+
+    @property
+    def protocol(self) -> bool:
+        """Backed by committed records over at least as many seeds as the protocol asks (or tuning data)."""
+        return self.kind == "tuning" or (self.records > 0 and self.seeds >= len(SEEDS))
+
+
+@dataclass
+class CpuReport:
+    notebook: str
+    figures: list[CpuFigure] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def text(self) -> str:
+        """The evidence and the claims rows as plain text (deterministic: from committed files only)."""
+        lines = [f"cpu-profile figures of {self.notebook}: {len(self.figures)}"]
+        for f in self.figures:
+            if f.kind == "tuning" or not f.trains:
+                lines.append(f"  {f.name}: {f.evidence()}")
+                continue
+            state = ("under the protocol" if f.protocol else
+                     "made before the evidence protocol (no committed records; read it as an illustration)"
+                     if f.records == 0 else f"{f.seeds} seed(s), fewer than the protocol's {len(SEEDS)}")
+            lines.append(f"  {f.name}: {f.records} run record(s), {f.seeds} seed(s); {state}")
+        if not self.verdicts:
+            lines.append("claims tested here: none (this notebook illustrates; it makes no comparative claim)")
+            return "\n".join(lines)
+        counts = {v: sum(x.verdict == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run")}
+        lines.append(f"claims tested here: {len(self.verdicts)} (" + ", ".join(f"{n} {v}" for v, n in counts.items()
+                                                                           if n) + ")")
+        lines.append(f"  setting: {setting_text()}")
+        for v in self.verdicts:
+            c = v.claim
+            lines.append(f"- {c.claim} [{c.paper}; {c.where}]")
+            lines.append(f"    verdict: {v.verdict}" + (f"; {v.numbers()}" if v.numbers() else "")
+                         + (f" ({v.note})" if v.note else ""))
+            lean = v.lean()
+            if lean:
+                lines.append(f"    {lean}")
+            if v.verdict in c.reasons:
+                lines.append(f"    likely reason: {c.reasons[v.verdict]}")
+        for verdict, words in (("holds", "hold on Fashion-MNIST here"), ("fails", "do not hold here"),
+                               ("inconclusive", "cannot be decided from these seeds")):
+            named = [v.claim.claim for v in self.verdicts if v.verdict == verdict]
+            if named:
+                lines.append(f"in short, the claims that {words}: " + "; ".join(named))
+        return "\n".join(lines)
+
+    def show_figures(self) -> None:
+        """Embed every committed cpu figure of the notebook (IPython display)."""
+        from IPython.display import Image, Markdown, display
+
+        for f in self.figures:
+            display(Markdown(f"**{f.name}** — {f.caption}"))
+            display(Image(filename=str(f.png), width=720))
+
+
+def setting_text(profile: str = "cpu") -> str:
+    """The federation the cpu claims are tested on, in words, from the protocol (not typed by hand)."""
+    c = profile_federation(profile)
+    return (f"{c.dataset} with the {c.model} model, {c.n_clients} clients, {c.participation:.0%} per round, "
+            f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
+            + ", ".join(str(s) for s in SEEDS) + "; the papers used CIFAR and ResNets over hundreds of rounds")
+
+
+def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> CpuFigure:
+    """A figure's evidence, read from its JSON sidecar (``save_figure``; ``meta``: its content, if read)."""
+    meta = json.loads(Path(sidecar).read_text()) if meta is None else meta
+    params = meta.get("parameters") or {}
+    # a seed or record named twice is still one sample (lab.evidence.claims.independent_runs)
+    seeds = len({json.dumps(s, sort_keys=True) for s in params.get("seeds") or []}) or 1
+    records = len(set(meta.get("records") or []))
+    kind = str(meta.get("kind", "results"))
+    trains = kind != "analysis" and bool(records or meta.get("config_hashes"))
+    return CpuFigure(Path(sidecar).stem, str(meta.get("caption", "")), records, seeds,
+                     Path(sidecar).with_suffix(".png"), trains, kind)
+
+
+def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
+    out = []
+    for sidecar in sorted(figures_dir.glob(f"{notebook[:2]}_*.json")):
+        meta: dict[str, Any] = json.loads(sidecar.read_text())
+        if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
+            out.append(figure_from_sidecar(sidecar, meta))
+    return out
+
+
+def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
+    """The committed cpu evidence of ``notebook`` (a stem such as ``04_sam_baselines``)."""
+    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    claims = [c for c in load_claims(figures_dir / "claims.yaml") if c.notebook == notebook]
+    return CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir))

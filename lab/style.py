@@ -1,0 +1,27 @@
+"""Each method's label and colour, stated once for every notebook, figure and claims table of the lab
+(the house plot style, :mod:`lab.tools.plots`, draws with them).
+"""
+from __future__ import annotations
+
+METHOD_ORDER = ("fedavg", "fedprox", "scaffold", "feddyn", "fedacg", "fedsam", "mofedsam", "fedgamma",
+                "fedspeed", "fedsmoo", "fedsmoo_adaptive", "fedlesam", "fedswa", "fedmoswa", "fednsam",
+                "fedvssam")
+METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD", "feddyn": "FedDyn",
+                 "fedacg": "FedACG", "fedsam": "FedSAM", "mofedsam": "MoFedSAM", "fedgamma": "FedGAMMA",
+                 "fedspeed": "FedSpeed", "fedsmoo": "FedSMOO", "fedsmoo_adaptive": "FedSMOO (adaptive)",
+                 "fedlesam": "FedLESAM", "fedswa": "FedSWA", "fedmoswa": "FedMoSWA", "fednsam": "FedNSAM",
+                 "fedvssam": "FedVSSAM"}
+# one colour per method, no two alike (FedAvg black as the reference, FedProx the only grey)
+_PALETTE = ["#000000", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
+            "#e377c2", "#2ca02c", "#006d2c", "#b15928", "#1b9e77", "#393b79", "#e6ab02", "#d62728"]
+METHOD_COLORS = dict(zip(METHOD_ORDER, _PALETTE))
+
+
+def method_label(name: str) -> str:
+    """The name a figure or table shows for ``name`` (the registry name itself if it has none)."""
+    return METHOD_LABELS.get(name, name)
+
+
+def method_color(name: str) -> str:
+    """``name``'s colour in every figure (dark grey for a name that is not a method)."""
+    return METHOD_COLORS.get(name, "#333333")

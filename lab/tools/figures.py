@@ -1,0 +1,219 @@
+"""Figures with provenance: PNG + PDF + a JSON sidecar, the numbers plotted, the runs behind them.
+
+:func:`save_figure` writes a figure and its sidecar (parameters, seed, run config hashes, the
+environment and git stamp of :mod:`lab.repro`, dataset checksums) and commits the runs
+behind it as records (:mod:`lab.evidence.records`); :func:`write_figure_index` regenerates the
+citation index ``figures/README.md``. Kept apart from :mod:`~lab.repro` so that the records
+(which need its paths) and the figures (which need the records) import in one direction only.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fedlab._paths import data_root
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR, environment, git_commit, package_versions
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from fedlab.results import RunResult
+
+__all__ = ["dataset_checksums", "save_figure", "write_figure_index"]
+
+
+_CHECKSUMS: dict[str, dict[str, str]] = {}
+
+
+def dataset_checksums(name: str) -> dict[str, str]:
+    """SHA-256 of the files a dataset is read from (``{}`` for generated data; cached per process)."""
+    if name not in _CHECKSUMS:
+        root = data_root()
+        if name == "fmnist":
+            files = sorted((root / "FashionMNIST" / "raw").glob("*-ubyte"))
+        elif name == "cifar10":
+            files = sorted((root / "cifar-10-batches-py").glob("*"))
+        elif name == "cifar100":
+            files = sorted((root / "cifar-100-python").glob("*"))
+        elif name == "digits":
+            import sklearn.datasets
+
+            files = sorted((Path(sklearn.datasets.__file__).parent / "data").glob("digits.csv*"))
+        else:  # synthetic: generated from the seed
+            files = []
+        sums = {}
+        for f in files:
+            digest = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+            sums[f.name] = digest.hexdigest()
+        _CHECKSUMS[name] = sums
+    return _CHECKSUMS[name]
+
+
+def _frames(data: "pd.DataFrame | dict[str, pd.DataFrame]") -> "pd.DataFrame":
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        return data
+    if isinstance(data, dict) and all(isinstance(v, pd.DataFrame) for v in data.values()):
+        return pd.concat([v.assign(panel=k) for k, v in data.items()], ignore_index=True)
+    raise TypeError("save_figure(data=...) takes a DataFrame or a dict of panel name → DataFrame, "
+                    f"got {type(data).__name__}")
+
+
+FIGURE_KINDS = ("results", "tuning", "analysis")
+"""What a figure shows (its sidecar's ``kind``): test-set results, tuning runs, or analysis without training."""
+
+
+def save_figure(
+    fig: Figure,
+    name: str,
+    *,
+    notebook: str,
+    profile: str,
+    caption: str,
+    parameters: dict | None = None,
+    config_hashes: list[str] | None = None,
+    out_dir: str | Path | None = None,
+    data: "pd.DataFrame | dict[str, pd.DataFrame] | None" = None,
+    runs: "list[RunResult] | None" = None,
+    kind: str = "results",
+) -> dict[str, Path]:
+    """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
+
+    Figures of the citable profiles (``cpu``, ``paper``) go to ``figures/`` and are indexed in
+    ``figures/README.md``; ``ci``-profile figures go to ``figures/_scratch/`` (not committed), so a
+    quick check never overwrites a citable figure.
+
+    ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
+    ``name.csv``. ``runs`` — the runs behind the figure — are committed as records
+    (:mod:`lab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
+    full configs, so the figure can be re-plotted and every number checked without training. The
+    sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
+    fedlab version, the commit and the command line of the process. ``kind`` says what the figure
+    shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
+    protocol) or ``"analysis"`` (toy problems, partition statistics: no federated training).
+    """
+    import datetime
+    import json
+    import re
+
+    if kind not in FIGURE_KINDS:
+        raise ValueError(f"kind={kind!r} is invalid; allowed: {', '.join(FIGURE_KINDS)}")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_\-]*", name):
+        raise ValueError(f"figure name {name!r} must be lower-case letters, digits, '_' or '-'")
+    if out_dir is None:
+        out_dir = FIGURES_DIR if profile in CITABLE_PROFILES else FIGURES_DIR / "_scratch"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"png": out / f"{name}.png", "pdf": out / f"{name}.pdf", "json": out / f"{name}.json"}
+    table = _frames(data) if data is not None else None
+    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None,
+                                                             "Producer": None})
+    nb = Path(notebook).stem
+    params_file = f"notebooks/params/{nb}.{profile}.yaml"
+    command = (f"papermill notebooks/{nb}.ipynb runs/figures/{nb}.ipynb -k python3 --cwd notebooks"
+               + (f" -f {params_file}" if profile in CITABLE_PROFILES else ""))
+    meta = {
+        "figure": name,
+        "caption": caption,
+        "notebook": f"notebooks/{nb}.ipynb",
+        "profile": profile,
+        "kind": kind,
+        "parameters": parameters or {},
+        "seed": (parameters or {}).get("seed"),
+        "config_hashes": config_hashes or [],
+        "git_commit": git_commit(),
+        "packages": package_versions(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+        "argv": list(__import__("sys").argv),
+        "environment": environment(),
+    }
+    if runs:
+        from lab.evidence.records import write_records
+
+        meta["records"] = write_records(runs, out / "records")
+        meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
+                                 "status": r.status} for key, r in zip(meta["records"], _unique(runs))}
+        meta["dataset_checksums"] = {ds: dataset_checksums(ds) for ds in sorted({r.config.dataset for r in runs})}
+        if not config_hashes:
+            meta["config_hashes"] = [r.summary.get("config_hash") for r in _unique(runs)]
+        meta["collapsed"] = [k for k, r in zip(meta["records"], _unique(runs)) if r.status == "collapsed"]
+    if table is not None:
+        paths["csv"] = out / f"{name}.csv"
+        table.to_csv(paths["csv"], index=False, float_format="%.6g")
+        meta["data"] = f"{name}.csv"
+    paths["json"].write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    if out.resolve() == FIGURES_DIR.resolve():
+        write_figure_index(FIGURES_DIR)
+    return paths
+
+
+def _unique(runs: "list[RunResult]") -> "list[RunResult]":
+    seen: set[str] = set()
+    out = []
+    for r in runs:
+        key = Path(r.run_dir).name
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
+    """Regenerate ``figures/README.md`` from the JSON sidecars: the claims table first (generated from the
+    committed data, :func:`lab.evidence.claims.claims_markdown`), then every figure with its data
+    file, the evidence behind it (run records, seeds) and the command that remakes it."""
+    import json
+
+    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims, load_claims
+    from lab.evidence.report import figure_from_sidecar
+
+    figures_dir = Path(figures_dir)
+    entries = []
+    for sidecar in sorted(figures_dir.glob("*.json")):
+        try:
+            meta = json.loads(sidecar.read_text())
+        except json.JSONDecodeError:
+            continue
+        if "figure" in meta:
+            entries.append((meta, figure_from_sidecar(sidecar, meta)))
+    entries.sort(key=lambda e: (e[0]["notebook"], e[0]["figure"]))
+    claims_file = figures_dir / "claims.yaml"
+    claims = claims_markdown(evaluate_claims(load_claims(claims_file), figures_dir)) if claims_file.exists() else \
+        "(no claims.yaml)"
+    lines = [
+        "# Figures",
+        "",
+        "## The papers' claims on the cpu profile",
+        "",
+        BLOCK_START,
+        claims,
+        BLOCK_END,
+        "",
+        "## Every figure",
+        "",
+        "Every figure here was made by a notebook through `lab.tools.figures.save_figure`, which writes a PNG,",
+        "a PDF, the data it plots (CSV) and a JSON sidecar with the provenance (parameters, seeds, full",
+        "configs, the committed run records behind it, git commit, package versions, machine, command).",
+        "Rebuild all of them with `make figures`, or one with its command below. To cite a figure, cite",
+        "the repository (`CITATION.cff`) and give the figure name and the git commit from its sidecar.",
+        "",
+        "| figure | data | evidence | caption | notebook | profile | command |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m, fig in entries:
+        name = m["figure"]
+        caption = str(m.get("caption", "")).replace("|", "\\|").replace("\n", " ")
+        data = f"[csv]({name}.csv)" if (figures_dir / f"{name}.csv").exists() else "—"
+        lines.append(f"| [{name}]({name}.png) ([pdf]({name}.pdf), [json]({name}.json)) | {data} | {fig.evidence()}"
+                     f" | {caption} | `{m['notebook']}` | {m['profile']} | `{m['command']}` |")
+    path = figures_dir / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

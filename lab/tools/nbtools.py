@@ -1,0 +1,54 @@
+"""Notebook maintenance: pair, execute (``ci`` size) and normalise the tutorial notebooks.
+
+``python -m lab.tools.nbtools build [NN ...]`` turns each ``notebooks/NN_slug.py`` (jupytext
+py:percent, the reviewable source) into ``NN_slug.ipynb``, executes it in place with papermill at its
+default parameters and strips volatile metadata, keeping outputs and execution counts (nbval needs
+both). ``check`` verifies that every pair is in sync.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.repro import REPO_ROOT
+
+NB_DIR = REPO_ROOT / "notebooks"
+STRIP_FLAGS = ["--keep-output", "--keep-count", "--extra-keys", "metadata.papermill cell.metadata.papermill"]
+
+
+def notebooks(selection: list[str] | None = None) -> list[Path]:
+    scripts = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
+    if selection:
+        scripts = [s for s in scripts if any(s.name.startswith(sel) for sel in selection)]
+    return scripts
+
+
+def _run(cmd: list[str]) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=REPO_ROOT)
+
+
+def build(script: Path, execute: bool = True) -> Path:
+    ipynb = script.with_suffix(".ipynb")
+    py = sys.executable
+    _run([py, "-m", "jupytext", "--to", "ipynb", "--set-kernel", "python3", str(script), "-o", str(ipynb)])
+    if execute:
+        _run([py, "-m", "papermill", str(ipynb), str(ipynb), "-k", "python3", "--cwd", str(NB_DIR),
+              "--execution-timeout", "1200", "--no-progress-bar", "--log-level", "WARNING"])
+    _run([py, "-m", "nbstripout", *STRIP_FLAGS, str(ipynb)])
+    return ipynb
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in ("build", "pair"):
+        print(__doc__)
+        return 2
+    for script in notebooks(args[1:]):
+        build(script, execute=args[0] == "build")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

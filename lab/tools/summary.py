@@ -1,0 +1,63 @@
+"""The closing part of ``make run``: three methods on the cpu profile's federation, with tuned settings.
+
+``python -m lab.tools.summary`` trains (or loads) FedAvg, FedSAM and FedVSSAM on the Dirichlet-0.1
+split of the cpu profile (:func:`lab.evidence.protocol.profile_federation`: Fashion-MNIST, the
+GroupNorm ``cnn``, 100 clients, 10 % per round, the same rounds and local steps for all three), each
+with the hyperparameters tuned for that split on held-out validation data
+(:func:`~lab.evidence.protocol.tuned_params`), at seed 0. These are exactly notebook 10's seed-0 runs
+of that split, so where their records are committed they are loaded instead of trained. It prints
+each method's settings and where they come from, its final test accuracy and status, then the verdict
+counts of the claims table and where the figures and executed notebooks are. One seed is a
+demonstration, not evidence: the seeds and intervals are in the claims table.
+"""
+from __future__ import annotations
+
+import argparse
+
+METHODS = ("fedavg", "fedsam", "fedvssam")
+"""The three methods; every setting comes from the tuning (as in notebook 10), else the method's defaults."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    import fedlab
+    from lab.evidence.claims import VERDICTS, claims_table, evaluate_claims
+    from lab.evidence.protocol import profile_federation, split_key, tuned_params
+    from lab.evidence.records import run_or_load
+    from lab.tools.plots import method_label
+
+    p = argparse.ArgumentParser(prog="python -m lab.tools.summary", description=__doc__.splitlines()[0])
+    p.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
+    p.add_argument("--rounds", type=int, default=None, help="fewer rounds (a quick look; then not notebook 10's runs)")
+    p.add_argument("--runs-dir", default=None, help="where the runs live (default: <repo>/runs)")
+    args = p.parse_args(argv)
+
+    base = profile_federation("cpu").replace(client_threads=args.client_threads, runs_dir=args.runs_dir)
+    if args.rounds is not None:
+        base = base.replace(rounds=args.rounds)
+    print(f"Three methods on one federation: {base.dataset}, {base.model}, {base.n_clients} clients, "
+          f"{split_key(base)}, {base.participation:.0%} per round, {base.rounds} rounds of K={base.local_steps}, "
+          f"seed {base.seed}:")
+    rows = []
+    for method in METHODS:
+        tuned = tuned_params(method, base)
+        cfg = base.replace(algorithm=method, algorithm_params=dict(tuned.params))
+        res = run_or_load(cfg)
+        rows.append({"method": method_label(method), "settings": ", ".join(f"{k}={v}" for k, v in
+                                                                         cfg.algorithm_params.items()) or "defaults",
+                     "from": tuned.source, "final test acc": round(100 * res.final_accuracy, 2),
+                     "status": res.status})
+    table = pd.DataFrame(rows)
+    with pd.option_context("display.max_colwidth", 70, "display.width", 200):
+        print(table.to_string(index=False))
+    verdicts = claims_table(evaluate_claims())["verdict"].value_counts()
+    print()
+    print("One seed each: a demonstration. The evidence (≥ 3 seeds, 95 % intervals, collapsed runs apart) is the "
+          "claims table: " + ", ".join(f"{verdicts.get(v, 0)} {v}" for v in VERDICTS)
+          + " (README 'Results', figures/claims_cpu.md).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

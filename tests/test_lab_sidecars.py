@@ -1,0 +1,24 @@
+"""The lab's committed figures point only at committed records: every key a figure sidecar
+(``figures/*.json``, written by ``lab.tools.figures.save_figure``) lists under ``records`` has its file
+under ``figures/records/``, so a re-key or a deleted record can never leave a figure without its data."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lab.evidence.records import SUFFIX
+from lab.repro import FIGURES_DIR
+
+SIDECARS = sorted(p for p in FIGURES_DIR.glob("*.json") if "records" in json.loads(p.read_text()))
+
+
+def test_there_are_sidecars_with_records():
+    assert SIDECARS, f"no figure sidecar with records under {FIGURES_DIR}"
+
+
+@pytest.mark.parametrize("sidecar", SIDECARS, ids=lambda p: p.stem)
+def test_no_figure_names_a_missing_record(sidecar):
+    keys = json.loads(sidecar.read_text())["records"]
+    missing = [k for k in keys if not (FIGURES_DIR / "records" / f"{k}{SUFFIX}").is_file()]
+    assert not missing, f"{sidecar.name} names records that are not committed: {missing[:5]}"
