@@ -40,6 +40,7 @@ class Case:
     down: float
     grads: int
     up_scalars: int = 0
+    down_scalars: int = 0
     down_round0: float | None = None
     step0_extra: int = 0
     warm_grads: int | None = None
@@ -125,6 +126,17 @@ CASES: tuple[Case, ...] = (
     Case("fedvssam", "fedvssam-no_lf-no_gu", {"lf": False, "gu": False, "rho": 0.1}, 1, 2, 2),
     Case("fedvssam", "fedvssam-no_lf-no_lu", {"lf": False, "lu": False, "rho": 0.1}, 1, 1, 2),
     Case("fedvssam", "fedvssam-no_lu", {"lu": False, "rho": 0.1}, 1, 2, 2),
+    # --- successors (issue 27) -------------------------------------------------------------------
+    Case("fedwmsam", "fedwmsam", {}, 1, 3, 1, down_scalars=1, expect_hp={"rho": 0.01, "perturb": "toward"},
+         reduces_to=Reduction({"rho": 0.0, "adaptive": False, "personalised": False}, "mofedsam",
+                              {"rho": 0.0, "alpha": 0.1})),
+    Case("fedwmsam", "fedwmsam-paper", {"preset": "paper"}, 1, 3, 1, down_scalars=1,
+         expect_hp={"rho": 0.01, "perturb": "toward", "momentum_scale": 1.0}),
+    Case("fedwmsam", "fedwmsam-code", {"preset": "code"}, 1, 3, 1, down_scalars=1,
+         expect_hp={"rho": 0.1, "perturb": "away", "momentum_scale": 0.998, "eps": 1e-7}),
+    Case("fedwmsam", "fedwmsam-alpha", {"alpha": 0.5, "rho": 0.05}, 1, 3, 1, down_scalars=1),
+    Case("fedwmsam", "fedwmsam-fixed_alpha-shared_momentum", {"adaptive": False, "personalised": False,
+                                                               "alpha": 0.4, "rho": 0.2}, 1, 2, 1, down_scalars=1),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

@@ -445,6 +445,47 @@ def fedvssam(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
+# Successors (issue 27): FedWMSAM
+# ------------------------------------------------------------------------------------------------
+@method
+def fedwmsam(ctx: Context, t: int, S: list[int]) -> Round:
+    """As server/FedWMSAM.py keeps it: every c_i on the server, a personalised momentum per client,
+    α re-weighted from 1 + cos(Δ_i, m) after the round; the code's scalar-per-tensor δ not reproduced."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    srv = ctx.server
+    if not srv:
+        srv.update(m=ctx.zeros(), c=ctx.zeros(), alpha=hp["alpha"])
+    m, c, alpha = srv["m"], srv["c"], srv["alpha"]
+    sign = 1.0 if hp["perturb"] == "toward" else -1.0
+    ends, deltas, values, dc = {}, [], [], ctx.zeros()
+    for i in S:
+        c_i = ctx.state(i, c_i=ctx.zeros())["c_i"]
+        p = m + alpha / (1 - alpha) * (c - c_i) if hp["personalised"] else m
+        th, target = ctx.theta, ctx.theta.clone()
+        batches = ctx.batches(t, i)
+        for idx in batches:
+            away = target - th
+            g = ctx.grad(th + sign * hp["rho"] * away / (away.norm() + hp["eps"]), idx)[0]
+            th = ctx.sgd(th, alpha * g + (1 - alpha) * p, lr)
+            target = target + p
+        ends[i] = th
+        delta = th - ctx.theta
+        deltas.append(delta)
+        den = float(delta.norm() * m.norm())
+        values.append(float(delta @ m) / den + 1.0 if den > 0 else 0.0)
+        c_new = c_i - c - delta / (len(batches) * lr)
+        dc = dc + (c_new - c_i)
+        ctx.clients[i]["c_i"] = c_new
+    K_bar = sum(len(ctx.batches(t, i)) for i in S) / len(S)
+    if hp["adaptive"]:
+        srv["alpha"] = 0.99 * alpha + 0.01 * max(0.1, min(sum(values) / len(values), 0.9))
+    if hp["personalised"]:
+        srv["c"] = c + dc / ctx.n_clients
+    srv["m"] = -hp["momentum_scale"] * mean(deltas) / (K_bar * lr)
+    return ends, ctx.theta + hp["server_lr"] * mean(deltas)
+
+
+# ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
     fn = METHODS[name]
