@@ -167,6 +167,16 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedvssam.py", "- ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "+ ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "sign of the stale direction in the server step"),
         M("fedvssam.py", "return 1.0 if (self._warmup(round_) or not self.hp.gu) else self.hp.gamma_g", "return 1.0 if self._warmup(round_) else self.hp.gamma_g", "GU switch ignored"),
     ],
+    "fedgloss": [
+        M("fedgloss.py", 'sam_perturbation(server["pseudo_grad"]', 'sam_perturbation(-server["pseudo_grad"]', "server descent instead of ascent"),
+        M("fedgloss.py", 'g_sam - cstate["lam"] +', 'g_sam + cstate["lam"] +', "sign of λ_i in the local step"),
+        M("fedgloss.py", '(theta - msg["theta"]) / self.hp.beta', '(theta - msg["theta"]) / (2 * self.hp.beta)', "coefficient of the prox term"),
+        M("fedgloss.py", '{"lam": cstate["lam"] - delta / self.hp.beta}', '{"lam": cstate["lam"] + delta / self.hp.beta}', "sign of the client dual update"),
+        M("fedgloss.py", "delta_bar / (self.hp.beta * info.n_clients)", "delta_bar / (self.hp.beta * info.n_sampled)", "σ divided by m instead of N"),
+        M("fedgloss.py", "theta = theta - self.hp.beta * sigma", "theta = theta - sigma", "β dropped from the server correction"),
+        M("fedgloss.py", "return rho0 + t * (rho - rho0) / T_s", "return rho0 + (t + 1) * (rho - rho0) / T_s", "ramp one round ahead"),
+        M("fedgloss.py", "return self.hp.rho + (self.hp.rho_server", "return self.hp.rho_server + (self.hp.rho_server", "code warm-up built from the server ρ"),
+    ],
     "fedwmsam": [
         M("fedwmsam.py", '* (msg["c"] - cstate["c_i"])', '* (cstate["c_i"] - msg["c"])', "sign of the personalised correction"),
         M("fedwmsam.py", "target = msg[\"theta\"] + step.k * p", "target = msg[\"theta\"] + (step.k + 1) * p", "predicted point one step ahead"),

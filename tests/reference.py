@@ -485,6 +485,57 @@ def fedwmsam(ctx: Context, t: int, S: list[int]) -> Round:
     return ends, ctx.theta + hp["server_lr"] * mean(deltas)
 
 
+def _gloss_rho_lists(hp: dict[str, Any], T: int) -> tuple[list[float], list[float]]:
+    """The client and server ρ per round, built as fedgloss_server.py builds them (``server_ramp="code"``)
+    or as the ramp it means (``"ramp"``)."""
+    T_s, rho0 = hp["ramp_rounds"], hp["rho0"]
+    if T_s <= 1:
+        return [hp["rho"]] * T, [hp["rho_server"]] * T
+    local = [rho0]
+    for _ in range(T_s):
+        local.append(local[-1] + (hp["rho"] - rho0) / T_s)
+    local += [hp["rho"]] * (T - len(local))
+    server = [rho0]
+    for _ in range(T_s):
+        base = local[-1] if hp["server_ramp"] == "code" else server[-1]  # the code reads the client list
+        server.append(base + (hp["rho_server"] - rho0) / T_s)
+    server += [hp["rho_server"]] * (T - len(server))
+    return local, server
+
+
+@method
+def fedgloss(ctx: Context, t: int, S: list[int]) -> Round:
+    """As fedgloss_server.py / fedgloss_client.py do it: perturb the stored model, train from it,
+    subtract the perturbation again, step, then the ADMM correction; one epoch = one round."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    rhos_l, rhos_s = _gloss_rho_lists(hp, hp["ramp_rounds"] + 5)
+    srv = ctx.server
+    pg = srv.get("pseudo_grad")  # None before round 1: no ascent
+    eps_t = ctx.zeros() if pg is None else rhos_s[t] * pg / (pg.norm() + hp["eps"])
+    start = ctx.theta + eps_t
+    ends, deltas = {}, []
+    for i in S:
+        st = ctx.state(i, lam=ctx.zeros())
+        th = start
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            g_sam = ctx.grad(th + rhos_l[t] * g / (g.norm() + hp["eps"]), idx)[0]
+            if hp["dual"]:
+                g_sam = g_sam - st["lam"] + (th - start) / hp["beta"]
+            th = ctx.sgd(th, g_sam, lr)
+        ends[i] = th
+        deltas.append(th - start)
+        if hp["dual"]:
+            st["lam"] = st["lam"] - (th - start) / hp["beta"]
+    model = start - eps_t  # remove the perturbation
+    model = model + hp["server_lr"] * mean(deltas)
+    srv["pseudo_grad"] = -mean(deltas)
+    if hp["dual"]:
+        srv["sigma"] = srv.get("sigma", ctx.zeros()) - sum(deltas) / (hp["beta"] * ctx.n_clients * len(S))
+        model = model - hp["beta"] * srv["sigma"]
+    return ends, model
+
+
 # ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""

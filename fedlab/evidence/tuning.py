@@ -66,6 +66,7 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     "fednsam": {"rho": SAM_RADII},
     "fedvssam": {"rho": SAM_RADII, "preset": ("moderate", "high")},
     "fedwmsam": {"rho": SAM_RADII},
+    "fedgloss": {"rho": SAM_RADII, "rho_server": SAM_RADII},
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 
