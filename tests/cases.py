@@ -127,6 +127,11 @@ CASES: tuple[Case, ...] = (
     Case("fedvssam", "fedvssam-no_lf-no_lu", {"lf": False, "lu": False, "rho": 0.1}, 1, 1, 2),
     Case("fedvssam", "fedvssam-no_lu", {"lu": False, "rho": 0.1}, 1, 2, 2),
     # --- successors (issue 27) -------------------------------------------------------------------
+    Case("fedgf", "fedgf", {}, 1, 2, 2, down_scalars=1,
+         reduces_to=Reduction({"divergence_threshold": 1e9}, "fedsam", {"rho": 0.05})),
+    Case("fedgf", "fedgf-always_global", {"divergence_threshold": 0.0, "rho_global": 0.3, "window": 2},
+         1, 2, 2, down_scalars=1),
+    Case("fedgf", "fedgf-mixed", {"window": 3, "rho": 0.1, "server_lr": 0.8, "divergence_threshold": 0.25}, 1, 2, 2, down_scalars=1),
     Case("fedgloss", "fedgloss", {}, 1, 1, 2, expect_hp={"rho_server": 0.15, "rho": 0.15, "beta": 10.0},
          reduces_to=Reduction({"rho_server": 0.0, "dual": False}, "fedsam", {"rho": 0.15})),
     Case("fedgloss", "fedgloss-cifar10", {"preset": "cifar10"}, 1, 1, 2,

@@ -167,6 +167,14 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedvssam.py", "- ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "+ ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "sign of the stale direction in the server step"),
         M("fedvssam.py", "return 1.0 if (self._warmup(round_) or not self.hp.gu) else self.hp.gamma_g", "return 1.0 if self._warmup(round_) else self.hp.gamma_g", "GU switch ignored"),
     ],
+    "fedgf": [
+        M("fedgf.py", 'point = c * msg["perturbed"] + (1.0 - c) * point', 'point = (1.0 - c) * msg["perturbed"] + c * point', "mixing weights swapped"),
+        M("fedgf.py", 'sam_perturbation(server["p"], self.rho_global', 'sam_perturbation(-server["p"], self.rho_global', "global descent instead of ascent"),
+        M("fedgf.py", '"c": window.sum() / filled}', '"c": window.sum() / self.hp.window}', "c over W, not the rounds seen"),
+        M("fedgf.py", "bit = (divergence > self.hp.divergence_threshold)", "bit = (divergence < self.hp.divergence_threshold)", "divergence test reversed"),
+        M("fedgf.py", "return self.hp.rho if self.hp.rho_global is None else self.hp.rho_global", "return self.hp.rho", "ρ_g ignored"),
+        M("fedgf.py", 'perturbed = server["theta"] + sam_perturbation', 'perturbed = server["theta"] - server["p"] + sam_perturbation', "perturbation around θ^{t−1}"),
+    ],
     "fedgloss": [
         M("fedgloss.py", 'sam_perturbation(server["pseudo_grad"]', 'sam_perturbation(-server["pseudo_grad"]', "server descent instead of ascent"),
         M("fedgloss.py", 'g_sam - cstate["lam"] +', 'g_sam + cstate["lam"] +', "sign of λ_i in the local step"),

@@ -536,6 +536,34 @@ def fedgloss(ctx: Context, t: int, S: list[int]) -> Round:
     return ends, model
 
 
+@method
+def fedgf(ctx: Context, t: int, S: list[int]) -> Round:
+    """As fedgf.py does it: the ascent point c·w̃ + (1 − c)·(local SAM point), the gradient there, the
+    step from the unperturbed iterate; the server's window of divergence bits (a list)."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    srv = ctx.server
+    srv.setdefault("window", [])
+    perturbed, c = srv.get("perturbed"), srv.get("c", 0.0)
+    ends = {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            ascent = th + hp["rho"] * g / (g.norm() + hp["eps"])
+            if perturbed is not None:
+                ascent = perturbed * c + ascent * (1 - c)
+            th = ctx.sgd(th, ctx.grad(ascent, idx)[0], lr)
+        ends[i] = th
+    divergence = sum(float((ctx.theta - e).norm()) for e in ends.values()) / len(ends)
+    srv["window"] = (srv["window"] + [1 if divergence > hp["divergence_threshold"] else 0])[-hp["window"]:]
+    srv["c"] = sum(srv["window"]) / len(srv["window"])
+    new = ctx.theta + hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+    pg = ctx.theta - new
+    rho_g = hp["rho"] if hp["rho_global"] is None else hp["rho_global"]
+    srv["perturbed"] = new + rho_g * pg / (pg.norm() + hp["eps"])
+    return ends, new
+
+
 # ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""

@@ -67,6 +67,7 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     "fedvssam": {"rho": SAM_RADII, "preset": ("moderate", "high")},
     "fedwmsam": {"rho": SAM_RADII},
     "fedgloss": {"rho": SAM_RADII, "rho_server": SAM_RADII},
+    "fedgf": {"rho": SAM_RADII, "divergence_threshold": (0.2, 0.3)},
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 
