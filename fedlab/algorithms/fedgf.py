@@ -89,7 +89,7 @@ class FedGF(FedAvg):
     def broadcast(self, server: State, info: RoundInfo) -> State:
         # round 0: p = 0 and c = 0, so w̃ = θ⁰ and the mix below is exactly the local SAM point
         perturbed = server["theta"] + sam_perturbation(server["p"], self.rho_global, self.hp.eps)
-        return {"theta": server["theta"], "perturbed": perturbed, "c": server["c"]}
+        return {"theta": server["theta"], "perturbed": perturbed, "c": server["c"].to(perturbed.dtype)}
 
     def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
                    step: StepInfo) -> tuple[Tensor, State, Tensor]:

@@ -108,7 +108,9 @@ class FedWMSAM(FedAvg):
         return {"c_i": torch.zeros_like(theta0)} if self.hp.personalised else {}
 
     def broadcast(self, server: State, info: RoundInfo) -> State:
-        return {k: server[k] for k in ("theta", "m", "c", "alpha") if k in server}
+        msg = {k: server[k] for k in ("theta", "m", "c") if k in server}
+        msg["alpha"] = server["alpha"].to(server["theta"].dtype)  # kept in float64, sent as one model float
+        return msg
 
     def momentum(self, cstate: State, msg: State) -> Tensor:
         """p_i, the client's personalised momentum."""
