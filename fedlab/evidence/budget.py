@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from fedlab.algorithms import algorithm_names
+from fedlab.tools.plots import METHOD_ORDER
 from fedlab.tools.repro import FIGURES_DIR, REPO_ROOT
 
 ANALYSIS_S_PER_MODEL = 15.0
@@ -48,8 +50,9 @@ RUN_ORDER = ("10_benchmarks", "00_quickstart", "02_flatness_incompatibility", "0
              "04_sam_baselines", "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
              "09_sharpness_and_landscapes", "01_heterogeneity")
 """The order ``make figures`` runs the notebooks in: 10 first, its runs are the ones the others share."""
-ALL_METHODS = ("fedavg", "fedprox", "scaffold", "feddyn", "fedacg", "fedsam", "mofedsam", "fedgamma", "fedspeed",
-               "fedsmoo", "fedsmoo_adaptive", "fedlesam", "fedswa", "fedmoswa", "fednsam", "fedvssam")
+ALL_METHODS = tuple(sorted(algorithm_names(), key=lambda m: (
+    METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER), m)))
+"""Every registered method, in the plots' order: what notebook 10 trains when no list is given."""
 BENCH_SPLITS = ("dirichlet-0.5", "dirichlet-0.1", "pathological-3")
 
 
