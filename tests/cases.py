@@ -40,6 +40,7 @@ class Case:
     down: float
     grads: int
     up_scalars: int = 0
+    down_scalars: int = 0
     down_round0: float | None = None
     step0_extra: int = 0
     warm_grads: int | None = None
@@ -125,6 +126,34 @@ CASES: tuple[Case, ...] = (
     Case("fedvssam", "fedvssam-no_lf-no_gu", {"lf": False, "gu": False, "rho": 0.1}, 1, 2, 2),
     Case("fedvssam", "fedvssam-no_lf-no_lu", {"lf": False, "lu": False, "rho": 0.1}, 1, 1, 2),
     Case("fedvssam", "fedvssam-no_lu", {"lu": False, "rho": 0.1}, 1, 2, 2),
+    # --- successors (issue 27) -------------------------------------------------------------------
+    Case("fedgf", "fedgf", {}, 1, 2, 2, down_scalars=1,
+         reduces_to=Reduction({"divergence_threshold": 1e9}, "fedsam", {"rho": 0.05})),
+    Case("fedgf", "fedgf-always_global", {"divergence_threshold": 0.0, "rho_global": 0.3, "window": 2},
+         1, 2, 2, down_scalars=1),
+    Case("fedgf", "fedgf-mixed", {"window": 3, "rho": 0.1, "server_lr": 0.8, "divergence_threshold": 0.25}, 1, 2, 2, down_scalars=1),
+    Case("fedgloss", "fedgloss", {}, 1, 1, 2, expect_hp={"rho_server": 0.15, "rho": 0.15, "beta": 10.0},
+         reduces_to=Reduction({"rho_server": 0.0, "dual": False}, "fedsam", {"rho": 0.15})),
+    Case("fedgloss", "fedgloss-cifar10", {"preset": "cifar10"}, 1, 1, 2,
+         expect_hp={"rho_server": 0.15, "rho": 0.15, "beta": 10.0, "ramp_rounds": 2000, "rho0": 0.001}),
+    Case("fedgloss", "fedgloss-cifar100", {"preset": "cifar100"}, 1, 1, 2,
+         expect_hp={"rho_server": 0.01, "rho": 0.2, "beta": 100.0, "ramp_rounds": 15000}),
+    Case("fedgloss", "fedgloss-code", {"preset": "code"}, 1, 1, 2,
+         expect_hp={"server_ramp": "code", "ramp_rounds": 2000, "eps": 1e-16}),
+    Case("fedgloss", "fedgloss-ramp", {"ramp_rounds": 2, "rho0": 0.01, "rho_server": 0.3}, 1, 1, 2),
+    Case("fedgloss", "fedgloss-code_warmup", {"ramp_rounds": 2, "rho0": 0.01, "rho_server": 0.3, "server_ramp": "code"},
+         1, 1, 2),
+    Case("fedgloss", "fedgloss-no_dual", {"dual": False, "beta": 1.0}, 1, 1, 2),
+    Case("fedwmsam", "fedwmsam", {}, 1, 3, 1, down_scalars=1, expect_hp={"rho": 0.01, "perturb": "toward"},
+         reduces_to=Reduction({"rho": 0.0, "adaptive": False, "personalised": False}, "mofedsam",
+                              {"rho": 0.0, "alpha": 0.1})),
+    Case("fedwmsam", "fedwmsam-paper", {"preset": "paper"}, 1, 3, 1, down_scalars=1,
+         expect_hp={"rho": 0.01, "perturb": "toward", "momentum_scale": 1.0}),
+    Case("fedwmsam", "fedwmsam-code", {"preset": "code"}, 1, 3, 1, down_scalars=1,
+         expect_hp={"rho": 0.1, "perturb": "away", "momentum_scale": 0.998, "eps": 1e-7}),
+    Case("fedwmsam", "fedwmsam-alpha", {"alpha": 0.5, "rho": 0.05}, 1, 3, 1, down_scalars=1),
+    Case("fedwmsam", "fedwmsam-fixed_alpha-shared_momentum", {"adaptive": False, "personalised": False,
+                                                               "alpha": 0.4, "rho": 0.2}, 1, 2, 1, down_scalars=1),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

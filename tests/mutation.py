@@ -167,6 +167,37 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedvssam.py", "- ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "+ ((1.0 - gamma_g) * lr_k) * server[\"h\"])", "sign of the stale direction in the server step"),
         M("fedvssam.py", "return 1.0 if (self._warmup(round_) or not self.hp.gu) else self.hp.gamma_g", "return 1.0 if self._warmup(round_) else self.hp.gamma_g", "GU switch ignored"),
     ],
+    "fedgf": [
+        M("fedgf.py", 'point = c * msg["perturbed"] + (1.0 - c) * point', 'point = (1.0 - c) * msg["perturbed"] + c * point', "mixing weights swapped"),
+        M("fedgf.py", 'sam_perturbation(server["p"], self.rho_global', 'sam_perturbation(-server["p"], self.rho_global', "global descent instead of ascent"),
+        M("fedgf.py", '"c": window.sum() / filled}', '"c": window.sum() / self.hp.window}', "c over W, not the rounds seen"),
+        M("fedgf.py", "bit = (divergence > self.hp.divergence_threshold)", "bit = (divergence < self.hp.divergence_threshold)", "divergence test reversed"),
+        M("fedgf.py", "return self.hp.rho if self.hp.rho_global is None else self.hp.rho_global", "return self.hp.rho", "ρ_g ignored"),
+        M("fedgf.py", 'perturbed = server["theta"] + sam_perturbation', 'perturbed = server["theta"] - server["p"] + sam_perturbation', "perturbation around θ^{t−1}"),
+    ],
+    "fedgloss": [
+        M("fedgloss.py", 'sam_perturbation(server["pseudo_grad"]', 'sam_perturbation(-server["pseudo_grad"]', "server descent instead of ascent"),
+        M("fedgloss.py", 'g_sam - cstate["lam"] +', 'g_sam + cstate["lam"] +', "sign of λ_i in the local step"),
+        M("fedgloss.py", '(theta - msg["theta"]) / self.hp.beta', '(theta - msg["theta"]) / (2 * self.hp.beta)', "coefficient of the prox term"),
+        M("fedgloss.py", '{"lam": cstate["lam"] - delta / self.hp.beta}', '{"lam": cstate["lam"] + delta / self.hp.beta}', "sign of the client dual update"),
+        M("fedgloss.py", "delta_bar / (self.hp.beta * info.n_clients)", "delta_bar / (self.hp.beta * info.n_sampled)", "σ divided by m instead of N"),
+        M("fedgloss.py", "theta = theta - self.hp.beta * sigma", "theta = theta - sigma", "β dropped from the server correction"),
+        M("fedgloss.py", "return rho0 + t * (rho - rho0) / T_s", "return rho0 + (t + 1) * (rho - rho0) / T_s", "ramp one round ahead"),
+        M("fedgloss.py", "return self.hp.rho + (self.hp.rho_server", "return self.hp.rho_server + (self.hp.rho_server", "code warm-up built from the server ρ"),
+    ],
+    "fedwmsam": [
+        M("fedwmsam.py", '* (msg["c"] - cstate["c_i"])', '* (cstate["c_i"] - msg["c"])', "sign of the personalised correction"),
+        M("fedwmsam.py", "target = msg[\"theta\"] + step.k * p", "target = msg[\"theta\"] + (step.k + 1) * p", "predicted point one step ahead"),
+        M("fedwmsam.py", "theta + e if self.hp.perturb == \"toward\" else theta - e", "theta - e if self.hp.perturb == \"toward\" else theta + e", "perturbation away from the predicted point"),
+        M("fedwmsam.py", '- msg["c"] - delta / (K * info.lr)}', '- msg["c"] + delta / (K * info.lr)}', "sign of Δ_i in the client control"),
+        M("fedwmsam.py", '(info.n_sampled * server["c"] + scaled', '(scaled', "c^t dropped from the server control update"),
+        # v = 1 + cos(Δ_i, m) lies below the clamp's 0.1 in this federation (cos ≈ −0.92 … −0.99), so a
+        # change inside [0.1, 0.9] (1 + cos → cos) survives; what the suite sees is the round-0 rule and the EMA
+        M("fedwmsam.py", "torch.where(norms > 0, cos + 1.0, torch.zeros_like(cos))", "cos + 1.0", "v = 1 (not 0) where m = 0"),
+        M("fedwmsam.py", "ALPHA_KEEP, ALPHA_LO, ALPHA_HI = 0.99, 0.1, 0.9", "ALPHA_KEEP, ALPHA_LO, ALPHA_HI = 0.9, 0.1, 0.9", "EMA weight of α"),
+        M("fedwmsam.py", "info.mean_steps * info.lr / self.hp.momentum_scale", "info.mean_steps * info.prev_lr / self.hp.momentum_scale", "the wrong round's learning rate in m"),
+        M("fedwmsam.py", "descend(theta, alpha * g + (1.0 - alpha) * p, step)", "descend(theta, alpha * g + alpha * p, step)", "weight of the momentum"),
+    ],
     "fedacg": [
         M("fedacg.py", "d = g + 2.0 * self.hp.beta *", "d = g + self.hp.beta *", "coefficient of the prox gradient"),
         M("fedacg.py", 'return server["theta"] + self.hp.lam * server["m"]', 'return server["theta"] - self.hp.lam * server["m"]', "sign of the look-ahead"),

@@ -445,6 +445,126 @@ def fedvssam(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
+# Successors (issue 27): FedWMSAM
+# ------------------------------------------------------------------------------------------------
+@method
+def fedwmsam(ctx: Context, t: int, S: list[int]) -> Round:
+    """As server/FedWMSAM.py keeps it: every c_i on the server, a personalised momentum per client,
+    α re-weighted from 1 + cos(Δ_i, m) after the round; the code's scalar-per-tensor δ not reproduced."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    srv = ctx.server
+    if not srv:
+        srv.update(m=ctx.zeros(), c=ctx.zeros(), alpha=hp["alpha"])
+    m, c, alpha = srv["m"], srv["c"], srv["alpha"]
+    sign = 1.0 if hp["perturb"] == "toward" else -1.0
+    ends, deltas, values, dc = {}, [], [], ctx.zeros()
+    for i in S:
+        c_i = ctx.state(i, c_i=ctx.zeros())["c_i"]
+        p = m + alpha / (1 - alpha) * (c - c_i) if hp["personalised"] else m
+        th, target = ctx.theta, ctx.theta.clone()
+        batches = ctx.batches(t, i)
+        for idx in batches:
+            away = target - th
+            g = ctx.grad(th + sign * hp["rho"] * away / (away.norm() + hp["eps"]), idx)[0]
+            th = ctx.sgd(th, alpha * g + (1 - alpha) * p, lr)
+            target = target + p
+        ends[i] = th
+        delta = th - ctx.theta
+        deltas.append(delta)
+        den = float(delta.norm() * m.norm())
+        values.append(float(delta @ m) / den + 1.0 if den > 0 else 0.0)
+        c_new = c_i - c - delta / (len(batches) * lr)
+        dc = dc + (c_new - c_i)
+        ctx.clients[i]["c_i"] = c_new
+    K_bar = sum(len(ctx.batches(t, i)) for i in S) / len(S)
+    if hp["adaptive"]:
+        srv["alpha"] = 0.99 * alpha + 0.01 * max(0.1, min(sum(values) / len(values), 0.9))
+    if hp["personalised"]:
+        srv["c"] = c + dc / ctx.n_clients
+    srv["m"] = -hp["momentum_scale"] * mean(deltas) / (K_bar * lr)
+    return ends, ctx.theta + hp["server_lr"] * mean(deltas)
+
+
+def _gloss_rho_lists(hp: dict[str, Any], T: int) -> tuple[list[float], list[float]]:
+    """The client and server ρ per round, built as fedgloss_server.py builds them (``server_ramp="code"``)
+    or as the ramp it means (``"ramp"``)."""
+    T_s, rho0 = hp["ramp_rounds"], hp["rho0"]
+    if T_s <= 1:
+        return [hp["rho"]] * T, [hp["rho_server"]] * T
+    local = [rho0]
+    for _ in range(T_s):
+        local.append(local[-1] + (hp["rho"] - rho0) / T_s)
+    local += [hp["rho"]] * (T - len(local))
+    server = [rho0]
+    for _ in range(T_s):
+        base = local[-1] if hp["server_ramp"] == "code" else server[-1]  # the code reads the client list
+        server.append(base + (hp["rho_server"] - rho0) / T_s)
+    server += [hp["rho_server"]] * (T - len(server))
+    return local, server
+
+
+@method
+def fedgloss(ctx: Context, t: int, S: list[int]) -> Round:
+    """As fedgloss_server.py / fedgloss_client.py do it: perturb the stored model, train from it,
+    subtract the perturbation again, step, then the ADMM correction; one epoch = one round."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    rhos_l, rhos_s = _gloss_rho_lists(hp, hp["ramp_rounds"] + 5)
+    srv = ctx.server
+    pg = srv.get("pseudo_grad")  # None before round 1: no ascent
+    eps_t = ctx.zeros() if pg is None else rhos_s[t] * pg / (pg.norm() + hp["eps"])
+    start = ctx.theta + eps_t
+    ends, deltas = {}, []
+    for i in S:
+        st = ctx.state(i, lam=ctx.zeros())
+        th = start
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            g_sam = ctx.grad(th + rhos_l[t] * g / (g.norm() + hp["eps"]), idx)[0]
+            if hp["dual"]:
+                g_sam = g_sam - st["lam"] + (th - start) / hp["beta"]
+            th = ctx.sgd(th, g_sam, lr)
+        ends[i] = th
+        deltas.append(th - start)
+        if hp["dual"]:
+            st["lam"] = st["lam"] - (th - start) / hp["beta"]
+    model = start - eps_t  # remove the perturbation
+    model = model + hp["server_lr"] * mean(deltas)
+    srv["pseudo_grad"] = -mean(deltas)
+    if hp["dual"]:
+        srv["sigma"] = srv.get("sigma", ctx.zeros()) - sum(deltas) / (hp["beta"] * ctx.n_clients * len(S))
+        model = model - hp["beta"] * srv["sigma"]
+    return ends, model
+
+
+@method
+def fedgf(ctx: Context, t: int, S: list[int]) -> Round:
+    """As fedgf.py does it: the ascent point c·w̃ + (1 − c)·(local SAM point), the gradient there, the
+    step from the unperturbed iterate; the server's window of divergence bits (a list)."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    srv = ctx.server
+    srv.setdefault("window", [])
+    perturbed, c = srv.get("perturbed"), srv.get("c", 0.0)
+    ends = {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            ascent = th + hp["rho"] * g / (g.norm() + hp["eps"])
+            if perturbed is not None:
+                ascent = perturbed * c + ascent * (1 - c)
+            th = ctx.sgd(th, ctx.grad(ascent, idx)[0], lr)
+        ends[i] = th
+    divergence = sum(float((ctx.theta - e).norm()) for e in ends.values()) / len(ends)
+    srv["window"] = (srv["window"] + [1 if divergence > hp["divergence_threshold"] else 0])[-hp["window"]:]
+    srv["c"] = sum(srv["window"]) / len(srv["window"])
+    new = ctx.theta + hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+    pg = ctx.theta - new
+    rho_g = hp["rho"] if hp["rho_global"] is None else hp["rho_global"]
+    srv["perturbed"] = new + rho_g * pg / (pg.norm() + hp["eps"])
+    return ends, new
+
+
+# ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
     fn = METHODS[name]

@@ -197,7 +197,7 @@ def test_engine_matches_independent_reference(case, mode, executor, world):
 
 def test_table_covers_every_registered_method():
     assert set(fedlab.ALGORITHMS) == {c.method for c in CASES}
-    assert len(fedlab.ALGORITHMS) == 16
+    assert len(fedlab.ALGORITHMS) == 19
     defaults = {c.method for c in CASES if c.is_default}
     assert defaults == set(fedlab.ALGORITHMS), "every method needs a row with default hyperparameters"
     for name in fedlab.ALGORITHMS:  # every preset has a row
@@ -221,7 +221,8 @@ def test_communication_and_gradient_evaluations_through_the_engine(case, world):
     d = run.theta0.numel()
     hp = run.sim.algorithm.hp.to_dict()
     for t, out in enumerate(run.outcomes):
-        assert sum(v.numel() for v in out.msg.values()) == round(case.down_in_round(t) * d), f"downlink, round {t}"
+        assert sum(v.numel() for v in out.msg.values()) == round(case.down_in_round(t) * d) + case.down_scalars, \
+            f"downlink, round {t}"
         for r in out.results:
             assert sum(v.numel() for v in r.upload.values()) == round(case.up * d) + case.up_scalars, \
                 f"uplink of client {r.client}, round {t}"

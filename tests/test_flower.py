@@ -1,7 +1,7 @@
 """fedlab's Flower apps (fedlab.flower) against fedlab's own engine.
 
-One Flower simulation (Ray backend, 4 virtual SuperNodes) runs seven methods one after another
-(``run_flower_experiments``: one Ray and actor start-up instead of seven), each 3 rounds with a fixed
+One Flower simulation (Ray backend, 4 virtual SuperNodes) runs nine methods one after another
+(``run_flower_experiments``: one Ray and actor start-up instead of nine), each 3 rounds with a fixed
 client schedule; the engine runs the same Configs. Claims: the final θ is bit-identical (tolerance 0: the
 same float32 operations in the same order, arrays serialised losslessly), and the array bytes in
 the Messages, both directions, are 4 × the floats fedlab's accounting counts.
@@ -24,9 +24,9 @@ from fedlab.flower import (  # noqa: E402
     ClientStateError, FedlabClient, FedlabStrategy, check_servable, config_from_run_config,
     run_flower_experiments,
 )
-from fedlab.flower.protocol import BROADCAST, ROUND, UPLOAD, round_info, to_record  # noqa: E402
+from fedlab.flower.protocol import BROADCAST, ROUND, UPLOAD, from_record, round_info, to_record  # noqa: E402
 
-METHODS = ("fedavg", "scaffold", "feddyn", "fedsam", "fedsmoo", "fednsam", "fedvssam")
+METHODS = ("fedavg", "scaffold", "feddyn", "fedsam", "fedsmoo", "fednsam", "fedvssam", "fedwmsam", "fedgloss")
 # Client 0 takes part in rounds 0 and 2, client 1 in 1 and 2, client 3 in 1 and 2: the stateful
 # methods must carry c_i / h_i / μ_i across a skipped round; m varies (2, 3, 3).
 SCHEDULE = [[0, 2], [1, 2, 3], [0, 1, 3]]
@@ -43,7 +43,7 @@ def _config(tmp_path, algorithm: str, **overrides) -> Config:
 
 
 def test_flower_simulation_matches_the_engine_bit_for_bit_and_byte_for_byte(tmp_path):
-    """Seven methods in one Flower simulation (one test, so that pytest-xdist starts Ray once).
+    """Nine methods in one Flower simulation (one test, so that pytest-xdist starts Ray once).
 
     Per method: the clients of every round are the schedule's; the final θ equals the engine's
     exactly (tolerance 0); per round and direction, the array payload in the Messages is 4 × the
@@ -142,6 +142,22 @@ def test_stateless_client_needs_no_state(tmp_path, flower_task):
     sim, ctx = Simulation.build(cfg), _context(0)
     FedlabClient(cfg).train(_train_message(sim, 2, 0, 0), ctx)  # joins late with no state: fine
     assert "fedlab.client-state" not in ctx.state
+
+
+def test_fedgf_client_round_matches_the_engine(tmp_path, flower_task):
+    """FedGF's message carries a scalar (c) beside two vectors: the ClientApp's round-0 upload of
+    client 0 is the engine's, bit for bit, and 4 bytes per float it counts (no Ray)."""
+    cfg = _config(tmp_path, "fedgf")
+    sim = Simulation.build(cfg)
+    reply = FedlabClient(cfg).train(_train_message(sim, 0, 0, -1), _context(0))
+    state = sim.initial_state()
+    (engine,) = [r for r in sim.train_round(state, 0).results if r.client == 0]
+    upload = from_record(reply.content.array_records[UPLOAD])
+    assert set(upload) == set(engine.upload)
+    for key, value in engine.upload.items():
+        assert torch.equal(upload[key], value), key
+    msg = sim.algorithm.broadcast(sim.algorithm.server_init(sim.model.theta0()), round_info(sim, 0, SCHEDULE[0]))
+    assert all(v.dtype == torch.float32 for v in msg.values())  # the scalar travels as one float
 
 
 def test_client_checks_its_partition_and_the_experiment(tmp_path, flower_task):

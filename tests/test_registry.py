@@ -79,5 +79,5 @@ def test_three_rounds_deterministic_resumable_and_honest_about_communication(nam
     # lab.bench.speed measures what the method sends; it must agree with the table
     assert communication_vectors(name) == (case.up, case.down)
     # the engine's per-round counts are the vectors the method really sent, m clients per round
-    assert (a.metrics["downlink_floats"] == round(case.down * d) * m).all()
+    assert (a.metrics["downlink_floats"] == (round(case.down * d) + case.down_scalars) * m).all()
     assert (a.metrics["uplink_floats"] == (round(case.up * d) + case.up_scalars) * m).all()

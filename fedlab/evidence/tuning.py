@@ -67,6 +67,9 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     "fedmoswa": {"rho": (0.1, 0.5), "gamma": (0.1, 0.2)},
     "fednsam": {"rho": SAM_RADII},
     "fedvssam": {"rho": SAM_RADII, "preset": ("moderate", "high")},
+    "fedwmsam": {"rho": SAM_RADII},
+    "fedgloss": {"rho": SAM_RADII, "rho_server": SAM_RADII},
+    "fedgf": {"rho": SAM_RADII, "divergence_threshold": (0.2, 0.3)},
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 

@@ -38,7 +38,10 @@ from typing import Any
 
 import torch
 
+from fedlab.algorithms import algorithm_names
+
 from lab.repro import FIGURES_DIR, REPO_ROOT
+from lab.style import METHOD_ORDER
 
 ANALYSIS_S_PER_MODEL = 15.0
 """Seconds of analysis per analysed model (a top eigenvalue, a trace, a slice on the cpu sizes)."""
@@ -48,8 +51,9 @@ RUN_ORDER = ("10_benchmarks", "00_quickstart", "02_flatness_incompatibility", "0
              "04_sam_baselines", "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
              "09_sharpness_and_landscapes", "01_heterogeneity")
 """The order ``make figures`` runs the notebooks in: 10 first, its runs are the ones the others share."""
-ALL_METHODS = ("fedavg", "fedprox", "scaffold", "feddyn", "fedacg", "fedsam", "mofedsam", "fedgamma", "fedspeed",
-               "fedsmoo", "fedsmoo_adaptive", "fedlesam", "fedswa", "fedmoswa", "fednsam", "fedvssam")
+ALL_METHODS = tuple(sorted(algorithm_names(), key=lambda m: (
+    METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER), m)))
+"""Every registered method, in the plots' order: what notebook 10 trains when no list is given."""
 BENCH_SPLITS = ("dirichlet-0.5", "dirichlet-0.1", "pathological-3")
 
 
