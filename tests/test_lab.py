@@ -104,14 +104,25 @@ def test_lab_lists_notebooks_opens_one_and_starts_its_kernel(tmp_path):
             # JupyterLab 4 renders cells as they scroll into view: the first one must be the title
             page.wait_for_function("() => document.querySelector('.jp-Notebook .jp-Cell')"
                                    ".innerText.includes('Quickstart')", timeout=window_ms(60))
-            deadline, kernels = time.monotonic() + window(90), []
+            deadline, kernels, errors = time.monotonic() + window(90), [], []
             while time.monotonic() < deadline:  # the page asks the server for a kernel; wait until it runs
-                kernels = lab.api("/api/kernels")
+                try:
+                    kernels = lab.api("/api/kernels")
+                except urllib.error.HTTPError as err:
+                    # listing kernels while one is still starting can race inside jupyter_server on a busy
+                    # machine (a 500 once, seen in CI under load); the kernel must still come up in time
+                    if err.code < 500:
+                        raise
+                    errors.append(err.code)
+                    time.sleep(0.5)
+                    continue
                 if kernels and kernels[0]["execution_state"] == "idle":
                     break
                 time.sleep(0.5)
             if not kernels:
                 page.screenshot(path=str(tmp_path / "lab.png"))
+            assert kernels, f"no kernel within the window (server errors {errors}):\n" + \
+                (tmp_path / "lab.log").read_text()[-3000:]
             assert len(kernels) == 1 and kernels[0]["name"] == "python3"
             assert kernels[0]["execution_state"] == "idle", kernels
             # the page shows the same kernel as ready
