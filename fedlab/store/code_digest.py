@@ -119,8 +119,8 @@ class CodeWatch:
         self.digest = package_digest(package)
 
     def _stats(self) -> tuple[tuple[str, int, int], ...]:
-        files = numeric_sources(self.package) + [self.package / REPRO_MODULE]
-        return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+        stats = ((f, f.stat()) for f in numeric_sources(self.package) + [self.package / REPRO_MODULE])
+        return tuple((str(f), st.st_mtime_ns, st.st_size) for f, st in stats)
 
     def changed(self) -> str | None:
         """None while the files give :attr:`digest`, else the digest they give now."""
