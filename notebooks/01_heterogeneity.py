@@ -23,8 +23,8 @@
 # | scheme | what is random | what α means |
 # |---|---|---|
 # | `iid` | a shuffle | — |
-# | `dirichlet` (Hsu-style per class, NIID-Bench) | for each class c, the shares q_c ~ Dir(α·1_N) of that class over the N clients | per-client concentration on each class's split: small α → each class lands on few clients; client sizes vary |
-# | `dirichlet_client` (FL-Simulator / FedDyn code) | for each client i, a label prior p_i ~ Dir(a·1_C); equal client sizes | `per_class`: a = α (FedSMOO/MoFedSAM/FedSWA numbers); `total`: a = α/C (the FedSAM/FedGloSS JSON splits) |
+# | `dirichlet` (per class over clients: Yurochkin et al. 2019, NIID-Bench) | for each class c, the shares q_c ~ Dir(α·1_N) of that class over the N clients | per-client concentration on each class's split: small α → each class lands on few clients; client sizes vary |
+# | `dirichlet_client` (per-client label prior: Hsu et al. 2019; FL-Simulator / FedDyn code) | for each client i, a label prior p_i ~ Dir(a·1_C); equal client sizes | `per_class`: a = α (FedSMOO/MoFedSAM/FedSWA numbers); `total`: a = α/C (the FedSAM/FedGloSS JSON splits) |
 # | `pathological` | which c classes each client holds | c = classes per client |
 # | `shards` (McMahan et al.) | which label-sorted shards a client gets | shards per client |
 #
@@ -175,7 +175,9 @@ plt.show()
 # "Dir-0.5" in FL-Simulator's papers (FedSMOO, MoFedSAM) is the per-client prior with a = 0.5 *per
 # class*. In the FedSAM/FedGloSS splits the same "α = 0.5" is the *total* concentration, a = 0.05 per
 # class — a far more heterogeneous federation. The per-class-over-clients convention of NIID-Bench
-# sits in between.
+# does not sit between them: at the same α it gives almost the same heterogeneity as the per-client
+# prior with a = α per class (the two curves of the figure below overlap; the cell after it prints
+# their largest gap), while the *total* convention is the outlier.
 #
 # At very small α the per-class convention leaves some clients **empty** (every class lands on a few
 # clients). An empty client has no label distribution; counting it as "0 effective classes" would drag
@@ -225,6 +227,12 @@ print(sweep.pivot(index="alpha", columns="convention", values="effective classes
 print("empty clients:")
 print(sweep.pivot(index="alpha", columns="convention", values="empty clients").to_string())
 print("every mean over non-empty clients is at least 1:", bool((sweep["effective classes"] >= 1 - 1e-12).all()))
+eff = sweep.pivot(index="alpha", columns="convention", values="effective classes")
+gap_niid = (eff["dirichlet (over clients)"] - eff["dirichlet_client, per class"]).abs()
+gap_total = (eff["dirichlet (over clients)"] - eff["dirichlet_client, total"]).abs()
+print(f"largest gap in effective classes, NIID-Bench vs per-client prior (per class): {gap_niid.max():.2f}; "
+      f"vs the total convention: {gap_total.max():.2f}")
+assert gap_niid.max() < gap_total.max(), "the text above says NIID-Bench is close to the per-class prior"
 
 # %% [markdown]
 # ## 4. Pathological splits
