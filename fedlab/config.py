@@ -188,7 +188,7 @@ class Config:
     eval_subsample: int | None = _opt(None, "evaluate on a fixed class-balanced subset of this many test "
                                       "samples (None = all)")
     client_eval: bool = _opt(False, "also evaluate the global model on each client's own test split (its "
-                             "training label proportions) at evaluation rounds: mean, worst 10 %, std")
+                             "training label proportions) at evaluation rounds: mean, std, mean of the worst tenth")
     client_eval_size: int = _opt(100, "test samples per client with client_eval (drawn from the test set)")
     seed: int = _opt(0, "the one seed every generator is derived from")
     partition_seed: int | None = _opt(None, "seed of the partition alone (None = seed); fix it to compare "

@@ -3,19 +3,17 @@ so the view written after a checkpoint and the one rebuilt from it agree byte fo
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fedlab._version import __version__
 
-if TYPE_CHECKING:
-    from fedlab.engine.loop import Simulation
 
-
-def run_summary(sim: "Simulation", rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
-    """Status, accuracies, timing and provenance of ``sim``'s run after ``rows``; with ``client_eval``,
-    the last evaluated round's per-client statistics (:meth:`fedlab.engine.client_eval.ClientEval.summary`)."""
+def run_summary(sim: Any, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    """Status, accuracies, timing and provenance of the run of ``sim`` (a :class:`fedlab.engine.Simulation`)
+    after ``rows``; with ``client_eval``, the last evaluated round's per-client statistics
+    (:meth:`fedlab.engine.client_eval.ClientEval.summary`)."""
     config = sim.config
     accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]
     return {
