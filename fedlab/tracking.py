@@ -76,16 +76,18 @@ class TensorBoardLogger:
     """
 
     def __init__(self, root: str | Path | None = None) -> None:
+        try:  # here, so a missing extra fails before any run starts
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError as err:
+            raise ImportError(f"logger='tensorboard' needs the tensorboard package ({err}): "
+                              'pip install "fedlab-sam[track]"') from None
         self.root = None if root is None else Path(root).expanduser()
         self.writer: Any = None
         self.step = 0
 
     def start(self, config: Config, run_key: str, run_dir: Path, rounds_done: int) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as err:
-            raise ImportError(f"logger='tensorboard' needs the tensorboard package ({err}): "
-                              'pip install "fedlab-sam[track]"') from None
+        from torch.utils.tensorboard import SummaryWriter
+
         folder = run_dir / "tensorboard" if self.root is None else self.root / run_dir.name
         self.writer = SummaryWriter(str(folder), purge_step=rounds_done + 1)
         self.step = rounds_done

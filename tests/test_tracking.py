@@ -3,6 +3,7 @@ change no number and no key, the sweep and the command line hand their runs to a
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -112,11 +113,16 @@ def test_a_logger_sees_each_trained_round_once_and_changes_no_number_or_key(tiny
     pd.testing.assert_frame_equal(pd.DataFrame(rows)[numbers], plain.metrics[numbers])
 
 
-def test_bad_logger_is_refused_naming_the_field(tiny):
+def test_bad_logger_or_missing_extra_is_refused_before_anything_is_written(tiny, monkeypatch):
+    cfg = tiny()
     with pytest.raises(ConfigError, match="logger"):
-        fedlab.run(tiny(), progress=False, logger="visdom")
+        fedlab.run(cfg, progress=False, logger="visdom")
     with pytest.raises(ConfigError, match="logger"):
-        fedlab.sweep.sweep(tiny(), {"lr": [0.05]}, [0], backend="sequential", progress=False, logger=3)
+        fedlab.sweep.sweep(cfg, {"lr": [0.05]}, [0], backend="sequential", progress=False, logger=3)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as without the [track] extra
+    with pytest.raises(ImportError, match=r"fedlab-sam\[track\]"):
+        fedlab.run(cfg, progress=False, logger="tensorboard")
+    assert not Path(cfg.runs_dir).exists()
 
 
 def test_sweep_and_command_line_log_their_runs(tiny, tmp_path):
