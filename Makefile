@@ -26,7 +26,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml lab/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[notebooks,test,book,flower,distributed]"
+	$(PY) -m pip install -q -e ".[notebooks,test,book,flower,distributed,track]"
 	$(PY) -m pip install -q --no-deps -e ./lab  # the repository's harness beside the library (lab/README.md)
 	@rm -f $(VENV)/.installed-* && touch $@
 

@@ -125,8 +125,17 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition-param", action="append", default=[], metavar="NAME=VALUE",
                    help=f"partitioner option, repeatable ({', '.join(PARTITION_OPTIONS)})")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_log_flag(p)
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the Python traceback of an error")
+
+
+def _add_log_flag(p: argparse.ArgumentParser) -> None:
+    from fedlab.tracking import LOGGERS
+
+    p.add_argument("--log", choices=sorted(LOGGERS), default=None,
+                   help="hand every round trained to a tracker (tensorboard: event files in the run's folder, "
+                        "tensorboard --logdir RUNS_DIR; needs the [track] extra)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -185,7 +194,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     stop = threading.Event()
     with _stop_on_ctrl_c(stop):
-        result = run(config, progress=not args.no_progress, stop=stop)
+        result = run(config, progress=not args.no_progress, stop=stop, logger=args.log)
     s = result.summary
     print(f"method    {config.name or config.algorithm} on {config.dataset} ({config.partition}, "
           f"{config.n_clients} clients)")
@@ -251,6 +260,7 @@ def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs-dir", default=None, help="override the grid file's runs_dir")
     p.add_argument("--fail-fast", action="store_true", help="start no new run after the first failure")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_log_flag(p)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -264,7 +274,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         results = sweep(spec.base, spec.grid, spec.seeds, progress=not args.no_progress, backend=args.backend,
                         address=args.address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
-                        max_workers=args.max_workers, fail_fast=args.fail_fast, max_runs=spec.max_runs)
+                        max_workers=args.max_workers, fail_fast=args.fail_fast, max_runs=spec.max_runs,
+                        logger=args.log)
         failed = None
     except SweepError as err:
         results, failed = [r for r in err.results if r is not None], err

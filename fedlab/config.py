@@ -187,6 +187,9 @@ class Config:
     eval_every: int = _opt(1, "evaluate the global model every this many rounds (and at the end)")
     eval_subsample: int | None = _opt(None, "evaluate on a fixed class-balanced subset of this many test "
                                       "samples (None = all)")
+    client_eval: bool = _opt(False, "also evaluate the global model on each client's own test split (its "
+                             "training label proportions) at evaluation rounds: mean, std, mean of the worst tenth")
+    client_eval_size: int = _opt(100, "test samples per client with client_eval (drawn from the test set)")
     seed: int = _opt(0, "the one seed every generator is derived from")
     partition_seed: int | None = _opt(None, "seed of the partition alone (None = seed); fix it to compare "
                                       "seeds on one split")
@@ -235,7 +238,7 @@ class Config:
             # "" would otherwise mean "the default folder" without saying so
             raise bad("runs_dir", "None (the default <repo>/runs) or a non-empty folder path")
         self._check_partition_params()
-        for name in ("as_cifar_shape", "amp", "channels_last"):
+        for name in ("as_cifar_shape", "amp", "channels_last", "client_eval"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "True or False")
         if self.augment is not None and not isinstance(self.augment, bool):
@@ -277,7 +280,7 @@ class Config:
         if self.local_steps is None and self.local_epochs is None:
             raise ConfigError("local_steps=None and local_epochs=None: set local_steps=K (fixed K) or "
                               "local_epochs=E (epoch mode)")
-        for name in ("n_clients", "rounds", "batch_size", "eval_every",
+        for name in ("n_clients", "rounds", "batch_size", "eval_every", "client_eval_size",
                      "checkpoint_every", "shards_per_client"):
             if name == "local_steps" and self.local_steps is None:
                 continue
@@ -383,6 +386,8 @@ class Config:
         from fedlab.algorithms import get_algorithm
 
         values = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        if not self.client_eval:  # off, its fields change no number: the keys of earlier configs stay
+            del values["client_eval"], values["client_eval_size"]
         values["algorithm_params"] = (get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
                                       if hparams is None else dict(hparams))
         return values

@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fedlab.models", "fedlab.data"),
     ("fedlab.algorithms",),
     ("fedlab.config",),
-    ("fedlab.results",),
+    ("fedlab.results", "fedlab.tracking"),
     ("fedlab.engine",),
     ("fedlab.analysis", "fedlab.evidence"),
     ("fedlab.sweep",),

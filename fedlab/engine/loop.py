@@ -34,6 +34,8 @@ from fedlab.config import Config, ConfigError, check_device_available, check_rou
 from fedlab.data import Dataset, balanced_subset
 from fedlab.data.partition import Partition
 from fedlab.engine.batches import epoch_batches, fixed_step_batches
+from fedlab.engine.client_eval import ClientEval
+from fedlab.engine.costs import cost_columns
 from fedlab.engine.collapse import is_collapsed
 from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork, run_clients_sequential
 from fedlab.engine.evaluate import evaluate
@@ -47,6 +49,8 @@ from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunRe
 from fedlab.engine.setup import (_held_out, _load_theta0, build_dataset, build_partition, check_rounds_drawable,
                                  load_run_schedule, runs_dir_problem)
 from fedlab.engine.state import RoundOutcome, RunInterrupted, TrainingState
+from fedlab.engine.summary import run_summary
+from fedlab.tracking import Logger, get_logger, tracked
 
 
 def _numel(state: State) -> int:
@@ -66,12 +70,14 @@ class Simulation:
     config_hash: str
     theta0_digest: str | None = None  # SHA-256 of a user-supplied θ₀ (None: θ₀ from the config's seed)
     schedule: list[list[int]] | None = None  # the validated client schedule (sampling="schedule")
+    client_eval: ClientEval | None = None  # the clients' own test splits (config.client_eval)
     # parallel_clients="auto": the chunk measured in the first round, reused for the whole run
     chunk_choice: Any = field(default=None, init=False, repr=False)
     # False when runs_dir cannot be written: only a finished run can then be loaded (read-only)
     writable: bool = field(default=True, init=False, repr=False)
     # set by run(stop=...): checked at every round boundary
     _stop: threading.Event | None = field(default=None, init=False, repr=False)
+    _logger: Logger | None = field(default=None, init=False, repr=False)  # set by run(logger=...)
 
     @classmethod
     def build(cls, config: Config, dataset: Dataset | None = None, theta0: Tensor | None = None) -> "Simulation":
@@ -107,7 +113,8 @@ class Simulation:
         key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
         config_hash = config.hash(key, schedule_digest(schedule), hparams=algorithm.hp.to_dict())
         sim = cls(config, dataset, partition, model, algorithm, RunStore.for_run(root, config.algorithm, config_hash),
-                  config_hash, theta0_digest, schedule)
+                  config_hash, theta0_digest, schedule,
+                  ClientEval.build(config, dataset.x_test, dataset.y_test, partition.stats.counts.to_numpy()))
         if unwritable is not None:
             if not sim.store.checkpoint_path.is_file():  # nothing to load: the folder must be writable
                 raise unwritable
@@ -257,15 +264,15 @@ class Simulation:
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None,
-            stop: threading.Event | None = None) -> RunResult:
+            stop: threading.Event | None = None, logger: Logger | str | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption.
 
         ``stop``: once set (the command line sets it on Ctrl-C), the run checkpoints at the next round
-        boundary and raises :class:`RunInterrupted`.
+        boundary and raises :class:`RunInterrupted`. ``logger``: see :mod:`fedlab.tracking`.
         """
         if not self.writable:
             return self._load_read_only()
-        self._stop = stop
+        self._stop, self._logger = stop, get_logger(logger)
         with self.store.lock(quiet=not progress):
             return self._run_locked(progress, stop_after_rounds)
 
@@ -305,7 +312,9 @@ class Simulation:
         last_acc = next((r["test_acc"] for r in reversed(rows) if not math.isnan(r["test_acc"])), float("nan"))
         saved = start  # rounds done at the last checkpoint
         with tqdm(total=c.rounds, initial=start, desc=f"{c.algorithm} {c.dataset}", disable=not progress,
-                  file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
+                  file=sys.stderr, dynamic_ncols=True, leave=False) as bar, \
+                tracked(self._logger, c, self.config_hash, self.store.dir, start,
+                        lambda: self._summary(rows, status) if rows else {"status": status}) as log:
             for t in range(start, end):
                 if self._stop is not None and self._stop.is_set():  # asked to stop: at this round boundary
                     if saved != t:
@@ -314,8 +323,10 @@ class Simulation:
                 t0 = time.perf_counter()
                 outcome = self.train_round(state, t)
                 row, diverged = self._round_row(t, outcome, state.server, eval_set)
+                row.update(cost_columns(row, rows[-1] if rows else None, outcome, self.algorithm.grad_evals_per_step))
                 row["wall_seconds"] = time.perf_counter() - t0
                 rows.append(row)
+                log(t + 1, row)
                 if not math.isnan(row["test_acc"]):
                     last_acc = row["test_acc"]
                 bar.set_postfix(acc=f"{last_acc:.4f}", loss=f"{row['train_loss']:.3f}", refresh=False)
@@ -367,6 +378,8 @@ class Simulation:
         if not diverged and ((t + 1) % c.eval_every == 0 or t + 1 == c.rounds):
             row["test_acc"], row["test_loss"] = evaluate(self.model, theta, *eval_set)
             diverged = not math.isfinite(row["test_loss"])
+        if self.client_eval is not None:  # every client's own test split, at the rounds evaluated
+            row.update(self.client_eval.row(self.model, None if math.isnan(row["test_acc"]) else theta))
         row.update(alg.round_metrics(server))
         return row, diverged
 
@@ -410,31 +423,12 @@ class Simulation:
                             self.dataset.n_classes)
 
     def _summary(self, rows: list[dict[str, Any]], status: str) -> dict[str, Any]:
-        accs = [r["test_acc"] for r in rows if not math.isnan(r["test_acc"])]
-        return {
-            "status": status,
-            "algorithm": self.config.algorithm,
-            "dataset": self.config.dataset,
-            "rounds_done": len(rows),
-            "rounds": self.config.rounds,
-            "final_test_acc": accs[-1] if accs else None,
-            "best_test_acc": max(accs) if accs else None,
-            "final_train_loss": rows[-1]["train_loss"] if math.isfinite(rows[-1]["train_loss"]) else None,
-            "mean_round_seconds": float(np.mean([r["wall_seconds"] for r in rows])),
-            "uplink_floats_total": int(sum(r["uplink_floats"] for r in rows)),
-            "n_params": self.model.dim,
-            "n_classes": self.dataset.n_classes,
-            # what "test_acc" was measured on: the held-out validation part of the training set when tuning
-            "eval_set": "validation" if self.config.validation_size is not None else "test",
-            "config_hash": self.config_hash,
-            "partition_fingerprint": self.partition.fingerprint,
-            "fedlab_version": __version__,
-        }
+        return run_summary(self, rows, status)
 
 
 def run(config: Config | None = None, *, progress: bool = True, stop_after_rounds: int | None = None,
         dataset: Dataset | None = None, theta0: Tensor | None = None,
-        stop: threading.Event | None = None, **overrides: Any) -> RunResult:
+        stop: threading.Event | None = None, logger: Logger | str | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
     ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. Your own data and
@@ -444,7 +438,9 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     The result always carries the final model θ: a run is trained, resumed, or loaded from its run
     directory under ``runs_dir`` (default: ``$FEDLAB_RUNS``, else ``./runs`` of the current working
     directory), never from anywhere else. ``stop``: see :meth:`Simulation.run` (set it from another
-    thread or a signal handler to stop at the next round boundary).
+    thread or a signal handler to stop at the next round boundary). ``logger``: ``"tensorboard"`` or a
+    :class:`fedlab.tracking.Logger`, handed every round trained (:mod:`fedlab.tracking`).
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
-    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds, stop=stop)
+    return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds,
+                                                         stop=stop, logger=logger)

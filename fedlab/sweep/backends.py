@@ -56,6 +56,7 @@ from typing import Any
 from fedlab.config import Config, ConfigError
 from fedlab.results import RunResult
 from fedlab.engine.hardware import usable_cores
+from fedlab.tracking import get_logger
 from fedlab.sweep.runs import LOG_DIR_NAME, RunFailure, _Tracker, execute_one, log_path, runs_root
 
 __all__ = ["BACKENDS", "LOG_DIR_NAME", "MissingExtraError", "RunFailure", "SweepError",
@@ -107,7 +108,7 @@ def _run_sequential(todo: list[int], tracker: _Tracker, threads: int, fail_fast:
     for k in todo:
         tracker.running(1)
         tracker.start(k)
-        if tracker.record(execute_one(k, tracker.configs[k], threads, "sequential")) and fail_fast:
+        if tracker.record(execute_one(k, tracker.configs[k], threads, "sequential", tracker.logger)) and fail_fast:
             return
     tracker.running(0)
 
@@ -171,7 +172,7 @@ def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: 
             slots = min(slots, int(resources["GPU"] // gpus))
         task = ray.remote(num_cpus=cpus, num_gpus=gpus)(execute_one)
         submitted = time.time()
-        refs = {task.remote(k, tracker.configs[k], threads, "ray"): k for k in todo}
+        refs = {task.remote(k, tracker.configs[k], threads, "ray", tracker.logger): k for k in todo}
         pending = list(refs)
         try:
             _wait_ray(ray, refs, pending, tracker, slots, fail_fast)
@@ -259,7 +260,8 @@ def _check_runs_dirs(configs: Sequence[Config]) -> None:
 
 def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, backend: str = "local",
             address: str | None = None, cpus_per_run: int = 1, gpus_per_run: float = 0,
-            max_workers: int | None = None, fail_fast: bool = False, progress: bool = True) -> list[RunResult]:
+            max_workers: int | None = None, fail_fast: bool = False, progress: bool = True,
+            logger: Any = None) -> list[RunResult]:
     """Run (or load, or resume) every config on ``backend``; the results in the order of ``configs``.
 
     Configs that name the same run (same hash, same ``runs_dir``) run once and share the result.
@@ -269,6 +271,9 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
     a task whose worker died (its node lost, an OOM kill) up to 3 times, its default; each retry
     resumes from the run's checkpoint.
 
+    ``logger``: what every run trained hands its rounds to (:mod:`fedlab.tracking`; a logger object is
+    pickled to each worker).
+
     Raises :class:`SweepError` (after the other runs finished) if any run failed,
     :class:`SweepInterrupted` on Ctrl-C (once nothing runs any more, see the module docstring),
     :class:`MissingExtraError` if Ray is asked for but not installed, and
@@ -276,6 +281,7 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
     before anything runs.
     """
     _check_resources(backend, cpus_per_run, gpus_per_run, configs, max_workers)
+    get_logger(logger)  # ConfigError naming logger before anything runs
     configs = [c.replace(runs_dir=str(Path(c.runs_dir).resolve()))
                if c.runs_dir and not Path(c.runs_dir).is_absolute() else c for c in configs]
     labels = list(labels) if labels is not None else [f"{c.algorithm} seed {c.seed}" for c in configs]
@@ -296,7 +302,7 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
     workers = min(workers, len(todo))
     if backend == "local" and workers <= 1:
         backend = "sequential"  # nothing to run in parallel: skip the pool's start-up
-    tracker = _Tracker(configs, labels, progress)
+    tracker = _Tracker(configs, labels, progress, logger=logger)
     interrupted = False
     try:
         if backend == "sequential":

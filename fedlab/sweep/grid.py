@@ -129,7 +129,7 @@ def _first_repeat(items: Sequence[Any]) -> int | None:
 def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noqa: B006 — read-only default
           progress: bool = True, backend: str = "local", address: str | None = None, cpus_per_run: int = 1,
           gpus_per_run: float = 0, max_workers: int | None = None, fail_fast: bool = False,
-          max_runs: int = MAX_RUNS) -> list[RunResult]:
+          max_runs: int = MAX_RUNS, logger: Any = None) -> list[RunResult]:
     """Run (or load from ``runs/``) every combination of ``grid`` × ``seeds`` on top of ``base``.
 
     ``grid`` maps Config field names to lists of values (``{"algorithm": ["fedavg", "fedsam"],
@@ -146,7 +146,8 @@ def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noq
     local cluster, ``"auto"`` joins a running one). Every run computes at ``cpus_per_run`` intra-op
     threads, so all backends give the same bits. A failing run does not stop the others; at the end
     :class:`SweepError` reports every failure (error and log file) and carries the finished results.
-    ``fail_fast`` starts no new run after the first failure.
+    ``fail_fast`` starts no new run after the first failure. ``logger``: ``"tensorboard"`` or a
+    :class:`fedlab.tracking.Logger`, handed the rounds of every run trained (:mod:`fedlab.tracking`).
 
     Refused before anything runs (:class:`~fedlab.config.ConfigError`): a repeated seed or grid value,
     and a grid of more than ``max_runs`` runs (default :data:`MAX_RUNS`). Grid points that differ only
@@ -161,21 +162,32 @@ def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noq
     keys = list(grid)
     labels = [", ".join([f"{k}={_short(getattr(c, k))}" for k in keys] + [f"seed={c.seed}"]) for c in configs]
     return execute(configs, labels=labels, backend=backend, address=address, cpus_per_run=cpus_per_run,
-                   gpus_per_run=gpus_per_run, max_workers=max_workers, fail_fast=fail_fast, progress=progress)
+                   gpus_per_run=gpus_per_run, max_workers=max_workers, fail_fast=fail_fast, progress=progress,
+                   logger=logger)
 
 
-def rounds_to_target(metrics: pd.DataFrame, target: float) -> float:
+def rounds_to_target(metrics: pd.DataFrame, target: float, *, exact: bool = False) -> float:
     """The first evaluated round whose ``test_acc`` is ≥ ``target``; NaN if no round reaches it.
 
     ``target`` is a fraction in [0, 1] like the ``test_acc`` column (0.75, not 75). Rounds without
     evaluation (NaN accuracy) are skipped, so with ``eval_every = 5`` the answer is a multiple of 5 —
     an upper bound on the true first round, as in the papers, which evaluate every few rounds too.
+
+    ``exact=True`` answers at round resolution or not at all: nothing is interpolated (accuracy is
+    not monotone in the round, so no value between two evaluations can be inferred); the run must
+    have been evaluated at every round up to the one returned, else ValueError says which round was
+    not. Such a run is ``eval_every=1``, made cheap with ``eval_subsample`` (a fixed balanced subset).
     """
     if not (isinstance(target, (int, float)) and math.isfinite(target) and 0 <= target <= 1):
         raise ValueError(f"target must be an accuracy in [0, 1] (test_acc is a fraction), got {target!r}")
     evaluated = metrics[["round", "test_acc"]].dropna()
     hit = evaluated[evaluated["test_acc"] >= target]
-    return float(hit["round"].iloc[0]) if len(hit) else float("nan")
+    first = float(hit["round"].iloc[0]) if len(hit) else float(metrics["round"].max())
+    missing = sorted(set(range(1, int(first) + 1)) - set(evaluated["round"].astype(int))) if exact else []
+    if missing:
+        raise ValueError(f"rounds_to_target(exact=True): round {missing[0]} was not evaluated, so the first round "
+                         f"reaching {target} is not known to the round; run with eval_every=1")
+    return first if len(hit) else float("nan")
 
 
 def _group_key(config: Config) -> str:

@@ -96,8 +96,8 @@ def worker_main() -> None:
             return
         if task is None:
             return
-        key, config, threads = task
-        pickle.dump(execute_one(key, config, threads, "local"), outcomes, protocol=pickle.HIGHEST_PROTOCOL)
+        key, config, threads, logger = task
+        pickle.dump(execute_one(key, config, threads, "local", logger), outcomes, protocol=pickle.HIGHEST_PROTOCOL)
         outcomes.flush()
 
 
@@ -195,7 +195,8 @@ def run_pool(todo: list[int], tracker: _Tracker, threads: int, workers: int, fai
                 queue.popleft()
                 tracker.start(k)
                 try:
-                    pickle.dump((k, tracker.configs[k], threads), w.tasks, protocol=pickle.HIGHEST_PROTOCOL)
+                    pickle.dump((k, tracker.configs[k], threads, tracker.logger), w.tasks,
+                                protocol=pickle.HIGHEST_PROTOCOL)
                     w.tasks.flush()
                 except (BrokenPipeError, OSError):
                     pass  # it died before reading: the outcome read below sees end-of-file and says so

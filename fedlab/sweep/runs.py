@@ -97,7 +97,7 @@ def _crash_hook(config: Config) -> Iterator[None]:
         Simulation.train_round = original  # type: ignore[method-assign]
 
 
-def execute_one(key: int, config: Config, threads: int, backend: str) -> _Outcome:
+def execute_one(key: int, config: Config, threads: int, backend: str, logger: Any = None) -> _Outcome:
     """Train (or load, or resume) one config through :func:`fedlab.run`: the body of every backend.
 
     Runs at ``threads`` intra-op threads, sends the run's output to its log file and returns its
@@ -122,7 +122,7 @@ def execute_one(key: int, config: Config, threads: int, backend: str) -> _Outcom
                   flush=True)
             try:
                 with _crash_hook(config):
-                    result = run(config, progress=False)
+                    result = run(config, progress=False, logger=logger)
             except Exception as err:  # noqa: BLE001 — any failure of a run is reported, not raised
                 traceback.print_exc(file=log)
                 print(f"== failed after {time.perf_counter() - t0:.1f} s", flush=True)
@@ -145,6 +145,7 @@ class _Tracker:
     failures: dict[int, RunFailure] = field(default_factory=dict)
     started: set[int] = field(default_factory=set)
     bar: Any = None
+    logger: Any = None  # what every run hands its rounds to (fedlab.tracking): a name or a picklable logger
 
     def __post_init__(self) -> None:
         from tqdm import tqdm

@@ -4,7 +4,7 @@
     python notebooks/book/build.py --notebooks runs/book/executed   # from papermill's executed copies
 
 Steps: (1) *stage* a Sphinx source folder under ``--out`` (default ``runs/book``): this folder's
-``conf.py`` and ``intro.md``, copies of the notebooks (never the committed files themselves: the
+``conf.py``, ``intro.md`` and ``tracking.md``, copies of the notebooks (never the committed files themselves: the
 copies get one MyST target per saved figure so the gallery can link to the cell that made it),
 the pages generated from the repository's own facts (README's notebook table, the figure sidecars,
 the algorithm registry, CITATION.cff, ``figures/claims_cpu.md`` when it exists), the committed
@@ -188,11 +188,12 @@ def landing_page(titles: dict[str, str], teaches: dict[str, str], claims: Path |
               "and provenance.",
               "- [API reference](api/index.md): `fedlab`, `fedlab.data`, `fedlab.analysis` and the "
               "algorithm registry with each method's update rules.",
-              "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.", "",
+              "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.",
+              "- [Tracking runs](tracking.md): TensorBoard in one line, W&B or MLflow in a few.", "",
               "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     lines += [f"notebooks/{stem}" for stem in titles]
     lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Reference", "", "gallery", "api/index",
-              "citation", "```", ""]
+              "citation", "tracking", "```", ""]
     return "\n".join(lines)
 
 
@@ -412,6 +413,7 @@ def stage(nb_dir: Path, src: Path) -> Path:
     (src / "gallery.md").write_text(gallery_page(records, titles))
     api_pages(src / "api")
     (src / "citation.md").write_text(citation_page())
+    shutil.copy2(BOOK_DIR / "tracking.md", src / "tracking.md")
     copy_mathjax(src / "_static" / "mathjax")
     return src
 

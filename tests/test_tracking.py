@@ -1,0 +1,141 @@
+"""Experiment tracking (fedlab.tracking): event files read back, a resumed run continues its log, loggers
+change no number and no key, the sweep and the command line hand their runs to a logger."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import fedlab
+from fedlab import ConfigError, results
+from fedlab.tracking import Logger, TensorBoardLogger
+
+pytest.importorskip("tensorboard", reason="the [track] extra (tensorboard) is not installed")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+
+def _events(folder: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return acc
+
+
+def _scalars(acc: EventAccumulator, tag: str) -> list[tuple[int, float]]:
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def _text(acc: EventAccumulator, tag: str) -> list[tuple[int, str]]:
+    return [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(f"{tag}/text_summary")]
+
+
+def test_tensorboard_events_hold_every_round_the_config_and_the_summary(tiny):
+    res = fedlab.run(tiny(algorithm="fedsam"), progress=False, logger="tensorboard")
+    acc = _events(res.run_dir / "tensorboard")
+    m = res.metrics
+    steps = _scalars(acc, "train_loss")
+    assert [s for s, _ in steps] == [1, 2, 3, 4]
+    assert [v for _, v in steps] == pytest.approx(m["train_loss"].tolist(), rel=1e-6)
+    evaluated = m.dropna(subset=["test_acc"])
+    assert _scalars(acc, "test_acc_pct") == [(r, pytest.approx(100 * a, rel=1e-6))
+                                             for r, a in zip(evaluated["round"], evaluated["test_acc"])]
+    assert [v for _, v in _scalars(acc, "cum_grad_evals")] == m["cum_grad_evals"].tolist()
+    (step, config), = _text(acc, "config")
+    assert step == 0 and json.loads(config)["run_key"] == res.run_dir.name.split("-", 1)[1]
+    (step, summary), = _text(acc, "summary")
+    assert step == 4 and json.loads(summary)["status"] == "finished"
+
+
+def test_a_resumed_run_continues_the_same_log_without_repeating_a_round(tiny, tmp_path, monkeypatch):
+    cfg = tiny(rounds=6, checkpoint_every=2, eval_every=1)
+
+    def crash(point: str, rounds_done: int) -> None:  # dies after logging round 4, before checkpointing it
+        if point == "before_checkpoint" and rounds_done == 4:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(results, "fault_hook", crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        fedlab.run(cfg, progress=False, logger="tensorboard")
+    folder = next(Path(cfg.runs_dir).glob("fedavg-*")) / "tensorboard"
+    assert [s for s, _ in _scalars(_events(folder), "train_loss")] == [1, 2, 3, 4]  # 3 and 4 not checkpointed
+    monkeypatch.setattr(results, "fault_hook", None)
+    res = fedlab.run(cfg, progress=False, logger="tensorboard")  # resumes from round 2
+    assert len(list(folder.iterdir())) == 2  # the same folder, a second event file
+    acc = _events(folder)
+    for tag in ("train_loss", "test_acc_pct", "cum_uplink_floats"):
+        assert [s for s, _ in _scalars(acc, tag)] == [1, 2, 3, 4, 5, 6], tag
+    assert [v for _, v in _scalars(acc, "train_loss")] == pytest.approx(res.metrics["train_loss"].tolist(), rel=1e-6)
+    assert [s for s, _ in _text(acc, "config")] == [0, 2]  # each session's start
+    # TensorBoard purges scalars, not texts: the killed session's own summary stays, saying it did not finish
+    assert [(s, json.loads(t)["status"]) for s, t in _text(acc, "summary")] == [(4, "running"), (6, "finished")]
+    # and a finished run loaded from the store trains nothing, so it logs nothing more
+    fedlab.run(cfg, progress=False, logger="tensorboard")
+    assert len(list(folder.iterdir())) == 2
+
+
+class Recorder:
+    """A logger that keeps every call (the protocol a W&B or MLflow adapter implements)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def start(self, config, run_key, run_dir, rounds_done):
+        self.calls.append(("start", config.algorithm, run_key, Path(run_dir), rounds_done))
+
+    def log(self, round, metrics):
+        self.calls.append(("log", round, dict(metrics)))
+
+    def finish(self, summary):
+        self.calls.append(("finish", summary["status"]))
+
+
+def test_a_logger_sees_each_trained_round_once_and_changes_no_number_or_key(tiny, tmp_path):
+    plain = fedlab.run(tiny(runs_dir=str(tmp_path / "plain")), progress=False)
+    rec = Recorder()
+    assert isinstance(rec, Logger)
+    cfg = tiny(runs_dir=str(tmp_path / "logged"))
+    part = fedlab.run(cfg, progress=False, stop_after_rounds=2, logger=rec)
+    logged = fedlab.run(cfg, progress=False, logger=rec)
+    assert logged.run_dir.name == plain.run_dir.name  # not in the key
+    assert torch.equal(logged.theta, plain.theta)
+    numbers = [c for c in plain.metrics.columns if c != "wall_seconds"]
+    pd.testing.assert_frame_equal(logged.metrics[numbers], plain.metrics[numbers])
+    key = part.run_dir.name.split("-", 1)[1]
+    assert [c[0] for c in rec.calls] == ["start", "log", "log", "finish", "start", "log", "log", "finish"]
+    assert rec.calls[0] == ("start", "fedavg", key, part.run_dir, 0)
+    assert rec.calls[4] == ("start", "fedavg", key, part.run_dir, 2)
+    assert [c[1] for c in rec.calls if c[0] == "log"] == [1, 2, 3, 4]
+    assert [c for c in rec.calls if c[0] == "finish"] == [("finish", "running"), ("finish", "finished")]
+    rows = [c[2] for c in rec.calls if c[0] == "log"]
+    pd.testing.assert_frame_equal(pd.DataFrame(rows)[numbers], plain.metrics[numbers])
+
+
+def test_bad_logger_or_missing_extra_is_refused_before_anything_is_written(tiny, monkeypatch):
+    cfg = tiny()
+    with pytest.raises(ConfigError, match="logger"):
+        fedlab.run(cfg, progress=False, logger="visdom")
+    with pytest.raises(ConfigError, match="logger"):
+        fedlab.sweep.sweep(cfg, {"lr": [0.05]}, [0], backend="sequential", progress=False, logger=3)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as without the [track] extra
+    with pytest.raises(ImportError, match=r"fedlab-sam\[track\]"):
+        fedlab.run(cfg, progress=False, logger="tensorboard")
+    assert not Path(cfg.runs_dir).exists()
+
+
+def test_sweep_and_command_line_log_their_runs(tiny, tmp_path):
+    base = tiny(rounds=2)
+    res = fedlab.sweep.sweep(base, {"algorithm": ["fedavg", "scaffold"]}, [0], backend="sequential",
+                             progress=False, logger=TensorBoardLogger(tmp_path / "tb"))
+    for r in res:
+        acc = _events(tmp_path / "tb" / r.run_dir.name)
+        assert [s for s, _ in _scalars(acc, "train_loss")] == [1, 2]
+    from fedlab.cli import main
+
+    runs = tmp_path / "cli"
+    assert main(["run", "--dataset", "digits", "--model", "mlp", "--n-clients", "4", "--rounds", "2",
+                 "--local-steps", "2", "--runs-dir", str(runs), "--no-progress", "--log", "tensorboard"]) == 0
+    (run_dir,) = runs.glob("fedavg-*")
+    assert [s for s, _ in _scalars(_events(run_dir / "tensorboard"), "train_loss")] == [1, 2]
