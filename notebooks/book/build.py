@@ -42,6 +42,8 @@ MATHJAX_SYSTEM = Path("/usr/share/javascript/mathjax")
 MATHJAX_PARTS = ["MathJax.js", "config/TeX-AMS_CHTML.js", "extensions", "jax/input/TeX",
                  "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff"]
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+GUIDES = ("running", "results", "data", "cluster", "flower")
+"""The hand-written guide pages (``notebooks/book/guide/<name>.md``, linked from the README), in book order."""
 
 
 class BookError(RuntimeError):
@@ -188,12 +190,22 @@ def landing_page(titles: dict[str, str], teaches: dict[str, str], claims: Path |
               "and provenance.",
               "- [API reference](api/index.md): `fedlab`, `fedlab.data`, `fedlab.analysis` and the "
               "algorithm registry with each method's update rules.",
-              "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.", "",
+              "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.",
+              "- Guides: " + ", ".join(f"[{_guide_title(g)}](guide/{g}.md)" for g in GUIDES) + ".", "",
               "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     lines += [f"notebooks/{stem}" for stem in titles]
+    lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Guides", ""] + [f"guide/{g}" for g in GUIDES]
     lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Reference", "", "gallery", "api/index",
               "citation", "```", ""]
     return "\n".join(lines)
+
+
+def _guide_title(name: str) -> str:
+    path = BOOK_DIR / "guide" / f"{name}.md"
+    first = path.read_text().splitlines()[0] if path.exists() else ""
+    if not first.startswith("# "):
+        raise BookError(f"{path}: a guide page must exist and open with its '# title'")
+    return first[2:].strip()
 
 
 def gallery_page(records: list[dict], titles: dict[str, str]) -> str:
@@ -412,6 +424,7 @@ def stage(nb_dir: Path, src: Path) -> Path:
     (src / "gallery.md").write_text(gallery_page(records, titles))
     api_pages(src / "api")
     (src / "citation.md").write_text(citation_page())
+    shutil.copytree(BOOK_DIR / "guide", src / "guide")
     copy_mathjax(src / "_static" / "mathjax")
     return src
 
