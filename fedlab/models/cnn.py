@@ -102,8 +102,10 @@ class LeNet5(nn.Module):
 
 
 def build_mlp(input_shape: tuple[int, ...], n_classes: int, norm: str, groups: int) -> nn.Module:
-    """The FedAvg paper's "2NN": two hidden layers of 200 ReLU units on the flattened input (D features);
-    200·D + 40 400 + 201·C parameters (199 210 on 1×28×28, 10 classes). ``norm`` and ``groups`` are ignored."""
+    """The FedAvg paper's "2NN": two hidden layers of 200 ReLU units on the flattened input.
+
+    200·D + 40 400 + 201·C parameters for D input features (199 210 on 1×28×28, 10 classes); ``norm``
+    and ``groups`` are ignored."""
     return MLP(math.prod(input_shape), n_classes)
 
 
