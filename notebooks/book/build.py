@@ -115,9 +115,14 @@ def data_files(name: str, meta: dict, figures_dir: Path) -> list[Path]:
 
 
 def figure_cell_index(nb: nbformat.NotebookNode, name: str) -> int | None:
-    """Index of the code cell that calls ``save_figure`` for ``name`` (literal or f-string name)."""
+    """Index of the code cell that saves figure ``name``: ``save_figure(fig, "name", ...)`` (literal or
+    f-string name), or ``save_curves(...)`` with ``"name"`` as a literal in the cell."""
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or "save_figure(" not in cell.source:
+        if cell.cell_type != "code":
+            continue
+        if "save_curves(" in cell.source and re.search(rf"[\"']{re.escape(name)}[\"']", cell.source):
+            return i
+        if "save_figure(" not in cell.source:
             continue
         for literal in re.findall(r"save_figure\(\s*\w+\s*,\s*f?[\"']([^\"']+)[\"']", cell.source):
             pattern = re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(literal))
@@ -194,9 +199,9 @@ def landing_page(titles: dict[str, str], teaches: dict[str, str], claims: Path |
               "- Guides: " + ", ".join(f"[{_guide_title(g)}](guide/{g}.md)" for g in GUIDES) + ".", "",
               "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     lines += [f"notebooks/{stem}" for stem in titles]
-    lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Guides", ""] + [f"guide/{g}" for g in GUIDES]
     lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Reference", "", "gallery", "api/index",
-              "citation", "```", ""]
+              "citation", "```", "", "```{toctree}", ":hidden:", ":caption: Guides", ""]
+    lines += [f"guide/{g}" for g in GUIDES] + ["```", ""]
     return "\n".join(lines)
 
 
