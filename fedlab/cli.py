@@ -30,7 +30,6 @@ from fedlab.config import LR_SCHEDULES, SAMPLINGS, Config, ConfigError, dataset_
 from fedlab.data.datasets import DatasetError, DatasetNotFoundError
 from fedlab.data.partition import PARTITION_OPTIONS
 from fedlab.engine.malloc import stable_malloc
-from fedlab.evidence.integrity import EvidenceError
 from fedlab.results import CheckpointError
 
 EXIT_CODES: dict[int, str] = {
@@ -46,7 +45,7 @@ EXIT_CODES: dict[int, str] = {
 }
 # Most specific first: DatasetNotFoundError is a FileNotFoundError (an OSError), ConfigError a ValueError.
 _ERRORS: tuple[tuple[type[BaseException], int], ...] = (
-    (CheckpointError, 4), (EvidenceError, 4), (DatasetNotFoundError, 5), (DatasetError, 5), (ValueError, 2),
+    (CheckpointError, 4), (DatasetNotFoundError, 5), (DatasetError, 5), (ValueError, 2),
     (OSError, 6), (ImportError, 2))
 """fedlab's errors and their exit codes (an ImportError is a missing optional extra, named in its message)."""
 
@@ -379,16 +378,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dispatch(command: typing.Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run one subcommand: every fedlab error becomes one line ``error: ...`` on stderr and its exit
-    code (:data:`EXIT_CODES`), Ctrl-C one line ``interrupted: ...`` and 130; ``args.debug`` re-raises.
-    The lab's command line (``python -m lab``) goes through here too, so both speak the same codes."""
+def dispatch(command: typing.Callable[[argparse.Namespace], int], args: argparse.Namespace,
+             errors: tuple[tuple[type[BaseException], int], ...] = ()) -> int:
+    """Run one subcommand: every fedlab error (and each of ``errors``, checked first) becomes one line
+    ``error: ...`` on stderr and its exit code (:data:`EXIT_CODES`), Ctrl-C one line ``interrupted: ...``
+    and 130; ``args.debug`` re-raises. The lab's command line (``python -m lab``) goes through here too,
+    with its evidence errors, so both speak the same codes."""
+    known = errors + _ERRORS
     try:
         return command(args)
-    except tuple(cls for cls, _ in _ERRORS) as err:
+    except tuple(cls for cls, _ in known) as err:
         if args.debug:
             raise
-        code = next(code for cls, code in _ERRORS if isinstance(err, cls))
+        code = next(code for cls, code in known if isinstance(err, cls))
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return code
     except KeyboardInterrupt as err:  # RunInterrupted says where the run stopped; a bare Ctrl-C says less

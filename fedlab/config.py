@@ -1,11 +1,8 @@
 """Experiment configuration: one frozen dataclass, validated with errors that name the field.
 
-``Config.hash()`` is the run key: a stable digest of everything that changes the numbers — the
-hashed fields (not where results are stored or how often checkpoints are written), the partition
-fingerprint (the assignment itself, so a rewritten partition file gives a new key), the client
-schedule's contents, the code on the numeric path (:mod:`fedlab.store.code_digest`) and the fedlab
-version. It names the run directory (:mod:`fedlab.results`).
-"""
+``Config.hash()`` is the run key: a digest of the hashed fields, the partition fingerprint, the
+client schedule's contents, the numeric-path code (:mod:`fedlab.store.code_digest`) and the version;
+it names the run directory (:mod:`fedlab.results`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -91,11 +88,8 @@ def _is_finite(value: Any) -> bool:
 
 
 def check_device_available(device: str) -> None:
-    """Raise ConfigError unless ``device`` exists on this machine (run time, not construction time).
-
-    ``Config`` only checks the spelling, so a GPU config can be built (or read back from a run
-    record) on a machine without one; a run checks availability before it creates anything.
-    """
+    """ConfigError unless ``device`` exists here, checked when a run starts (``Config`` checks only the
+    spelling, so a GPU config can be read back on a machine without one)."""
     import torch
 
     if device.startswith("cuda"):
@@ -109,11 +103,8 @@ def check_device_available(device: str) -> None:
 
 
 def check_round_work(clients: int, local_steps: int, batch_size: int) -> None:
-    """ConfigError when ``clients × local_steps × batch_size`` exceeds :data:`MAX_SAMPLES_PER_ROUND`.
-
-    That product is the number of batch indices the engine draws for one round before training it
-    (and the round's sample-gradients), so it bounds the round's memory and time before any is spent.
-    """
+    """ConfigError when ``clients × local_steps × batch_size`` (the batch indices drawn for one round)
+    exceeds :data:`MAX_SAMPLES_PER_ROUND`, bounding a round's memory and time before any is spent."""
     work = clients * local_steps * batch_size
     if work > MAX_SAMPLES_PER_ROUND:
         raise ConfigError(f"local_steps={local_steps} × batch_size={batch_size} × {clients} clients per round = "

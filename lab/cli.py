@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from fedlab.cli import dispatch
+from lab.evidence.integrity import EvidenceError
 
 __all__ = ["BENCH_COMMANDS", "build_parser", "main"]
 
@@ -147,4 +148,4 @@ def main(argv: list[str] | None = None) -> int:
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
     args = build_parser().parse_args(argv)
     commands = {"claims": _cmd_claims, "figures": _cmd_figures, "tune-profile": _cmd_tune_profile}
-    return dispatch(commands[args.command], args)
+    return dispatch(commands[args.command], args, errors=((EvidenceError, 4),))

@@ -77,38 +77,20 @@ import pandas as pd
 import fedlab
 from lab.evidence.collapse import chance_threshold
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
-from fedlab.evidence.uncertainty import mean_interval
-from lab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
-                                status_note, use_house_style)
-from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES
+from lab.tools.figures import save_curves, save_figure
+from lab.tools.plots import all_runs, final_estimate, finished_runs, method_label, run_styles, status_note, use_house_style
 
 use_house_style()
 NB = "04_sam_baselines"
 seeds = list(range(seed, seed + n_seeds))
 
 # %% [markdown]
-# Plot helpers used by every figure below. Each method gets its own colour, line style *and* marker;
-# a curve is the mean over the seeds whose run finished, with its 95 % interval as a band (none with
-# one seed); a seed whose run collapsed (accuracy at chance over its last quarter,
+# Every figure below draws each method in its colour, line style and marker from `lab.style`; a curve
+# is the mean over the seeds whose run finished, with its 95 % interval as a band (none with one
+# seed); a seed whose run collapsed (accuracy at chance over its last quarter,
 # `lab.evidence.collapse`) or diverged is drawn on its own, thin, dotted, with ✕ markers and its
 # status in the legend, and never averaged in.
-
-# %%
-STYLES = {  # method -> (colour, line style, marker): distinct in every figure of this notebook
-    "fedavg": ("#4d4d4d", "--", "s"), "scaffold": ("#1f77b4", "-.", "D"), "feddyn": ("#9467bd", (0, (1, 1)), "v"),
-    "fedsam": ("#ff7f0e", "-", "o"), "mofedsam": ("#bcbd22", (0, (5, 1)), "^"),
-    "fedgamma": ("#8c564b", (0, (3, 1, 1, 1)), "P"), "fedspeed": ("#e377c2", (0, (6, 2, 1, 2, 1, 2)), "X"),
-    "fedlesam": ("#17becf", (0, (4, 2)), "*"),
-}
-
-
-def draw_method(ax, name, results, metric):
-    draw_seeds(ax, results, metric, label=method_label(name), style=STYLES[name])
-
-
-def all_runs(runs):
-    return [r for rs in runs.values() for r in rs]
 
 # %% [markdown]
 # ## 1. The eight update rules
@@ -206,7 +188,7 @@ ax.legend(loc="upper right")
 if grids:
     ax = axes[0, 1]
     for m, table in grids.items():
-        color, ls, marker = STYLES[m]
+        color, ls, marker = run_styles({m: []})[m]
         others = [c for c in table.columns if c not in ("rho", "score", "final_val_acc", "status", "run")]
         for j, (key, part) in enumerate(table.groupby(others) if others else [((), table)]):
             tag = ", ".join(f"{c}={v}" for c, v in zip(others, np.atleast_1d(key)))
@@ -298,22 +280,16 @@ print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 # read a ranking into them. Compare the `cpu`/`paper` figures (`figures/04_sam_curves.png`).
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
-for name, rs in runs.items():
-    draw_method(ax1, name, rs, "test_acc")
-    draw_method(ax2, name, rs, "train_loss")
-ax1.set(title="global model, test accuracy", xlabel="round", ylabel="test accuracy")
-ax2.set(title="clients' mean local training loss", xlabel="round", ylabel="train loss")
-fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=5)
-fig.suptitle(f"{dataset}, {n_clients} clients, {split_key(base)}, {base.clients_per_round} per round, "
-             f"K={local_steps}, {len(seeds)} seed(s)")
-save_figure(fig, "04_sam_curves", notebook=NB, profile=profile,
+figure_parameters = dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
+                         local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds)
+save_curves(runs, {"test_acc": ("global model, test accuracy", "test accuracy"),
+                   "train_loss": ("clients' mean local training loss", "train loss")},
+            "04_sam_curves", notebook=NB, profile=profile, parameters=figure_parameters,
+            suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {base.clients_per_round} per round, "
+                     f"K={local_steps}, {len(seeds)} seed(s)",
             caption=f"Test accuracy and local training loss of FedAvg, SCAFFOLD, FedDyn and five SAM-based methods "
                     f"on {dataset} ({split_key(base)}, {n_clients} clients), mean ± 95 % interval over "
-                    f"{len(seeds)} seed(s), tuned hyperparameters. " + status_note(all_runs(runs)),
-            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
-            data={**curves_table(runs, "test_acc"), **curves_table(runs, "train_loss")}, runs=all_runs(runs))
+                    f"{len(seeds)} seed(s), tuned hyperparameters.")
 plt.show()
 
 # %% [markdown]
@@ -347,7 +323,7 @@ costs = pd.DataFrame({
                        for n, r in first.items()},
     "downlink ×FedAvg": {n: per_client_model_units(r, "downlink_floats") / per_client_model_units(first["fedavg"], "downlink_floats")
                          for n, r in first.items()},
-    "grad evals/step": {n: fedlab.algorithms.algorithm_class(n).grad_evals_per_step for n in runs},
+    "grad evals/step": {n: fedlab.algorithm_class(n).grad_evals_per_step for n in runs},
     "client state (models)": {n: sum(v.numel() for v in fedlab.get_algorithm(n, p).client_init(theta_init).values()) / d
                               for n, p in algorithm_params.items()},
 })
@@ -390,8 +366,7 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True, layout="constrain
 for ax, xcol, xlabel in [(axes[0], "grads_per_round", "gradient evaluations per client per round"),
                          (axes[1], "uplink_x_fedavg", "uplink per client per round (× FedAvg)")]:
     offsets = {}
-    for n in runs:
-        color, _, marker = STYLES[n]
+    for n, (color, _, marker) in run_styles(runs).items():
         x0 = float(per_seed.loc[per_seed["method"] == n, xcol].iloc[0])
         k = offsets[x0] = offsets.get(x0, -1) + 1  # spread methods at the same cost so none hides another
         x = x0 * (1 + 0.05 * (k - 1.5))
@@ -416,9 +391,7 @@ save_figure(fig, "04_sam_cost_accuracy", notebook=NB, profile=profile,
             caption=f"Final test accuracy (mean ± 95 % interval over {len(seeds)} seed(s)) against gradient evaluations "
                     f"and uplink per client per round, eight methods on {dataset} ({split_key(base)}). "
                     + status_note(all_runs(runs)),
-            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
-            data={"per_seed": per_seed, "mean": summary}, runs=all_runs(runs))
+            parameters=figure_parameters, data={"per_seed": per_seed, "mean": summary}, runs=all_runs(runs))
 plt.show()
 
 # %% [markdown]
@@ -437,20 +410,13 @@ plt.show()
 # server momentum, so the sampled clients move together by construction.
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
-for name, rs in runs.items():
-    draw_method(ax, name, rs, "flatness_distance")
-ax.set_yscale("log")
-ax.set_xlabel("round")
-ax.set_ylabel(r"$\Delta_D$ = mean $\|\theta_{i,K}-\theta^{t+1}\|^2$")
-ax.set_title(f"flatness distance, client end points vs new global model ({len(seeds)} seed(s))")
-fig.legend(*ax.get_legend_handles_labels(), loc="outside right center")
-save_figure(fig, "04_flatness_distance", notebook=NB, profile=profile,
+save_curves(runs, {"flatness_distance": (
+                f"flatness distance, client end points vs new global model ({len(seeds)} seed(s))",
+                r"$\Delta_D$ = mean $\|\theta_{i,K}-\theta^{t+1}\|^2$")},
+            "04_flatness_distance", notebook=NB, profile=profile, parameters=figure_parameters, log_y=True,
+            legend="right",
             caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({split_key(base)}), mean ± 95 % "
-                    f"interval over {len(seeds)} seed(s). " + status_note(all_runs(runs)),
-            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
-            data=curves_table(runs, "flatness_distance"), runs=all_runs(runs))
+                    f"interval over {len(seeds)} seed(s).")
 plt.show()
 
 # %%
@@ -460,7 +426,7 @@ def dd_estimate(results, tail=None):
         return "–"
     vals = [r.metrics["flatness_distance"].mean() if tail is None else r.metrics["flatness_distance"].iloc[-1]
             for r in ok]
-    return mean_interval(vals).format(digits=4)
+    return fedlab.mean_interval(vals).format(digits=4)
 
 
 dd = pd.DataFrame({method_label(n): [dd_estimate(rs), dd_estimate(rs, tail=1)] for n, rs in runs.items()},

@@ -78,42 +78,25 @@ import torch
 import fedlab
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
-from fedlab.evidence.uncertainty import mean_interval
-from lab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, method_label, status_note,
-                                use_house_style)
-from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES
+from lab.tools.figures import save_curves, save_figure
+from lab.tools.plots import curve_data, finished_runs, method_label, run_styles, use_house_style
 
 use_house_style()
 NB = "05_fedsmoo"
 seeds = list(range(seed, seed + n_seeds))
 
 # %% [markdown]
-# Plot helpers used by the figures below. Each method has its own colour, line style and marker; a
-# curve is the mean over the seeds whose run finished with its 95 % interval as a band (none with one
-# seed); a collapsed (at chance over its last quarter) or diverged seed is drawn on its own — thin,
-# dotted, ✕ markers, its status in the legend — and never averaged in.
+# Each method is drawn in its colour, line style and marker from `lab.style`; a curve is the mean over
+# the seeds whose run finished with its 95 % interval as a band (none with one seed); a collapsed (at
+# chance over its last quarter) or diverged seed is drawn on its own — thin, dotted, ✕ markers, its
+# status in the legend — and never averaged in.
 
 # %%
-STYLES = {  # method -> (colour, line style, marker): distinct in every figure of this notebook
-    "fedavg": ("#4d4d4d", (0, (6, 3)), "s"), "fedsam": ("#ff7f0e", (3, (6, 3)), "o"),
-    "feddyn": ("#9467bd", (0, (1, 1)), "v"), "fedspeed": ("#e377c2", (0, (6, 2, 1, 2, 1, 2)), "X"),
-    "fedsmoo": ("#2ca02c", "-", "D"), "fedsmoo_adaptive": ("#8c6d31", "-.", "^"),
-}
-
-
-def draw_method(ax, name, results, metric):
-    draw_seeds(ax, results, metric, label=method_label(name), style=STYLES[name])
-
-
 def estimate(results, value):
     """mean ± 95 % interval of ``value(run)`` over the finished runs, formatted ("–" if none finished)."""
     ok = finished_runs(results)
-    return mean_interval(value(r) for r in ok).format(digits=3) if ok else "–"
-
-
-def all_runs(runs):
-    return [r for rs in runs.values() for r in rs]
+    return fedlab.mean_interval(value(r) for r in ok).format(digits=3) if ok else "–"
 
 
 # %% [markdown]
@@ -199,8 +182,9 @@ for name, params in toy_names:
     toy_dist[name] = torch.linalg.vector_norm(toy.trajectory - theta_star, dim=1).numpy()
 
 fig, ax = plt.subplots(figsize=(7, 4))
-for name, dist in toy_dist.items():  # FedAvg, FedSAM and the blog variant overlap: offset dashes, wider lines
-    color, ls, marker = STYLES[name]
+styles = run_styles(dict.fromkeys(toy_dist, []))
+for name, dist in toy_dist.items():  # FedAvg, FedSAM and the blog variant overlap: the variant drawn wider
+    color, ls, marker = styles[name]
     ax.semilogy(dist, label=method_label(name), color=color, linestyle=ls, marker=marker, markevery=15,
                 markersize=4, linewidth=2.4 if name == "fedsmoo_adaptive" else 1.6)
 ax.set_xlabel("round")
@@ -293,24 +277,21 @@ def warmup_band(ax, rounds_with_data):
                 color="0.35")
 
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
-for name, rs in runs.items():
-    draw_method(ax1, name, rs, "test_acc")
-    draw_method(ax2, name, rs, "train_loss")
-for ax, metric in ((ax1, "test_acc"), (ax2, "train_loss")):
-    warmup_band(ax, curve_data(runs["fedsmoo_adaptive"], metric)["round"])
-ax1.set(title="global model, test accuracy", xlabel="round", ylabel="test accuracy")
-ax2.set(title="clients' mean local training loss", xlabel="round", ylabel="train loss")
-fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=6)
-fig.suptitle(f"{dataset}, {n_clients} clients, {split_key(base)}, K={local_steps}, {len(seeds)} seed(s), "
-             "tuned hyperparameters")
-save_figure(fig, "05_fedsmoo_curves", notebook=NB, profile=profile,
+def warmup_bands(axes):
+    for metric, ax in axes.items():
+        warmup_band(ax, curve_data(runs["fedsmoo_adaptive"], metric)["round"])
+
+
+save_curves(runs, {"test_acc": ("global model, test accuracy", "test accuracy"),
+                   "train_loss": ("clients' mean local training loss", "train loss")},
+            "05_fedsmoo_curves", notebook=NB, profile=profile, decorate=warmup_bands,
+            suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, K={local_steps}, {len(seeds)} seed(s), "
+                     "tuned hyperparameters",
             caption=f"Test accuracy and local training loss of FedSMOO (paper), FedSMOO-adaptive (blog variant), "
                     f"FedSpeed, FedDyn, FedSAM and FedAvg on {dataset} ({split_key(base)}), mean ± 95 % interval "
-                    f"over {len(seeds)} seed(s). " + status_note(all_runs(runs)),
+                    f"over {len(seeds)} seed(s).",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds),
-            data={**curves_table(runs, "test_acc"), **curves_table(runs, "train_loss")}, runs=all_runs(runs))
+                            local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds))
 plt.show()
 
 # %% [markdown]
@@ -340,7 +321,7 @@ for n, rs in runs.items():
     up = m["uplink_floats"].sum() / m["n_sampled"].sum()
     down = m["downlink_floats"].sum() / m["n_sampled"].sum()
     print(f"{method_label(n):20s} uplink {up / d:.2f} d (+{up - d * round(up / d):.0f} floats), "
-          f"downlink {down / d:.2f} d, grad evals/step {fedlab.algorithms.algorithm_class(n).grad_evals_per_step}")
+          f"downlink {down / d:.2f} d, grad evals/step {fedlab.algorithm_class(n).grad_evals_per_step}")
 
 # %% [markdown]
 # ## 6. Inside the blog variant: $\lambda_k$ and $\rho_k$ over rounds
@@ -356,7 +337,7 @@ ada_runs = runs["fedsmoo_adaptive"]
 adaptive = pd.concat([r.metrics[["round", "lambda_k_mean", "rho_k_mean"]].assign(seed=r.config.seed, status=r.status)
                       for r in ada_runs], ignore_index=True)
 ada_mean = adaptive.groupby("round")[["lambda_k_mean", "rho_k_mean"]].mean().reset_index()
-color, _, marker = STYLES["fedsmoo_adaptive"]
+color, _, marker = run_styles({"fedsmoo_adaptive": []})["fedsmoo_adaptive"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.9), layout="constrained")
 for ax, col in ((ax1, "lambda_k_mean"), (ax2, "rho_k_mean")):
     for _, part in adaptive.groupby("seed"):

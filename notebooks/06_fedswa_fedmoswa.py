@@ -77,34 +77,19 @@ import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
-from lab.tools.plots import (curve_data, curves_table, draw_seeds, final_estimate, finished_runs, method_label,
-                                status_note, use_house_style)
-from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES
+from lab.tools.figures import save_curves, save_figure
+from lab.tools.plots import final_estimate, finished_runs, method_label, run_styles, status_note, use_house_style
 
 use_house_style()
 NB = "06_fedswa_fedmoswa"
 seeds = list(range(seed, seed + n_seeds))
 
 # %% [markdown]
-# Plot helpers used by the figures below. Each method has its own colour, line style and marker; a
-# curve is the mean over the seeds whose run finished with its 95 % interval as a band (none with one
-# seed); a collapsed (at chance over its last quarter) or diverged seed is drawn on its own — thin,
-# dotted, ✕ markers, its status in the legend — and never averaged in.
-
-# %%
-STYLES = {  # method -> (colour, line style, marker): distinct in every figure of this notebook
-    "fedavg": ("#4d4d4d", "--", "s"), "fedsam": ("#ff7f0e", "-", "o"), "fedswa": ("#393b79", "-.", "D"),
-    "scaffold": ("#1f77b4", (0, (1, 1)), "v"), "fedmoswa": ("#b15928", (0, (5, 1)), "^"),
-}
-
-
-def draw_method(ax, name, results, metric):
-    draw_seeds(ax, results, metric, label=method_label(name), style=STYLES[name])
-
-
-def all_runs(runs):
-    return [r for rs in runs.values() for r in rs]
+# Each method is drawn in its colour, line style and marker from `lab.style`; a curve is the mean over
+# the seeds whose run finished with its 95 % interval as a band (none with one seed); a collapsed (at
+# chance over its last quarter) or diverged seed is drawn on its own — thin, dotted, ✕ markers, its
+# status in the legend — and never averaged in.
 
 # %% [markdown]
 # ## 1. The cyclic local learning rate
@@ -209,9 +194,10 @@ for part in toy_part:
         toy_dist[part, name] = torch.linalg.vector_norm(toy.trajectory - theta_star, dim=1).numpy()
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+styles = run_styles({name: [] for name, _ in toy_methods})
 for ax, part in zip(axes, toy_part):
     for name, _ in toy_methods:
-        color, ls, marker = STYLES[name]
+        color, ls, marker = styles[name]
         ax.semilogy(toy_dist[part, name], label=method_label(name), color=color, linestyle=ls, marker=marker,
                     markevery=15, markersize=4)
     ax.set_title(f"{int(part * 10)} of 10 clients per round")
@@ -299,25 +285,19 @@ runs = {name: run_seeds(base.replace(algorithm=name, algorithm_params=params), s
 print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained")
 first = {n: runs[n] for n in ("fedavg", "fedsam", "fedswa")}
-for name, rs in first.items():
-    draw_method(ax1, name, rs, "test_acc")
-    draw_method(ax2, name, rs, "train_loss")
-ax1.set(title="global model, test accuracy", xlabel="round", ylabel="test accuracy")
-ax2.set(title="clients' mean local training loss", xlabel="round", ylabel="train loss")
-fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=4)
-fig.suptitle(f"FedSWA (ρ={resolved['fedswa'].rho}, α={resolved['fedswa'].alpha}) vs FedSAM "
-             f"(ρ={resolved['fedsam'].rho}): {dataset}, {split_key(base)}, {n_clients} clients, K={local_steps}, "
-             f"{len(seeds)} seed(s)")
-save_figure(fig, "06_fedswa_vs_fedsam", notebook=NB, profile=profile,
+save_curves(first, {"test_acc": ("global model, test accuracy", "test accuracy"),
+                    "train_loss": ("clients' mean local training loss", "train loss")},
+            "06_fedswa_vs_fedsam", notebook=NB, profile=profile,
+            suptitle=f"FedSWA (ρ={resolved['fedswa'].rho}, α={resolved['fedswa'].alpha}) vs FedSAM "
+                     f"(ρ={resolved['fedsam'].rho}): {dataset}, {split_key(base)}, {n_clients} clients, "
+                     f"K={local_steps}, {len(seeds)} seed(s)",
             caption=f"Test accuracy and local training loss of FedAvg, FedSAM and FedSWA on {dataset} "
                     f"({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} seed(s), "
-                    "tuned hyperparameters. " + status_note(all_runs(first)),
+                    "tuned hyperparameters.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, algorithm_params={n: main_params[n] for n in first},
-                            seeds=seeds),
-            data={**curves_table(first, "test_acc"), **curves_table(first, "train_loss")}, runs=all_runs(first))
+                            seeds=seeds))
 plt.show()
 
 # %% [markdown]
@@ -452,20 +432,14 @@ if (1.0, 1.0) in grid:
 # Mean over seeds with 95 % bands; FedSWA and FedAvg (no control variates) for reference.
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 4.6), layout="constrained")
 pair = {n: runs[n] for n in ("scaffold", "fedmoswa", "fedswa", "fedavg")}
-for name, rs in pair.items():
-    draw_method(ax, name, rs, "test_acc")
-ax.set(xlabel="round", ylabel="test accuracy")
-ax.set_title(f"FedMoSWA (γ={resolved['fedmoswa'].gamma}) vs SCAFFOLD, {len(seeds)} seed(s)")
-fig.legend(*ax.get_legend_handles_labels(), loc="outside right center")
-save_figure(fig, "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile,
+save_curves(pair, {"test_acc": (f"FedMoSWA (γ={resolved['fedmoswa'].gamma}) vs SCAFFOLD, {len(seeds)} seed(s)",
+                                "test accuracy")},
+            "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile, legend="right",
             caption=f"Test accuracy of FedMoSWA and SCAFFOLD, with FedSWA and FedAvg for reference, on {dataset} "
-                    f"({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} seed(s). "
-                    + status_note(all_runs(pair)),
+                    f"({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} seed(s).",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params={n: main_params[n] for n in pair}, seeds=seeds),
-            data=curves_table(pair, "test_acc"), runs=all_runs(pair))
+                            local_steps=local_steps, algorithm_params={n: main_params[n] for n in pair}, seeds=seeds))
 plt.show()
 
 # %% [markdown]

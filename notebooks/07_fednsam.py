@@ -99,37 +99,24 @@ import pandas as pd
 import torch
 
 import fedlab
-from fedlab.engine.sampling import sample_clients
+from fedlab.engine import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from lab.evidence.records import run_or_load
-from fedlab.evidence.uncertainty import mean_interval
-from lab.tools.plots import (curve_data, curves_table, draw_seeds, finished_runs, status_note,
-                                use_house_style)
-from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES
-from fedlab.sweep import summary_table
+from lab.tools.figures import save_curves, save_figure
+from lab.tools.plots import finished_runs, run_styles, use_house_style
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
 toy_rho = 0.05  # the toy federation's radius: the official client's hard-coded ρ
 
 # %% [markdown]
-# Every curve figure below gives each method its own colour, line style and marker. On Fashion-MNIST
-# a curve is the mean over the seeds whose run finished, with its 95 % interval as a band (none with
-# one seed); a collapsed (at chance over its last quarter) or diverged seed is drawn on its own — thin,
-# dotted, ✕ markers, its status in the legend — and never averaged in.
-
-# %%
-STYLES = {  # label -> (colour, line style, marker)
-    "FedAvg": ("#4d4d4d", "--", "s"), "FedSAM": ("#ff7f0e", "-", "o"),
-    "FedNSAM (code)": ("#6a3d9a", "-.", "^"), "FedNSAM (paper)": ("#1b9e77", (0, (5, 1)), "D"),
-    "FedNSAM (official bug)": ("#e7298a", (0, (3, 1, 1, 1)), "v"),
-}
-
-
-def draw_method(ax, label, results, metric):
-    draw_seeds(ax, results, metric, label=label, style=STYLES[label])
+# Every curve figure below draws each method in its colour from `lab.style`; the three FedNSAM
+# variants share FedNSAM's colour and differ in line style and marker. On Fashion-MNIST a curve is the
+# mean over the seeds whose run finished, with its 95 % interval as a band (none with one seed); a
+# collapsed (at chance over its last quarter) or diverged seed is drawn on its own — thin, dotted, ✕
+# markers, its status in the legend — and never averaged in.
 
 # %% [markdown]
 # ## 1. The momentum recursion, by hand, on a toy federation
@@ -226,9 +213,10 @@ toy_algs = {"FedAvg": fedlab.get_algorithm("fedavg"), "FedSAM": fedlab.get_algor
                                                            momentum_overwrite_bug=True)}
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True, layout="constrained")
 toy_rows = []
+styles = run_styles({name: alg.name for name, alg in toy_algs.items()})
 for ax, p in zip(axes, [1.0, toy_p]):
     for name, alg in toy_algs.items():
-        color, ls, marker = STYLES[name]
+        color, ls, marker = styles[name]
         traj = run_functional(alg, theta_init, grad_fn, batch_fn, n_clients=toy_clients, rounds=toy_long,
                               local_steps=toy_K, lr=toy_lr, participation=p, seed=seed).trajectory
         dist = torch.linalg.vector_norm(traj - theta_star, dim=1)
@@ -309,7 +297,7 @@ runs = {label: run_seeds(base.replace(algorithm=alg, algorithm_params=params), s
 
 # %%
 # NBVAL_CHECK_OUTPUT
-table = summary_table([rs[0] for rs in runs.values()])  # exact counts, the same for every seed
+table = fedlab.summary_table([rs[0] for rs in runs.values()])  # exact counts, the same for every seed
 table.insert(0, "method", list(runs))
 print(f"model size d = {runs['FedAvg'][0].summary['n_params']:,} parameters, {base.clients_per_round} clients per round")
 for label, row in table.set_index("method").iterrows():
@@ -328,7 +316,7 @@ tail = max(1, -(-rounds // 4))
 
 def estimate(results, value, digits=3):
     ok = finished_runs(results)
-    return mean_interval(value(r) for r in ok).format(digits=digits) if ok else "–"
+    return fedlab.mean_interval(value(r) for r in ok).format(digits=digits) if ok else "–"
 
 
 acc_table = pd.DataFrame({
@@ -351,27 +339,18 @@ print(acc_table.to_string())
 # in `figures/`) or the `paper` profile on a GPU.
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
-for label, rs in runs.items():
-    draw_method(ax1, label, rs, "test_acc")
-    draw_method(ax2, label, rs, "flatness_distance")
-ax1.set(xlabel="round", ylabel="test accuracy", title="global model")
-ax2.set_yscale("log")
-ax2.set_xlabel("round")
-ax2.set_ylabel(r"$\Delta_D$ = mean $\|\theta_{i,K} - \theta^{t+1}\|^2$")
-ax2.set_title("flatness distance")
-fig.legend(*ax1.get_legend_handles_labels(), loc="outside lower center", ncol=5)
-fig.suptitle(f"{dataset}, {n_clients} clients, {split_key(base)}, {int(participation * 100)} % per round, "
-             f"γ={gamma}, tuned ρ, {len(seeds)} seed(s)")
-all_runs = [r for rs in runs.values() for r in rs]
-save_figure(fig, "07_fednsam_accuracy_flatness", notebook="07_fednsam", profile=profile,
+save_curves(runs, {"test_acc": ("global model", "test accuracy"),
+                   "flatness_distance": ("flatness distance", r"$\Delta_D$ = mean $\|\theta_{i,K} - \theta^{t+1}\|^2$")},
+            "07_fednsam_accuracy_flatness", notebook="07_fednsam", profile=profile,
+            decorate=lambda axes: axes["flatness_distance"].set_yscale("log"),
+            suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {int(participation * 100)} % per round, "
+                     f"γ={gamma}, tuned ρ, {len(seeds)} seed(s)",
             caption=f"Test accuracy and flatness distance Δ_D of FedAvg, FedSAM and three FedNSAM variants on "
                     f"{dataset} ({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} "
-                    "seed(s), tuned radii. " + status_note(all_runs),
+                    "seed(s), tuned radii.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, methods={k: v for k, v in methods.items()}, gamma=gamma,
-                            seeds=seeds),
-            data={**curves_table(runs, "test_acc"), **curves_table(runs, "flatness_distance")}, runs=all_runs)
+                            seeds=seeds))
 plt.show()
 
 # %% [markdown]

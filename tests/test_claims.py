@@ -153,7 +153,7 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
     (rerun `python -m lab claims --write` after committing records). Changed evidence is reported as
     such first: rewriting the table would publish the changed numbers."""
     from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims
-    from fedlab.evidence.integrity import MANIFEST_NAME, problems
+    from lab.evidence.integrity import MANIFEST_NAME, problems
     from lab.repro import FIGURES_DIR, REPO_ROOT
 
     found = problems(FIGURES_DIR)
@@ -161,7 +161,7 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
         "evidence changed (not a stale table; do NOT run `claims --write`): "
         + "; ".join(f"{kind}: {', '.join(paths)}" for kind, paths in found.items() if paths)
         + f" — differ from figures/{MANIFEST_NAME}; restore them from git, or re-record an intended change "
-          "with `python -m fedlab.evidence --rerecord <file>`")
+          "with `python -m lab.evidence.integrity --rerecord <file>`")
     block = claims_markdown(evaluate_claims())
     for page in (REPO_ROOT / "README.md", FIGURES_DIR / "README.md"):
         text = page.read_text()

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from fedlab.evidence import integrity
-from fedlab.evidence.integrity import MANIFEST_NAME, EvidenceError, problems
+from lab.evidence import integrity
+from lab.evidence.integrity import MANIFEST_NAME, EvidenceError, problems
 from lab.evidence.records import RecordError, load_record, record_path, write_record
-from fedlab.evidence.tuning import TuningError, load_tuning
+from lab.evidence.tuning_files import TuningError, load_tuning
 from lab.repro import FIGURES_DIR, REPO_ROOT
 
 SIDECAR = "10_benchmarks_bars_fmnist"  # the figure behind "FedVSSAM > FedSAM (Dir 0.1)"
@@ -253,7 +253,7 @@ def test_changed_evidence_is_never_re_recorded_silently(figs: Path) -> None:
 def test_the_manifest_command_lists_changes_and_re_records_only_when_asked(figs: Path) -> None:
     path = figs / "records" / f"{KEY}.json.gz"
     _edit(path, _set_last_acc)
-    command = [sys.executable, "-m", "fedlab.evidence", "--root", str(figs)]
+    command = [sys.executable, "-m", "lab.evidence.integrity", "--root", str(figs)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     check = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert check.returncode == 1 and f"changed: records/{KEY}.json.gz" in check.stdout, check.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlab.evidence import integrity
+from lab.evidence import integrity
 from lab.evidence import rekey
 from lab.repro import FIGURES_DIR
 

@@ -428,9 +428,9 @@ def test_cli_documents_its_exit_codes(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for code in EXIT_CODES:
         assert f"{code} = " in text
-    readme = " ".join((REPO / "README.md").read_text().split())
+    guide = " ".join((REPO / "notebooks" / "book" / "guide" / "results.md").read_text().split())
     for code in EXIT_CODES:
-        assert f"`{code}`" in readme
+        assert f"`{code}`" in guide
 
 
 def test_run_result_carries_the_final_server_state(tiny):

@@ -55,29 +55,15 @@ def top_eigenvalues(
 ) -> HessianEigen:
     """The k leading eigenvalues of H = ∇²L(θ) and their eigenvectors.
 
-    ``method=None`` picks ``"power"`` for k = 1 and ``"lanczos"`` for k > 1 (Lanczos finds all k from
-    one Krylov space; power iteration restarts for every eigenpair and needs several times more
-    products for the same tolerance, see ``python -m lab bench analysis``).
-
-    ``method="power"``: power iteration, one eigenpair at a time; after eigenpair j is found
-    the iterate is kept orthogonal to u_1..u_j (projection deflation), so the next run converges to
-    the next eigenvalue. Power iteration finds the largest eigenvalue *in magnitude*; near a minimum
-    (and in practice for trained networks) that is the largest one. The estimate is the Rayleigh
-    quotient vᵀHv; iteration stops when it changes by less than ``tol`` relative to its size, or
-    after ``iters`` products.
-
-    ``method="lanczos"``: Lanczos with full reorthogonalisation over at most ``iters`` steps; returns
-    the k algebraically largest Ritz values (descending), stopping once their residual bounds
-    β_m |y_m| fall below ``tol``·|λ|. Stores ``iters`` vectors of length d.
-
-    Args:
-        k: how many eigenpairs (≥ 1). iters: products per eigenpair (power) or Lanczos steps (≥ 1).
-        tol: relative tolerance (> 0). generator: start vectors (default ``torch_generator(0, "hessian-eig")``).
-        mode, backend: how products are computed (:class:`HessianOperator`; default: one kept
-        first-order graph). ``loss_fn`` may also be a :class:`HessianOperator` at ``theta``, whose
-        graph is then reused (e.g. for the eigenvalues and the trace); mode and backend are its own.
-        progress: show a tqdm bar.
-    """
+    ``method="power"`` (default for k = 1): power iteration with projection deflation against the pairs
+    found (as PyHessian, Yao et al. 2020); it finds the largest eigenvalue in magnitude (the largest one
+    near a minimum); Rayleigh quotient vᵀHv, stopping on a relative change below ``tol`` or after
+    ``iters`` products. ``method="lanczos"`` (default for k > 1: one Krylov space for all k, several
+    times fewer products, ``python -m lab bench analysis``): full reorthogonalisation over at most
+    ``iters`` steps, the k largest Ritz values, stopping once their residual bounds β_m |y_m| fall below
+    ``tol``·|λ| (stores ``iters`` vectors). ``generator``: start vectors (default
+    ``torch_generator(0, "hessian-eig")``). ``mode``, ``backend``: as :class:`HessianOperator`;
+    ``loss_fn`` may be such an operator at ``theta``, whose graph is then reused."""
     _check_theta(theta)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")

@@ -1,22 +1,15 @@
 """A federation seen by the analysis tools: one flat model plus each client's data, and its losses.
 
-Every analysis in :mod:`fedlab.analysis` works on a *federation view*: a :class:`~fedlab.models.FlatModel`
-and a list ``clients = [(x_1, y_1), ..., (x_N, y_N)]`` of per-client training tensors on the model's
-device (:data:`ClientData`). The objective is the one the papers write down,
+Every analysis works on a *federation view*: a :class:`~fedlab.models.FlatModel` and per-client
+training tensors ``[(x_1, y_1), ..., (x_N, y_N)]`` (:data:`ClientData`), with the papers' objective
 
     F(θ) = (1/N) Σ_i F_i(θ),      F_i(θ) = (1/n_i) Σ_{s ∈ client i} ℓ(θ; x_s, y_s),
 
-an *unweighted* mean over clients (FedVSSAM, FedSMOO, FedNSAM all define F this way), with ℓ the
-cross-entropy. ``F_i`` is the client's full-data loss; passing ``batches=b`` estimates it from b
-seeded minibatches of ``batch_size`` samples instead (the same samples on every call, so the loss is
-a deterministic function of θ and can be differentiated twice, fed to an eigensolver, and so on).
-
-:class:`EmpiricalLoss` is that function. Because the model treats samples independently (GroupNorm,
-no BatchNorm), F is a weighted sum of per-sample losses, F(θ) = Σ_s w_s ℓ_s(θ) with
-w_s = 1/(N n_i) for a sample of client i, so it can be cut into chunks of samples at will: gradients
-and Hessian-vector products are accumulated chunk by chunk, which bounds the memory of a
-double-backward pass by ``chunk_size`` samples instead of the whole federation.
-"""
+an *unweighted* mean over clients (FedVSSAM, FedSMOO, FedNSAM), ℓ the cross-entropy. ``batches=b``
+estimates F_i on b fixed seeded minibatches, so F stays a deterministic, twice-differentiable
+function of θ. Since the model treats samples independently (GroupNorm), F = Σ_s w_s ℓ_s(θ) with
+w_s = 1/(N n_i) can be cut into chunks of samples: gradients and Hessian-vector products are
+accumulated chunk by chunk, bounding double-backward memory by ``chunk_size`` samples."""
 from __future__ import annotations
 
 import copy
@@ -94,15 +87,9 @@ def client_data(
 ) -> ClientData:
     """Each client's training tensors ``(x_train[idx_i], y_train[idx_i])`` on the dataset's device.
 
-    Args:
-        dataset: a :class:`fedlab.data.Dataset`.
-        partition: a :class:`fedlab.data.partition.Partition` of ``dataset``'s training set.
-        max_per_client: keep at most this many samples per client, a uniform random subset drawn
-            from ``numpy_generator(seed, "analysis-subset", i)`` (sorted); ``None`` keeps all.
-        seed: seeds the subsets.
-        drop_empty: clients without samples have no F_i; they are left out (with a warning) when
-            ``True``, and cause a ``ValueError`` when ``False``.
-    """
+    ``max_per_client``: a sorted uniform subset of at most that many samples per client, drawn from
+    ``numpy_generator(seed, "analysis-subset", i)``. Empty clients have no F_i: left out with a warning
+    (``drop_empty``), else ValueError."""
     if max_per_client is not None and (isinstance(max_per_client, bool) or int(max_per_client) < 1):
         raise ValueError(f"max_per_client must be None or an integer >= 1, got {max_per_client!r}")
     device = dataset.x_train.device
@@ -134,11 +121,8 @@ def federation_from_config(
     seed: int = 0,
     dataset: "Dataset | None" = None,
 ) -> tuple[FlatModel, ClientData, tuple[Tensor, Tensor]]:
-    """``(model, clients, (x_test, y_test))`` exactly as :class:`fedlab.engine.Simulation` builds them.
-
-    The model holds the run's initial weights (``model.theta0()`` is θ⁰ of the run); the clients are
-    the run's partition (:func:`client_data`, empty clients left out). Nothing is trained or written.
-    """
+    """``(model, clients, (x_test, y_test))`` exactly as :class:`fedlab.engine.Simulation` builds them:
+    ``model.theta0()`` is the run's θ⁰ and the clients its partition. Nothing is trained or written."""
     from fedlab.engine.loop import Simulation
 
     sim = Simulation.build(config, dataset)
@@ -147,12 +131,8 @@ def federation_from_config(
 
 
 def sample_batches(n: int, batches: int, batch_size: int, generator: torch.Generator) -> Tensor:
-    """``(batches, batch_size)`` indices into ``range(n)``, by consecutive random permutations.
-
-    The same rule as the engine's local minibatches (:func:`fedlab.engine.batches.fixed_step_batches`):
-    batches are disjoint while the data last, and a client smaller than ``batch_size`` repeats samples,
-    so every batch has exactly ``batch_size`` samples.
-    """
+    """``(batches, batch_size)`` indices into ``range(n)`` by consecutive random permutations — the
+    engine's rule for local minibatches (disjoint while the data last; a small client repeats samples)."""
     if batches < 1:
         raise ValueError(f"batches must be >= 1, got {batches}")
     if batch_size < 1:
@@ -166,12 +146,10 @@ def sample_batches(n: int, batches: int, batch_size: int, generator: torch.Gener
 class EmpiricalLoss:
     """F(θ) = Σ_s w_s ℓ(θ; x_s, y_s) on a fixed sample, evaluated in chunks of samples.
 
-    Each sample belongs to a *group* (a client); ``group_losses(θ)`` returns the per-group mean
-    losses F_i, and ``F = Σ_i c_i F_i`` with group weights ``c_i`` (1/N for the federated objective).
-    Calling the object returns F(θ) and is differentiable with ``torch.func`` and vmappable over θ.
-    ``parts()`` yields one function per chunk whose sum is F; :func:`fedlab.analysis.hessian.hvp`
-    and :meth:`value_and_grad` accumulate over them to keep double-backward memory bounded.
-    """
+    Samples belong to groups (clients): ``group_losses(θ)`` gives the F_i and F = Σ_i c_i F_i (c_i = 1/N
+    for the federated objective). Calling it is differentiable with ``torch.func`` and vmappable over θ;
+    ``parts()`` yields one function per chunk (their sum is F), over which :func:`~fedlab.analysis.hessian.hvp`
+    and :meth:`value_and_grad` accumulate."""
 
     def __init__(
         self,
@@ -210,12 +188,8 @@ class EmpiricalLoss:
         return int(self.x.shape[0])
 
     def with_channels_last(self, channels_last: bool = True) -> "EmpiricalLoss":
-        """The same F on the same samples, its model run in NHWC (``channels_last``) or NCHW layout.
-
-        Shares the data and the module; only the memory layout of the convolutions changes, so the
-        values agree with ``self`` to float rounding, not bit for bit (see
-        :class:`~fedlab.models.FlatModel`). Returns ``self`` when the layout already matches.
-        """
+        """The same F with its model run in NHWC (or NCHW) layout; values agree to float rounding, not bit
+        for bit. ``self`` when the layout already matches."""
         if bool(self.model.channels_last) == bool(channels_last):
             return self
         twin = copy.copy(self)
@@ -223,11 +197,7 @@ class EmpiricalLoss:
         return twin
 
     def with_chunk_size(self, chunk_size: int) -> "EmpiricalLoss":
-        """The same F with ``chunk_size`` samples per forward pass (shares data and module).
-
-        The sum over chunks is taken in another order, so values agree with ``self`` to float
-        rounding; returns ``self`` when the size already matches.
-        """
+        """The same F with ``chunk_size`` samples per forward pass (another summation order: float rounding)."""
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         if int(chunk_size) == self.chunk_size:
@@ -237,11 +207,8 @@ class EmpiricalLoss:
         return twin
 
     def replica(self) -> "EmpiricalLoss":
-        """The same F on the same samples over its own copy of the module (:meth:`FlatModel.replica`).
-
-        ``functional_call`` swaps θ into the module during a call, so threads that evaluate F at
-        once need one replica each (see :func:`evaluate_affine`'s ``workers``).
-        """
+        """The same F over its own copy of the module: ``functional_call`` swaps θ into the module during a
+        call, so concurrent threads need one replica each."""
         twin = copy.copy(self)
         twin.model = self.model.replica()
         return twin
@@ -324,11 +291,8 @@ def global_loss_fn(
     *,
     chunk_size: int = DEFAULT_CHUNK,
 ) -> EmpiricalLoss:
-    """The global objective F(θ) = (1/N) Σ_i F_i(θ) as a deterministic function of θ.
-
-    ``batches=None`` uses each client's full data; ``batches=b`` estimates F_i on b minibatches of
-    ``batch_size`` samples drawn once from ``torch_generator(seed, "analysis-loss-batches", i)``.
-    """
+    """The global objective F(θ) = (1/N) Σ_i F_i(θ) as a deterministic function of θ; ``batches=b``
+    estimates F_i on b minibatches drawn once from ``torch_generator(seed, "analysis-loss-batches", i)``."""
     if batches is not None and batches < 1:
         raise ValueError(f"batches must be None or >= 1, got {batches}")
     return _loss_from_clients(model, clients, batches, batch_size, seed, chunk_size, "clients")

@@ -1,21 +1,16 @@
 """The friendly adversary and the two sources of perturbation error: heterogeneity and batch noise.
 
-A SAM perturbation built from one minibatch, ε_A = ρ g_A/‖g_A‖, is an *adversary* for batch A: to
-first order it raises f_A by ρ‖g_A‖. On another batch B whose gradient points elsewhere it can
-*lower* the loss, f_B(θ + ε_A) < f_B(θ): a "friendly adversary" (the term of VaSSO, Li & Giannakis,
-NeurIPS 2023), and minibatch SAM then under-estimates the sharpness it is meant to penalise.
-FedVSSAM (arXiv 2605.09144) carries this to federated learning, where batch B may belong to
-another client. The error of a client's minibatch direction splits as
+A SAM perturbation from one minibatch, ε_A = ρ g_A/‖g_A‖, raises f_A by ≈ ρ‖g_A‖; on a batch B whose
+gradient points elsewhere it can *lower* the loss, f_B(θ + ε_A) < f_B(θ) — a "friendly adversary"
+(VaSSO, Li & Giannakis, NeurIPS 2023), carried to federated learning by FedVSSAM (arXiv 2605.09144),
+where B may belong to another client. A client's minibatch error splits as
 
     g_{i,b} − ∇F = δ_i + ζ_{i,b},   δ_i = ∇F_i − ∇F (heterogeneity),   ζ_{i,b} = g_{i,b} − ∇F_i (batch noise),
 
-so ‖g − ∇F‖² = ‖δ‖² + ‖ζ‖² + 2⟨δ, ζ⟩ exactly, and because ζ averages to zero over a client's
-minibatches, E⟨δ_i, ζ_{i,b}⟩ = 0: the two errors are orthogonal in expectation and
-E‖g − ∇F‖² = E‖δ‖² + E‖ζ‖². :func:`gradient_decomposition` measures each term on a sample (where
-the identity holds to rounding and the cross term is small but not zero);
-:func:`friendly_adversary` counts friendly pairs within a client and across clients;
-:func:`friendly_vs_alpha` and :func:`friendly_vs_batch_size` sweep heterogeneity and batch size.
-"""
+and since ζ averages to zero over a client's minibatches, E‖g − ∇F‖² = E‖δ‖² + E‖ζ‖².
+:func:`gradient_decomposition` measures each term on a sample; :func:`friendly_adversary` counts
+friendly pairs within and across clients; :func:`friendly_vs_alpha` and
+:func:`friendly_vs_batch_size` sweep heterogeneity and batch size."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -55,11 +50,8 @@ __all__ = [
 # ------------------------------------------------------------------------------------------------
 @dataclass
 class GradientDecomposition:
-    """‖g_{i,b} − ∇F‖² = ‖δ_i‖² + ‖ζ_{i,b}‖² + 2⟨δ_i, ζ_{i,b}⟩ on a sample (arrays per client / minibatch).
-
-    ``total_sq`` is computed directly from g − ∇F, independently of the three terms, so
-    :attr:`identity_residual` checks the decomposition. Computed in float64.
-    """
+    """‖g_{i,b} − ∇F‖² = ‖δ_i‖² + ‖ζ_{i,b}‖² + 2⟨δ_i, ζ_{i,b}⟩ on a sample, in float64; ``total_sq`` is
+    computed from g − ∇F directly, so :attr:`identity_residual` checks the decomposition."""
 
     delta_sq: np.ndarray  # (N,)     ‖δ_i‖²
     zeta_sq: np.ndarray  # (N, B)    ‖ζ_{i,b}‖²
@@ -161,13 +153,9 @@ def _batch_losses(model: FlatModel, thetas: Tensor, xb: Tensor, yb: Tensor, vmap
 
 @dataclass
 class FriendlyReport:
-    """Loss changes f_B(θ + ε_A) − f_B(θ) for pairs of minibatches (A builds ε, B is evaluated).
-
-    ``same_batch[i, a]``: B = A (the adversary's own batch — positive for small ρ);
-    ``within[i, a, b]``: A, B both from client i (diagonal = ``same_batch``);
-    ``cross[p, t]``: source batch p (client ``cross_sources[p]``) on target batch t (client
-    ``cross_targets[t]``); only pairs of different clients count.
-    """
+    """Loss changes f_B(θ + ε_A) − f_B(θ) for pairs of minibatches (A builds ε, B is evaluated):
+    ``same_batch[i, a]`` (B = A), ``within[i, a, b]`` (both of client i), ``cross[p, t]`` (source batch
+    p of client ``cross_sources[p]`` on target batch t of another client ``cross_targets[t]``)."""
 
     rho: float
     same_batch: np.ndarray  # (N, B)
@@ -251,12 +239,9 @@ def friendly_adversary(
 ) -> FriendlyReport:
     """How often a minibatch SAM perturbation ε_A = ρ g_A/‖g_A‖ lowers another batch's loss.
 
-    Every client contributes ``batches`` minibatches (the same as :func:`client_gradients` with this
-    ``seed``). Each of the N·B perturbations is evaluated on target batches: all N·B of them by
-    default (N·B × N·B losses), or on ``cross_targets`` target batches drawn at random
-    (``numpy_generator(seed, "friendly-targets")``), in which case the within-client pairs are
-    evaluated separately. The baseline f_B(θ) uses the same code path as f_B(θ + ε_A).
-    """
+    Each client contributes ``batches`` minibatches (those of :func:`client_gradients` with this ``seed``);
+    each perturbation is evaluated on all N·B batches, or on ``cross_targets`` random ones
+    (``numpy_generator(seed, "friendly-targets")``, within-client pairs then separately)."""
     rho = check_rho(rho)
     if cross_targets is not None and (isinstance(cross_targets, bool) or int(cross_targets) < 1):
         raise ValueError(f"cross_targets must be None or an integer >= 1, got {cross_targets!r}")
@@ -325,13 +310,9 @@ def friendly_vs_alpha(
     vmap_chunk: int | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Decomposition and friendly-adversary rates for Dirichlet partitions at each α (one row per α).
-
-    Each federation is ``config`` with ``partition="dirichlet", alpha=α`` built by
-    :func:`federation_from_config` (fedlab's own partitioner, same seed). θ is ``theta`` or the run's
-    initial model. ``max_clients`` keeps a seeded random subset of clients (the same positions for
-    every α) to bound the cost; smaller α = more heterogeneous.
-    """
+    """Decomposition and friendly rates for a Dirichlet partition at each α (one row per α), built by
+    :func:`federation_from_config` at θ = ``theta`` or the initial model; ``max_clients`` keeps the same
+    seeded subset of client positions for every α."""
     if len(alphas) == 0:
         raise ValueError("alphas must hold at least one value")
     rho = check_rho(rho)
@@ -363,11 +344,8 @@ def friendly_vs_batch_size(
     vmap_chunk: int | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Decomposition and friendly-adversary rates for each minibatch size (one row per size).
-
-    Larger batches shrink the batch noise E‖ζ‖² (roughly ∝ 1/batch size) but not the heterogeneity
-    ‖δ‖², so the within-client friendly rate falls while the cross-client rate stays.
-    """
+    """Decomposition and friendly rates per minibatch size (one row each): larger batches shrink E‖ζ‖²
+    (≈ ∝ 1/size) but not ‖δ‖², so the within-client rate falls while the cross-client rate stays."""
     if len(batch_sizes) == 0:
         raise ValueError("batch_sizes must hold at least one value")
     rho = check_rho(rho)

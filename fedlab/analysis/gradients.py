@@ -1,14 +1,6 @@
-"""Client gradients at one point θ: full-batch ∇F_i, minibatch g_{i,b}, and the global ∇F.
-
-These are the raw material of the flatness-incompatibility and friendly-adversary analyses
-(FedVSSAM, arXiv 2605.09144): for client i and minibatch b,
-
-    g_{i,b} = ∇f(θ; batch b of client i),   ∇F_i = gradient of the client's full-data loss,
-    ∇F = (1/N) Σ_i ∇F_i  (the unweighted federated objective).
-
-:func:`client_gradients` computes them once, so several reports can share them. Memory is
-O((N·B + N)·d) floats: pick ``batches`` and the number of clients accordingly for big models.
-"""
+"""Client gradients at one point θ: minibatch g_{i,b}, full-batch ∇F_i and the global
+∇F = (1/N) Σ_i ∇F_i — the raw material of the flatness-incompatibility and friendly-adversary
+analyses (FedVSSAM, arXiv 2605.09144), computed once and shared. Memory: O((N·B + N)·d) floats."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,12 +32,8 @@ def check_rho(rho: float) -> float:
 
 @dataclass
 class ClientGradients:
-    """Gradients of every client at θ (all detached, on θ's device).
-
-    ``batch[i, b]`` is g_{i,b}, ``full[i]`` is ∇F_i, ``global_grad`` is ∇F; ``batch_indices[i]`` are the
-    ``(B, batch_size)`` sample indices of client i's minibatches and ``batch_losses[i, b]`` their losses
-    f_{i,b}(θ); ``full_losses[i]`` = F_i(θ).
-    """
+    """Gradients of every client at θ (detached, on θ's device): ``batch[i, b]`` = g_{i,b}, ``full[i]`` =
+    ∇F_i, ``global_grad`` = ∇F; ``batch_indices[i]``, ``batch_losses[i, b]`` and ``full_losses[i]`` = F_i(θ)."""
 
     theta: Tensor
     full: Tensor  # (N, d)
@@ -95,14 +83,9 @@ def client_gradients(
     vmap_chunk: int | None = None,
     progress: bool = False,
 ) -> ClientGradients:
-    """Full-batch and minibatch gradients of every client at θ.
-
-    Client i's ``batches`` minibatches of ``batch_size`` samples come from
-    ``torch_generator(seed, "analysis-batches", i)`` (disjoint while the client's data last, see
-    :func:`~fedlab.analysis.federation.sample_batches`). Minibatch gradients are computed together
-    with ``torch.func.vmap`` in chunks of ``vmap_chunk`` batches (default: all of a client's batches
-    at once; here vmap runs over data, not parameters, and pays on CPU too).
-    """
+    """Full-batch and minibatch gradients of every client at θ. Client i's minibatches come from
+    ``torch_generator(seed, "analysis-batches", i)`` (:func:`~fedlab.analysis.federation.sample_batches`);
+    they are vmapped over data in chunks of ``vmap_chunk`` (default: all of a client's at once)."""
     check_clients(clients)
     if theta.ndim != 1 or theta.numel() != model.dim:
         raise ValueError(f"theta must be a 1-D tensor of the model's {model.dim} parameters, got {tuple(theta.shape)}")

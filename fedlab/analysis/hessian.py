@@ -1,32 +1,19 @@
-"""Curvature of a loss θ ↦ L(θ) on flat parameter vectors: Hessian-vector products, top eigenvalues,
-the Hessian trace and SAM sharpness.
+"""Curvature of a loss θ ↦ L(θ) on flat parameter vectors: Hessian-vector products, the Hessian
+trace and SAM sharpness (top eigenvalues: :mod:`fedlab.analysis.eigen`).
 
-Nothing here forms the d×d Hessian H = ∇²L(θ) except :func:`hessian_matrix` (for small d, in tests
-and teaching). Everything else needs only products Hv:
+Only :func:`hessian_matrix` (small d, tests and teaching) forms H = ∇²L(θ); everything else needs
+products Hv, exact and at a small multiple of a gradient's cost:
 
-* :func:`hvp` — Hv = ∇_θ⟨∇L(θ), v⟩ ("reverse over reverse", Pearlmutter 1994) or the directional
-  derivative of ∇L along v, d/dt ∇L(θ + t v)|₀ ("forward over reverse", ``torch.func.jvp``).
-  Both are exact (no finite differences) and cost a small multiple of one gradient.
-* :class:`HessianOperator` — v ↦ Hv at one fixed θ for many v. ``backend="graph"`` (the default)
-  runs one forward and one backward pass with ``create_graph=True`` and keeps that first-order
-  graph g(θ) = ∇L(θ); each product is then a single backward pass of ⟨g, v⟩ through it, about half
-  the cost of recomputing forward, backward and double backward per product (``backend="func"``,
-  the ``torch.func`` transforms, kept for comparison and for ``mode="fwd"``). The kept graph holds
-  the activations of every sample of L at once, so its memory grows with the number of samples.
-* :func:`~fedlab.analysis.eigen.top_eigenvalues` — power iteration with deflation (as PyHessian, Yao et al. 2020), or
-  Lanczos with full reorthogonalisation (the default for k > 1, which stops on the residual bound
-  of its Ritz values); λ_max is the usual scalar "sharpness".
-* :func:`hessian_trace` — Hutchinson's estimator (Hutchinson 1989): for Rademacher v (entries ±1),
-  E[vᵀHv] = tr(H); the mean of vᵀHv over samples, with its standard error.
-* :func:`sam_sharpness` — the quantity SAM minimises (Foret et al., ICLR 2021):
-  max_{‖ε‖≤ρ} L(θ+ε) − L(θ) ≈ L(θ + ρ∇L/‖∇L‖) − L(θ) (the first-order inner maximiser).
+* :func:`hvp` — Hv = ∇_θ⟨∇L(θ), v⟩ (reverse over reverse, Pearlmutter 1994) or d/dt ∇L(θ + t v)|₀
+  (forward over reverse, ``torch.func.jvp``);
+* :class:`HessianOperator` — v ↦ Hv at one θ for many v, keeping the first-order graph;
+* :func:`hessian_trace` — Hutchinson (1989): E[vᵀHv] = tr(H) for Rademacher v, with its standard error;
+* :func:`sam_sharpness` — what SAM minimises (Foret et al., ICLR 2021): max_{‖ε‖≤ρ} L(θ+ε) − L(θ)
+  ≈ L(θ + ρ∇L/‖∇L‖) − L(θ).
 
-A loss is any function θ ↦ scalar that ``torch.func`` can differentiate twice; the federated
-objectives come from :func:`global_loss_fn` / :func:`client_loss_fn`, whose
-:class:`~fedlab.analysis.federation.EmpiricalLoss` lets products be accumulated chunk by chunk.
-Random start vectors come from an explicit ``torch.Generator`` (default: derived from seed 0), drawn
-on the generator's device and moved to θ's, so results do not depend on the global RNG.
-"""
+A loss is any function θ ↦ scalar that ``torch.func`` can differentiate twice (the federated
+objectives: :func:`~fedlab.analysis.federation.global_loss_fn`). Random vectors come from an explicit
+``torch.Generator`` on its own device, so results do not depend on the global RNG or the device."""
 from __future__ import annotations
 
 import math
@@ -111,18 +98,12 @@ def _resolve_backend(backend: str | None, mode: str) -> str:
 class HessianOperator:
     """The linear map v ↦ H v with H = ∇²L(θ) at one fixed θ, for many products.
 
-    ``backend="graph"``: at construction, one forward and one backward pass of L at a leaf copy of θ
-    with ``create_graph=True`` give g = ∇L(θ) *with its graph*; then H v = ∇_θ⟨g, v⟩ is one backward
-    pass through that graph (``retain_graph=True`` keeps it for the next product). Mathematically
-    the same product as ``backend="func"`` (``torch.func.grad`` of ⟨∇L, v⟩, which recomputes the
-    forward and first backward pass for every v); the numbers agree to float rounding. Memory: the
-    graph of all of L's samples, held until the operator is dropped; use ``"func"``, which works
-    chunk by chunk (:class:`~fedlab.analysis.federation.EmpiricalLoss`), when that does not fit.
-
-    ``batch(vs)`` applies H to each row of ``vs``, ``chunk`` rows per call batched with ``vmap``
-    (``is_grads_batched`` for the graph backend): it pays on a GPU and measured slower on CPU.
-    ``n_products`` counts the products applied so far. Results are detached.
-    """
+    ``backend="graph"``: one forward and backward pass with ``create_graph=True`` give g = ∇L(θ) with its
+    graph; each H v = ∇_θ⟨g, v⟩ is then one backward pass through it, about half the cost of
+    ``backend="func"`` (``torch.func.grad`` of ⟨∇L, v⟩, recomputing everything per v; equal to float
+    rounding). The graph holds all of L's samples until the operator is dropped; ``"func"`` works chunk
+    by chunk when that does not fit. ``batch(vs)`` applies H to each row, ``chunk`` rows per vmapped call
+    (pays on a GPU, slower on CPU). ``n_products`` counts the products. Results are detached."""
 
     def __init__(self, loss_fn: LossFn, theta: Tensor, *, backend: str | None = None, mode: str = "rev") -> None:
         _check_theta(theta)
@@ -186,12 +167,9 @@ def _operator(loss_fn: "LossFn | HessianOperator", theta: Tensor, backend: str |
 def hvp(loss_fn: LossFn, theta: Tensor, v: Tensor, *, mode: str = "rev", backend: str | None = None) -> Tensor:
     """The Hessian-vector product ∇²L(θ) v, exactly, without forming the Hessian.
 
-    ``mode="rev"``: Hv = ∇_θ ⟨∇L(θ), v⟩ (double backward). ``mode="fwd"``: Hv = J_{∇L}(θ) v by
-    forward-mode differentiation of the gradient (``torch.func.jvp(grad(L))``); often faster, but
-    every operation in the model needs a forward-mode rule for its backward. The result is detached.
-    ``backend``: see :class:`HessianOperator` (default ``"graph"`` for ``"rev"``, ``"func"`` for
-    ``"fwd"``); for many products at one θ build the operator once.
-    """
+    ``mode="rev"``: Hv = ∇_θ⟨∇L(θ), v⟩; ``mode="fwd"``: Hv = J_{∇L}(θ) v (``torch.func.jvp(grad(L))``,
+    often faster, needs forward-mode rules throughout). ``backend``: see :class:`HessianOperator`; for
+    many products at one θ build the operator once."""
     _check_theta(theta)
     _check_like(theta, v, "v")
     return HessianOperator(loss_fn, theta, backend=backend, mode=mode)(v)
@@ -207,10 +185,7 @@ def _hvp_batch(loss_fn: LossFn, theta: Tensor, vs: Tensor, mode: str, chunk: int
 
 def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode: str = "rev",
                    backend: str | None = None) -> Tensor:
-    """The full Hessian ∇²L(θ) (d×d), column by column from :func:`hvp` — for small d only.
-
-    Raises ``ValueError`` if d exceeds ``max_dim`` (a d×d matrix needs d² floats and d products).
-    """
+    """The full Hessian ∇²L(θ) (d×d), column by column from :func:`hvp`; ValueError if d > ``max_dim``."""
     _check_theta(theta)
     d = theta.numel()
     if d > max_dim:
@@ -245,14 +220,11 @@ def hessian_trace(
     backend: str | None = None,
     progress: bool = False,
 ) -> TraceEstimate:
-    """Hutchinson's trace estimator: tr(H) ≈ (1/S) Σ_s v_sᵀ H v_s with v_s ∈ {−1, +1}^d.
+    """Hutchinson's estimator: tr(H) ≈ (1/S) Σ_s v_sᵀ H v_s with v_s ∈ {−1, +1}^d.
 
-    Unbiased because E[v vᵀ] = I for Rademacher v; its variance is 2 Σ_{i≠j} H_ij², so the error
-    depends on the off-diagonal mass, and ``stderr`` (sample std / √S) reports it. ``batch`` probes
-    are evaluated together with ``vmap`` (default: 8 on CUDA, 1 on CPU, where batching measured
-    slower). ``mode``, ``backend``: how products are computed (:class:`HessianOperator`); ``loss_fn``
-    may be a :class:`HessianOperator` at ``theta``, as for :func:`top_eigenvalues`.
-    """
+    Unbiased since E[v vᵀ] = I; its variance 2 Σ_{i≠j} H_ij² is reported as ``stderr`` (std / √S).
+    ``batch`` probes are vmapped together (default 8 on CUDA, 1 on CPU); ``loss_fn`` may be a
+    :class:`HessianOperator` at ``theta``."""
     _check_theta(theta)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")

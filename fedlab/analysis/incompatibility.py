@@ -1,28 +1,21 @@
 """Flatness incompatibility: how far the clients' SAM perturbations are from the global one.
 
-FedVSSAM (arXiv 2605.09144) names the failure of local SAM under heterogeneity *flatness
-incompatibility*: each client perturbs along its own minibatch gradient, so it measures the
-sharpness of a direction the global objective F = (1/N) Σ_i F_i does not care about. The paper's exact
-Δ_FI is not public; fedlab uses these operational definitions (shared/docs/PAPERS.md §1). At θ and
-radius ρ (SAM, Foret et al. 2021):
+FedVSSAM (arXiv 2605.09144) calls the failure of local SAM under heterogeneity *flatness
+incompatibility*. Its exact Δ_FI is not public; fedlab's operational definitions (PAPERS.md §1), at θ
+and radius ρ (SAM, Foret et al. 2021):
 
-    ε_{i,b} = ρ g_{i,b}/‖g_{i,b}‖   (client i, minibatch b — what FedSAM uses)
-    ε_i^F   = ρ ∇F_i/‖∇F_i‖         (client i, full batch — heterogeneity only)
-    ε*      = ρ ∇F/‖∇F‖             (the perturbation the global model needs)
+    ε_{i,b} = ρ g_{i,b}/‖g_{i,b}‖   (client i, minibatch b — FedSAM's)
+    ε_i^F   = ρ ∇F_i/‖∇F_i‖         (full batch — heterogeneity only)
+    ε*      = ρ ∇F/‖∇F‖             (what the global model needs)
 
-    misalignment        E_{i,b} ‖ε_{i,b} − ε*‖²    (and the full-batch version E_i ‖ε_i^F − ε*‖²)
+    misalignment        E_{i,b} ‖ε_{i,b} − ε*‖²    (and E_i ‖ε_i^F − ε*‖²)
     cosine              E_{i,b} cos(ε_{i,b}, ε*)
     missed sharpness    Δ_FI = F(θ + ε*) − E_{i,b} F(θ + ε_{i,b})
 
-Δ_FI is the sharpness of F that the clients' perturbations fail to see. To first order in ρ,
-F(θ+ε*) − F(θ+ε) ≈ ⟨∇F, ε* − ε⟩ = (‖∇F‖ / 2ρ) ‖ε − ε*‖², so Δ_FI ≈ (‖∇F‖/2ρ)·misalignment
-(reported as ``missed_sharpness_first_order``).
-
-FedVSSAM's local flatness search perturbs along the mixture h_i = (1−γ_l) h + γ_l g_{i,b} of the
-server's EMA direction h and the minibatch gradient; :func:`mixing_sweep` measures the same
-quantities for ε_i(γ_l) = ρ h_i/‖h_i‖ over a list of γ_l, with h = ∇F (the idealised server
-direction that h^t tracks) by default. γ_l = 1 is FedSAM; γ_l = 0 with h = ∇F is ε* itself.
-"""
+To first order F(θ+ε*) − F(θ+ε) ≈ (‖∇F‖ / 2ρ) ‖ε − ε*‖², reported as
+``missed_sharpness_first_order``. :func:`mixing_sweep` measures the same for FedVSSAM's mixture
+ε_i(γ_l) = ρ h_i/‖h_i‖, h_i = (1−γ_l) h + γ_l g_{i,b} (h = ∇F by default): γ_l = 1 is FedSAM, γ_l = 0
+is ε*."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -62,11 +55,8 @@ def _np(t: Tensor | None) -> np.ndarray | None:
 
 @dataclass
 class IncompatibilityReport:
-    """Flatness-incompatibility measurements at one θ and ρ (per client and minibatch).
-
-    Arrays are numpy, indexed ``[client]`` or ``[client, batch]``; perturbed losses are ``None`` when
-    the missed sharpness was not computed.
-    """
+    """Flatness-incompatibility measurements at one θ and ρ: numpy arrays ``[client]`` or
+    ``[client, batch]``; perturbed losses ``None`` when the missed sharpness was skipped."""
 
     rho: float
     loss: float  # F(θ) on the evaluation sample
@@ -205,14 +195,10 @@ def flatness_incompatibility(
 ) -> IncompatibilityReport:
     """Misalignment, cosine and missed sharpness of the clients' SAM perturbations at θ (module doc).
 
-    Args:
-        batches, batch_size, seed: the minibatches g_{i,b} (:func:`~fedlab.analysis.gradients.client_gradients`);
-            pass ``grads`` to reuse gradients already computed at this θ.
-        eval_batches, eval_batch_size: the sample on which F is evaluated for the missed sharpness
-            (``None``: every client's full data, the same F whose gradient defines ε*).
-        missed_sharpness: ``False`` skips the N·(B+1) evaluations of F.
-        vmap_chunk: points per ``vmap`` call when evaluating F (default: CUDA 16, CPU loop).
-    """
+    ``batches``, ``batch_size``, ``seed``: the minibatches (:func:`~fedlab.analysis.gradients.client_gradients`;
+    ``grads`` reuses ones computed at this θ). ``eval_batches``, ``eval_batch_size``: the sample F is
+    evaluated on (``None``: every client's full data). ``missed_sharpness=False`` skips the N·(B+1)
+    evaluations of F; ``vmap_chunk``: points per ``vmap`` call."""
     rho, grads, loss_fn, eps_star, base, n_samples = _prepare(
         model, clients, theta, rho, batches, batch_size, eval_batches, eval_batch_size, seed, grads,
         missed_sharpness, vmap_chunk, progress)
@@ -261,12 +247,9 @@ def mixing_sweep(
     vmap_chunk: int | None = None,
     progress: bool = False,
 ) -> MixingSweep:
-    """Flatness incompatibility of FedVSSAM's mixed perturbation ε_i(γ) = ρ h_i/‖h_i‖, for each γ in ``gammas``.
-
-    Minibatch version: h_{i,b} = (1−γ) h + γ g_{i,b}; full-batch version: h_i^F = (1−γ) h + γ ∇F_i.
-    ``h`` defaults to ∇F (``h_source="grad_F"``); pass the server's EMA h^t to measure a real run.
-    Gradients are computed once and shared by all γ. Other arguments as :func:`flatness_incompatibility`.
-    """
+    """:func:`flatness_incompatibility` of ε_i(γ) = ρ h_i/‖h_i‖ for each γ in ``gammas``, with
+    h_{i,b} = (1−γ) h + γ g_{i,b} (full batch: ∇F_i); ``h`` defaults to ∇F, or pass a run's EMA h^t.
+    Gradients are computed once for all γ."""
     if len(gammas) == 0:
         raise ValueError("gammas must hold at least one value")
     gam = [float(g) for g in gammas]

@@ -1,25 +1,13 @@
 """Loss landscapes: 1-D interpolations and slices, 2-D slices, filter-normalised directions, plots.
 
-A landscape is the loss along a low-dimensional affine slice of parameter space:
+* :func:`interpolate` — L((1−α)θ_a + αθ_b), the linear path of Goodfellow et al. (ICLR 2015);
+* :func:`slice_1d` — L(θ + α d); :func:`slice_2d` — L(θ + α d₁ + β d₂);
+* :func:`filter_normalized_direction` — the direction of Li et al., "Visualizing the Loss Landscape of
+  Neural Nets" (NeurIPS 2018), which removes the scale invariance of normalised ReLU networks so that
+  landscapes of different models compare.
 
-* :func:`interpolate` — L((1−α)θ_a + αθ_b) for α on a grid covering [0, 1] and a margin beyond
-  (Goodfellow et al. 2015's linear path between two models, e.g. two clients' θ_{i,K});
-* :func:`slice_1d` — L(θ + α d);  :func:`slice_2d` — L(θ + α d₁ + β d₂);
-* :func:`filter_normalized_direction` — the random direction of Li et al., "Visualizing the Loss
-  Landscape of Neural Nets" (NeurIPS 2018): Gaussian entries, then each *filter* rescaled to the
-  norm of the same filter of θ, d_f ← d_f ‖θ_f‖ / ‖d_f‖. A filter is one slice along dim 0 of a
-  parameter tensor with ≥ 2 dims (an output channel of a convolution, an output row of a linear
-  layer). This removes the scale invariance of ReLU networks with normalisation layers, so that
-  landscapes of different models are comparable. One-dimensional tensors (biases, GroupNorm scales
-  and shifts) get a zero direction by default, as in Li et al.'s ``ignore="biasbn"`` setting;
-  ``one_dim="copy"`` uses d = θ for them (their other setting) and ``"normalize"`` treats the whole
-  vector as one filter.
-
-Grids are symmetric with the centre exactly at 0 (so the centre of a slice is L(θ) bit for bit) and
-points are evaluated with ``torch.func.vmap`` in chunks where it pays (CUDA; on CPU a loop, spread
-over one thread per core, see :func:`fedlab.analysis.federation.resolve_chunk` and ``threads`` in
-:func:`slice_2d`). Plots use matplotlib only.
-"""
+Grids are symmetric with the centre exactly at 0 (the centre is L(θ) bit for bit); points are
+vmapped in chunks on CUDA and spread over one thread per core on CPU."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -77,12 +65,11 @@ def filter_normalized_direction(
 ) -> Tensor:
     """A random filter-normalised direction d (Li et al. 2018), flat like θ.
 
-    d ~ N(0, I); for every parameter tensor W with ≥ 2 dims and each filter f (``W[f]``):
-    d_f ← d_f · ‖θ_f‖ / (‖d_f‖ + ``eps``). One-dimensional tensors: ``one_dim="zero"`` (default) sets
-    d = 0, ``"copy"`` sets d = θ, ``"normalize"`` rescales the random d to ‖θ‖ of that tensor.
-    The Gaussian draw uses ``generator`` on its own device, so the same seed gives the same direction
-    on any device.
-    """
+    d ~ N(0, I); for every parameter tensor with ≥ 2 dims and each filter f (a slice along dim 0):
+    d_f ← d_f · ‖θ_f‖ / (‖d_f‖ + ``eps``). One-dimensional tensors (biases, GroupNorm affine):
+    ``one_dim="zero"`` (default, Li et al.'s ``ignore="biasbn"``) d = 0, ``"copy"`` d = θ,
+    ``"normalize"`` the whole tensor as one filter. Drawn with ``generator`` on its own device, so a seed
+    gives the same direction on any device."""
     spec = _spec_of(model_or_spec)
     if theta.ndim != 1 or theta.numel() != spec.dim:
         raise ValueError(f"theta must be a 1-D tensor of the model's {spec.dim} parameters, got {tuple(theta.shape)}")
@@ -143,10 +130,8 @@ class Slice1D:
 
 @dataclass
 class Slice2D:
-    """Losses on a plane: ``losses[i, j]`` at (α = ``alphas[j]``, β = ``betas[i]``).
-
-    Rows follow β and columns α, the layout ``matplotlib``'s ``contour(alphas, betas, losses)`` expects.
-    """
+    """Losses on a plane: ``losses[i, j]`` at (α = ``alphas[j]``, β = ``betas[i]``), the layout of
+    ``contour(alphas, betas, losses)``."""
 
     alphas: np.ndarray
     betas: np.ndarray
@@ -204,9 +189,8 @@ def interpolate(
     threads: int | None = None,
     progress: bool = False,
 ) -> Slice1D:
-    """L((1−α)θ_a + αθ_b) on a grid with ``n`` points on [0, 1] (step h = 1/(n−1)), extended by
-    ⌊``extend``/h⌋ steps beyond each end. α = 0 and α = 1 are grid points and give θ_a and θ_b
-    exactly, so the end values equal L(θ_a) and L(θ_b). ``threads``: see :func:`slice_2d`."""
+    """L((1−α)θ_a + αθ_b) on ``n`` points of [0, 1] extended by ⌊``extend``·(n−1)⌋ steps at each end;
+    α = 0 and 1 are grid points, so the ends are L(θ_a) and L(θ_b) exactly. ``threads``: see :func:`slice_2d`."""
     _check_direction(theta_a, theta_b, "theta_b")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise ValueError(f"n must be an integer >= 2, got {n!r}")
@@ -233,8 +217,7 @@ def slice_1d(
     threads: int | None = None,
     progress: bool = False,
 ) -> Slice1D:
-    """L(θ + α d) for ``n`` values of α evenly spaced in [−span, span] (α = 0 exact for odd n).
-
+    """L(θ + α d) for ``n`` values of α evenly spaced in [−span, span] (α = 0 exact for odd n);
     ``threads``: see :func:`slice_2d`."""
     _check_direction(theta, direction, "direction")
     alphas = _symmetric_grid(span, n)
@@ -259,22 +242,12 @@ def slice_2d(
 ) -> Slice2D:
     """L(θ + α d₁ + β d₂) on an n×n grid over [−span, span]²; n² loss evaluations.
 
-    Points are evaluated row by row in chunks (``vmap`` on CUDA); ``progress`` shows a tqdm bar.
-    ``channels_last``: evaluate an :class:`~fedlab.analysis.federation.EmpiricalLoss` over image
-    inputs with its model in NHWC layout (:meth:`~EmpiricalLoss.with_channels_last`). ``None``
-    (default) does so on CPU, where oneDNN's channels-last convolution and max-pool kernels made the
-    ``cnn`` landscape about twice as fast (``python -m lab bench analysis``), and there also
-    evaluates the samples in chunks of at most :data:`~fedlab.engine.evaluate.CPU_EVAL_BATCH` so that
-    a point's activations stay in cache; the values then agree with the loss's own to float rounding
-    (~1e-7 relative) and the centre is L(θ) in that layout. ``False`` keeps the loss exactly as given
-    (layout and chunks), so the centre is ``loss_fn(θ)`` bit for bit.
-
-    ``threads``: on CPU, an ``EmpiricalLoss`` is evaluated at that many grid points at once, one
-    thread per point with one intra-op thread each, over replicas of its model
-    (:func:`~fedlab.analysis.federation.evaluate_affine`'s ``workers``); ``None`` (default) takes
-    one thread per usable core, ``1`` the plain loop in the caller's threads. Values are
-    bit-identical to ``threads=1`` under ``torch.set_num_threads(1)``.
-    """
+    ``channels_last=None`` evaluates an :class:`~fedlab.analysis.federation.EmpiricalLoss` over images in
+    NHWC layout and in cache-sized chunks on CPU (about twice as fast on the ``cnn``, ``python -m lab
+    bench analysis``; values to ~1e-7 relative); ``False`` keeps the loss as given, so the centre is
+    ``loss_fn(θ)`` bit for bit. ``threads``: on CPU, that many grid points at once, one thread each over
+    model replicas (default one per usable core, ``1`` the plain loop); bit-identical to ``threads=1``
+    under ``torch.set_num_threads(1)``."""
     _check_direction(theta, d1, "d1")
     _check_direction(theta, d2, "d2")
     loss_fn = _in_layout(loss_fn, theta, channels_last)

@@ -9,11 +9,8 @@ from torch import Tensor
 
 
 def resolve_chunk(vmap_chunk: int | None, theta: Tensor) -> int:
-    """``vmap_chunk=None`` → 16 points per ``vmap`` call on CUDA, 1 (a plain loop) elsewhere.
-
-    On CPU, ``vmap`` over parameters turns convolutions into grouped convolutions, which measured
-    slower than a loop; on a GPU batching the points pays.
-    """
+    """``vmap_chunk=None`` → 16 points per ``vmap`` call on CUDA, 1 (a loop) elsewhere: on CPU, vmap over
+    parameters makes grouped convolutions, measured slower than a loop."""
     if vmap_chunk is None:
         return 16 if theta.is_cuda else 1
     if vmap_chunk < 1:
@@ -61,17 +58,10 @@ def evaluate_affine(
 ) -> Tensor:
     """``fn(base + Σ_k coeffs[p, k] · directions[k])`` for every row p of ``coeffs``.
 
-    The points are built one chunk at a time, so memory stays at ``chunk × d`` however many points
-    there are (a 21×21 landscape of an 11M-parameter ResNet would need 19 GB if built at once).
-    A zero coefficient row gives ``base`` exactly.
-
-    ``workers``: further copies of ``fn`` that share no module with ``fn`` or each other (e.g.
-    :meth:`EmpiricalLoss.replica`). With them, on the CPU's plain loop (chunk 1), the points are
-    evaluated by ``1 + len(workers)`` threads at once, each with one intra-op thread: a small
-    model's operators are too small to keep several cores busy inside one operator, and PyTorch
-    releases the GIL inside each, so the threads overlap. Every value is then bit-identical to the
-    loop under ``torch.set_num_threads(1)``, whatever the scheduling (``tests/test_analysis_landscape.py``).
-    """
+    Points are built one chunk at a time (memory ``chunk × d``); a zero row gives ``base`` exactly.
+    ``workers``: copies of ``fn`` sharing no module (:meth:`EmpiricalLoss.replica`); with them the CPU
+    loop runs ``1 + len(workers)`` threads at one intra-op thread each, bit-identical to the loop under
+    ``torch.set_num_threads(1)`` (``tests/test_analysis_landscape.py``)."""
     from tqdm import tqdm
 
     if directions.ndim != 2 or directions.shape[1] != base.numel() or coeffs.ndim != 2 \

@@ -1,22 +1,11 @@
 """Sharpness over training: the global model's top Hessian eigenvalue (and trace) every N rounds.
 
-:func:`track_sharpness` does not hook into the engine. It drives an ordinary run in segments,
-``Simulation.run(stop_after_rounds=...)``, which ends each segment with a checkpoint and resumes the
-next one bit-identically (on CPU), measures the global model ``RunResult.theta`` after each segment,
-and stores the measurements next to the run's metrics::
-
-    runs/<algorithm>-<hash>/sharpness.csv     round, loss, lambda_1..k, trace, ..., measure_key
-
-written atomically after every measurement (temporary file + ``os.replace``). Rows are keyed by
-``measure_key``, a digest of the measurement settings: calling again with the same settings reuses
-them, and an interrupted tracking run resumes where it stopped. If the run already went past a round
-that still needs a measurement (it was trained without tracking), the rounds are replayed in a
-temporary directory — the engine's determinism makes that the same trajectory on CPU — and nothing of
-the original run is touched except ``sharpness.csv``.
-
-The measured objective is F = (1/N) Σ_i F_i on a fixed sample (``batches`` seeded minibatches of
-``batch_size`` per client, optionally only ``max_clients`` clients), the same sample at every round.
-"""
+:func:`track_sharpness` drives an ordinary run in segments (``Simulation.run(stop_after_rounds=...)``,
+which checkpoints and resumes bit-identically on CPU), measures ``RunResult.theta`` after each, and
+writes ``<run_dir>/sharpness.csv`` atomically after every measurement, rows keyed by a digest of the
+measurement settings (reused when called again; an interrupted tracking resumes). Rounds a finished
+run already passed are replayed in a temporary directory (the same trajectory on CPU). The objective
+is F = (1/N) Σ_i F_i on one fixed sample for every round."""
 from __future__ import annotations
 
 import hashlib
@@ -137,15 +126,10 @@ def track_sharpness(
     dataset: "Dataset | None" = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Train ``config`` (or resume / reuse it) and measure the global model's sharpness every ``every`` rounds.
-
-    Measured at round 0 (the initial model), every ``every`` rounds and at the last round:
-    F(θ), the top-``k`` Hessian eigenvalues (power iteration, ``iters``/``tol``), the Hutchinson trace
-    if ``trace_samples`` > 0, and SAM's sharpness F(θ + ρ∇F/‖∇F‖) − F(θ) if ``rho`` is given.
-
-    Returns the run's metrics merged with the measurements on ``round`` (an outer merge: round 0 has
-    no metrics row); the measurements are also in ``<run_dir>/sharpness.csv``.
-    """
+    """Train ``config`` (or resume / reuse it) and measure the global model every ``every`` rounds, at
+    round 0 and at the last: F(θ), the top-``k`` Hessian eigenvalues, the Hutchinson trace
+    (``trace_samples``), and SAM's sharpness F(θ + ρ∇F/‖∇F‖) − F(θ) (``rho``). Returns the metrics
+    outer-merged with the measurements on ``round``."""
     from fedlab.engine.loop import Simulation
 
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:

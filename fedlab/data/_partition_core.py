@@ -28,13 +28,9 @@ CONCENTRATIONS: tuple[str, ...] = ("per_class", "total")
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Partition:
-    """Which dataset indices each client holds.
-
-    ``client_indices`` are read-only int64 arrays into the dataset, one per client. ``labels`` is
-    the int64 label array of the whole dataset (``None`` only for a partition loaded from a file
-    without labels, in which case :attr:`stats` is unavailable). ``n_classes`` is
-    ``labels.max() + 1`` (0 when unknown). Equality is identity; compare :attr:`fingerprint`.
-    """
+    """Which dataset indices each client holds: read-only int64 ``client_indices``; ``labels`` of the
+    whole dataset (``None`` for a file without labels: no :attr:`stats`); ``n_classes`` = labels.max() + 1.
+    Equality is identity; compare :attr:`fingerprint`."""
 
     client_indices: tuple[np.ndarray, ...]
     scheme: str
@@ -86,14 +82,9 @@ class Partition:
 
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 hex digest identifying the assignment.
-
-        Hashes ``n_clients``, then for each client in order its length followed by its indices,
-        all as little-endian int64 bytes. Lengths make the encoding unambiguous (``[1],[2]`` ≠
-        ``[1,2],[]``); explicit byte order and no use of ``hash()`` make it identical on every
-        machine and for every ``PYTHONHASHSEED``. Scheme and params are deliberately excluded:
-        two recipes that produce the same split get the same fingerprint.
-        """
+        """SHA-256 of the assignment: ``n_clients``, then per client its length and indices, as little-endian
+        int64 (lengths make ``[1],[2]`` ≠ ``[1,2],[]``; no ``hash()``, so the same on every machine). Scheme
+        and params are excluded: two recipes giving one split share a fingerprint."""
         h = hashlib.sha256()
         h.update(np.array([self.n_clients], dtype="<i8").tobytes())
         for ix in self.client_indices:
@@ -107,12 +98,8 @@ class Partition:
         return len(np.unique(flat)) == len(flat)
 
     def to_json(self, path: str | os.PathLike) -> None:
-        """Write ``{"scheme", "params", "n_classes", "clients": [[idx, ...], ...]}`` atomically.
-
-        The file goes through :func:`fedlab.store.atomic.atomic_write_text` (temporary sibling, fsync,
-        rename), so a crash never leaves a truncated partition that a later run would load. One client per line
-        keeps large files readable and diff-friendly while staying plain JSON.
-        """
+        """Write ``{"scheme", "params", "n_classes", "clients": [[idx, ...], ...]}`` atomically, one client
+        per line (readable, diff-friendly, plain JSON)."""
         path = Path(path)
         head = json.dumps({"scheme": self.scheme, "params": self.params, "n_classes": self.n_classes})
         clients = ",\n".join(json.dumps(ix.tolist()) for ix in self.client_indices)

@@ -1,19 +1,10 @@
-"""Label-distribution statistics of a client partition (private; re-exported by ``partition``).
+"""Label-distribution statistics of a client partition, exact from the client × class count matrix.
 
-All quantities are computed from the per-client class-count matrix, so they are exact and cheap
-even for hundreds of clients. Conventions:
-
-* effective classes — Hill number of order 1, ``exp(H)`` with ``H`` the Shannon entropy (natural
-  log) of a client's label distribution: 1 for a single-class client, C for a perfectly balanced
-  one. An empty client counts as 0.
-* TV distance — ``½ Σ_c |p_i(c) − g(c)|`` between client ``i``'s label distribution and the
-  global one ``g``, taken over the *union* of client samples (each distinct index once). For a
-  disjoint partition that uses every index this is the dataset's label distribution; for
-  partitions that reuse images (FL-Simulator style) it ignores images no client received. An
-  empty client has no distribution, so its TV distance is NaN and summary means skip it.
-* size Gini — ``Σ_i Σ_j |n_i − n_j| / (2 N Σ_i n_i)``: 0 for equal sizes, → 1 when one client
-  holds everything.
-"""
+* effective classes — Hill number of order 1, ``exp(H)`` of the client's label entropy: 1 for one
+  class, C for balanced; 0 for an empty client;
+* TV distance — ``½ Σ_c |p_i(c) − g(c)|`` to the label distribution ``g`` of the union of client
+  samples (the dataset's for a disjoint partition using every index); NaN for an empty client;
+* size Gini — ``Σ_i Σ_j |n_i − n_j| / (2 N Σ_i n_i)``: 0 for equal sizes, → 1 when one client holds all."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -49,11 +40,8 @@ class PartitionStats:
 
     @property
     def n_duplicated(self) -> int:
-        """Samples held more than once (``n_samples − n_unique``): 0 for a disjoint partition.
-
-        Overlapping clients are allowed by design (FL-Simulator re-uses images, and a partition file
-        may do the same); this count says so instead of hiding it.
-        """
+        """Samples held more than once (``n_samples − n_unique``): 0 for a disjoint partition; overlap is
+        allowed (FL-Simulator reuses images) and counted here."""
         return int(self.sizes.sum()) - int(self.n_unique)
 
     def summary(self) -> dict[str, float]:

@@ -1,30 +1,15 @@
 """On-device, batch-level data augmentation (vectorised: no Python loop over samples).
 
-The only augmentation fedlab uses is the standard CIFAR one, ``"crop_flip"``: a random 32×32 crop of
-the image zero-padded by 4 pixels, then a horizontal flip with probability 0.5, drawn independently
-for every sample of the batch.
-
-Maths.  For a batch ``x`` of shape ``(n, C, H, W)`` and padding ``p`` let ``P`` be ``x`` zero-padded by
-``p`` on all four sides, shape ``(n, C, H+2p, W+2p)``.  For every sample ``i`` draw independently
-
-* offsets ``dy_i, dx_i ~ Uniform{0, …, 2p}`` (with probability ``1 - crop_p`` the crop is skipped,
-  i.e. ``dy_i = dx_i = p``, the centre window, which gives back ``x_i`` exactly);
-* a flip flag ``f_i ~ Bernoulli(flip_p)``.
-
-Then, for ``0 ≤ r < H`` and ``0 ≤ c < W``::
+``"crop_flip"``, the standard CIFAR recipe: with P the batch zero-padded by p, per sample i draw
+offsets ``dy_i, dx_i ~ U{0, …, 2p}`` (with probability ``1 − crop_p`` the centre window
+``dy_i = dx_i = p``, which is ``x_i``) and ``f_i ~ Bernoulli(flip_p)``; then
 
     out[i, :, r, c] = P[i, :, dy_i + r, dx_i + c]              if f_i = 0
-    out[i, :, r, c] = P[i, :, dy_i + r, dx_i + (W - 1 - c)]    if f_i = 1
+    out[i, :, r, c] = P[i, :, dy_i + r, dx_i + (W − 1 − c)]    if f_i = 1
 
-i.e. a crop of the padded image followed by a left-right mirror of the crop.  It is computed with a
-single advanced-indexing gather from per-sample row/column index grids built from ``arange``.
-
-Zero padding happens **after** normalisation, as in FL-Simulator (../shared/docs/ALGORITHMS.md §20): the padded
-border is 0 in normalised units, i.e. the dataset's *mean colour*, not black.  (torchvision's
-``RandomCrop(32, padding=4)`` on un-normalised images pads with black instead.)  FL-Simulator also
-applies the crop only with probability 0.5; ``crop_p=0.5`` reproduces that, the default ``crop_p=1``
-is the usual "always crop" recipe (Liu, Caldarola, FedACG).
-"""
+as one advanced-indexing gather. Padding comes **after** normalisation, as in FL-Simulator
+(ALGORITHMS.md §20): the border is the mean colour, not black. FL-Simulator crops with probability
+0.5 (``crop_p=0.5``); the default ``crop_p=1`` always crops (Liu, Caldarola, FedACG)."""
 from __future__ import annotations
 
 import torch
@@ -43,21 +28,10 @@ def random_crop_flip(
     *,
     crop_p: float = 1.0,
 ) -> Tensor:
-    """Per-sample random crop of the zero-padded image and per-sample horizontal flip.
+    """Per-sample random crop of the zero-padded, normalised batch ``x`` and horizontal flip (module doc).
 
-    Args:
-        x: batch of images ``(n, C, H, W)``, already normalised (padding value 0 = mean colour).
-        generator: ``torch.Generator`` on the same device as ``x``; the only source of randomness.
-            Exactly ``4 n`` random numbers are drawn per call (``dy``, ``dx``, crop and flip
-            coins), whatever ``padding``/``flip_p``/``crop_p`` are, so streams stay aligned.
-        padding: zero padding ``p`` on each side; offsets are uniform on ``{0, …, 2p}``.
-        flip_p: probability of a horizontal flip, per sample.
-        crop_p: probability that a sample is cropped at all (otherwise its centre window = itself).
-
-    Returns:
-        A new tensor with the shape, dtype and device of ``x``.  See the module docstring for the
-        formula.
-    """
+    Exactly ``4 n`` numbers are drawn from ``generator`` (on ``x``'s device) per call, whatever the
+    probabilities, so streams stay aligned. Returns a new tensor like ``x``."""
     if x.ndim != 4:
         raise ValueError(f"random_crop_flip expects a batch (n, C, H, W); got shape {tuple(x.shape)}")
     if int(padding) != padding or padding < 0:
@@ -94,13 +68,8 @@ def random_crop_flip(
 
 def apply_augment(kind: str | None, x: Tensor, generator: torch.Generator, *, padding: int = 4,
                   flip_p: float = 0.5, crop_p: float = 1.0) -> Tensor:
-    """Apply the augmentation named ``kind`` (a ``Dataset.augment`` value) to the batch ``x``.
-
-    ``None`` returns ``x`` itself, unchanged (no random numbers drawn); ``"crop_flip"`` is
-    :func:`random_crop_flip` with the given padding, flip and crop probabilities (defaults: the usual
-    recipe, padding 4, flip 0.5, always crop; ``Config.crop_padding/flip_prob/crop_prob``); anything
-    else is a ValueError.
-    """
+    """Apply augmentation ``kind`` (a ``Dataset.augment`` value): ``None`` returns ``x`` (nothing drawn),
+    ``"crop_flip"`` is :func:`random_crop_flip`; anything else is a ValueError."""
     if kind is None:
         return x
     if kind == "crop_flip":

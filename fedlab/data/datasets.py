@@ -1,25 +1,10 @@
 """Datasets as whole tensors on one device: Fashion-MNIST, CIFAR-10/100, sklearn digits, Synthetic(α, β).
 
-Every dataset is loaded once into memory, normalised, and returned as a :class:`Dataset` holding
-``x_train``/``y_train``/``x_test``/``y_test`` tensors on the requested device; batching, partitioning
-and augmentation (:mod:`fedlab.data.augment`) then work on those tensors directly.
-
-Where the files come from (see shared/docs/ENVIRONMENT.md, "Real data offline"):
-
-* ``fmnist`` — torchvision's ``FashionMNIST`` reads the four uncompressed IDX files in
-  ``<root>/FashionMNIST/raw/``.  If they are missing they are gunzipped there from the Debian package
-  ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist/*.gz``); only then, unless
-  ``download=False``, torchvision's own download is tried.
-* ``cifar10`` / ``cifar100`` — torchvision's ``CIFAR10`` / ``CIFAR100`` read the python pickles in
-  ``<root>/cifar-10-batches-py/`` / ``<root>/cifar-100-python/``; download only when asked or missing.
-* ``digits`` — scikit-learn's bundled ``load_digits`` (no files needed).
-* ``synthetic`` — generated in memory (FedProx's Synthetic(α, β)).
-
-All randomness comes from generators derived from ``seed`` through :mod:`fedlab._rng`.
-
-Reading Fashion-MNIST's and CIFAR's files (and the errors they raise) is :mod:`fedlab.data._files`;
-the dataset type, the in-memory datasets and :func:`load_dataset` are here.
-"""
+A dataset is loaded once, normalised, and returned as a :class:`Dataset` of train/test tensors;
+batching, partitioning and augmentation (:mod:`fedlab.data.augment`) work on those tensors directly.
+Reading Fashion-MNIST's and CIFAR's files (torchvision's readers; Debian's ``dataset-fashion-mnist``
+before any download) is :mod:`fedlab.data._files`; ``digits`` is scikit-learn's bundled set and
+``synthetic`` is generated in memory. Every draw uses a generator from :mod:`fedlab._rng`."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,12 +51,9 @@ SYNTHETIC_TRAIN_FRACTION = 0.75
 class Dataset:
     """A whole dataset as tensors on one device.
 
-    Images are ``(n, C, H, W)``, tabular data ``(n, D)``; ``x_*`` are float32 and already normalised
-    with ``mean``/``std`` (per channel), ``y_*`` are int64 class indices.  ``augment`` names the
-    training-time augmentation (:func:`fedlab.data.augment.apply_augment`), ``None`` for none.
-    ``natural_clients`` holds per-client index arrays into the *training* set for datasets that are
-    federated by construction (``synthetic``), otherwise ``None``.
-    """
+    Images ``(n, C, H, W)``, tabular data ``(n, D)``; ``x_*`` float32, normalised with ``mean``/``std``;
+    ``y_*`` int64. ``augment`` names the training-time augmentation; ``natural_clients`` holds per-client
+    training indices for datasets federated by construction (``synthetic``), else ``None``."""
 
     name: str
     x_train: Tensor
@@ -99,15 +81,9 @@ class Dataset:
 
     @cached_property
     def digest(self) -> str:
-        """SHA-256 hex digest of what the numbers depend on: the four tensors and the classes.
-
-        Hashes ``n_classes``, ``augment``, then for each of ``x_train, y_train, x_test, y_test`` its
-        dtype, shape and raw bytes (read on the CPU, so the digest does not depend on the device).
-        ``name``, ``mean`` and ``std`` are labels and are left out. It enters the run key
-        (:meth:`fedlab.engine.Simulation.build`), so a run trained on other tensors is never returned
-        from the store. Computed once per object: treat a dataset's tensors as immutable (build a new
-        ``Dataset`` to change them).
-        """
+        """SHA-256 of what the numbers depend on: ``n_classes``, ``augment`` and each tensor's dtype, shape
+        and bytes (read on the CPU). It enters the run key, so the store never returns a run trained on other
+        tensors. Computed once per object: treat the tensors as immutable."""
         h = hashlib.sha256()
         h.update(f"n_classes={self.n_classes};augment={self.augment}".encode())
         for name in ("x_train", "y_train", "x_test", "y_test"):
@@ -145,15 +121,10 @@ def balanced_subset(
 ) -> np.ndarray:
     """Sorted indices of a class-balanced random subset of ``size`` samples.
 
-    Each class present in ``labels`` gets ``size // n_classes`` samples, and the ``size % n_classes``
-    left over go to distinct classes chosen at random.  If a class has fewer samples than its share,
-    it contributes all of them and the shortfall is spread evenly over the other classes (so the
-    result is as balanced as the data allows).  Within a class the samples are drawn uniformly
-    without replacement.  The draw uses ``numpy_generator(seed, "balanced_subset", purpose)``: the same
-    ``(seed, purpose)`` gives the same indices.
-
-    Raises ValueError if ``size`` exceeds ``len(labels)`` or is below the number of classes present.
-    """
+    Each class gets ``size // n_classes`` (the remainder to distinct random classes); a class short of
+    its share gives all it has and the shortfall is spread over the others. Drawn without replacement
+    from ``numpy_generator(seed, "balanced_subset", purpose)``. ValueError if ``size`` exceeds the data
+    or is below the number of classes."""
     y = labels.detach().cpu().numpy() if isinstance(labels, Tensor) else np.asarray(labels)
     y = y.reshape(-1)
     classes, counts = np.unique(y, return_counts=True)
@@ -186,14 +157,9 @@ def balanced_subset(
 
 
 def pad_to_cifar_shape(x: Tensor, *, pad_value: float | None = None) -> Tensor:
-    """``(n, 1, 28, 28)`` → ``(n, 3, 32, 32)``: pad 2 px on each side, then repeat the channel 3×.
-
-    The padding value is the *normalised zero*, i.e. the background of the original images:
-    ``pad_value=None`` uses Fashion-MNIST's ``(0 - 0.2860) / 0.3530``; pass ``-mean/std`` for another
-    dataset.  The original image sits unchanged in ``[..., 2:30, 2:30]``.  Lets LeNet-5 and the CIFAR
-    ResNets run on Fashion-MNIST.  Any single-channel ``H, W ≤ 32`` is centred the same way (extra
-    odd pixel at the bottom/right); 3-channel 32×32 input is returned as is.
-    """
+    """``(n, 1, H ≤ 32, W ≤ 32)`` → ``(n, 3, 32, 32)``: centre-pad with the normalised background
+    (``pad_value=None``: Fashion-MNIST's ``-0.2860 / 0.3530``), then repeat the channel, so LeNet-5 and
+    the CIFAR ResNets run on Fashion-MNIST. 3-channel 32×32 input is returned as is."""
     if x.ndim != 4:
         raise ValueError(f"pad_to_cifar_shape expects (n, C, H, W); got shape {tuple(x.shape)}")
     n, c, h, w = x.shape
@@ -243,13 +209,10 @@ def _make_synthetic(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[np.ndarray, ...]]:
     """FedProx's Synthetic(α, β) (Li et al., MLSys 2020, §5.1 and their ``generate_synthetic.py``).
 
-    Draw order (one numpy generator ``numpy_generator(seed, "synthetic")``; α and β only scale draws,
-    so the same seed gives the same standard-normal draws for every α, β):
-    ``n_k = min(int(lognormal(4, 2)) + 50, SYNTHETIC_MAX_SAMPLES)``; ``u_k ~ N(0, α)``;
-    ``B_k ~ N(0, β)``; ``v_k ~ N(B_k, 1)^60``; then per device ``W_k ~ N(u_k, 1)^{10×60}``,
-    ``b_k ~ N(u_k, 1)^10``, ``x ~ N(v_k, Σ)`` with ``Σ = diag(j^-1.2)``, ``y = argmax(W_k x + b_k)``
-    (argmax of the softmax).  As in FedProx's code, α and β are standard deviations.
-    """
+    One generator ``numpy_generator(seed, "synthetic")``: ``n_k = min(int(lognormal(4, 2)) + 50,
+    SYNTHETIC_MAX_SAMPLES)``; ``u_k ~ N(0, α)``; ``B_k ~ N(0, β)``; ``v_k ~ N(B_k, 1)^60``; per device
+    ``W_k ~ N(u_k, 1)^{10×60}``, ``b_k ~ N(u_k, 1)^10``, ``x ~ N(v_k, diag(j^-1.2))``,
+    ``y = argmax(W_k x + b_k)``. As in FedProx's code, α and β are standard deviations."""
     rng = numpy_generator(seed, "synthetic")
     sizes = np.minimum(rng.lognormal(4.0, 2.0, n_clients).astype(np.int64) + SYNTHETIC_MIN_SAMPLES,
                        SYNTHETIC_MAX_SAMPLES)
@@ -294,31 +257,17 @@ def load_dataset(
 ) -> Dataset:
     """Load dataset ``name`` (one of :data:`DATASETS`) as normalised tensors on ``device``.
 
-    Args:
-        root: data directory; default :func:`fedlab._paths.data_root` (``$FEDLAB_DATA`` or ``<repo>/data``).
-        train_size, test_size: if given, keep a class-balanced seeded subset of that many samples
-            (:func:`balanced_subset`, purposes ``"<name>/train"`` and ``"<name>/test"``).  For
-            ``synthetic`` a train subset breaks the per-device structure, so ``natural_clients`` is
-            then ``None``.
-        seed: seeds the subsets, the digits split and the synthetic generator.
-        download: ``None`` = download only if the files are missing; ``False`` = never (raise
-            :class:`DatasetNotFoundError`); ``True`` = passed to torchvision (which re-downloads
-            only files that are missing or fail the md5 check).
-        as_cifar_shape: turn single-channel images into ``(3, 32, 32)`` (:func:`pad_to_cifar_shape`,
-            padded with the normalised background); no-op for CIFAR; error for ``synthetic``.
-        verify: CIFAR only — check the md5 sums of the official release (default).  ``False`` parses
-            the same files with torchvision's code but without the md5 check (see ``_SkipMd5``).
-        synthetic_alpha, synthetic_beta, synthetic_clients: Synthetic(α, β) parameters.  Note: α
-            shifts all 10 logits of a device by the same amount ``u_k (1 + Σ_j x_j)``, so it cannot
-            change the argmax labels — with a fixed seed the data do not depend on α at all (as in
-            FedProx's generator).  Heterogeneity across devices comes from β (and from the
-            independent ``W_k``).
+    ``root``: default ``$FEDLAB_DATA`` or ``<repo>/data``. ``train_size`` / ``test_size``: a
+    class-balanced seeded subset (:func:`balanced_subset`; for ``synthetic`` a train subset drops
+    ``natural_clients``). ``seed`` seeds the subsets, the digits split and the synthetic generator.
+    ``download``: ``None`` only if files are missing, ``False`` never (:class:`DatasetNotFoundError`),
+    ``True`` passed to torchvision. ``as_cifar_shape``: :func:`pad_to_cifar_shape`. ``verify``: CIFAR's
+    md5 check. ``synthetic_*``: Synthetic(α, β) — α shifts all logits of a device equally, so with a
+    fixed seed the labels do not depend on α (as in FedProx); heterogeneity comes from β.
 
-    Normalisation: Fashion-MNIST mean 0.2860 / std 0.3530; CIFAR-10 (0.491, 0.482, 0.447) /
-    (0.247, 0.243, 0.262); CIFAR-100 (0.5071, 0.4867, 0.4408) / (0.2675, 0.2565, 0.2761)
-    (FL-Simulator's); digits: [0, 1] then the training set's own mean/std; synthetic: none
-    (``mean=(0.0,)``, ``std=(1.0,)``, the raw features as in FedProx).
-    """
+    Normalisation: Fashion-MNIST 0.2860 / 0.3530; CIFAR-10 (0.491, 0.482, 0.447) / (0.247, 0.243,
+    0.262); CIFAR-100 (0.5071, 0.4867, 0.4408) / (0.2675, 0.2565, 0.2761) (FL-Simulator's); digits:
+    [0, 1] then the training set's mean/std; synthetic: none."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
     for field, value in (("train_size", train_size), ("test_size", test_size)):

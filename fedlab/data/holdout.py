@@ -1,9 +1,5 @@
-"""The validation hold-out used for hyperparameter selection (``Config.validation_size``).
-
-Hyperparameters are chosen on data the clients do not train on and that is not the test set: a
-class-balanced part of the *training* set (:func:`fedlab.evidence.tuning.tune`). One function makes that split
-for the engine, and each split is built once per (dataset, size) in a process.
-"""
+"""The validation hold-out used for hyperparameter selection (``Config.validation_size``,
+:func:`fedlab.tune`): a class-balanced part of the *training* set, built once per (dataset, size)."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,15 +18,10 @@ _SPLITS: "weakref.WeakKeyDictionary[Dataset, dict[int, Dataset]]" = weakref.Weak
 
 
 def hold_out_validation(dataset: Dataset, size: int | None) -> Dataset:
-    """The training/validation split used for hyperparameter selection (``Config.validation_size``).
-
-    ``size`` class-balanced training samples (drawn with seed 0, purpose ``"validation"``, so the
-    split does not move with the training seed) become the evaluation set (``x_test``/``y_test`` of
-    the result); the remaining training samples stay the training set that clients are partitioned
-    over. The test set of ``dataset`` is dropped, so nothing downstream can read it. ``size=None``
-    returns ``dataset`` unchanged; a dataset that already is such a split is returned as it is.
-    A size the dataset cannot give raises ``ValueError`` (the engine reports it as a ``ConfigError``).
-    """
+    """``size`` class-balanced training samples (seed 0, purpose ``"validation"``: the split does not move
+    with the training seed) become the evaluation set; the rest stays the training set; the test set is
+    dropped so nothing downstream can read it. ``size=None`` or an already split dataset: returned as
+    is. ValueError for a size the dataset cannot give."""
     if size is None or dataset in _HELD_OUT:
         return dataset
     cached = _SPLITS.setdefault(dataset, {})

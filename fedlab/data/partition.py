@@ -1,37 +1,26 @@
 """Split a labelled dataset among federated clients.
 
-Every partitioner is a pure function of ``(labels, n_clients, parameters, seed)``: it draws from
-one generator ``numpy_generator(seed, "partition", scheme)`` and nothing else (no global RNG, no
-iteration over sets or dicts), so the same call gives the same :attr:`Partition.fingerprint` in
-every process. Generated partitions list each client's indices in ascending order; that order
-carries no information, since the engine shuffles each client's data with its own generator.
+Every partitioner is a pure function of ``(labels, n_clients, parameters, seed)`` drawing from one
+generator ``numpy_generator(seed, "partition", scheme)``, so a call gives the same
+:attr:`Partition.fingerprint` in every process. Client indices are listed in ascending order (the
+engine shuffles each client's data itself). The schemes (ALGORITHMS.md §21):
 
-The schemes and the code bases whose conventions they follow (../shared/docs/ALGORITHMS.md §21):
+==================  =====================================================================  =========
+scheme              what α / the parameter means                                           disjoint
+==================  =====================================================================  =========
+iid                 near-equal slices of a permutation (McMahan et al. 2017)               yes
+dirichlet           per class: shares over clients ~ Dir(α·1_N) (NIID-Bench, Li et al.)   yes
+dirichlet_client    per client: class prior ~ Dir(a·1_C), equal sizes (FedDyn code /      optional
+                    FL-Simulator); a = α, or α/C as in Hsu et al. 2019
+pathological        exactly ``classes_per_client`` classes per client                      yes
+shards              ``shards_per_client`` label-sorted shards each (McMahan et al. 2017)   yes
+file                JSON (:meth:`Partition.to_json` or another code base)                 as stored
+natural             the dataset's own clients (``Dataset.natural_clients``)               as given
+==================  =====================================================================  =========
 
-==================  ==================================================================  =========
-scheme              what α / the parameter means                                        disjoint
-==================  ==================================================================  =========
-iid                 shuffled, cut into near-equal slices (McMahan et al. 2017, FedAvg)  yes
-dirichlet           per class: shares over clients ~ Dir(α·1_N)  (NIID-Bench,           yes
-                    Li et al. 2022); unequal client sizes
-dirichlet_client    per client: class prior ~ Dir(a·1_C), equal sizes, filled by        optional
-                    sampling (FedDyn code / FL-Simulator); a = α or α/C (Hsu et al.
-                    2019, as in the FedSAM/FedGloSS JSON splits)
-pathological        exactly ``classes_per_client`` classes per client, balanced         yes
-shards              sort by label, ``shards_per_client`` random shards each             yes
-                    (McMahan et al. 2017)
-file                loaded from JSON (:meth:`Partition.to_json` or another code base)  as stored
-natural             the dataset's own clients (``Dataset.natural_clients``, e.g. the   as given
-                    per-device split of ``synthetic``); no randomness
-==================  ==================================================================  =========
-
-The same number α is *not* comparable across conventions: FedGloSS's "α = 0.5" (total
-concentration over 10 classes) is roughly FL-Simulator's "Dir-0.05" (per-class concentration).
-
-The partition type and its shared checks are :mod:`fedlab.data._partition_core`, the schemes
-:mod:`fedlab.data.partitioners`, the file format :mod:`fedlab.data.partition_file`; this module
-re-exports them and holds :func:`make_partition`, the one dispatcher.
-"""
+The same α is *not* comparable across conventions: FedGloSS's "α = 0.5" (total concentration, 10
+classes) is roughly FL-Simulator's "Dir-0.05". The type is :mod:`~fedlab.data._partition_core`, the
+schemes :mod:`~fedlab.data.partitioners`, the file format :mod:`~fedlab.data.partition_file`."""
 from __future__ import annotations
 
 import os
@@ -88,14 +77,9 @@ def make_partition(
     allow_duplicates: bool | None = None,
     natural_clients: Any = None,
 ) -> Partition:
-    """Build a partition by scheme name (one of :data:`PARTITIONERS`), e.g. from a config.
-
-    Arguments that the chosen scheme does not use are ignored, so a config can carry all of them.
-    For ``"file"``, ``path`` is required, ``labels`` may be ``None`` and the file must hold exactly
-    ``n_clients`` clients; ``allow_empty=True`` accepts clients without indices (the engine never
-    samples them); ``allow_duplicates`` is :func:`from_file`'s. For ``"natural"``, ``natural_clients``
-    is the dataset's own split (:func:`natural`).
-    """
+    """Build a partition by scheme name (one of :data:`PARTITIONERS`); arguments the scheme does not use
+    are ignored. ``"file"`` needs ``path`` (``labels`` may be ``None``; exactly ``n_clients`` clients;
+    ``allow_empty`` / ``allow_duplicates`` as :func:`from_file`); ``"natural"`` takes ``natural_clients``."""
     if scheme not in PARTITIONERS:
         raise ValueError(f"unknown partition scheme {scheme!r}; allowed: {', '.join(PARTITIONERS)}")
     if scheme == "iid":

@@ -26,24 +26,13 @@ def from_file(
 ) -> Partition:
     """Load a partition from JSON (scheme ``"file"``).
 
-    Accepted layouts: the object written by :meth:`Partition.to_json`
-    (``{"clients": [[...], ...], ...}``, other keys optional); a bare list of per-client index
-    lists; or an object mapping client ids ``"0".."N-1"`` to index lists (NIID-Bench's
-    ``net_dataidx_map``), ordered by the integer id. Indices must be JSON integers ≥ 0, below
-    ``len(labels)`` when labels are given; clients must be non-empty unless ``allow_empty``.
-    The order of indices within a client is kept as stored, so the fingerprint of a reloaded
-    ``to_json`` file equals the original.
-
-    An index listed twice by one client is refused (a hand-edited or concatenated file, whose client
-    would silently train on that sample twice as often), unless ``allow_duplicates=True``, or
-    ``None`` (the default) and the file was written by :meth:`Partition.to_json` of a scheme that
-    repeats samples by design (``dirichlet_client`` with ``reuse_on_exhaustion``).
-
-    ``n_classes``: the argument if given, else ``labels.max() + 1`` if labels are given (and then
-    the file's ``n_classes``, if any, must agree), else the file's ``n_classes``, else 0
-    (unknown). The original scheme and params are kept in ``params["source_scheme"]`` and
-    ``params["source_params"]``.
-    """
+    Layouts: :meth:`Partition.to_json`'s object, a bare list of per-client index lists, or NIID-Bench's
+    ``net_dataidx_map`` (``"0".."N-1"`` → list, ordered by id). Indices: JSON integers ≥ 0, below
+    ``len(labels)``; clients non-empty unless ``allow_empty``; order kept, so a reloaded ``to_json`` file
+    has the original fingerprint. An index repeated within a client is refused unless
+    ``allow_duplicates``, or by default when ``to_json`` wrote it for a scheme that repeats by design
+    (``dirichlet_client`` with reuse). ``n_classes``: the argument, else ``labels.max() + 1`` (the file's
+    must agree), else the file's, else 0. The source scheme and params go to ``params["source_*"]``."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

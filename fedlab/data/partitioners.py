@@ -17,12 +17,8 @@ from fedlab.data._partition_core import (CONCENTRATIONS, Partition, _check_alpha
 
 
 def iid(labels: Any, n_clients: int, *, seed: int) -> Partition:
-    """IID split (McMahan et al. 2017): one random permutation cut into ``n_clients`` slices.
-
-    Slice sizes differ by at most 1 (the first ``n mod N`` clients get one extra sample); every
-    index is used exactly once. Same construction as FL-Simulator's ``iid`` (contiguous slices of
-    a shuffled set). Labels are only used for validation and statistics.
-    """
+    """IID split (McMahan et al. 2017): one random permutation cut into ``n_clients`` slices whose sizes
+    differ by at most 1 (FL-Simulator's ``iid``)."""
     y = _check_labels(labels)
     n = _check_n_clients(n_clients, len(y))
     seed = _check_seed(seed)
@@ -41,23 +37,13 @@ def dirichlet(
     balance_cap: bool = False,
     max_tries: int = 100,
 ) -> Partition:
-    """Label-skew split with per-class Dirichlet shares over clients (NIID-Bench, Li et al. 2022).
+    """Label skew with per-class Dirichlet shares over clients (Yurochkin et al. 2019; NIID-Bench, Li et al. 2022).
 
-    For each class c (in increasing order) draw shares ``q_c ~ Dir(α·1_N)`` over the N clients and
-    cut that class's shuffled indices at ``floor(cumsum(q_c)·n_c)``. Here **α is the concentration
-    per client of one class's shares**: small α gives each class to few clients (and clients very
-    unequal sizes); α → ∞ gives every client ≈ n_c/N of every class. This is the convention of
-    Yurochkin et al. 2019 and NIID-Bench; it is *not* the per-client prior of Hsu et al. 2019 (see
-    :func:`dirichlet_client`). Disjoint: every index is used exactly once.
-
-    ``balance_cap`` is the NIID-Bench trick: when drawing class c, clients already holding at
-    least n/N samples get share 0, which keeps sizes from running away (a client can still
-    exceed n/N by at most one class chunk).
-
-    ``min_size``: redraw the *whole* partition (continuing the same generator, so the result is
-    still a function of the seed) until every client has at least ``min_size`` samples; raises
-    ``ValueError`` after ``max_tries`` draws (FedACG/NIID-Bench use ``min_size=10``).
-    """
+    For each class c draw ``q_c ~ Dir(α·1_N)`` over the N clients and cut c's shuffled indices at
+    ``floor(cumsum(q_c)·n_c)``: **α is the concentration of one class's shares**, not the per-client
+    prior of Hsu et al. 2019 (:func:`dirichlet_client`). Disjoint. ``balance_cap`` (NIID-Bench): clients
+    already holding n/N samples get share 0. ``min_size``: redraw the whole partition (same generator)
+    until every client has that many samples; ValueError after ``max_tries``."""
     y = _check_labels(labels)
     n_clients = _check_n_clients(n_clients, len(y))
     a = _check_alpha(alpha, "dirichlet")
@@ -112,28 +98,15 @@ def dirichlet_client(
     concentration: str = "per_class",
     reuse_on_exhaustion: bool = True,
 ) -> Partition:
-    """Equal-size split with a Dirichlet class prior per client (FedDyn code / FL-Simulator).
+    """Equal-size clients with a Dirichlet class prior each (FedDyn code / FL-Simulator).
 
-    Sizes: ``n_i = floor(n/N)`` for every client and the remainder ``n mod N`` goes to client 0,
-    exactly as FL-Simulator does. Each client draws a class prior ``p_i ~ Dir(a·1_C)`` over the
-    C classes present in ``labels``, where
-
-    * ``concentration="per_class"``: a = α, the per-class concentration used by FL-Simulator,
-      FedDyn and Liu's FedSWA/FedNSAM code ("Dir-0.1" there means a = 0.1);
-    * ``concentration="total"``: a = α/C, i.e. q ~ Dir(α·prior) with a uniform prior, the
-      total-concentration convention of Hsu et al. 2019 used by the FedSAM/FedGloSS JSON splits
-      (their "α = 0.5" on CIFAR-10 is a = 0.05).
-
-    Filling: repeatedly pick a client uniformly among those with quota left, draw a class from its
-    prior and give it the next unused image of that class (each class pool is shuffled once). When
-    the drawn class has no image left:
-
-    * ``reuse_on_exhaustion=True`` (faithful to FL-Simulator): the pool is refilled and reshuffled,
-      so an image can appear on several clients (and others on none); not disjoint.
-    * ``reuse_on_exhaustion=False`` (the original FedDyn behaviour): the class is redrawn from
-      ``p_i`` renormalised over classes that still have images; disjoint, every index used once,
-      but late draws drift from ``p_i`` as classes run out.
-    """
+    ``n_i = floor(n/N)``, the remainder to client 0. Client i draws ``p_i ~ Dir(a·1_C)``, with a = α
+    (``concentration="per_class"``: FL-Simulator, FedDyn, Liu's FedSWA/FedNSAM code) or a = α/C
+    (``"total"``: Hsu et al. 2019, the FedSAM/FedGloSS JSON splits, whose CIFAR-10 "α = 0.5" is a = 0.05).
+    Filling: a client with quota left, chosen uniformly, draws a class from its prior and takes that
+    class's next unused image. An exhausted class is refilled and reshuffled under
+    ``reuse_on_exhaustion=True`` (FL-Simulator; not disjoint), or redrawn from ``p_i`` renormalised over
+    the classes left (original FedDyn; disjoint)."""
     y = _check_labels(labels)
     n_clients = _check_n_clients(n_clients, len(y))
     a = _check_alpha(alpha, "dirichlet_client")
@@ -204,11 +177,8 @@ def dirichlet_client(
 
 
 def _redraw_class(prior: np.ndarray, remaining: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw from ``prior`` restricted to classes with images left (rejection ≡ renormalisation).
-
-    If the client's prior puts no mass on any remaining class (possible only at tiny α, where
-    FedDyn's rejection loop would never end), draw proportionally to the images left instead.
-    """
+    """Draw from ``prior`` restricted to classes with images left; if it has no mass there (tiny α, where
+    FedDyn's rejection loop never ends), draw proportionally to the images left."""
     w = np.where(remaining > 0, prior, 0.0)
     if not w.sum() > 0:
         w = remaining.astype(float)
@@ -220,20 +190,12 @@ def _redraw_class(prior: np.ndarray, remaining: np.ndarray, rng: np.random.Gener
 
 
 def pathological(labels: Any, n_clients: int, classes_per_client: int, *, seed: int) -> Partition:
-    """Exactly ``classes_per_client`` (= c) distinct classes per client, class holders balanced.
+    """Exactly ``classes_per_client`` (c) distinct classes per client (McMahan et al. 2017), built without shards.
 
-    The "pathological non-IID" setting of McMahan et al. 2017, built deterministically rather
-    than through shards: a slot list is made of consecutive random permutations of the classes
-    and client i takes slots ``[i·c, (i+1)·c)``. Each permutation lists every class once, so every
-    class is held by ⌊N·c/C⌋ or ⌈N·c/C⌉ clients. Where a client's window straddles two
-    permutations, the head of the new one is reordered so that the client's classes stay
-    distinct. Each class's shuffled samples are then split as evenly as possible among its
-    holders. Disjoint; if N·c < C, the classes that no client holds are left out.
-
-    Requires every class to have at least as many samples as clients holding it (otherwise some
-    client would end with fewer than c classes); raises ``ValueError`` if not. Differs from
-    FL-Simulator's "Pathological", which fills equal quotas by sampling with reuse.
-    """
+    Client i takes slots ``[i·c, (i+1)·c)`` of consecutive random class permutations (reordered where a
+    window straddles two, so its classes stay distinct): every class has ⌊N·c/C⌋ or ⌈N·c/C⌉ holders,
+    which share its samples as evenly as possible. Disjoint. ValueError when a class has fewer samples
+    than holders. FL-Simulator's "Pathological" instead fills equal quotas with reuse."""
     y = _check_labels(labels)
     n_clients = _check_n_clients(n_clients, len(y))
     seed = _check_seed(seed)
@@ -274,15 +236,9 @@ def pathological(labels: Any, n_clients: int, classes_per_client: int, *, seed: 
 
 
 def shards(labels: Any, n_clients: int, shards_per_client: int = 2, *, seed: int) -> Partition:
-    """McMahan et al. 2017 shards: sort by label, cut into N·s shards, give each client s of them.
-
-    Samples are shuffled before the (stable) sort so that the order inside a class is random,
-    then the sorted list is cut into ``n_clients * shards_per_client`` contiguous shards whose
-    sizes differ by at most 1, and each client receives ``shards_per_client`` random shards.
-    A client holds at most ``shards_per_client`` classes when every class size is a multiple of
-    the shard size (MNIST in the paper: 200 shards of 300); otherwise a shard can straddle a class
-    boundary. Disjoint; every index is used exactly once.
-    """
+    """McMahan et al. 2017 shards: sort by label (shuffled first), cut into N·s near-equal shards, give each
+    client s random ones. A shard can straddle a class boundary unless the class sizes are multiples of
+    the shard size. Disjoint."""
     y = _check_labels(labels)
     n_clients = _check_n_clients(n_clients, len(y))
     seed = _check_seed(seed)
@@ -301,13 +257,8 @@ def shards(labels: Any, n_clients: int, shards_per_client: int = 2, *, seed: int
 
 
 def natural(labels: Any, natural_clients: Any, n_clients: int) -> Partition:
-    """The dataset's own clients (scheme ``"natural"``): client i holds ``natural_clients[i]``.
-
-    For datasets that come split by device or writer (:attr:`fedlab.data.Dataset.natural_clients`,
-    e.g. ``synthetic``). Nothing is drawn, so there is no seed; the indices are kept as given. Raises
-    ``ValueError`` when the dataset has no natural clients (``natural_clients=None``) or when
-    ``n_clients`` differs from their number (the split is the dataset's, not a choice).
-    """
+    """The dataset's own clients (``natural_clients``, e.g. ``synthetic``): client i holds ``natural_clients[i]``.
+    Nothing is drawn. ValueError without natural clients or when ``n_clients`` differs from their number."""
     y = _check_labels(labels)
     n = _check_int("n_clients", n_clients, 1)
     if natural_clients is None:

@@ -1,18 +1,6 @@
-"""Train on your own tensors: :func:`from_tensors` turns user-supplied arrays into a :class:`Dataset`.
-
-Replaying another code base's experiment needs its exact samples (any subset of indices, its own
-normalisation), which a dataset name cannot express. Hand the tensors over instead::
-
-    ds = fedlab.data.from_tensors(x_train, y_train, x_test, y_test, n_classes=10, name="theirs")
-    cfg = fedlab.Config(dataset="custom", partition="file", partition_params={"path": "split.json"},
-                        sampling="schedule", schedule_path="schedule.json", ...)
-    result = fedlab.run(cfg, dataset=ds, theta0=their_initial_model)
-
-The run key includes :attr:`Dataset.digest` (a SHA-256 of the tensors), so a stored run trained on
-other data is never returned. fedlab does not normalise or augment user tensors unless asked: pass
-them normalised as the other code base did (``augment="crop_flip"`` turns on the on-device crop +
-flip, parametrised by ``Config.crop_prob/crop_padding/flip_prob``).
-"""
+"""Train on your own tensors: :func:`from_tensors` turns user-supplied arrays into a :class:`Dataset`,
+for replaying another code base's exact samples and normalisation (the book's guide ``data.md``).
+The run key includes :attr:`Dataset.digest`, so a run trained on other data is never returned."""
 from __future__ import annotations
 
 from typing import Any
@@ -68,19 +56,10 @@ def from_tensors(
 ) -> Dataset:
     """A :class:`Dataset` from user tensors (torch or numpy), validated, as float32/int64 on one device.
 
-    Args:
-        x_train, x_test: features ``(n, ...)``, floating point, already normalised the way the user's
-            code base does it; both with the same per-sample shape. Stored as float32.
-        y_train, y_test: 1-D integer class ids in ``[0, n_classes)``; stored as int64.
-        n_classes: number of classes (default: the largest label + 1, over train and test).
-        name: a label for plots and ``describe()``; not part of the digest.
-        augment: ``None`` (default) or ``"crop_flip"`` (needs images ``(n, C, H, W)``).
-        mean, std: the normalisation the user applied, recorded for reference only (fedlab does not
-            apply it; ``as_cifar_shape`` and ``train_size`` do not apply to user tensors either).
-        device: where the tensors live (default: ``x_train``'s device).
-
-    Raises ValueError naming the argument for anything else.
-    """
+    ``x_*``: floating features ``(n, ...)``, already normalised, the same per-sample shape; ``y_*``: 1-D
+    integer ids in ``[0, n_classes)`` (default: largest label + 1). ``name`` labels it (not digested);
+    ``augment``: ``None`` or ``"crop_flip"`` (images only); ``mean``/``std``: recorded, not applied;
+    ``device``: default ``x_train``'s. ValueError naming the argument otherwise."""
     xs = {"x_train": _features("x_train", x_train), "x_test": _features("x_test", x_test)}
     if xs["x_train"].shape[1:] != xs["x_test"].shape[1:]:
         raise ValueError(f"x_train samples have shape {tuple(xs['x_train'].shape[1:])} but x_test samples "

@@ -1,12 +1,6 @@
 """The chunk size of the vectorised executor for ``Config(parallel_clients="auto")``, and the memory
-tracker it measures with.
-
-:func:`choose_chunk` times two local steps per candidate chunk size (:func:`measure_chunk` runs the
-real executor, :func:`fedlab.engine.vectorised.run_clients_vectorised`, on probe copies of the jobs)
-and skips candidates whose memory exceeds a budget; on CPU the memory is the peak of live tensor
-storage seen by :class:`LiveTensorBytes`, a ``TorchDispatchMode`` (a private torch module: this file
-is the only place fedlab depends on it). See :func:`choose_chunk` for the rule.
-"""
+tracker it measures with (:class:`LiveTensorBytes`, a ``TorchDispatchMode``: the one place fedlab
+depends on that private torch module)."""
 from __future__ import annotations
 
 import math
@@ -40,12 +34,9 @@ DEFAULT_CANDIDATES: tuple[int, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 class LiveTensorBytes(TorchDispatchMode):
     """Peak bytes of tensor storage created inside the ``with`` block and still alive (CPU estimate).
 
-    Every tensor an operator returns is seen here (below ``vmap``/``grad``, i.e. the real batched
-    tensors); its storage is counted once when first seen and released by a ``weakref.finalize``
-    when the last tensor seen on it dies. ``peak`` is the high-water mark of the bytes alive:
-    activations saved for backward, gradients, temporaries. Storage created outside the block
-    (parameters, data, inputs) is not counted; add it yourself.
-    """
+    Every tensor an operator returns (below ``vmap``/``grad``) is counted once per storage and released
+    by a ``weakref.finalize``; ``peak`` is the high-water mark. Storage made outside the block
+    (parameters, data, inputs) is not counted."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -108,21 +99,12 @@ def probe_jobs(jobs: Sequence[ClientJob], steps: int) -> list[ClientJob]:
 
 
 def measure_chunk(work: RoundWork, chunk: int, steps: int = 2) -> tuple[float, int]:
-    """(seconds per local step of ``chunk`` clients, peak bytes of training ``chunk`` clients).
+    """(seconds per local step of ``chunk`` clients, peak bytes of training them).
 
-    Runs the real executor — ``run_clients_sequential`` for ``chunk == 1``, else
-    ``run_clients_vectorised`` with one chunk — on the first ``chunk`` jobs of ``work`` cut to
-    ``steps`` local steps (:func:`probe_jobs`), so per-client overheads (batch gathering, stacking,
-    uploads) are included. The first run is a warm-up that also measures memory; then the run is
-    timed once, or twice (keeping the faster) when it takes under 0.5 s, where noise matters most.
-    Memory is
-
-    * CUDA: ``torch.cuda.max_memory_allocated`` during the run minus what was allocated before;
-    * CPU: the peak bytes of tensors created during the run and still alive, tracked by
-      :class:`LiveTensorBytes` — stacked θ_{i,0}, states and batches, activations, gradients,
-      uploads. The data set, the message and the states passed in are not counted (they exist
-      whatever the chunk); allocator overhead and framework scratch buffers are not included.
-    """
+    Runs the real executor (sequential for ``chunk == 1``, else vectorised with one chunk) on the first
+    ``chunk`` jobs cut to ``steps`` steps (:func:`probe_jobs`), so per-client overheads count: a warm-up
+    that measures memory, then one timed run (two under 0.5 s, the faster kept). Memory: CUDA's
+    ``max_memory_allocated`` minus what was allocated before; on CPU :class:`LiveTensorBytes`."""
     from fedlab.engine.clients import run_clients_sequential
 
     first = work.part(0, chunk)
@@ -204,18 +186,12 @@ def choose_chunk(
 ) -> ChunkChoice:
     """Choose how many clients to vmap together, by measurement, within a memory budget.
 
-    For each candidate c (default :func:`candidate_chunks`, ascending) c clients are trained for two
-    local steps through the real executor (a warm-up that also measures memory, then timed; see
-    :func:`measure_chunk`). Once c = 1 and c = 2 are measured, the memory of a larger c is first
-    predicted linearly (peak(1) + (c−1)·(peak(2)−peak(1))) and c is skipped without running when the
-    prediction exceeds the budget; a measured peak over the budget also rules c out. Among the rest
-    the chunk with the smallest ⌈m/c⌉ · t(c) wins. If not even c = 1 fits, 1 is returned with a
-    warning. No job's generators or states are changed.
-
-    ``work.grad_fn`` is the vmap-able oracle. ``budget_mb`` (MiB) defaults to
-    :func:`default_budget_bytes`. ``sequential_grad_fn`` is the oracle the engine's sequential path
-    would use for c = 1 (default ``work.grad_fn``), so that c = 1 is timed as it would run.
-    """
+    Each candidate c (:func:`candidate_chunks`, ascending) is trained for two local steps
+    (:func:`measure_chunk`). After c = 1 and 2, a larger c is skipped unmeasured when its linear memory
+    prediction peak(1) + (c−1)·(peak(2) − peak(1)) exceeds the budget (or ruled out by its measured
+    peak); the smallest ⌈m/c⌉ · t(c) wins. If not even 1 fits, 1 with a warning. No job's generators or
+    states change. ``budget_mb`` defaults to :func:`default_budget_bytes`; ``sequential_grad_fn`` is the
+    oracle c = 1 would run with."""
     t_start = time.perf_counter()
     m = len(work.jobs)
     if m == 0:

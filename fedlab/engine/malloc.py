@@ -1,30 +1,13 @@
 """Fixed glibc allocator thresholds, so that evaluation does not page-fault its buffers in again.
 
-glibc ``malloc`` serves a request above its *mmap threshold* with a fresh ``mmap`` (unmapped on
-``free``) and returns free memory at the top of the heap to the OS once it exceeds the *trim
-threshold*. Both thresholds start at 128 KiB / 256 KiB and move with the allocation history: when
-a freed ``mmap`` chunk is larger than the threshold, the threshold rises to its size (capped at
-32 MiB) and the trim threshold to twice that. So the same computation can land in either of two
-regimes within one process: evaluation batches whose activations (25 MB per tensor for LeNet-5 on
-3×32×32 at batch 128) are served from the heap and reused, or are mapped, zero-filled by page
-faults, and returned, batch after batch. Measured with ``python -m lab bench flsim`` on the
-5,000-image union: 0 or 732,583 minor page faults per evaluation at batch 128 depending on what the
-process had done before (FedAvg vs FedSAM rounds), ~1.5 s of kernel time per evaluation in the
-faulting regime; with the thresholds fixed, 0–8 faults per evaluation at batches 64, 128 (the CPU
-default) and 256. A batch whose working set exceeds :data:`TRIM_THRESHOLD` (LeNet-5 at batch 1000:
-~600 MB) is still returned and faulted in again each time: the price of bounding what is kept.
-
-:func:`stable_malloc` fixes them (``mallopt``): requests up to :data:`MMAP_THRESHOLD` come from the
-heap and up to :data:`TRIM_THRESHOLD` of free memory is kept at its top. Setting the mmap threshold
-explicitly also switches glibc's dynamic adjustment off, so the regime no longer depends on
-history. The cost is that a process keeps up to 512 MiB of freed memory. Linux/glibc only;
-elsewhere, or with ``FEDLAB_MALLOC=default`` in the environment, nothing is changed.
-
-Opt-in: building or running a simulation never calls it (a library must not change the allocator of
-the process it is imported into). ``python -m fedlab ...`` calls it at start, and so does the
-repository's lab (``python -m lab ...``, its notebooks and ``make run``); call it yourself in a
-program that evaluates on the CPU and wants the same timings. It changes timing only, never a number.
-"""
+glibc's mmap and trim thresholds move with the allocation history, so one computation can land in
+either of two regimes: activations served from the heap and reused, or mapped, zero-filled by page
+faults and returned, batch after batch (``python -m lab bench flsim``: 0 or 732,583 minor faults per
+evaluation of LeNet-5 at batch 128, ~1.5 s of kernel time). :func:`stable_malloc` fixes both
+(``mallopt``: :data:`MMAP_THRESHOLD`, :data:`TRIM_THRESHOLD`), which also stops the adjustment, at
+the cost of keeping up to 512 MiB of freed memory. Linux/glibc only; ``FEDLAB_MALLOC=default``
+disables it. Opt-in: a library must not change its host process's allocator, so only the command
+lines (``python -m fedlab``, ``python -m lab``) call it. Timing only, never a number."""
 from __future__ import annotations
 
 import ctypes

@@ -1,20 +1,11 @@
 """Which clients take part in round t.
 
-* ``uniform``  — exactly m = round(p·N) clients, uniformly without replacement (the theory setting,
-  FedVSSAM's "UAR"); ids sorted.
-* ``bernoulli`` — FL-Simulator: each client independently with probability p; an empty draw is
-  redrawn (so "10 % of 100" means 10 on average, not exactly 10).
-* ``schedule`` — a JSON file holding one list of client ids per round, to replay another run's
-  selections exactly.
-
-Each round draws from its own generator derived from (seed, "sampling", t), so a resumed run
-samples exactly what an uninterrupted one would.
-
-Clients that hold no data are never sampled (``eligible`` = the clients that do): ``uniform`` draws
-its m = round(p·N) clients among them (N still counts every client), ``bernoulli`` skips them
-(their coins are still drawn, so the other clients' draws do not move), and a schedule that names one
-is refused. With every client non-empty the draws are exactly those of a sampler without the rule.
-"""
+``uniform``: exactly m = round(p·N), uniformly without replacement (the theory setting, FedVSSAM's
+"UAR"); ``bernoulli``: each client with probability p, an empty draw redrawn (FL-Simulator);
+``schedule``: a JSON list of client ids per round, to replay another run. Each round draws from its
+own generator (seed, "sampling", t), so a resumed run samples what an uninterrupted one would.
+Clients without data are never sampled (``uniform`` draws among the others, ``bernoulli`` still draws
+their coins so no other draw moves, a schedule naming one is refused)."""
 from __future__ import annotations
 
 import hashlib
@@ -51,11 +42,7 @@ def sample_clients(
     round_: int, n_clients: int, participation: float, *, seed: int, mode: str = "uniform",
     schedule: list[list[int]] | None = None, eligible: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Sorted int64 ids of the clients sampled in round ``round_``.
-
-    ``eligible``: sorted ids of the clients that may be sampled (those holding data,
-    :func:`eligible_clients`); ``None`` means all ``n_clients``.
-    """
+    """Sorted int64 ids of the clients sampled in round ``round_`` among ``eligible`` (default: all)."""
     eligible = np.arange(n_clients, dtype=np.int64) if eligible is None else np.asarray(eligible, np.int64)
     if mode == "uniform":
         check_sampling(n_clients, participation, mode, eligible)
@@ -89,13 +76,9 @@ def sample_clients(
 
 def load_schedule(path: str | Path, n_clients: int, rounds: int, *,
                   eligible: np.ndarray | None = None) -> list[list[int]]:
-    """Read and validate a client schedule: a JSON list of ≥ ``rounds`` non-empty lists of ids.
-
-    Ids must be JSON integers (``true``/``1.0`` are refused) in ``[0, n_clients)``, none repeated
-    within a round. With ``eligible`` (the ids of the clients holding data) a round naming any other
-    client is an error that names the round and the client. Every error is a ``ValueError`` naming
-    ``schedule_path`` and the file.
-    """
+    """Read and validate a client schedule: a JSON list of ≥ ``rounds`` non-empty lists of distinct
+    integer ids in ``[0, n_clients)`` (and in ``eligible``); every error is a ValueError naming
+    ``schedule_path``, the file, and the round and client at fault."""
     where = f"schedule_path={str(path)!r}"
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

@@ -132,13 +132,9 @@ UNDRAWABLE_RISK = 1e-12
 
 
 def undrawable_risk(config: Config, eligible: np.ndarray) -> float:
-    """An upper bound on the chance that some round of ``config`` cannot be drawn.
-
-    Only Bernoulli sampling can fail at run time (a uniform draw cannot once :func:`check_sampling`
-    passed; a schedule is validated when read): a round fails when all its
-    :data:`BERNOULLI_RETRIES` draws come up empty, each with probability (1 - p)^E for E eligible
-    clients; the union bound over the rounds gives the rest.
-    """
+    """An upper bound on the chance that some round cannot be drawn: only Bernoulli sampling can fail, a
+    round when all :data:`BERNOULLI_RETRIES` draws are empty ((1 − p)^E each, E eligible clients); the
+    union bound over rounds."""
     if config.sampling != "bernoulli":
         return 0.0
     empty = (1.0 - config.participation) ** int(eligible.size)
@@ -146,14 +142,9 @@ def undrawable_risk(config: Config, eligible: np.ndarray) -> float:
 
 
 def check_rounds_drawable(config: Config, schedule: list[list[int]] | None, eligible: np.ndarray) -> int:
-    """Draw every round's clients ahead, so an infeasible sampling fails before anything is written,
-    but only when a failure is possible at all (:func:`undrawable_risk` ≥ :data:`UNDRAWABLE_RISK`);
-    returns the number of rounds drawn (0 for every other config).
-
-    Rounds are otherwise drawn lazily, one at a time as the run reaches them (``Simulation.sample``),
-    so a run of many rounds starts at once. The draws are exactly those the run will make (each
-    round has its own generator), so drawing ahead or not changes no number.
-    """
+    """Draw every round's clients ahead when a failure is possible (:func:`undrawable_risk` ≥
+    :data:`UNDRAWABLE_RISK`), so it fails before anything is written; returns the rounds drawn (else 0).
+    Each round has its own generator, so drawing ahead changes no number."""
     if undrawable_risk(config, eligible) < UNDRAWABLE_RISK:
         return 0
     for t in range(config.rounds):

@@ -1,21 +1,12 @@
 """Client-parallel local training on CPU threads: one client per core, one core per client.
 
-On a CPU with few cores the convolutions of a small model are too small to keep several cores busy
-inside one operator (intra-op parallelism), and ``vmap`` turns them into grouped convolutions that
-oneDNN runs slowly. Clients of a round are independent, so :func:`run_clients_threaded` instead
-trains several clients at once, each on its own Python thread with a single intra-op thread.
-PyTorch releases the GIL inside every operator, so the threads overlap almost perfectly.
-
-``functional_call`` briefly swaps parameters into the module it is given, so every worker thread
-owns a gradient oracle over its own module replica (``FlatModel.replica``).
-
-Each client's arithmetic is exactly the sequential path's (:func:`run_clients_sequential` on one job)
-computed with one intra-op thread, and results are collected in job order, so the output is
-bit-identical to the sequential path run under ``torch.set_num_threads(1)`` — whatever the number of
-threads and however the operating system schedules them. (The sequential path with *several*
-intra-op threads differs from both in the last bits, as any PyTorch computation does across thread
-counts.) ``tests/test_threads.py`` checks this for every registered algorithm.
-"""
+A small model's convolutions cannot keep several cores busy inside one operator, and ``vmap`` turns
+them into slow grouped convolutions; clients are independent, so :func:`run_clients_threaded` trains
+several at once, each on its own thread at one intra-op thread (PyTorch releases the GIL inside
+operators). Each worker owns an oracle over its own module replica (``functional_call`` swaps
+parameters into the module). Each client's arithmetic is the sequential path's at one intra-op
+thread and results are collected in job order, so the output is bit-identical to the sequential path
+under ``torch.set_num_threads(1)`` whatever the scheduling (``tests/test_threads.py``)."""
 from __future__ import annotations
 
 import itertools
@@ -32,14 +23,9 @@ from fedlab.models.functional import GradFn
 
 
 def run_clients_threaded(work: RoundWork, grad_fns: Sequence[GradFn]) -> list[ClientResult]:
-    """Train the jobs of ``work`` on ``len(grad_fns)`` worker threads; results in job order.
-
-    Worker w uses ``grad_fns[w]`` in place of ``work.grad_fn``; no entry may share a module with
-    another (see the module docstring). ``work.data`` must be a
-    :class:`~fedlab.engine.clients.LocalData` on the CPU: kernels on one CUDA stream serialise
-    anyway, so use the vectorised executor there. The caller's intra-op thread count is restored on
-    return.
-    """
+    """Train the jobs of ``work`` on ``len(grad_fns)`` threads (worker w uses ``grad_fns[w]``, none sharing
+    a module); results in job order. CPU only (one CUDA stream serialises anyway); the caller's intra-op
+    thread count is restored."""
     threads = len(grad_fns)
     if threads < 1:
         raise ValueError("grad_fns must hold one gradient oracle per worker thread (got none)")

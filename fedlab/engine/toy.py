@@ -1,11 +1,7 @@
-"""A dataset-free driver for any fedlab algorithm: federations defined by gradient oracles.
-
-The full engine (``fedlab.engine.loop``) trains neural networks on real data. For teaching and for
-exact tests it is useful to run the *same* algorithm code on federations whose losses are known in
-closed form — e.g. client i with the quadratic f_i(θ) = ½ (θ − b_i)ᵀ A_i (θ − b_i), whose global
-optimum is (Σ A_i)⁻¹ Σ A_i b_i. Here a "batch" is whatever the oracle understands (for instance the
-client id and a noise seed), and ``grad_fn(θ, batch) -> (gradient, loss)`` computes it.
-"""
+"""A dataset-free driver for any fedlab algorithm: federations defined by gradient oracles, whose
+losses are known in closed form (e.g. f_i(θ) = ½ (θ − b_i)ᵀ A_i (θ − b_i), global optimum
+(Σ A_i)⁻¹ Σ A_i b_i), for teaching and exact tests. A "batch" is whatever ``grad_fn(θ, batch) ->
+(gradient, loss)`` understands."""
 from __future__ import annotations
 
 from collections.abc import Callable

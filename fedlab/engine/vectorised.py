@@ -1,26 +1,12 @@
 """Vectorised local training: the sampled clients of a round trained together with ``torch.func.vmap``.
 
-:func:`run_clients_vectorised` gives the same numbers as the sequential reference path
-(:func:`fedlab.engine.clients.run_clients_sequential`) up to float rounding: it splits the jobs into
-chunks of ``chunk`` clients and, for each chunk,
-
-1. computes θ_{i,0} = ``client_start(msg, c_i, info)`` client by client and stacks them (and the
-   client states, a dict of tensors each, into one dict of ``(chunk, ...)`` tensors);
-2. for k = 0 … K−1 gathers client i's batch exactly as the sequential path does — each client's own
-   augmentation generator, drawn in the same order — stacks the batches to ``(chunk, B, ...)`` and
-   calls ``vmap(lambda θ, c, b: local_step(θ, c, msg, b, grad_fn, step))`` (``msg`` is shared, not
-   batched);
-3. calls ``upload`` client by client on the rows of the stacked result.
-
-Only the local steps are vmapped: they hold all the work. ``client_start`` and ``upload`` are a
-handful of vector operations per client, and running them one by one keeps every algorithm's
-bookkeeping exactly as in the reference path.
-
-Batched convolutions under vmap become grouped convolutions, so the summation order differs from the
-sequential path: results agree to ~1e-7 relative on CPU, not bit for bit.
-
-The chunk size of ``Config(parallel_clients="auto")`` is chosen by :mod:`fedlab.engine.chunking`.
-"""
+Per chunk of clients: θ_{i,0} = ``client_start`` client by client, stacked with the client states;
+for k = 0 … K−1 each client's batch is gathered exactly as on the sequential path (its own
+augmentation generator, same order) and ``vmap(local_step)`` runs over the stack (``msg`` shared);
+then ``upload`` client by client. Only the local steps, which hold the work, are vmapped, so every
+algorithm's bookkeeping is the reference path's. Batched convolutions become grouped ones: results
+agree with :func:`fedlab.engine.clients.run_clients_sequential` to ~1e-7 relative on CPU, not bit for
+bit. ``parallel_clients="auto"`` chooses the chunk (:mod:`fedlab.engine.chunking`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -81,12 +67,8 @@ def _batch_indices(jobs: Sequence[ClientJob]) -> Tensor | None:
 
 
 def gather_batch(data: LocalData, jobs: Sequence[ClientJob], k: int, idx: Tensor | None = None) -> Batch:
-    """Step k's batches of all jobs, stacked: ``((chunk, B, ...), (chunk, B))``.
-
-    With augmentation, every client's batch is built by ``data.batch`` with its own generator — the
-    same calls, in the same per-client order, as the sequential path. Without augmentation a batch
-    is a pure index gather, so one gather with a ``(chunk, B)`` index gives identical tensors.
-    """
+    """Step k's batches of all jobs, stacked: ``((chunk, B, ...), (chunk, B))``; with augmentation each
+    client's via ``data.batch`` and its own generator, without it one index gather (identical tensors)."""
     if data.augment is None:
         rows = idx[:, k] if idx is not None else torch.stack([job.batches[k] for job in jobs])
         return data.x[rows], data.y[rows]
@@ -107,13 +89,8 @@ def vmapped_step(algorithm: Algorithm, msg: State, grad_fn: GradFn, step: StepIn
 # the executor
 # ------------------------------------------------------------------------------------------------
 def run_clients_vectorised(work: RoundWork, chunk: int) -> list[ClientResult]:
-    """Train the jobs of ``work`` ``chunk`` clients at a time with ``torch.func.vmap``; same results
-    as sequential, in job order.
-
-    ``work.data`` must be a :class:`~fedlab.engine.clients.LocalData` and ``work.grad_fn`` a
-    vmap-able (functorch) oracle. All jobs must have the same K and batch shapes (fixed-step mode).
-    The last chunk holds the remainder when ``chunk`` does not divide m.
-    """
+    """Train the jobs of ``work`` ``chunk`` clients at a time with ``vmap`` (results in job order).
+    Needs a vmap-able oracle and equal K and batch shapes (fixed-step mode); the last chunk holds the rest."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be an integer ≥ 1 (got {chunk!r})")
     work.check()

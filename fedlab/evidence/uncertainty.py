@@ -1,14 +1,8 @@
 """Uncertainty over seeds: mean ± a Student-t confidence interval, keeping every per-seed value.
 
-With n independent seeds x_1..x_n (sample mean x̄, sample standard deviation s, ddof = 1) the
-two-sided interval at level 1 − a is
-
-    x̄ ± t_{1−a/2, n−1} · s / √n,
-
-the usual small-sample interval for a mean (the papers report "mean ± std over 3 seeds"; fedlab
-reports the interval, which is wider at n = 3 because t_{0.975, 2} ≈ 4.30). One seed gives no interval
-(NaN half-width): a single run is reported as a single number, never with a made-up spread.
-"""
+For n independent seeds (mean x̄, sample std s) the two-sided interval at level 1 − a is
+x̄ ± t_{1−a/2, n−1} · s / √n — wider than the papers' "mean ± std" at n = 3 (t_{0.975, 2} ≈ 4.30).
+One seed gives no interval (NaN half-width), never a made-up spread."""
 from __future__ import annotations
 
 import math
@@ -94,13 +88,9 @@ def mean_interval(values: Iterable[float], level: float = 0.95) -> Estimate:
 
 
 def difference_interval(a: Estimate, b: Estimate, level: float = 0.95) -> tuple[float, float]:
-    """Welch's interval for the difference of two means, ``(low, high)`` around ā − b̄.
-
-    ā − b̄ ± t_{1−a/2, ν} · √(s_a²/n_a + s_b²/n_b), with the Welch–Satterthwaite degrees of freedom
-    ν = (s_a²/n_a + s_b²/n_b)² / ((s_a²/n_a)²/(n_a−1) + (s_b²/n_b)²/(n_b−1)). It is what an
-    equivalence claim ("within 1 point") needs: two means that happen to be close say nothing when
-    either is uncertain by more than the tolerance. Fewer than two values in either arm: NaN bounds.
-    """
+    """Welch's interval for ā − b̄: ± t_{1−a/2, ν} · √(s_a²/n_a + s_b²/n_b), ν by Welch–Satterthwaite,
+    ν = (s_a²/n_a + s_b²/n_b)² / ((s_a²/n_a)²/(n_a−1) + (s_b²/n_b)²/(n_b−1)). What an equivalence claim
+    ("within 1 point") needs; fewer than two values in an arm gives NaN bounds."""
     diff = a.mean - b.mean
     if a.n < 2 or b.n < 2:
         return float("nan"), float("nan")

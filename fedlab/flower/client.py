@@ -1,22 +1,11 @@
 """The client side: a Flower ``ClientApp`` that runs a fedlab algorithm's local steps and upload.
 
-For a "train" message of round t the ClientApp of client i (its Flower ``partition-id``)
-
-1. restores its persistent algorithm state c_i from ``context.state`` (Flower keeps a node's
-   Context between the messages of a run), or ``algorithm.client_init(θ_0)`` if it never took part;
-2. draws its minibatches exactly as the engine does (``Simulation.client_jobs``: generator
-   (seed, "batches", t, i)) and trains with the engine's own sequential client loop
-   (``run_clients_sequential``: ``client_start``, K × ``local_step``, ``upload``);
-3. keeps the updated c_i in ``context.state`` and replies with the upload only.
-
-So the numbers are those of the engine's sequential path, and the state that the method keeps on
-the client (SCAFFOLD's c_i, FedDyn's h_i, FedSMOO's h_i and μ_i, FedLESAM's θ_old,i, ...) stays on
-the client: the server never sees it.
-
-A client of a stateful method that the server says took part before, but that holds no state (a
-SuperNode restarted and lost its Context) or state from another round, refuses to train: silently
-restarting from c_i = 0 would change the method.
-"""
+For a "train" message of round t, client i (its ``partition-id``) restores its state c_i from
+``context.state`` (or ``client_init(θ_0)``), draws its minibatches as the engine does and trains with
+the engine's sequential client loop, keeps c_i and replies with the upload only: the engine's
+numbers, and client state never leaves the client. A stateful client that took part before but
+holds no state, or state from another round (a restarted SuperNode), refuses to train: restarting
+from c_i = 0 would change the method."""
 from __future__ import annotations
 
 import json
@@ -70,11 +59,8 @@ def client_id(context: Context, config: Config) -> int:
 
 def restore_client_state(sim: Simulation, context: Context, i: int, last_round: int,
                          keys: tuple[str, str] = (CLIENT_STATE, CLIENT_META)) -> State:
-    """Client i's persistent state for a round, given the round the server says it last took part in.
-
-    ``last_round = -1``: never took part, so ``client_init(θ_0)`` (what the engine uses for a client
-    it has no state for). Otherwise the stored state must exist and date from ``last_round``.
-    """
+    """Client i's state for a round: ``client_init(θ_0)`` if it never took part (``last_round = -1``),
+    else the stored state, which must date from ``last_round``."""
     alg = sim.algorithm
     fresh = alg.client_init(sim.model.theta0())
     if not fresh:  # stateless method: nothing to restore
@@ -103,11 +89,8 @@ def restore_client_state(sim: Simulation, context: Context, i: int, last_round: 
 
 
 class FedlabClient:
-    """The handlers of fedlab's ClientApp.
-
-    ``experiments``: one Config; or named Configs (the server names the experiment in every
-    message, and each keeps its own client state); or None, the Config in Flower's run config.
-    """
+    """The handlers of fedlab's ClientApp for one Config, named Configs (each with its own client state)
+    or None (the Config in Flower's run config)."""
 
     def __init__(self, experiments: Config | Mapping[str, Config] | None = None) -> None:
         self.experiments = named_configs(experiments)

@@ -1,24 +1,15 @@
 """What travels between the Flower ServerApp and the ClientApps, and how it is encoded.
 
-One fedlab round over Flower (``t`` is 0-based; Flower's ``server_round`` is t + 1)::
+One round (``t`` 0-based; Flower's ``server_round`` is t + 1)::
 
-    server → client i   Message "train", content RecordDict
-                          "broadcast": ArrayRecord = algorithm.broadcast(server, info)   (downlink)
-                          "round":     ConfigRecord {round t, sampled client ids, expected client
-                                                     id, the round client i last took part in}
-    client i → server   reply, content RecordDict
-                          "upload":    ArrayRecord = algorithm.upload(...)[0]             (uplink)
-                          "metrics":   MetricRecord {train-loss, num-examples}
+    server → client i   "broadcast": ArrayRecord = algorithm.broadcast(server, info)   (downlink)
+                        "round":     ConfigRecord {t, sampled ids, expected client id, last round taken part}
+    client i → server   "upload":    ArrayRecord = algorithm.upload(...)[0]             (uplink)
+                        "metrics":   MetricRecord {train-loss, num-examples}
 
-The arrays of the two ArrayRecords are exactly the tensors fedlab's engine counts as downlink and
-uplink floats (``Simulation.run``: ``_numel(msg) · m`` and ``Σ_i _numel(upload_i)``), so the payload
-of a round is ``4 · floats`` bytes in float32. The ConfigRecord and MetricRecord hold a handful of
-scalars and no model-sized vector. Arrays are serialised with ``numpy.save`` (Flower's ``Array``),
-which is lossless, so a vector arrives bit for bit as it left.
-
-Persistent client state (SCAFFOLD's c_i, FedDyn's h_i, FedSMOO's μ_i, ...) never travels: it lives
-in the ClientApp's ``context.state`` under :data:`CLIENT_STATE` (see :mod:`fedlab.flower.client`).
-"""
+The arrays are exactly what the engine counts as downlink and uplink floats (4 bytes each in
+float32), serialised losslessly with ``numpy.save``. Persistent client state never travels: it lives
+in the ClientApp's ``context.state`` under :data:`CLIENT_STATE`."""
 from __future__ import annotations
 
 import json
@@ -55,11 +46,7 @@ QUERY_CLIENT_ID = "query.client_id"
 
 
 def servable_algorithms() -> tuple[str, ...]:
-    """Algorithms the Flower apps serve: every registered fedlab algorithm.
-
-    Every method fits the contract the apps rely on (server state on the server, client state on
-    the client, only broadcast and upload travel), so the list is the registry itself.
-    """
+    """Every registered algorithm: each fits the contract the apps rely on (only broadcast and upload travel)."""
     return algorithm_names()
 
 
@@ -71,13 +58,8 @@ def check_servable(name: str) -> None:
 
 
 def round_info(sim: Simulation, t: int, clients: Sequence[int]) -> RoundInfo:
-    """The RoundInfo of round t with the given sampled clients, on the server and on every client.
-
-    The one place the Flower apps build a RoundInfo: both sides derive it from the shared run
-    config exactly as the engine does (``Simulation.round_info``), so nothing of it travels but the
-    round number and the sampled ids. The clients' K_i come from their jobs, as in the engine
-    (E·⌈n_i/B⌉ in epoch mode), so every side sees the steps the clients really run.
-    """
+    """The RoundInfo of round t, built on the server and on every client from the shared run config as
+    the engine does (``Simulation.round_info``), so only the round and the sampled ids travel."""
     jobs = sim.client_jobs(t, np.asarray(clients, dtype=np.int64), sim.client_indices)
     return sim.round_info(t, tuple(len(job.batches) for job in jobs))
 
@@ -120,12 +102,9 @@ _JSON_FIELDS = ("algorithm_params", "partition_params")
 
 
 def config_from_run_config(run_config: Mapping[str, Any]) -> Config:
-    """A fedlab Config from Flower's run config (``[tool.flwr.app.config]`` or ``flwr run --run-config``).
-
-    Keys are Config field names, with '-' or '_' (``n-clients = 4``); ``algorithm-params`` and
-    ``partition-params`` are JSON objects in a string (``'{"rho": 0.05}'``); an empty string means
-    None. Unknown keys raise ``ConfigError`` naming the allowed ones.
-    """
+    """A fedlab Config from Flower's run config: Config field names with '-' or '_'; ``algorithm-params``
+    and ``partition-params`` as JSON strings; "" means None; an unknown key is a ConfigError naming the
+    allowed ones."""
     values: dict[str, Any] = {}
     for key, value in run_config.items():
         name = key.replace("-", "_")

@@ -1,22 +1,11 @@
 """The server side: a Flower ``Strategy`` (Message API) that runs a fedlab algorithm's server rules.
 
-Round t (Flower's ``server_round`` = t + 1) in :class:`FedlabStrategy`:
-
-* ``configure_train``: the clients S_t come from fedlab's own sampler (``Simulation.sample``: the
-  config's uniform / bernoulli draw from generator (seed, "sampling", t), or ``sampling="schedule"``
-  with ``schedule_path`` to pin them), each mapped to the Flower node whose ``partition-id`` it is;
-  ``msg = algorithm.broadcast(server, info)`` is sent, as is, to each of them.
-* ``aggregate_train``: the uploads are stacked in client-id order (the engine's order, so the float
-  sums agree) and ``server = algorithm.aggregate(server, uploads, info)``.
-
-The ArrayRecord that Flower's ``Strategy.start`` carries from round to round is the whole fedlab
-*server state* (θ and whatever the method keeps on the server: SCAFFOLD's c, FedDyn's h̄, FedSMOO's
-s, ...); it stays on the server. What the server knows about the clients is the round each one last
-took part in (so a client can tell that it lost its state), never their state.
-
-Every array the server sends or receives is measured (:class:`~fedlab.flower.protocol.Traffic`) in
-``rounds``: the bytes Flower actually carried, to compare with fedlab's accounting.
-"""
+Round t of :class:`FedlabStrategy`: ``configure_train`` takes S_t from fedlab's own sampler
+(``Simulation.sample``), maps each client to the node whose ``partition-id`` it is and sends it
+``algorithm.broadcast(server, info)`` as is; ``aggregate_train`` stacks the uploads in client-id order
+(the engine's, so float sums agree) and applies ``algorithm.aggregate``. The whole server state stays
+on the server; of the clients it knows only the round each last took part in. Every array sent or
+received is measured (:class:`~fedlab.flower.protocol.Traffic`) to compare with fedlab's accounting."""
 from __future__ import annotations
 
 import time
@@ -66,12 +55,9 @@ class _Pending:
 
 
 class FedlabStrategy(Strategy):
-    """Any registered fedlab algorithm as a Flower strategy (``flwr.serverapp.strategy.Strategy``).
-
-    ``simulation`` holds the run's Config, algorithm, model (for θ_0 and evaluation) and test set;
-    the server uses neither the training data nor the partition. ``on_round`` is called with each
-    finished :class:`RoundRecord` (the CLI prints it). ``timeout`` bounds the wait for nodes and replies.
-    """
+    """Any registered fedlab algorithm as a Flower ``Strategy``. ``simulation`` holds the Config,
+    algorithm, model and test set (never the training data); ``on_round`` gets each :class:`RoundRecord`;
+    ``timeout`` bounds the wait for nodes and replies."""
 
     def __init__(self, simulation: Simulation, *, on_round: Callable[[RoundRecord], None] | None = None,
                  timeout: float = 3600.0, experiment: str | None = None) -> None:
@@ -215,13 +201,9 @@ def make_server_app(experiments: Config | Mapping[str, Config] | None = None, *,
                     on_round: Callable[[RoundRecord], None] | None = None,
                     on_finish: Callable[[str | None, FedlabStrategy, torch.Tensor], None] | None = None,
                     timeout: float = 3600.0) -> ServerApp:
-    """fedlab's ServerApp for one Config; for named Configs run one after another over the same
-    federation (pair it with ``make_client_app`` of the same mapping); or, with None, for the Config
-    in Flower's run config.
-
-    ``on_finish(name, strategy, θ_final)`` receives each experiment's name (None for a single
-    Config), its strategy (``rounds`` holds the measured traffic) and its final global model.
-    """
+    """fedlab's ServerApp for one Config, for named Configs run one after another over one federation,
+    or (None) for the Config in Flower's run config. ``on_finish(name, strategy, θ_final)`` receives each
+    experiment's result."""
     named = named_configs(experiments)
     app = ServerApp()
 

@@ -1,15 +1,9 @@
-"""Run fedlab's ServerApp and ClientApp with Flower's own simulation engine (Ray backend).
+"""Run fedlab's ServerApp and ClientApp with Flower's simulation engine (Ray backend).
 
-``run_flower_simulation(config)`` starts ``n_clients`` virtual SuperNodes (node i has
-``partition-id`` i), runs the ServerApp in this process and the ClientApps in Ray actors, and
-returns the final global model with what the server measured in every round. It calls
-``flwr.simulation.run_simulation``, which Flower 1.42 marks deprecated in favour of ``flwr run``
-against a simulation federation; it is still the in-process entry point (tests, notebooks, the
-``flower-sim`` command), and the apps are the same ones ``flwr run`` deploys (:mod:`fedlab.flower.app`).
-
-Ray is started once per process (``ray.init`` with ``num_cpus``) and reused by later simulations;
-Flower terminates its actors after each run but leaves Ray up.
-"""
+:func:`run_flower_simulation` starts ``n_clients`` virtual SuperNodes, runs the ServerApp here and the
+ClientApps in Ray actors, and returns the final model with the traffic measured per round, through
+``flwr.simulation.run_simulation`` (deprecated in Flower 1.42 for ``flwr run``, still the in-process
+entry point; the apps are those ``flwr run`` deploys). Ray starts once per process and is reused."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -45,11 +39,7 @@ class FlowerRun:
 def run_flower_simulation(config: Config, *, num_cpus: int = 1, cpus_per_client: float = 1.0,
                           on_round: Callable[[RoundRecord], None] | None = None,
                           verbose: bool = False) -> FlowerRun:
-    """Train ``config`` as a Flower app on ``config.n_clients`` virtual SuperNodes.
-
-    ``num_cpus`` is what Ray may use when this call starts it; ``cpus_per_client`` what one
-    ClientApp actor reserves (so ``num_cpus / cpus_per_client`` clients train at once).
-    """
+    """Train ``config`` as a Flower app; ``num_cpus`` for Ray, ``cpus_per_client`` per ClientApp actor."""
     check_servable(config.algorithm)
     return _simulate(config, num_cpus, cpus_per_client, on_round, verbose)[None]
 
@@ -57,11 +47,8 @@ def run_flower_simulation(config: Config, *, num_cpus: int = 1, cpus_per_client:
 def run_flower_experiments(configs: Mapping[str, Config], *, num_cpus: int = 1, cpus_per_client: float = 1.0,
                            on_round: Callable[[RoundRecord], None] | None = None,
                            verbose: bool = False) -> dict[str, FlowerRun]:
-    """Several named Configs (one ``n_clients``) one after another in ONE Flower simulation.
-
-    The same virtual SuperNodes (and Ray actors) serve every experiment, each with its own client
-    state; this saves the Ray actor start-up (seconds per simulation) that separate calls pay.
-    """
+    """Several named Configs (one ``n_clients``) in ONE simulation, sharing SuperNodes and Ray actors
+    (each with its own client state), which saves seconds of start-up per experiment."""
     return _simulate(configs, num_cpus, cpus_per_client, on_round, verbose)  # type: ignore[return-value]
 
 

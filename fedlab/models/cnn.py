@@ -102,34 +102,26 @@ class LeNet5(nn.Module):
 
 
 def build_mlp(input_shape: tuple[int, ...], n_classes: int, norm: str, groups: int) -> nn.Module:
-    """Two-hidden-layer MLP (200, 200 ReLU units), the FedAvg paper's "2NN"; any input shape.
+    """The FedAvg paper's "2NN": two hidden layers of 200 ReLU units on the flattened input.
 
-    The input is flattened to D = prod(input_shape) features. Parameters:
-    200·D + 40 400 + 201·C — 199 210 for 1×28×28 inputs and 10 classes, 54 410 for (60,) and 10.
-    There is no normalisation layer, so ``norm`` ("group" or "none") and ``groups`` are ignored.
-    """
+    200·D + 40 400 + 201·C parameters for D input features (199 210 on 1×28×28, 10 classes); ``norm``
+    and ``groups`` are ignored."""
     return MLP(math.prod(input_shape), n_classes)
 
 
 def build_cnn(input_shape: tuple[int, ...], n_classes: int, norm: str, groups: int) -> nn.Module:
-    """Small two-conv GroupNorm CNN for 28×28 (Fashion-MNIST/MNIST), 32×32 (CIFAR) or 8×8 inputs.
+    """Small two-conv GroupNorm CNN for 28×28, 32×32 or 8×8 inputs, fedlab's CPU workhorse.
 
-    conv3×3(C_in→32, pad 1) → norm → ReLU → max-pool 2 → conv3×3(32→64, pad 1) → norm → ReLU →
-    max-pool 2 → flatten (64·⌊H/4⌋·⌊W/4⌋) → fc 64 → ReLU → fc C. fedlab's CPU workhorse (the
-    "small Fashion-MNIST CNN" of the environment notes). Convolutions carry a bias only with
-    ``norm="none"``. Parameters for 10 classes: 220 330 on 1×28×28, 282 346 on 3×32×32,
-    36 010 on 1×8×8 (norm="group"); 220 234 on 1×28×28 with norm="none".
-    """
+    conv3×3(C_in→32) → norm → ReLU → pool 2 → conv3×3(32→64) → norm → ReLU → pool 2 → fc 64 → ReLU →
+    fc C; conv biases only with ``norm="none"``. 220 330 parameters on 1×28×28 for 10 classes, 282 346 on
+    3×32×32, 36 010 on 1×8×8."""
     return CNN(input_shape, n_classes, norm, groups)  # type: ignore[arg-type]
 
 
 def build_lenet5(input_shape: tuple[int, ...], n_classes: int, norm: str, groups: int) -> nn.Module:
     """LeNet-5-style CNN of the FedSAM papers (Caldarola fedsam/FedGloSS, FL-Simulator, Liu).
 
-    conv5×5(3→64) → ReLU → max-pool 2 → conv5×5(64→64) → ReLU → max-pool 2 → flatten
-    (64·5·5 = 1600 on 32×32) → fc 384 → ReLU → fc 192 → ReLU → fc C. No normalisation, so ``norm``
-    ("group" or "none") and ``groups`` are ignored. Returns logits (Liu's copy returns log-softmax,
-    which is the same under cross-entropy). Parameters on 3×32×32: 797 962 for 10 classes,
-    815 332 for 100.
-    """
+    conv5×5(3→64) → ReLU → pool 2 → conv5×5(64→64) → ReLU → pool 2 → fc 384 → ReLU → fc 192 → ReLU →
+    fc C; no normalisation. Logits (Liu's log-softmax is the same under cross-entropy). 797 962
+    parameters on 3×32×32 for 10 classes, 815 332 for 100."""
     return LeNet5(input_shape, n_classes)  # type: ignore[arg-type]

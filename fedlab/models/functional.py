@@ -1,10 +1,8 @@
 """Flat parameter vectors for ``torch.func``: the bridge between ``nn.Module`` and fedlab's math.
 
-Algorithms see a model as one 1-D tensor θ ∈ R^d. ``FlatModel`` remembers how θ splits into the
-module's named parameters, so ``forward(θ, x)`` runs the module through
-``torch.func.functional_call`` without copying weights into it. Everything here is vmap-safe: θ may
-carry a leading batch dimension under ``torch.func.vmap`` (one row per client).
-"""
+Algorithms see a model as one 1-D tensor θ ∈ R^d; :class:`FlatModel` knows how θ splits into the
+module's parameters and runs ``forward(θ, x)`` through ``torch.func.functional_call``. Everything is
+vmap-safe: θ may carry a leading batch dimension (one row per client)."""
 from __future__ import annotations
 
 import contextlib
@@ -69,12 +67,8 @@ def load_flat_(model: nn.Module, theta: Tensor) -> nn.Module:
 
 
 def to_channels_last(t: Tensor) -> Tensor:
-    """A 4-D tensor with explicit NHWC strides (others unchanged); differentiable.
-
-    ``t.contiguous(memory_format=torch.channels_last)`` is a no-op when C = 1 (a 1-channel NCHW
-    tensor already counts as channels-last), and the convolution then keeps NCHW; ``clone`` with the
-    memory format always writes NHWC strides.
-    """
+    """A 4-D tensor with explicit NHWC strides (others unchanged); differentiable. ``clone`` is needed:
+    ``contiguous(memory_format=channels_last)`` is a no-op for C = 1, and the convolution then stays NCHW."""
     if t.dim() != 4:
         return t
     return t.clone(memory_format=torch.channels_last)
@@ -83,24 +77,13 @@ def to_channels_last(t: Tensor) -> Tensor:
 class FlatModel:
     """A module seen as a function of a flat parameter vector.
 
-    ``forward(θ, x)`` = module(x) with parameters θ; ``loss(θ, batch)`` = mean cross-entropy;
-    ``grad_fn(θ, batch)`` = (∇_θ loss, loss), built once with ``torch.func.grad_and_value`` (composes
-    with ``vmap``, ``jvp``, …); ``autograd_grad_fn`` = the same oracle through plain reverse-mode
-    autograd, for loops that never transform it (see its docstring).
-
-    ``channels_last=True`` runs the module in NHWC memory layout: 4-D inputs and 4-D weights are
-    restrided (:func:`to_channels_last`) before the call, so oneDNN/cuDNN pick their channels-last
-    kernels (on CPU these include a vectorised max-pool that is several times faster than the NCHW
-    one). Same function, different summation order: numbers agree with NCHW to float rounding.
-
-    ``amp=True`` evaluates the *training* loss of the two gradient oracles under bfloat16 autocast
-    (``torch.autocast`` on the device of the input): convolutions and matmuls run in bf16 with float32
-    accumulation, softmax/cross-entropy and normalisation stay float32, and the gradient arrives in
-    float32 on the float32 θ. ``forward`` and ``loss`` (evaluation, the analysis tools) stay float32,
-    and so does the algorithms' vector arithmetic, which never runs under autocast. bf16 keeps 8
-    mantissa bits, so a single gradient differs from float32 by a few per cent (~3 % relative on the
-    ``cnn``) — less than minibatch noise, but not a like-for-like computation.
-    """
+    ``forward(θ, x)``; ``loss(θ, batch)`` = mean cross-entropy; ``grad_fn(θ, batch)`` = (∇_θ loss, loss)
+    by ``torch.func.grad_and_value`` (composes with ``vmap``, ``jvp``); ``autograd_grad_fn``: the same
+    oracle by plain autograd. ``channels_last=True`` restrides 4-D inputs and weights to NHWC so that
+    oneDNN/cuDNN pick their channels-last kernels (equal to NCHW to float rounding). ``amp=True``
+    evaluates the *training* loss of the gradient oracles under bf16 autocast (float32 accumulation,
+    softmax and normalisation; a gradient ~3 % off float32 on the ``cnn``); evaluation and the
+    algorithms' vector arithmetic stay float32."""
 
     def __init__(self, model: nn.Module, *, channels_last: bool = False, amp: bool = False) -> None:
         for name, buf in model.named_buffers():
@@ -119,12 +102,9 @@ class FlatModel:
     def _autograd_grad(self, theta: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
         """(∇_θ f(θ; batch), f(θ; batch)) by ``torch.autograd.grad`` on a detached leaf copy of θ.
 
-        The numbers are those of ``grad_fn`` up to float rounding (~1e-8 absolute on the CNN), but a
-        call is 25–35 % cheaper on CPU: functorch's ``grad`` transform routes every operator through
-        an extra dispatch layer, which costs more than the convolutions of a small model. Not
-        vmappable and not differentiable in θ — the sequential and threaded client executors use it;
-        the vectorised executor and the analysis tools use ``grad_fn``.
-        """
+        Equal to ``grad_fn`` to float rounding but 25–35 % cheaper on CPU (functorch's extra dispatch layer
+        costs more than a small model's convolutions). Not vmappable: the sequential and threaded executors
+        use it, the vectorised one and the analysis tools ``grad_fn``."""
         with torch.enable_grad():
             leaf = theta.detach().requires_grad_(True)
             loss = self.train_loss(leaf, batch)
@@ -136,11 +116,8 @@ class FlatModel:
         return self.spec.dim
 
     def replica(self) -> "FlatModel":
-        """An independent ``FlatModel`` over a deep copy of the module.
-
-        ``functional_call`` swaps θ's views into the module's attributes for the duration of a call,
-        so two threads must never call one module at once: each client thread gets a replica.
-        """
+        """An independent ``FlatModel`` over a deep copy of the module: ``functional_call`` swaps θ into the
+        module during a call, so each client thread needs its own."""
         return FlatModel(copy.deepcopy(self.module), channels_last=self.channels_last, amp=self.amp)
 
     def theta0(self) -> Tensor:
@@ -159,12 +136,8 @@ class FlatModel:
         return F.cross_entropy(self.forward(theta, x), y)
 
     def train_loss(self, theta: Tensor, batch: Batch) -> Tensor:
-        """``loss``, under bf16 autocast when ``amp`` is set: what the gradient oracles differentiate.
-
-        The autocast region is entered here, inside the oracle, rather than around a whole round:
-        autocast state is per thread (client threads would not see it) and the algorithms' dot
-        products and norms must not be lowered to bf16.
-        """
+        """``loss`` under bf16 autocast when ``amp`` is set, entered here rather than around a round: autocast
+        is per thread, and the algorithms' dot products must not run in bf16."""
         if not self.amp:
             return self.loss(theta, batch)
         with torch.autocast(device_type=batch[0].device.type, dtype=torch.bfloat16):

@@ -87,25 +87,13 @@ def build_model(
     groups: int = 2,
     seed: int | None = None,
 ) -> nn.Module:
-    """Build a registered model for inputs of shape ``input_shape`` (one sample, no batch dim).
+    """Build a registered model (one of ``MODELS``) for one sample of shape ``input_shape``.
 
-    Args:
-        name: one of ``MODELS``.
-        input_shape: per-sample shape, e.g. ``(1, 28, 28)``; image models need ``(C, H, W)``.
-        n_classes: number of output logits.
-        norm: ``"group"`` (default: GroupNorm with ``groups`` groups; buffer-free and vmap-safe) or
-            ``"none"``. ``"batch"`` (BatchNorm) is allowed only for the ResNets and the WRN, for use
-            as ordinary modules: BatchNorm keeps running statistics in buffers, and ``FlatModel`` —
-            the flat-vector path every fedlab algorithm runs on — refuses models with buffers.
-            ``mlp`` and ``lenet5`` have no normalisation layer and ignore ``norm``.
-        groups: GroupNorm groups; must divide every normalised channel count.
-        seed: if given, the initial weights come from ``derive_seed(seed, "init", name)`` and the
-            global torch RNG state is left exactly as it was; if ``None`` the global RNG is used.
-
-    Raises:
-        ValueError: unknown ``name`` or ``norm``, a norm the model does not allow, an input shape the
-            model cannot take, or bad ``n_classes``/``groups``.
-    """
+    ``norm``: ``"group"`` (default, ``groups`` groups: buffer-free, vmap-safe) or ``"none"``; ``"batch"``
+    only for the ResNets and the WRN as ordinary modules (``FlatModel`` refuses buffers); ``mlp`` and
+    ``lenet5`` ignore it. ``seed``: initial weights from ``derive_seed(seed, "init", name)``, the global
+    RNG left as it was (``None``: the global RNG). ValueError naming what is wrong (name, norm, shape,
+    ``n_classes``, ``groups``)."""
     entry = _entry(name)
     shape = _checked_shape(name, entry, input_shape)
     _check_options(name, entry, n_classes, norm, groups)
@@ -122,11 +110,8 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def model_info(name: str, input_shape: tuple[int, ...], n_classes: int) -> dict:
-    """Summary of a registered model with the default GroupNorm, without allocating its weights.
-
-    Returns ``{"name", "params", "input_shape", "n_classes", "accepts", "description"}``; the
-    description is the first line of the model's docstring.
-    """
+    """Summary of a registered model (default GroupNorm) without allocating weights: ``{"name", "params",
+    "input_shape", "n_classes", "accepts", "description"}``, the description the docstring's first line."""
     entry = _entry(name)
     with torch.device("meta"):
         model = build_model(name, input_shape, n_classes)

@@ -1,14 +1,7 @@
-"""ResNet-18 with GroupNorm, in the two flavours the sharpness-aware FL literature uses.
-
-Both share ``BasicBlock`` and the four stages [2, 2, 2, 2] with widths 64-128-256-512; they differ
-only in the stem:
-
-* ``resnet18_gn`` — CIFAR stem (3×3 conv, stride 1, no max-pool), as in Liu's FedSWA/FedNSAM code
-  with ``--normalization GN`` and in FedACG's ``ResNet18_base``;
-* ``resnet18_gn_imagenet_stem`` — torchvision's ImageNet stem (7×7 conv stride 2 + 3×3 max-pool
-  stride 2, so 32×32 → 8×8 before the first stage), as in FL-Simulator (FedSpeed, FedSMOO, FedLESAM
-  papers' "ResNet-18-GN"). Cheaper and less accurate than the CIFAR-stem network.
-"""
+"""ResNet-18 with GroupNorm in the literature's two flavours, sharing ``BasicBlock`` and the stages
+[2, 2, 2, 2] of widths 64-128-256-512: ``resnet18_gn`` (CIFAR stem: Liu's FedSWA/FedNSAM code with GN,
+FedACG) and ``resnet18_gn_imagenet_stem`` (torchvision's stem: FL-Simulator's "ResNet-18-GN";
+cheaper, less accurate)."""
 from __future__ import annotations
 
 import torch
@@ -94,15 +87,12 @@ def _torchvision_init_(model: nn.Module) -> None:
 
 
 def build_resnet18_gn(input_shape: tuple[int, ...], n_classes: int, norm: str, groups: int) -> nn.Module:
-    """CIFAR-stem ResNet-18 with GroupNorm(2) everywhere (Liu's FedSWA/FedNSAM ``resnet18`` + GN, FedACG).
+    """CIFAR-stem ResNet-18 with GroupNorm(2) (Liu's FedSWA/FedNSAM ``resnet18`` + GN, FedACG).
 
-    Stem: conv3×3(C_in→64, stride 1) → norm → ReLU (no max-pool); BasicBlocks [2, 2, 2, 2] with
-    widths 64-128-256-512 (stride 2 at the start of stages 2-4, 1×1-conv projection shortcuts);
-    adaptive average pool; fc 512→C. PyTorch default initialisation (as in Liu's/kuangliu's code).
-    Parameters on 3×32×32: 11 173 962 for 10 classes, 11 220 132 for 100.
-    ``norm="batch"`` gives the BatchNorm variant, whose running statistics are buffers: fine as an
-    ordinary module, but ``FlatModel`` (the flat-vector path every fedlab algorithm uses) rejects it.
-    """
+    conv3×3(C_in→64, stride 1) → norm → ReLU (no max-pool); BasicBlocks [2, 2, 2, 2] (stride 2 at
+    stages 2-4, 1×1 projection shortcuts); average pool; fc 512→C; PyTorch default initialisation.
+    11 173 962 parameters on 3×32×32 for 10 classes, 11 220 132 for 100. ``norm="batch"`` has buffers,
+    which ``FlatModel`` rejects."""
     return ResNet18(input_shape[0], n_classes, stem="cifar", norm=norm, groups=groups)
 
 
@@ -111,13 +101,9 @@ def build_resnet18_gn_imagenet_stem(
 ) -> nn.Module:
     """ImageNet-stem ResNet-18 with GroupNorm(2): FL-Simulator's ``ResNet18`` (FedSpeed/FedSMOO/FedLESAM).
 
-    torchvision's stem — conv7×7(C_in→64, stride 2, pad 3) → norm → ReLU → max-pool 3×3 stride 2 —
-    so a 32×32 image is 8×8 when it reaches the blocks; then the same BasicBlocks [2, 2, 2, 2] as
-    ``resnet18_gn``, adaptive average pool and fc 512→C. torchvision-style initialisation
-    (Kaiming-normal fan_out convolutions). Parameters on 3×32×32: 11 181 642 for 10 classes,
-    11 227 812 for 100. ``norm="batch"`` gives torchvision's BatchNorm network, whose buffers
-    ``FlatModel`` rejects.
-    """
+    conv7×7(stride 2) → norm → ReLU → max-pool 3×3 stride 2 (32×32 is 8×8 at the blocks), then as
+    ``resnet18_gn``; Kaiming-normal fan_out initialisation. 11 181 642 parameters on 3×32×32 for 10
+    classes, 11 227 812 for 100."""
     model = ResNet18(input_shape[0], n_classes, stem="imagenet", norm=norm, groups=groups)
     _torchvision_init_(model)
     return model

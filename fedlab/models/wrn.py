@@ -74,11 +74,8 @@ class WideResNet(nn.Module):
 def build_wrn28_4_gn(input_shape: tuple[int, ...], n_classes: int, norm: str, groups: int) -> nn.Module:
     """Wide-ResNet-28-4 with GroupNorm, the CIFAR-100 model of FedVSSAM (no public code exists).
 
-    Zagoruyko & Komodakis (2016): depth 28 → 4 pre-activation blocks per group, widen factor 4,
-    widths 16 (stem) → 64 → 128 → 256, strides 1, 2, 2; final norm → ReLU → average pool → fc.
-    No dropout; Kaiming-normal (fan_out) convolutions and zero fc bias as in the reference code;
-    BatchNorm replaced by GroupNorm(``groups``) so the model is buffer-free. Parameters on
-    3×32×32: 5 872 180 for 100 classes, 5 849 050 for 10. ``norm="batch"`` gives the original
-    BatchNorm network, whose buffers ``FlatModel`` rejects.
-    """
+    Zagoruyko & Komodakis (2016): 4 pre-activation blocks per group, widths 16 → 64 → 128 → 256,
+    strides 1, 2, 2, then norm → ReLU → average pool → fc; no dropout; Kaiming-normal (fan_out) convs and
+    zero fc bias; GroupNorm(``groups``) for BatchNorm. 5 872 180 parameters on 3×32×32 for 100 classes,
+    5 849 050 for 10."""
     return WideResNet(input_shape[0], n_classes, depth=28, widen=4, norm=norm, groups=groups)

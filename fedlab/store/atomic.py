@@ -1,19 +1,10 @@
 """The one atomic file write of fedlab: temporary sibling, fsync, rename.
 
-Every file fedlab writes for later reading (run directories, checkpoints, partition JSON, unpacked
-dataset files, sharpness tables) goes through :func:`atomic_write_bytes`:
-
-1. the bytes go to ``.<name>.<random>.tmp`` in the target's own folder (same filesystem, so the
-   rename below is atomic), created with mode ``0o666`` minus the process umask — the same
-   permissions as an ordinary ``open(path, "w")`` (``tempfile.mkstemp`` would give ``0600``);
-2. the file is flushed and ``fsync``-ed, so after the rename the *contents* are on disk too
-   (a rename that survives a power cut while the data does not would be a silently empty file);
-3. ``os.replace`` moves it over the target: a reader sees the old file or the new one, never half;
-4. the folder is ``fsync``-ed so that the rename itself is durable.
-
-A process killed between 1 and 3 leaves an orphan ``.<name>.*.tmp``; :func:`remove_orphans`
-deletes them (the results store calls it, under the run's lock, whenever it opens a run).
-"""
+Every file written for later reading goes through :func:`atomic_write_bytes`: the bytes go to
+``.<name>.<random>.tmp`` beside the target (mode ``0o666`` minus the umask, as ``open`` would give),
+are fsync-ed (so the renamed file is not empty after a power cut), ``os.replace`` puts them in place
+(a reader sees the old file or the new one), and the folder is fsync-ed (the rename is durable). A
+process killed before the rename leaves an orphan that :func:`remove_orphans` deletes."""
 from __future__ import annotations
 
 import io
@@ -75,11 +66,8 @@ def atomic_torch_save(path: str | os.PathLike, obj: Any) -> None:
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:
-    """Delete the ``.*.tmp`` files an interrupted :func:`atomic_write_bytes` left in ``folder``.
-
-    Only call this while no other process writes into ``folder`` (the results store holds the run's
-    lock). Returns the removed paths.
-    """
+    """Delete the ``.*.tmp`` files an interrupted write left in ``folder``, while no other process writes
+    there (the results store holds the run's lock); returns the removed paths."""
     folder = Path(folder)
     if not folder.is_dir():
         return []

@@ -1,33 +1,15 @@
 """A digest of the code a run executes, for the run key (:meth:`fedlab.config.Config.hash`).
 
-A cached run is only valid for the code that produced it: an edited algorithm, a changed batch
-order or model initialisation must not return the old θ. The key therefore covers the source of the
-*numeric path* — the subpackages ``algorithms``, ``engine``, ``models``, ``data``, the module
-``config``, and the seed-derivation functions of ``_rng`` (every random draw goes through them).
-The rule that turns a finished run into ``collapsed`` (``engine/collapse.py``) is on that path too: it
-decides a run's status, which decides whether a seed counts.
-
-What is hashed is the **abstract syntax tree** of each module, with every bare string statement
-(module, class, function and attribute docstrings) removed, not the bytes of the file. Comments and
-docstrings are not in the tree, and formatting (blank lines, line breaks, spacing) does not change
-it, so documentation edits keep every cached run and committed run record valid, while any change
-to a statement, expression, constant or name — anything that could change the numbers — gives a new
-key. Line numbers are excluded (``ast.dump`` without attributes).
-
-The digest is of the code's **content, not its layout**: each module is cut into its top-level
-statements (functions, classes, constants), import statements are dropped, and the SHA-256 is over
-the sorted multiset of those statements' dumps. Moving a module, renaming its file, splitting it or
-merging two, or changing where a name is imported from keeps the key (and every committed record)
-valid, as long as the moved code stays on the numeric path; changing any statement changes the key.
-What the key cannot see: code outside the numeric path; an import that binds a name to another
-library's function of the same name (``from math import sqrt`` → ``from numpy import sqrt``), since
-imports are dropped; the installed versions of torch and numpy; and patches applied in-process at run
-time (monkeypatching an algorithm or the engine). A run made under such a change must not be kept:
-delete its run directory (and never commit its record).
-
-Deliberately *not* covered, as they never change a run's numbers: ``analysis/`` (reads finished runs), ``results``, ``cli``,
-``sweep``, and the lab beside the library (plots, figures, benchmarks, evidence) and the notebooks.
-"""
+A cached run is valid only for the code that produced it, so the key covers the *numeric path*:
+``algorithms``, ``engine`` (the collapse rule included: it decides whether a seed counts),
+``models``, ``data``, ``config`` and the seed derivation of ``_rng``. What is hashed is each
+module's syntax tree without docstrings, comments or line numbers, cut into top-level statements
+with imports dropped: the SHA-256 over the sorted statement digests. Documentation edits, moving,
+renaming, splitting or merging modules on the path keep every cached run and committed record;
+changing any statement gives a new key. Not seen: code off the path (``analysis``, ``results``,
+``cli``, ``sweep``, the lab, notebooks — none changes a number), an import rebinding a name to
+another library's function, torch's and numpy's versions, in-process monkeypatches (a run made so
+must not be kept)."""
 from __future__ import annotations
 
 import ast
@@ -106,12 +88,9 @@ def package_digest(package: Path) -> str:
 
 
 class CodeWatch:
-    """The digest of ``package`` when this object was made, and whether the files still give it.
-
-    A process keys its runs with the digest it computed once; if someone edits the numeric code while
-    a run trains, modules imported later would run new code under the old key. :meth:`changed`
-    looks at the files' sizes and modification times (cheap, every checkpoint) and only re-hashes
-    when one of them moved."""
+    """The digest of ``package`` when made, and whether the files still give it: a run keyed once must
+    notice numeric code edited while it trains. :meth:`changed` compares sizes and mtimes (cheap, every
+    checkpoint) and re-hashes only when one moved."""
 
     def __init__(self, package: Path) -> None:
         self.package = package

@@ -1,47 +1,19 @@
 """Where the runs of a sweep execute: in this process, on a pool of local processes, or on Ray.
 
-Three backends run the same list of configs and return the same results, bit for bit:
-
-* ``sequential`` — one run after another in the calling process (the original ``fedlab.sweep``);
-* ``local`` (the default) — a pool of worker processes on this machine (:mod:`fedlab.sweep.pool`:
-  fresh interpreters that import fedlab and nothing of the caller, so it works from a script, a
-  notebook, ``python -c`` and standard input alike), as many as fit: one per usable core at
-  ``cpus_per_run`` = 1 intra-op thread. With a single run to do, or room for a single worker, it
-  runs in-process like ``sequential`` (a pool of one would only add its start-up);
-* ``ray`` — every run a Ray task (https://docs.ray.io) holding ``num_cpus`` / ``num_gpus`` (fractional
-  GPUs allowed, e.g. 0.25 = four runs share one GPU). ``ray.init()`` starts a local cluster when no
-  ``address`` is given; ``address="auto"`` joins the cluster this node belongs to (``ray start``).
-  Ray is the optional extra ``distributed`` and is imported only when this backend is chosen.
+* ``sequential`` — one run after another in the calling process;
+* ``local`` (default) — worker processes on this machine (:mod:`fedlab.sweep.pool`), one per usable
+  core at ``cpus_per_run`` = 1; in-process when only one run or one worker fits;
+* ``ray`` — one Ray task per run holding ``num_cpus`` / ``num_gpus`` (fractions share a GPU); the
+  optional extra ``distributed``, imported only when chosen.
 
 The results store is the only meeting point: every worker calls :func:`fedlab.run` on the config's
-``runs_dir`` (a shared filesystem on a cluster), which loads a finished run, resumes an unfinished one
-from its checkpoint and guards the run directory against a second process working in it. So a sweep
-that was killed, on whatever backend, is finished by running it again, on whatever backend: finished
-runs are loaded, interrupted ones resume, nothing finished is trained twice.
-
-Each run executes with ``torch.set_num_threads(cpus_per_run)`` on every backend (``sequential``
-restores the caller's thread count afterwards): results are bit-identical across backends because
-they are computed with the same intra-op thread count (thread counts change the last bits of some
-kernels, and they are not part of the run hash). Each run appends what it prints, warnings included,
-and the traceback of a failure to its own log file ``<runs_dir>/sweep-logs/<algorithm>-seed<seed>-<hash>.log``.
-A failing run is reported with its error and does not stop the others (``fail_fast`` stops starting
-new ones); :class:`SweepError` carries both the finished results and the failures.
-
-A worker process that dies (killed, out of memory) fails the run it was training, which resumes
-from its checkpoint when the sweep runs again; the other runs go on in a fresh worker.
-
-Stopping. Ctrl-C (SIGINT, a notebook's "interrupt kernel") stops a sweep on every backend: no run
-that had not started starts afterwards, the running ones are killed (local pool; Ray cancels their
-tasks with ``force=True``) or interrupted in-process (sequential), and :class:`SweepInterrupted` — a
-``KeyboardInterrupt`` — is raised after that cleanup, carrying the runs that finished;
-``python -m fedlab sweep`` prints it as one line (``interrupted: the sweep stopped: …``) and exits
-with status 130 (128 + SIGINT, the shell's convention; ``fedlab.cli.INTERRUPTED``). Killed runs lose at most the rounds since their last checkpoint
-(``checkpoint_every``): running the sweep again loads the finished runs, resumes the stopped ones
-and starts the rest, bit-identically to an uninterrupted sweep. If the calling process itself is
-killed (``kill -9``), the local pool's workers die with it (:mod:`fedlab.sweep.pool`); Ray ends the
-tasks of a driver that died (their owner is gone, and a cluster that ``ray.init`` started for the
-sweep goes down with its driver).
-"""
+``runs_dir``, which loads a finished run, resumes an interrupted one and locks the run directory, so
+a killed sweep on any backend is finished by running it again on any backend. Every run computes at
+``torch.set_num_threads(cpus_per_run)``, so all backends give the same bits (thread counts change
+the last bits and are not hashed). Each run logs to ``<runs_dir>/sweep-logs/``. Ctrl-C starts no
+further run, kills the running ones (they keep their checkpoints) and raises :class:`SweepInterrupted`
+(exit 130 on the command line); if the caller is killed, its pool workers and Ray tasks end with it.
+The user-facing account is the book's guide ``cluster.md``."""
 from __future__ import annotations
 
 import contextlib
@@ -72,13 +44,10 @@ class MissingExtraError(ImportError):
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """A sweep stopped by Ctrl-C (SIGINT), raised once no run is left running.
+    """A sweep stopped by Ctrl-C, raised once no run is left running (a ``KeyboardInterrupt``).
 
-    A ``KeyboardInterrupt``, so code that stops on one still does. ``results`` holds one entry per
-    config in sweep order (the :class:`RunResult` of a run that finished before the signal, else
-    ``None``); ``stopped`` are the configs that were running (they resume from their last
-    checkpoint when the sweep runs again) and ``not_started`` the ones that never started.
-    """
+    ``results``: per config in sweep order, the :class:`RunResult` of a run that finished, else ``None``;
+    ``stopped``: the configs that were running (they resume); ``not_started``: the others."""
 
     def __init__(self, message: str, results: list[RunResult | None], stopped: list[Config],
                  not_started: list[Config]) -> None:
@@ -90,12 +59,10 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 class SweepError(RuntimeError):
-    """Some runs of a sweep failed (the others finished and are saved in the results store).
+    """Some runs of a sweep failed (the others finished and are in the results store).
 
-    ``results`` holds one entry per config in sweep order: the :class:`RunResult`, or ``None`` for a
-    run that failed or was not started (``fail_fast``); ``failures`` describes the failed ones and
-    ``skipped`` the configs ``fail_fast`` never started.
-    """
+    ``results``: per config, the :class:`RunResult` or ``None`` (failed, or not started under
+    ``fail_fast``); ``failures`` describes the failed runs, ``skipped`` the configs never started."""
 
     def __init__(self, message: str, results: list[RunResult | None], failures: list[RunFailure],
                  skipped: list[Config]) -> None:
@@ -133,10 +100,8 @@ RAY_START_ATTEMPTS = 3
 
 
 def _ray_init(ray: Any, **kwargs: Any) -> None:
-    """``ray.init`` without its start-up chatter (the sweep's bar and logs say what happens), tried up
-    to ``RAY_START_ATTEMPTS`` times: Ray gives a starting raylet a fixed 30 s to register with its
-    GCS (``ray/_private/node.py``), which a machine busy with other work can miss. Keyword arguments
-    override the quiet defaults."""
+    """``ray.init`` without its start-up chatter, tried ``RAY_START_ATTEMPTS`` times (a busy machine can
+    miss the fixed 30 s a starting raylet has to register with its GCS)."""
     import logging
     import warnings
 
@@ -241,9 +206,8 @@ def _check_resources(backend: str, cpus_per_run: Any, gpus_per_run: Any, configs
 
 
 def _check_runs_dirs(configs: Sequence[Config]) -> None:
-    """Refuse, naming it, a ``runs_dir`` whose log folder could not be created — before any run
-    starts and without creating anything (a sweep refused later, e.g. for Ray's resources, leaves no
-    trace), so an unusable folder is one error instead of an errno from inside a worker."""
+    """Refuse, naming it, a ``runs_dir`` whose log folder cannot be created, before any run starts and
+    without creating anything."""
     for root in sorted({runs_root(c) for c in configs}):
         folder = root / LOG_DIR_NAME
         try:
@@ -264,22 +228,13 @@ def execute(configs: Sequence[Config], *, labels: Sequence[str] | None = None, b
             logger: Any = None) -> list[RunResult]:
     """Run (or load, or resume) every config on ``backend``; the results in the order of ``configs``.
 
-    Configs that name the same run (same hash, same ``runs_dir``) run once and share the result.
-    Relative ``runs_dir`` are made absolute first, so workers with another working directory (Ray's)
-    write where the caller reads. A run's cores are ``max(cpus_per_run, config.client_threads)``;
-    the local pool has ``max_workers`` workers (default: usable cores ÷ cores per run). Ray retries
-    a task whose worker died (its node lost, an OOM kill) up to 3 times, its default; each retry
-    resumes from the run's checkpoint.
-
-    ``logger``: what every run trained hands its rounds to (:mod:`fedlab.tracking`; a logger object is
-    pickled to each worker).
-
-    Raises :class:`SweepError` (after the other runs finished) if any run failed,
-    :class:`SweepInterrupted` on Ctrl-C (once nothing runs any more, see the module docstring),
-    :class:`MissingExtraError` if Ray is asked for but not installed, and
-    :class:`~fedlab.config.ConfigError` for bad resources or a ``runs_dir`` that cannot be written,
-    before anything runs.
-    """
+    Configs that name the same run run once and share the result; relative ``runs_dir`` are made
+    absolute (Ray's workers have another working directory). A run's cores are
+    ``max(cpus_per_run, config.client_threads)``; Ray retries a task whose worker died (3 times), each
+    retry resuming from the checkpoint. Raises :class:`SweepError` after the other runs finished,
+    :class:`SweepInterrupted` on Ctrl-C, :class:`MissingExtraError` without Ray, and ConfigError for bad
+    resources or an unwritable ``runs_dir`` before anything runs. ``logger`` (:mod:`fedlab.tracking`) is
+    handed every trained run's rounds (a logger object is pickled to each worker)."""
     _check_resources(backend, cpus_per_run, gpus_per_run, configs, max_workers)
     get_logger(logger)  # ConfigError naming logger before anything runs
     configs = [c.replace(runs_dir=str(Path(c.runs_dir).resolve()))

@@ -3,27 +3,13 @@
 A *sweep* is the cartesian product of a few :class:`~fedlab.config.Config` fields, repeated over
 seeds::
 
-    from fedlab.sweep.grid import sweep, summary_table
-    base = fedlab.Config(dataset="fmnist", rounds=50, partition="dirichlet", alpha=0.1)
     runs = sweep(base, {"algorithm": ["fedavg", "fedsam", "fedvssam"]}, seeds=[0, 1, 2])
     summary_table(runs, target=0.75)
 
-Every run goes through :func:`fedlab.run`, so it is cached under ``runs/`` by its config hash: a second
-call loads the finished runs from disk, and an interrupted sweep resumes where it stopped. The runs
-execute on a pool of local worker processes (``backend="local"``, the default), one after another in
-this process (``"sequential"``) or as tasks on a Ray cluster (``"ray"``), with the same results bit
-for bit (:mod:`fedlab.sweep.backends`); ``python -m fedlab sweep GRID.yaml`` runs a grid file
-(:mod:`fedlab.sweep.gridfile`). Grid values
-for ``algorithm_params`` may be dicts (``{"algorithm_params": [{}, {"preset": "high"}]}``). Fields that
-must change *together* (a partition scheme and its parameter, a method and its hyperparameters) belong
-in separate sweeps over different ``base`` configs; the results of several sweeps can be concatenated
-and summarised in one table.
-
-:func:`summary_table` groups runs that differ only in their seed and reports, per group, what the
-FedVSSAM / FedSWA tables report: final test accuracy mean ± std over seeds, best accuracy, rounds to
-reach a target accuracy, the uplink cost per client and round in units of the model size d (FedAvg = 1),
-the mean wall time per round and the runs' status.
-"""
+Every run goes through :func:`fedlab.run` (cached under ``runs/``, resumed when interrupted) on the
+backends of :mod:`fedlab.sweep.backends`, with the same bits on each. Fields that must change
+*together* (a partition and its parameter, a method and its hyperparameters) belong in separate
+sweeps over different ``base`` configs, whose results can be summarised in one table."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,11 +32,8 @@ __all__ = ["BACKENDS", "MAX_RUNS", "MissingExtraError", "RunFailure", "SweepErro
            "expand_grid", "rounds_to_target", "summary_table", "sweep"]
 
 MAX_RUNS = 1000
-"""The most runs a sweep expands to unless the caller raises ``max_runs`` (a grid file: ``max_runs:``).
-
-Each run trains a model, so a grid past this size is more likely a slip (a list pasted where a value
-was meant, ``np.linspace(0, 1, 100)`` on three keys) than a plan; the bound is checked from the list
-lengths alone, before any config is built (10⁶ grid points took 2.4 GB and minutes just to expand)."""
+"""The most runs a sweep expands to unless ``max_runs`` is raised: past it a grid is more likely a
+slip (a list pasted where a value was meant) than a plan. Checked from the list lengths alone."""
 
 # Config fields that never identify a group of runs: the seed is averaged over, and the fields that
 # are not hashed change no number.
@@ -70,12 +53,9 @@ def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence
                 max_runs: int = MAX_RUNS) -> list[Config]:
     """The configs of a sweep, in order: grid combinations (first key slowest), then seeds.
 
-    Raises :class:`~fedlab.config.ConfigError` naming the key for a grid key that is not a Config
-    field (or is ``seed``: pass ``seeds=`` instead), for a value that is not a non-empty list, for a
-    seed or a grid value listed twice (the same run twice is one measurement, not two), for a grid of
-    more than ``max_runs`` runs (:data:`MAX_RUNS`; counted before anything is built) and — through
-    ``Config`` validation — for any invalid combination, before anything is run.
-    """
+    ConfigError naming the key, before anything is built: a key that is not a Config field (or is
+    ``seed``), a value that is not a non-empty list, a seed or value listed twice (the same run is one
+    measurement, not two), more than ``max_runs`` runs, or an invalid combination."""
     names = _field_names()
     for key, values in grid.items():
         if key == "seed":
@@ -132,32 +112,15 @@ def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noq
           max_runs: int = MAX_RUNS, logger: Any = None) -> list[RunResult]:
     """Run (or load from ``runs/``) every combination of ``grid`` × ``seeds`` on top of ``base``.
 
-    ``grid`` maps Config field names to lists of values (``{"algorithm": ["fedavg", "fedsam"],
-    "lr": [0.05, 0.1]}``); the sweep runs their cartesian product, each combination once per seed.
-    Results come back in the order of :func:`expand_grid`. ``progress`` shows one bar over the runs
-    (done, running, failed, ETA; the runs themselves train silently and log to
-    ``<runs_dir>/sweep-logs/``). Diverged runs are returned like finished ones; check
-    ``RunResult.status`` (or the ``status`` column of :func:`summary_table`).
-
-    Execution (see :mod:`fedlab.sweep.backends`): ``backend`` is ``"local"`` (a pool of worker
-    processes, ``max_workers`` of them, default one per usable core ÷ ``cpus_per_run``),
-    ``"sequential"`` (this process) or ``"ray"`` (one Ray task per run holding ``cpus_per_run`` CPUs
-    and ``gpus_per_run`` GPUs, fractions allowed; ``address`` as for ``ray.init``: ``None`` starts a
-    local cluster, ``"auto"`` joins a running one). Every run computes at ``cpus_per_run`` intra-op
-    threads, so all backends give the same bits. A failing run does not stop the others; at the end
-    :class:`SweepError` reports every failure (error and log file) and carries the finished results.
-    ``fail_fast`` starts no new run after the first failure. ``logger``: ``"tensorboard"`` or a
-    :class:`fedlab.tracking.Logger`, handed the rounds of every run trained (:mod:`fedlab.tracking`).
-
-    Refused before anything runs (:class:`~fedlab.config.ConfigError`): a repeated seed or grid value,
-    and a grid of more than ``max_runs`` runs (default :data:`MAX_RUNS`). Grid points that differ only
-    in fields that do not change the run (``client_threads``, or hyperparameters spelled out at their
-    defaults) name the same run: it trains once, a note says so, and :func:`summary_table` counts it once.
-
-    Ctrl-C stops the sweep (no further run starts, running ones are killed, their checkpoints kept)
-    and raises :class:`SweepInterrupted`, a ``KeyboardInterrupt`` carrying what finished; calling
-    ``sweep`` again finishes the rest, bit-identically.
-    """
+    Results come back in the order of :func:`expand_grid`; diverged runs are returned like finished
+    ones (check ``status``). ``backend`` is ``"local"`` (``max_workers`` processes, default usable cores
+    ÷ ``cpus_per_run``), ``"sequential"`` or ``"ray"`` (``address`` as for ``ray.init``; ``gpus_per_run``
+    may be a fraction); every run computes at ``cpus_per_run`` threads, so all backends give the same
+    bits. A failing run does not stop the others: :class:`SweepError` reports every failure at the end
+    and carries the finished results (``fail_fast``: start nothing after the first). Grid points that
+    differ only in fields that change no number name one run, trained and counted once. Ctrl-C raises
+    :class:`SweepInterrupted` (running runs keep their checkpoints; calling again finishes the rest).
+    ``logger``: ``"tensorboard"`` or a :class:`fedlab.tracking.Logger`, handed every trained run's rounds."""
     configs = expand_grid(base, grid, seeds, max_runs=max_runs)
     keys = list(grid)
     labels = [", ".join([f"{k}={_short(getattr(c, k))}" for k in keys] + [f"seed={c.seed}"]) for c in configs]
@@ -167,17 +130,12 @@ def sweep(base: Config, grid: dict[str, list], seeds: list[int] = [0], *,  # noq
 
 
 def rounds_to_target(metrics: pd.DataFrame, target: float, *, exact: bool = False) -> float:
-    """The first evaluated round whose ``test_acc`` is ≥ ``target``; NaN if no round reaches it.
+    """The first evaluated round whose ``test_acc`` (a fraction) is ≥ ``target``; NaN if none.
 
-    ``target`` is a fraction in [0, 1] like the ``test_acc`` column (0.75, not 75). Rounds without
-    evaluation (NaN accuracy) are skipped, so with ``eval_every = 5`` the answer is a multiple of 5 —
-    an upper bound on the true first round, as in the papers, which evaluate every few rounds too.
-
-    ``exact=True`` answers at round resolution or not at all: nothing is interpolated (accuracy is
-    not monotone in the round, so no value between two evaluations can be inferred); the run must
-    have been evaluated at every round up to the one returned, else ValueError says which round was
-    not. Such a run is ``eval_every=1``, made cheap with ``eval_subsample`` (a fixed balanced subset).
-    """
+    Rounds without evaluation are skipped, so with ``eval_every = 5`` this is an upper bound on the true
+    first round, as in the papers. ``exact=True`` answers at round resolution or not at all (nothing is
+    interpolated: accuracy is not monotone in the round): every round up to the answer must have been
+    evaluated, else ValueError names the first that was not (use ``eval_every=1`` with ``eval_subsample``)."""
     if not (isinstance(target, (int, float)) and math.isfinite(target) and 0 <= target <= 1):
         raise ValueError(f"target must be an accuracy in [0, 1] (test_acc is a fraction), got {target!r}")
     evaluated = metrics[["round", "test_acc"]].dropna()
@@ -213,28 +171,14 @@ def _uplink_per_client(res: RunResult, column: str) -> float:
 def summary_table(results: Iterable[RunResult], target: float | None = None) -> pd.DataFrame:
     """One row per group of runs that differ only in their seed, in order of first appearance.
 
-    Columns: the config fields that vary between groups (always ``algorithm``), then
-
-    * ``n_seeds``; ``n_collapsed`` and ``n_diverged`` — seeds whose run collapsed to chance
-      (:mod:`fedlab.engine.collapse`) or diverged; they are **not** averaged into the accuracy columns;
-    * ``final_acc_mean``, ``final_acc_std`` and ``final_acc_ci95`` — the last evaluated test accuracy
-      over the *finished* seeds: mean, sample standard deviation (ddof = 1) and the half-width of the
-      95 % Student-t interval (:func:`fedlab.evidence.uncertainty.mean_interval`; NaN with one finished seed,
-      all NaN with none), and ``final_acc_seeds`` — every seed's value (collapsed ones included) as
-      ``seed:value`` pairs;
-    * ``best_acc`` — the best evaluated test accuracy, averaged over the finished seeds;
-    * ``rounds_to_target`` — mean over seeds of :func:`rounds_to_target` (NaN if *any* seed never
-      reaches ``target``; the papers' "–"), and ``reached`` — how many seeds did (only with ``target``);
-    * ``uplink_x_d`` / ``downlink_x_d`` — floats one client sends / receives per round divided by the
-      model size d (FedAvg: 1 and 1; SCAFFOLD: 2 and 2), taken from the metrics;
-    * ``sec_per_round`` — mean wall seconds per round (as measured when the run was trained);
-    * ``status`` — ``finished`` if every seed finished, else the statuses of the seeds joined by ``/``
-      (e.g. ``finished/collapsed/finished``).
-
-    Accuracies are fractions in [0, 1], as in the metrics. A run that appears more than once in
-    ``results`` (the same run folder: a repeated grid point, or the result of one run passed twice)
-    is counted once: a repeat is the same measurement, not another seed.
-    """
+    Columns: the config fields that vary between groups (always ``algorithm``); ``n_seeds``,
+    ``n_collapsed``, ``n_diverged`` (collapsed and diverged seeds are never averaged in);
+    ``final_acc_mean`` / ``_std`` (ddof 1) / ``_ci95`` (the 95 % Student-t half-width,
+    :func:`fedlab.mean_interval`) over the finished seeds and ``final_acc_seeds`` (every seed's value);
+    ``best_acc``; with ``target``, ``rounds_to_target`` (NaN if any seed never reaches it, the papers'
+    "–") and ``reached``; ``uplink_x_d`` / ``downlink_x_d`` (floats per client and round ÷ d: FedAvg 1,
+    SCAFFOLD 2); ``sec_per_round``; ``status`` (``finished``, or the seeds' statuses joined by ``/``).
+    Accuracies are fractions. A run passed twice (the same run folder) is counted once."""
     results = list(results)
     if not results:
         raise ValueError("summary_table needs at least one RunResult")

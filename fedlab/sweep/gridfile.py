@@ -17,14 +17,10 @@ The format (every key but ``grid`` optional)::
     target: 0.7            # test accuracy for the summary's rounds-to-target column (optional)
     max_runs: 1000         # the most runs the grid may expand to (optional; default fedlab.sweep.MAX_RUNS)
 
-Everything is validated before any run starts, and every error names the file and the key: an
-unknown top-level key, a ``base`` field that is not a Config field (or ``seed``: use ``seeds``), a
-grid value that is not a non-empty list, a seed that is not an integer ≥ 0, a seed or grid value
-listed twice (a repeat is the same run, not independent evidence), a target outside [0, 1], a grid of
-more than ``max_runs`` runs (counted from the list lengths before any config is built: a grid that
-large is declared, not stumbled into) and every combination through :class:`~fedlab.config.Config`
-validation. A relative ``runs_dir`` is
-relative to the current directory, as with ``python -m fedlab run --runs-dir``.
+Everything is validated before any run starts, each error naming the file and the key: unknown
+keys, ``base`` fields that are not Config fields (or ``seed``: use ``seeds``), empty or repeated grid
+values and seeds, a target outside [0, 1], more than ``max_runs`` runs, every combination through
+Config. A relative ``runs_dir`` is relative to the current directory.
 """
 from __future__ import annotations
 

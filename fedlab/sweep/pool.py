@@ -1,30 +1,14 @@
 """The local backend's worker processes: fedlab's own loop in fresh interpreters, one run at a time.
 
-Why not :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method (what the
-local backend used before): a spawned worker re-imports the caller's ``__main__`` — a script without
-an ``if __name__ == "__main__":`` guard starts the sweep again in every worker, and a script read from
-standard input (``python - <<EOF``) has no file to re-import, so every worker died. These workers run
-``python -c "from fedlab.sweep.pool import worker_main; worker_main()"`` instead: they import fedlab
-and nothing of the caller, so a sweep starts alike from a script, ``python -c``, standard input, a
-notebook or ``python -m fedlab sweep``. Everything a run needs travels with it (a
-:class:`~fedlab.config.Config`, plain data); the worker finds fedlab on the caller's ``sys.path``.
-
-How the pool stops, which the executor could not promise:
-
-* a run is handed to a worker only when that worker is idle, so nothing waits inside a worker: when
-  the caller is interrupted (Ctrl-C, any exception) no queued run can start afterwards;
-* on interruption every busy worker is killed at once (its run resumes from its last checkpoint when
-  the sweep runs again, bit-identically; the run store's lock is an OS lock the kernel releases) and
-  the idle ones are told to exit;
-* workers ignore SIGINT — a Ctrl-C in a terminal reaches the whole process group, and the caller
-  alone decides what it stops — and die with their parent: on Linux the kernel kills them when it
-  exits (``prctl(PR_SET_PDEATHSIG, SIGKILL)``), elsewhere a watchdog thread notices within half a
-  second that the parent is gone. So ``kill -9`` of the caller leaves no worker training on.
-
-The channel is each worker's standard input and output, carrying pickles (one task in, one
-:class:`~fedlab.sweep.runs._Outcome` out); the worker moves them to private descriptors first and
-points its fd 1 at stderr, so a stray print of a native library cannot corrupt a message.
-"""
+Not ``ProcessPoolExecutor`` with ``spawn``: its workers re-import the caller's ``__main__``, which
+restarts an unguarded script's sweep in every worker and kills every worker of a script read from
+standard input. These run ``python -c "from fedlab.sweep.pool import worker_main; worker_main()"``,
+import fedlab only, and receive everything with the run (a Config). How the pool stops: a run goes
+only to an idle worker, so nothing queued can start after an interruption; then busy workers are
+killed (their runs resume from checkpoints) and idle ones told to exit. Workers ignore SIGINT (the
+caller decides) and die with their parent (``PR_SET_PDEATHSIG`` on Linux, else a watchdog thread),
+so ``kill -9`` of the caller leaves none training. Pickles travel on each worker's stdin/stdout,
+moved to private descriptors first so that stray native prints cannot corrupt a message."""
 from __future__ import annotations
 
 import contextlib
@@ -171,12 +155,9 @@ def _take_down(idle: list[_Worker], busy: dict[_Worker, int]) -> None:
 
 
 def run_pool(todo: list[int], tracker: _Tracker, threads: int, workers: int, fail_fast: bool) -> None:
-    """Run the configs ``todo`` (indices into ``tracker.configs``) on ``workers`` worker processes.
-
-    A worker that dies fails only the run it was training (it is replaced for the others);
-    ``fail_fast`` hands out no new run after the first failure. Any exception in the caller
-    (``KeyboardInterrupt`` included) takes the pool down before it propagates: see the module docstring.
-    """
+    """Run the configs ``todo`` (indices into ``tracker.configs``) on ``workers`` processes. A dying worker
+    fails only its run (and is replaced); ``fail_fast`` hands out nothing after a failure; any exception
+    in the caller takes the pool down before it propagates."""
     env = _child_env()
     queue = deque(todo)
     idle: list[_Worker] = []

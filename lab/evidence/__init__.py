@@ -5,6 +5,7 @@
 :mod:`~lab.evidence.claims` and :mod:`~lab.evidence.paired` (the papers' claims evaluated from those
 records), :mod:`~lab.evidence.report` (the notebooks' closing sections), :mod:`~lab.evidence.budget`
 (what a CPU profile costs) and :mod:`~lab.evidence.rekey` (renaming committed records after a change
-of the run key). Tuning, intervals over seeds and the manifest check are the library's
-(:mod:`fedlab.evidence`).
+of the run key), :mod:`~lab.evidence.integrity` (the digest manifest that guards every committed
+evidence file) and :mod:`~lab.evidence.tuning_files` (the committed tuning choices, checked). Tuning
+itself and intervals over seeds are the library's (:mod:`fedlab.evidence`).
 """

@@ -44,7 +44,7 @@ from typing import Any
 import pandas as pd
 
 from lab.repro import FIGURES_DIR
-from fedlab.evidence.integrity import rerecord
+from lab.evidence.integrity import rerecord
 from fedlab.results import RunResult
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide,
                                     paired_difference)

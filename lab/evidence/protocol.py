@@ -108,14 +108,15 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     """The committed tuning choice of ``algorithm`` on ``config``'s split.
 
     Reads ``<directory>/<split_key>/<algorithm>.json`` (default ``figures/tuning``) written by
-    :func:`tune_profile`, checked by :func:`~fedlab.evidence.tuning.load_tuning` (a TuningError naming
+    :func:`tune_profile`, checked by :func:`~lab.evidence.tuning_files.load_tuning` (a TuningError naming
     the file if it is corrupt, edited, or its choice is not its grid's best finished point). Without one — a method with nothing to tune, or a split not tuned yet —
     the method runs at its defaults and ``source`` says so. The choice is the grid point only
     (e.g. ``{"rho": 0.02}``); merge it into ``algorithm_params``. The ``ci`` profile takes the cpu
     profile's choices (so the quick run exercises them); a profile in :data:`UNTUNED_PROFILES` gets
     the method's defaults (its parameter file sets the paper's values).
     """
-    from fedlab.evidence.tuning import DEFAULT_GRIDS, load_tuning
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from lab.evidence.tuning_files import load_tuning
 
     if profile in UNTUNED_PROFILES:
         return Tuned({}, f"{profile} profile: the paper's settings, not tuned here")
@@ -164,6 +165,7 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     from tqdm import tqdm
 
     from lab.evidence.records import run_or_load, write_record
+    from lab.evidence.tuning_files import record_tuning
     from fedlab.evidence.tuning import DEFAULT_GRIDS, tune
 
     root = tuning_dir() if directory is None else Path(directory)
@@ -192,15 +194,15 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
         if record:
             for res in result.runs:
                 write_record(res, records_directory)
-        result.save(root / split / method)
+        record_tuning(result.save(root / split / method))
         out.append(path)
     return out
 
 
 def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[str, list[Any]]) -> None:
-    """Refuse a committed tuning file that is unusable (:func:`~fedlab.evidence.tuning.load_tuning`: never
+    """Refuse a committed tuning file that is unusable (:func:`~lab.evidence.tuning_files.load_tuning`: never
     skipped as done) or made under another protocol, grid or base config."""
-    from fedlab.evidence.tuning import load_tuning
+    from lab.evidence.tuning_files import load_tuning
 
     def plain(values: dict[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps(values, default=str))

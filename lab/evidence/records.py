@@ -11,7 +11,7 @@ conflict over a shared table), the name is the run directory's (``RunStore.for_r
 follows the store's key whatever goes into it, and gzipped JSON needs no extra dependency and is
 readable with ``zcat``. A 50-round run is about 3 KB. Every load checks the gzip CRC, the fields, that
 the record is the key's run (payload key, hash, algorithm, an allowed status) and its SHA-256 against
-the evidence manifest ``figures/MANIFEST.sha256`` (:mod:`fedlab.evidence.integrity`), to which
+the evidence manifest ``figures/MANIFEST.sha256`` (:mod:`lab.evidence.integrity`), to which
 :func:`write_record` adds each new record's line; a record is written create-if-absent (hard link of
 a temporary sibling), so the first record of a key stays the evidence even between racing writers.
 
@@ -43,7 +43,7 @@ import pandas as pd
 
 from fedlab.config import Config
 from lab.repro import FIGURES_DIR
-from fedlab.evidence.integrity import EvidenceError, add, evidence_root, verify
+from lab.evidence.integrity import EvidenceError, add, evidence_root, verify
 from fedlab.results import TERMINAL_STATUSES, RunResult
 from fedlab.store.atomic import TMP_SUFFIX
 
@@ -143,7 +143,7 @@ def remove_orphan_tmps(directory: Path | None = None) -> list[Path]:
 
 def write_record(result: RunResult, directory: Path | None = None) -> Path:
     """Write ``result``'s record (deterministic bytes: gzip without a timestamp), add its line to the
-    evidence manifest (:mod:`fedlab.evidence.integrity`) and return its path.
+    evidence manifest (:mod:`lab.evidence.integrity`) and return its path.
 
     An existing record is never replaced: its key is the run's (same config, data, code → same
     numbers), the first one written is the evidence, and a run that was itself *loaded* from a

@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from fedlab.evidence import integrity
+from lab.evidence import integrity
 from lab.evidence.records import SUFFIX, encode_payload, records_dir
 from lab.repro import FIGURES_DIR, REPO_ROOT
 

@@ -16,12 +16,15 @@ from fedlab._paths import data_root
 from lab.repro import CITABLE_PROFILES, FIGURES_DIR, environment, git_commit, package_versions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from fedlab.results import RunResult
 
-__all__ = ["dataset_checksums", "save_figure", "write_figure_index"]
+__all__ = ["dataset_checksums", "save_curves", "save_figure", "write_figure_index"]
 
 
 _CHECKSUMS: dict[str, dict[str, str]] = {}
@@ -217,3 +220,41 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
     path = figures_dir / "README.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str, str]]", name: str, *,
+                notebook: str, profile: str, caption: str, parameters: dict | None = None,
+                suptitle: str | None = None, log_y: bool = False, legend: str = "lower center",
+                decorate: "Callable[[dict[str, Axes]], None] | None" = None) -> "Figure":
+    """One curve figure in one call: a panel per metric (``panels``: metric → (title, y label)), every
+    method of ``runs`` as its mean over the finished seeds with a 95 % band and each collapsed or
+    diverged seed on its own (:func:`lab.tools.plots.draw_runs`), one legend; then :func:`save_figure`
+    with the plotted numbers (:func:`~lab.tools.plots.curves_table` per metric), every run as evidence,
+    and the caption completed by :func:`~lab.tools.plots.status_note`. ``decorate`` draws extras on the
+    axes (by metric) before the figure is saved. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from lab.tools.plots import all_runs, curves_table, draw_runs, status_note
+
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(8, 4.8) if n == 1 else (5.5 * n, 4.6), layout="constrained",
+                             squeeze=False)
+    by_metric = dict(zip(panels, axes[0]))
+    for metric, (title, ylabel) in panels.items():
+        ax = by_metric[metric]
+        draw_runs(ax, runs, metric)
+        ax.set(title=title, xlabel="round", ylabel=ylabel)
+        if log_y:
+            ax.set_yscale("log")
+    if decorate is not None:
+        decorate(by_metric)
+    where = {"lower center": dict(loc="outside lower center", ncol=min(6, len(runs))),
+             "right": dict(loc="outside right center")}[legend]
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), **where)
+    if suptitle:
+        fig.suptitle(suptitle)
+    table = {k: v for metric in panels for k, v in curves_table(runs, metric).items()}
+    note = status_note(all_runs(runs))
+    save_figure(fig, name, notebook=notebook, profile=profile, caption=f"{caption} {note}".strip(),
+                parameters=parameters, data=table, runs=all_runs(runs))
+    return fig

@@ -202,3 +202,30 @@ def curves_table(runs: dict[str, Sequence[Any]], metric: str) -> dict[str, pd.Da
     per_seed = pd.concat([curve_data(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
     means = pd.concat([mean_curve(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
     return {f"{metric}_per_seed": per_seed, f"{metric}_mean": means}
+
+
+def all_runs(runs: dict[str, Sequence[Any]]) -> list[Any]:
+    """Every run of a ``{method or label: [runs over seeds]}`` table, in order."""
+    return [r for rs in runs.values() for r in rs]
+
+
+def run_styles(runs: dict[str, Sequence[Any] | str]) -> dict[str, tuple[Any, Any, str]]:
+    """(colour, line style, marker) of each key of ``runs`` (values: the key's runs, or its algorithm's
+    name): the method's own (:func:`method_style`) for a method name; a variant (a label of an algorithm
+    that an earlier key has too) keeps that algorithm's colour and takes the next line style and marker."""
+    seen: dict[str, int] = {}
+    out = {}
+    for key, rs in runs.items():
+        alg = key if key in METHOD_ORDER or not rs else rs if isinstance(rs, str) else rs[0].config.algorithm
+        k = seen[alg] = seen.get(alg, -1) + 1
+        i = METHOD_ORDER.index(alg) + k if alg in METHOD_ORDER else k
+        out[key] = (method_color(alg), _LINESTYLES[i % len(_LINESTYLES)], _MARKERS[i % len(_MARKERS)])
+    return out
+
+
+def draw_runs(ax: plt.Axes, runs: dict[str, Sequence[Any]], metric: str) -> None:
+    """Every method (or labelled variant) of ``runs`` on ``ax`` with :func:`draw_seeds`, in its
+    :func:`run_styles` style, labelled :func:`method_label`."""
+    styles = run_styles(runs)
+    for key, rs in runs.items():
+        draw_seeds(ax, rs, metric, label=method_label(key), style=styles[key])

@@ -4,7 +4,7 @@
     python notebooks/book/build.py --notebooks runs/book/executed   # from papermill's executed copies
 
 Steps: (1) *stage* a Sphinx source folder under ``--out`` (default ``runs/book``): this folder's
-``conf.py``, ``intro.md`` and ``tracking.md``, copies of the notebooks (never the committed files themselves: the
+``conf.py``, ``intro.md`` and ``guide/``, copies of the notebooks (never the committed files themselves: the
 copies get one MyST target per saved figure so the gallery can link to the cell that made it),
 the pages generated from the repository's own facts (README's notebook table, the figure sidecars,
 the algorithm registry, CITATION.cff, ``figures/claims_cpu.md`` when it exists), the committed
@@ -42,6 +42,8 @@ MATHJAX_SYSTEM = Path("/usr/share/javascript/mathjax")
 MATHJAX_PARTS = ["MathJax.js", "config/TeX-AMS_CHTML.js", "extensions", "jax/input/TeX",
                  "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff"]
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+GUIDES = ("running", "results", "data", "tracking", "cluster", "flower")
+"""The hand-written guide pages (``notebooks/book/guide/<name>.md``, linked from the README), in book order."""
 
 
 class BookError(RuntimeError):
@@ -113,9 +115,14 @@ def data_files(name: str, meta: dict, figures_dir: Path) -> list[Path]:
 
 
 def figure_cell_index(nb: nbformat.NotebookNode, name: str) -> int | None:
-    """Index of the code cell that calls ``save_figure`` for ``name`` (literal or f-string name)."""
+    """Index of the code cell that saves figure ``name``: ``save_figure(fig, "name", ...)`` (literal or
+    f-string name), or ``save_curves(...)`` with ``"name"`` as a literal in the cell."""
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or "save_figure(" not in cell.source:
+        if cell.cell_type != "code":
+            continue
+        if "save_curves(" in cell.source and re.search(rf"[\"']{re.escape(name)}[\"']", cell.source):
+            return i
+        if "save_figure(" not in cell.source:
             continue
         for literal in re.findall(r"save_figure\(\s*\w+\s*,\s*f?[\"']([^\"']+)[\"']", cell.source):
             pattern = re.sub(r"\\\{[^}]*\\\}", ".+", re.escape(literal))
@@ -189,12 +196,21 @@ def landing_page(titles: dict[str, str], teaches: dict[str, str], claims: Path |
               "- [API reference](api/index.md): `fedlab`, `fedlab.data`, `fedlab.analysis` and the "
               "algorithm registry with each method's update rules.",
               "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.",
-              "- [Tracking runs](tracking.md): TensorBoard in one line, W&B or MLflow in a few.", "",
+              "- Guides: " + ", ".join(f"[{_guide_title(g)}](guide/{g}.md)" for g in GUIDES) + ".", "",
               "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     lines += [f"notebooks/{stem}" for stem in titles]
     lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Reference", "", "gallery", "api/index",
-              "citation", "tracking", "```", ""]
+              "citation", "```", "", "```{toctree}", ":hidden:", ":caption: Guides", ""]
+    lines += [f"guide/{g}" for g in GUIDES] + ["```", ""]
     return "\n".join(lines)
+
+
+def _guide_title(name: str) -> str:
+    path = BOOK_DIR / "guide" / f"{name}.md"
+    first = path.read_text().splitlines()[0] if path.exists() else ""
+    if not first.startswith("# "):
+        raise BookError(f"{path}: a guide page must exist and open with its '# title'")
+    return first[2:].strip()
 
 
 def gallery_page(records: list[dict], titles: dict[str, str]) -> str:
@@ -413,7 +429,7 @@ def stage(nb_dir: Path, src: Path) -> Path:
     (src / "gallery.md").write_text(gallery_page(records, titles))
     api_pages(src / "api")
     (src / "citation.md").write_text(citation_page())
-    shutil.copy2(BOOK_DIR / "tracking.md", src / "tracking.md")
+    shutil.copytree(BOOK_DIR / "guide", src / "guide")
     copy_mathjax(src / "_static" / "mathjax")
     return src
 

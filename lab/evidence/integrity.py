@@ -17,7 +17,7 @@ The rules, enforced by :func:`verify` (every load) and :func:`add` (every write)
   :class:`EvidenceError` naming the file;
 * a writer adds its file's line when it writes the file; adding the line a file already has is a
   no-op, but a line for the same path with another digest is refused — evidence that changed is not
-  silently re-recorded. :func:`rerecord` (``python -m fedlab.evidence --rerecord PATH...``)
+  silently re-recorded. :func:`rerecord` (``python -m lab.evidence.integrity --rerecord PATH...``)
   is the one explicit step that replaces lines; :func:`problems` lists every difference between the
   manifest and the files on disk.
 
@@ -45,7 +45,7 @@ EVIDENCE_PATTERNS: tuple[str, ...] = ("records/*.json.gz", "tuning/**/*.json", "
                                       "claims_*.csv", "claims_*.md")
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
 RERECORD_HINT = ("if the change is intended, re-record it explicitly with "
-                 "`python -m fedlab.evidence --rerecord <file>` and commit the manifest; "
+                 "`python -m lab.evidence.integrity --rerecord <file>` and commit the manifest; "
                  "otherwise restore the file from git")
 
 
@@ -205,9 +205,9 @@ def problems(root: str | os.PathLike) -> dict[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedlab.evidence [--add PATH... | --rerecord PATH...] [--root DIR]``; without an action it
+    """``python -m lab.evidence.integrity [--add PATH... | --rerecord PATH...] [--root DIR]``; without an action it
     lists every difference between the manifest and the evidence on disk (exit 1 if there is one)."""
-    parser = argparse.ArgumentParser(prog="python -m fedlab.evidence", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lab.evidence.integrity", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("figures"),
                         help="the folder of the manifest (default: figures/ of the current directory)")
     group = parser.add_mutually_exclusive_group()
@@ -227,3 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in paths:
             print(f"{kind}: {p}")
     return 1 if any(found.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
