@@ -23,6 +23,7 @@ Every real-data comparison of the cpu profile follows the same rules (issue 14):
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -210,7 +211,10 @@ def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[s
     done = load_tuning(path)
     ignored = ("runs_dir", "client_threads", "name", "parallel_clients", "device")
     want = plain({k: v for k, v in base.to_dict().items() if k not in ignored})
-    have = {k: v for k, v in done.get("base", {}).items() if k in want}
+    # a field the committed file does not name was added to Config later; at its default it changes nothing
+    defaults = plain({f.name: getattr(Config(), f.name) for f in dataclasses.fields(Config)})
+    committed = done.get("base", {})
+    have = {k: committed.get(k, defaults.get(k)) for k in want}
     if done.get("protocol") != protocol or have != want or done.get("grid") != plain(grid):
         differ = sorted(k for k in want if have.get(k) != want[k])
         raise ValueError(f"{path} was tuned under another protocol, grid or base config (differs in: "
