@@ -21,8 +21,9 @@ the same θ⁰, samples, clients and minibatch index lists:
 Tolerance: fedlab runs in float32, the reference in float64 from the same float32 inputs, so the
 two differ by float32 rounding only. Every client end point θ_{i,K} and every global model θ^{t+1}
 must agree to ``ATOL`` = 1e-6 absolute in every entry (|θ| ≤ 0.32 here); the largest difference
-observed over all cases, modes and executors is 2.6e-7 (FedSOL, ρ = 1; 1.5e-7 before it), and the global models move by 1e-2 to
-9e-2 (max |θ³ − θ⁰|) in three rounds, so a wrong term shows far above the tolerance.
+observed over all cases, modes and executors is 1.5e-7 before FedGMT and FedSOL, 2.6e-7 with them (FedSOL's
+global model, ρ = 1), and the global models move by 1e-2 to 9e-2 (max |θ³ − θ⁰|) in three rounds, so a
+wrong term shows far above the tolerance.
 
 The four issue-11 defects (epoch-mode K in FedVSSAM and MoFedSAM, FedNSAM's official_repo round 0,
 FedSMOO-adaptive's clean loss) made 33 of these cases fail before their fixes.
