@@ -154,6 +154,16 @@ CASES: tuple[Case, ...] = (
     Case("fedwmsam", "fedwmsam-alpha", {"alpha": 0.5, "rho": 0.05}, 1, 3, 1, down_scalars=1),
     Case("fedwmsam", "fedwmsam-fixed_alpha-shared_momentum", {"adaptive": False, "personalised": False,
                                                                "alpha": 0.4, "rho": 0.2}, 1, 2, 1, down_scalars=1),
+    Case("fedgmt", "fedgmt", {}, 1, 2, 1, expect_hp={"gamma": 1.0, "alpha": 0.95, "tau": 3.0, "beta": 10.0},
+         reduces_to=Reduction({"gamma": 0.0, "dual": False}, "fedavg")),
+    Case("fedgmt", "fedgmt-code", {"preset": "code"}, 1, 2, 1,
+         expect_hp={"gamma": 1.0, "alpha": 0.95, "tau": 3.0, "beta": 10.0, "dual": True}),
+    # a fast EMA and a strong dual, so that the trajectory and h_i/β move the numbers within 3 rounds
+    Case("fedgmt", "fedgmt-fast_ema", {"alpha": 0.5, "tau": 1.0, "gamma": 2.0, "beta": 2.0}, 1, 2, 1),
+    Case("fedgmt", "fedgmt-no_dual", {"dual": False, "alpha": 0.3}, 1, 2, 1),
+    Case("fedsol", "fedsol", {}, 1, 1, 2, expect_hp={"rho": 1.0, "tau": 3.0, "eps": 1e-12},
+         reduces_to=Reduction({"rho": 0.0}, "fedavg")),
+    Case("fedsol", "fedsol-small_rho", {"rho": 0.1, "tau": 1.0, "server_lr": 0.8}, 1, 1, 2),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

@@ -206,6 +206,25 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedacg.py", 'm = self.hp.lam * server["m"] + mean_delta', "m = mean_delta", "momentum accumulation dropped"),
         M("fedacg.py", "theta = self._lookahead(server) + mean_delta", 'theta = server["theta"] + mean_delta', "server forgets the look-ahead"),
     ],
+    "fedgmt": [
+        M("fedgmt.py", 'self.hp.alpha * server["teacher"] + (1.0 - self.hp.alpha) * theta', '(1.0 - self.hp.alpha) * server["teacher"] + self.hp.alpha * theta', "EMA weights swapped"),
+        M("fedgmt.py", '(1.0 - self.hp.alpha) * theta', '(1.0 - self.hp.alpha) * server["theta"]', "EMA of the previous global model"),
+        M("fedgmt.py", "hp.gamma * hp.tau**2", "hp.gamma", "τ² dropped from the KL weight"),
+        M("fedgmt.py", 'Distill(msg["teacher"], hp.tau,', 'Distill(msg["teacher"], 1.0,', "no temperature in the softmaxes"),
+        M("fedgmt.py", 'Distill(msg["teacher"]', 'Distill(msg["theta"]', "teacher = θ^t, not the trajectory"),
+        M("fedgmt.py", 'g = g + cstate["h"] / hp.beta', 'g = g - cstate["h"] / hp.beta', "sign of the dual term"),
+        # h_i ← Δ_i instead of h_i + Δ_i would survive: no client takes part three times in the
+        # contract's schedule, so an accumulated h_i is never read (the server's h̄ is built from the uploads)
+        M("fedgmt.py", '{"h": cstate["h"] + delta}', '{"h": cstate["h"] + delta / self.hp.beta}', "client dual scaled by 1/β (FedGloSS's convention)"),
+        M("fedgmt.py", 'uploads["delta"].sum(dim=0) / info.n_clients', 'uploads["delta"].sum(dim=0) / info.n_sampled', "h̄ over the m sampled clients, not all N"),
+    ],
+    "fedsol": [
+        M("fedsol.py", "g, _ = grad_fn(theta + e, batch)", "g, _ = grad_fn(theta - e, batch)", "descent of the proximal loss instead of ascent"),
+        M("fedsol.py", "1.0, with_ce=False))", "1.0, with_ce=True))", "perturbation along CE + KL (FedSAM-like)"),
+        M("fedsol.py", "Distill(anchor, self.hp.tau,", "Distill(anchor, 1.0,", "temperature ignored"),
+        M("fedsol.py", "e = torch.where(moved, e, torch.zeros_like(e))", "e = e", "rounding noise normalised at θ = θ^t (the code's first step)"),
+        M("fedsol.py", "return descend(theta, g, step), cstate, loss", "return descend(theta + e, g, step), cstate, loss", "descent from the perturbed point"),
+    ],
 }
 # shared building blocks, checked on the methods listed
 SHARED = {
@@ -214,6 +233,11 @@ SHARED = {
         M("base.py", "d = d + step.weight_decay * theta", "d = d - step.weight_decay * theta", "sign of weight decay"),
         M("base.py", "d = clip_by_norm(direction, step.clip_norm)\n    if unclipped is not None:\n        d = d + unclipped",
           "d = direction\n    if unclipped is not None:\n        d = d + unclipped", "no clipping"),
+    ]),
+    "models/functional.py": (["fedgmt", "fedsol"], [
+        M("models/functional.py", "target = F.softmax(self._train_logits(distill.teacher, x)", "target = F.softmax(self._train_logits(theta, x)", "teacher logits from the student"),
+        M("models/functional.py", 'target, reduction="batchmean")', 'target, reduction="mean")', "KL averaged over classes too"),
+        M("models/functional.py", "objective = distill.weight * kl\n", "objective = kl\n", "KL weight ignored"),
     ]),
     "sam.py": (["fedsam", "fedspeed"], [
         M("sam.py", "return rho * normalized(direction, eps)", "return -rho * normalized(direction, eps)", "SAM perturbation flipped"),

@@ -565,6 +565,74 @@ def fedgf(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
+# Successors (issue 27): FedGMT and FedSOL distil from a teacher model on the same minibatch
+# ------------------------------------------------------------------------------------------------
+def distill_grad(ctx: Context, theta: Tensor, teacher: Tensor, idx: Tensor, tau: float, weight: float,
+                 with_ce: bool) -> Tensor:
+    """∇ of [CE] + weight · (1/B) Σ_b Σ_c q_bc (log q_bc − log p_bc), q = softmax(z(θ_T)/τ) a constant,
+    p = softmax(z(θ)/τ): nn.KLDivLoss(reduction="batchmean") of the authors' codes, in float64."""
+    ctx.grad_calls += 1
+    x, y = ctx.x[idx], ctx.y[idx]
+    with torch.no_grad():
+        q = torch.softmax(mlp_logits(teacher, x, *ctx.dims) / tau, dim=1)
+    leaf = theta.detach().clone().requires_grad_(True)
+    z = mlp_logits(leaf, x, *ctx.dims)
+    kl = (q * (torch.log(q) - torch.log_softmax(z / tau, dim=1))).sum() / x.shape[0]
+    loss = weight * kl + (torch.nn.functional.cross_entropy(z, y) if with_ce else 0.0)
+    (g,) = torch.autograd.grad(loss, leaf)
+    return g
+
+
+@method
+def fedgmt(ctx: Context, t: int, S: list[int]) -> Round:
+    """As clientgmt.py / servergmt.py do it: loss CE + γτ²KL(EMA teacher ‖ model) − ⟨θ, −h_i/β⟩ with
+    h_i the client's summed updates (dual_variable_list), server mean of the models plus the mean of
+    h over all N clients, then the EMA of the new global model."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    teacher = ctx.server.setdefault("ema", ctx.theta.clone())  # EMA_model starts as the initial model
+    ends = {}
+    for i in S:
+        st = ctx.state(i, h=ctx.zeros())
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            if hp["gamma"] > 0:
+                g = distill_grad(ctx, th, teacher, idx, hp["tau"], hp["gamma"] * hp["tau"] ** 2, True)
+            else:
+                g = ctx.grad(th, idx)[0]
+            if hp["dual"]:
+                g = g + st["h"] / hp["beta"]
+            th = ctx.sgd(th, g, lr)
+        ends[i] = th
+        st["h"] = st["h"] + (th - ctx.theta)
+    new = mean(list(ends.values()))
+    if hp["dual"]:
+        new = new + sum((c["h"] for c in ctx.clients.values()), ctx.zeros()) / ctx.n_clients
+    ctx.server["ema"] = hp["alpha"] * teacher + (1 - hp["alpha"]) * new
+    return ends, new
+
+
+@method
+def fedsol(ctx: Context, t: int, S: list[int]) -> Round:
+    """fedsol_fixed: ascent ρ ∇L_p/‖∇L_p‖ along the KL to the received global model, CE gradient there,
+    SGD from the unperturbed weights. Where the model still equals the global one (each client's first
+    step) ∇L_p is exactly 0 and there is no ascent (fedlab's documented choice; the code normalises the
+    rounding noise of that zero)."""
+    hp, lr, ends = ctx.hp, ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            if torch.equal(th, ctx.theta):
+                ctx.grad_calls += 1  # g_p is still evaluated
+                e = ctx.zeros()
+            else:
+                g_p = distill_grad(ctx, th, ctx.theta, idx, hp["tau"], 1.0, False)
+                e = hp["rho"] * g_p / (g_p.norm() + hp["eps"])
+            th = ctx.sgd(th, ctx.grad(th + e, idx)[0], lr)
+        ends[i] = th
+    return ends, ctx.theta + hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+# ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
     fn = METHODS[name]

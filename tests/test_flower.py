@@ -1,7 +1,7 @@
 """fedlab's Flower apps (fedlab.flower) against fedlab's own engine.
 
-One Flower simulation (Ray backend, 4 virtual SuperNodes) runs nine methods one after another
-(``run_flower_experiments``: one Ray and actor start-up instead of nine), each 3 rounds with a fixed
+One Flower simulation (Ray backend, 4 virtual SuperNodes) runs eleven methods one after another
+(``run_flower_experiments``: one Ray and actor start-up instead of eleven), each 3 rounds with a fixed
 client schedule; the engine runs the same Configs. Claims: the final θ is bit-identical (tolerance 0: the
 same float32 operations in the same order, arrays serialised losslessly), and the array bytes in
 the Messages, both directions, are 4 × the floats fedlab's accounting counts.
@@ -26,7 +26,8 @@ from fedlab.flower import (  # noqa: E402
 )
 from fedlab.flower.protocol import BROADCAST, ROUND, UPLOAD, from_record, round_info, to_record  # noqa: E402
 
-METHODS = ("fedavg", "scaffold", "feddyn", "fedsam", "fedsmoo", "fednsam", "fedvssam", "fedwmsam", "fedgloss")
+METHODS = ("fedavg", "scaffold", "feddyn", "fedsam", "fedsmoo", "fednsam", "fedvssam", "fedwmsam", "fedgloss",
+           "fedgmt", "fedsol")
 # Client 0 takes part in rounds 0 and 2, client 1 in 1 and 2, client 3 in 1 and 2: the stateful
 # methods must carry c_i / h_i / μ_i across a skipped round; m varies (2, 3, 3).
 SCHEDULE = [[0, 2], [1, 2, 3], [0, 1, 3]]
@@ -43,7 +44,7 @@ def _config(tmp_path, algorithm: str, **overrides) -> Config:
 
 
 def test_flower_simulation_matches_the_engine_bit_for_bit_and_byte_for_byte(tmp_path):
-    """Nine methods in one Flower simulation (one test, so that pytest-xdist starts Ray once).
+    """Eleven methods in one Flower simulation (one test, so that pytest-xdist starts Ray once).
 
     Per method: the clients of every round are the schedule's; the final θ equals the engine's
     exactly (tolerance 0); per round and direction, the array payload in the Messages is 4 × the
@@ -158,6 +159,21 @@ def test_fedgf_client_round_matches_the_engine(tmp_path, flower_task):
         assert torch.equal(upload[key], value), key
     msg = sim.algorithm.broadcast(sim.algorithm.server_init(sim.model.theta0()), round_info(sim, 0, SCHEDULE[0]))
     assert all(v.dtype == torch.float32 for v in msg.values())  # the scalar travels as one float
+
+
+@pytest.mark.parametrize("name", ["fedgmt", "fedsol"])
+def test_distilling_client_round_matches_the_engine(name, tmp_path, flower_task):
+    """FedGMT and FedSOL call the model's oracle with a teacher (FedGMT's θ̃ travels beside θ): the
+    ClientApp's round-0 upload of client 0 is the engine's, bit for bit (no Ray)."""
+    cfg = _config(tmp_path, name)
+    sim = Simulation.build(cfg)
+    reply = FedlabClient(cfg).train(_train_message(sim, 0, 0, -1), _context(0))
+    (engine,) = [r for r in sim.train_round(sim.initial_state(), 0).results if r.client == 0]
+    upload = from_record(reply.content.array_records[UPLOAD])
+    assert set(upload) == set(engine.upload) == {"delta"}
+    for key, value in engine.upload.items():
+        assert torch.equal(upload[key], value), key
+    assert not torch.equal(upload["delta"], torch.zeros_like(upload["delta"]))
 
 
 def test_client_checks_its_partition_and_the_experiment(tmp_path, flower_task):

@@ -5,11 +5,12 @@ a function of one flat parameter vector θ for ``torch.func`` (see ``functional`
 """
 from __future__ import annotations
 
-from .functional import FlatModel, ParamSpec, flatten_params, load_flat_, param_spec
+from .functional import Distill, FlatModel, ParamSpec, flatten_params, load_flat_, param_spec
 from .registry import MODELS, build_model, count_parameters, model_info
 
 __all__ = [
     "MODELS",
+    "Distill",
     "FlatModel",
     "ParamSpec",
     "build_model",

@@ -17,7 +17,33 @@ from torch.func import functional_call, grad_and_value
 
 Batch = tuple[Tensor, Tensor]
 GradFn = Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
-"""``grad_fn(θ, (x, y)) -> (gradient, loss)`` of the mean cross-entropy; vmappable."""
+"""``grad_fn(θ, (x, y)) -> (gradient, loss)`` of the mean cross-entropy; vmappable.
+
+A model's oracles (``FlatModel.grad_fn``, ``FlatModel.autograd_grad_fn``) also take the keyword
+``distill=Distill(...)``: the gradient of a distillation objective, with the same reported loss. An
+oracle built on anything but logits (a quadratic, :mod:`fedlab.engine.toy`) need not accept it; only
+the methods that distil (FedGMT, FedSOL) pass it.
+"""
+
+
+@dataclass(frozen=True)
+class Distill:
+    """A teacher model for the gradient oracle's minibatch (knowledge distillation, Hinton et al. 2015).
+
+    With ``distill`` the oracle differentiates ::
+
+        [CE(f(x; θ), y)] + weight · KL( softmax(f(x; θ_T)/τ) ‖ softmax(f(x; θ)/τ) )
+
+    (the bracket only when ``with_ce``; KL summed over classes and averaged over the batch, as
+    ``nn.KLDivLoss(reduction="batchmean")``), where the teacher's logits f(x; θ_T) come from one
+    forward pass without gradient on the same minibatch. The loss the oracle reports is still the plain
+    cross-entropy at θ (computed from the same logits), so training curves mean the same for every method.
+    """
+
+    teacher: Tensor  # θ_T, flat like θ; never differentiated
+    tau: float  # temperature τ > 0
+    weight: float  # the KL's coefficient (FedGMT: γτ²; FedSOL: 1)
+    with_ce: bool = True  # False: the objective is the weighted KL alone (FedSOL's proximal loss)
 
 
 @dataclass(frozen=True)
@@ -96,10 +122,22 @@ class FlatModel:
         self.channels_last = channels_last
         self.amp = amp
         self.spec = param_spec(model)
-        self.grad_fn: GradFn = grad_and_value(self.train_loss)
+        self._plain_grad = grad_and_value(self.train_loss)
+        self._distill_grad = grad_and_value(self.distill_objective, has_aux=True)
+        self.grad_fn: GradFn = self._functorch_grad
         self.autograd_grad_fn: GradFn = self._autograd_grad
 
-    def _autograd_grad(self, theta: Tensor, batch: Batch) -> tuple[Tensor, Tensor]:
+    def _functorch_grad(self, theta: Tensor, batch: Batch, *, distill: Distill | None = None) -> tuple[Tensor, Tensor]:
+        """(∇_θ objective, CE at θ) through ``torch.func.grad_and_value``: vmappable and composable.
+
+        Without ``distill`` this is exactly ``grad_and_value(train_loss)`` (the branch is on a Python
+        argument, never on a tensor value, so it is vmap-safe)."""
+        if distill is None:
+            return self._plain_grad(theta, batch)
+        grad, (_, ce) = self._distill_grad(theta, batch, distill)
+        return grad, ce
+
+    def _autograd_grad(self, theta: Tensor, batch: Batch, *, distill: Distill | None = None) -> tuple[Tensor, Tensor]:
         """(∇_θ f(θ; batch), f(θ; batch)) by ``torch.autograd.grad`` on a detached leaf copy of θ.
 
         Equal to ``grad_fn`` to float rounding but 25–35 % cheaper on CPU (functorch's extra dispatch layer
@@ -107,9 +145,12 @@ class FlatModel:
         use it, the vectorised one and the analysis tools ``grad_fn``."""
         with torch.enable_grad():
             leaf = theta.detach().requires_grad_(True)
-            loss = self.train_loss(leaf, batch)
+            if distill is None:
+                loss = reported = self.train_loss(leaf, batch)
+            else:
+                loss, reported = self.distill_objective(leaf, batch, distill)
             (grad,) = torch.autograd.grad(loss, leaf)
-        return grad, loss.detach()
+        return grad, reported.detach()
 
     @property
     def dim(self) -> int:
@@ -143,3 +184,28 @@ class FlatModel:
         with torch.autocast(device_type=batch[0].device.type, dtype=torch.bfloat16):
             logits = self.forward(theta, batch[0])
         return F.cross_entropy(logits.float(), batch[1])
+
+    def _train_logits(self, theta: Tensor, x: Tensor) -> Tensor:
+        """f(x; θ) as the training loss sees it (bf16 autocast when ``amp``, returned in float32)."""
+        if not self.amp:
+            return self.forward(theta, x)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            logits = self.forward(theta, x)
+        return logits.float()
+
+    def distill_objective(self, theta: Tensor, batch: Batch, distill: Distill) -> tuple[Tensor, Tensor]:
+        """(the objective of :class:`Distill`, the plain cross-entropy at θ); what ``distill=`` differentiates.
+
+        The teacher's forward pass runs under ``no_grad``: no graph is kept for it, and no gradient
+        could reach θ through it anyway (θ_T is a separate tensor).
+        """
+        x, y = batch
+        with torch.no_grad():
+            target = F.softmax(self._train_logits(distill.teacher, x) / distill.tau, dim=-1)
+        logits = self._train_logits(theta, x)
+        ce = F.cross_entropy(logits, y)
+        kl = F.kl_div(F.log_softmax(logits / distill.tau, dim=-1), target, reduction="batchmean")
+        objective = distill.weight * kl
+        if distill.with_ce:
+            objective = ce + objective
+        return objective, ce.detach()
