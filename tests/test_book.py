@@ -21,7 +21,7 @@ from _browser import BROKEN_IMAGES_JS, chromium_page, needs_chromium
 from _load import window_ms
 
 REPO = Path(__file__).resolve().parent.parent
-NOTEBOOK_STEMS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+NOTEBOOK_STEMS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb"))]
 FIGURE_PNGS = sorted(p.name for p in (REPO / "figures").glob("*.png"))
 CLAIMS = REPO / "figures" / "claims_cpu.md"
 SCREENSHOT = REPO / "runs" / "book" / "landing.png"
@@ -162,7 +162,7 @@ def test_prev_next_chain_visits_every_notebook_in_order(site):
         assert len(seen) < 200
     order = [p.stem for p in seen if p.parent.name == "notebooks"]
     assert order == NOTEBOOK_STEMS
-    assert seen[len(NOTEBOOK_STEMS) + 1].name == "gallery.html"
+    assert [p.name for p in seen[len(NOTEBOOK_STEMS) + 1:len(NOTEBOOK_STEMS) + 3]] == ["notation.html", "gallery.html"]
 
 
 @needs_chromium
@@ -205,7 +205,7 @@ def test_notebook_page_in_chromium_renders_outputs_and_math(site):
         # MathJax, served from _static, typeset the formulas (no network: a CDN would have failed)
         page.wait_for_selector(".MathJax_CHTML", timeout=window_ms(20))
         assert page.locator(".MathJax_CHTML").count() > 5
-        for cls, neighbour in (("left-prev", "01_heterogeneity.html"), ("right-next", "03_friendly_adversary.html")):
+        for cls, neighbour in (("left-prev", "01b_foundations.html"), ("right-next", "03_friendly_adversary.html")):
             link = page.locator(f"a.{cls}")
             assert link.count() == 1 and link.get_attribute("href") == neighbour
             assert (target.parent / neighbour).exists()
