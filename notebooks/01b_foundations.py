@@ -38,7 +38,7 @@ seed = 0  # the one seed: initial model, client sampling, minibatches, the parti
 # --- parts 1 and 4: a tiny federation of real images ---
 dataset = "digits"  # digits (scikit-learn's 8×8 digits, bundled) or fmnist
 n_clients = 10  # N
-participation = 0.3  # fraction of clients per round (m = round(p·N), uniformly without replacement)
+participation = 0.3  # fraction p of the clients per round (m is p·N rounded; uniform, without replacement)
 dirichlet_alpha = 0.5  # α_Dir, Dirichlet concentration of the label split (small: heterogeneous)
 rounds = 20  # T
 local_steps = 5  # K
@@ -263,7 +263,9 @@ plt.show()
 # * In between, expanding $I - M_i = \eta K A_i - \binom K2\eta^2A_i^2 + \dots$ gives, to first order in η(K−1),
 #   $\theta_K^\infty - \theta^\star \approx -\frac{\eta(K-1)}2\big(\sum_i A_i\big)^{-1}\sum_i A_i^2(\theta_i^\star - \theta^\star)$.
 #
-# This displacement is the **client drift**. It needs both kinds of heterogeneity: if all $A_i$ are equal,
+# This displacement is the **client drift**. It starts at zero, grows linearly in η(K−1) and tends to the K → ∞
+# limit; in between its length need not be monotone (the path of $\theta_K^\infty$ can bend, and with some seeds it
+# passes slightly beyond the limit before returning). It needs both kinds of heterogeneity: if all $A_i$ are equal,
 # $\theta_K^\infty = \frac1N\sum_i\theta_i^\star = \theta^\star$ for every K (exercise 1); if all $\theta_i^\star$ are equal, so is
 # everything else. It is linear in the spread of the optima (scale them by s and $\theta_K^\infty - \theta^\star$ scales
 # by s), and more rounds do not remove it: it is where FedAvg stops. SCAFFOLD's and FedDyn's corrections
@@ -305,7 +307,8 @@ drift_at = {K: float(torch.linalg.vector_norm(fedavg_fixed_point(A, optima, quad
 print(f"drift ‖θ_K^∞ − θ*‖ at s = 1: " + ", ".join(f"K={K}: {v:.4f}" for K, v in drift_at.items()))
 print(f"K → ∞ limit ‖mean θ_i* − θ*‖ = {mean_gap:.4f}")
 print("K = 1 has no drift (< 1e-9):", drift_1 < 1e-9)
-print("drift grows with K on the grid:", bool(np.all(np.diff(drift[1.0]) > 0)))
+print("drift grows with K over the simulated K:", all(drift_at[a] < drift_at[b] for a, b in zip(quad_steps, quad_steps[1:])))
+print(f"largest drift on K = 1 … {K_grid[-1]}: {drift[1.0].max():.4f} (the K → ∞ limit: {mean_gap:.4f})")
 print("drift ∝ spread s (ratios s/1 within 1e-9):",
       all(np.allclose(drift[s], s * drift[1.0], rtol=1e-9, atol=1e-12) for s in quad_spreads))
 print("fedlab's FedAvg ends at the closed-form fixed point (within 1e-6):", sim_error < 1e-6)
@@ -588,7 +591,7 @@ lessons = {
     "rescale": rescale, "sharpness_full": sharp[0], "sharpness_batch": sharp[1], "sharpness_client_batch": sharp[3],
 }
 assert lessons["fedavg_max_gap"] == 0.0 and lessons["fedsam_max_gap"] == 0.0, "not bit for bit"
-assert drift_1 < 1e-9 < drift_at[K_small_] < drift_at[K_large_] < mean_gap, "drift does not grow with K"
+assert drift_1 < 1e-9 < drift_at[K_small_] < drift_at[K_large_], "drift does not grow with K"
 assert 0.5 < lessons["rise_share"] <= 1.0, "first-order ε̂ should reach most, not more, of the exact rise"
 assert output_gap < 1e-12 and abs(lam["rescaled"] / lam["original"] - 1) > 0.5, "rescaling demo"
 assert sharp[0] < sharp[1] < sharp[3], "m-sharpness direction"

@@ -116,7 +116,7 @@ def test_bibtex_of_a_reference_has_its_facts():
 def test_built_site_is_complete_and_offline(site):
     for stem in NOTEBOOK_STEMS:
         assert (site / "notebooks" / f"{stem}.html").exists(), stem
-    for page in ("gallery.html", "citation.html", "api/fedlab.html", "api/data.html", "api/analysis.html",
+    for page in ("notation.html", "gallery.html", "citation.html", "api/fedlab.html", "api/data.html", "api/analysis.html",
                  "api/algorithms.html"):
         assert (site / page).exists(), page
     assert book.remote_assets(site) == []
@@ -210,6 +210,28 @@ def test_notebook_page_in_chromium_renders_outputs_and_math(site):
             assert link.count() == 1 and link.get_attribute("href") == neighbour
             assert (target.parent / neighbour).exists()
         assert page.locator("a.right-next").get_attribute("href") == "03_friendly_adversary.html"
+
+
+@needs_chromium
+@needs_mathjax
+def test_foundations_solutions_are_hidden_until_opened_and_notation_is_linked(site):
+    """01b's exercise solutions are <details> blocks: closed on load, readable after a click on "Solution"."""
+    target = site / "notebooks" / "01b_foundations.html"
+    with chromium_page() as page:
+        page.goto(_file_url(target), wait_until="load")
+        assert "Foundations" in page.locator("h1").first.inner_text()
+        solutions = page.locator("article details")
+        assert solutions.count() >= 2
+        first, text = solutions.first, solutions.first.locator("p").first
+        assert first.get_attribute("open") is None and not text.is_visible()
+        first.locator("summary").click()
+        assert first.get_attribute("open") is not None and text.is_visible()
+        assert page.locator("a[href='../notation.html']").count() >= 1  # the sidebar's Reference section
+        page.goto(_file_url(site / "notation.html"), wait_until="load")
+        page.wait_for_selector(".MathJax_CHTML", timeout=window_ms(20))
+        notation = page.locator("article").inner_text()
+        assert page.locator("article table").count() == 3
+        assert "dirichlet_alpha" in notation and "lr_multiplier" in notation and "gamma_l" in notation
 
 
 @needs_chromium

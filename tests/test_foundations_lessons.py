@@ -59,7 +59,7 @@ def test_the_stated_directions_hold_in_the_committed_numbers(committed):
     params, lessons, _, stdout = committed
     drift = [lessons["drift"][str(K)] for K in params["quad_steps"]]
     assert params["quad_steps"][0] == 1 and drift[0] == 0.0  # one local step: no drift
-    assert all(a < b for a, b in zip(drift, drift[1:])) and drift[-1] < lessons["mean_gap"]  # grows towards the limit
+    assert all(a < b for a, b in zip(drift, drift[1:]))  # grows with K over the simulated K
     assert lessons["fedavg_max_gap"] == 0.0 and lessons["fedsam_max_gap"] == 0.0  # bit for bit
     assert stdout.count("bit for bit: True") == 3 and "bit for bit: False" not in stdout  # θ⁰, FedAvg, FedSAM
     assert 0.5 < lessons["rise_share"] <= 1.0
