@@ -116,8 +116,8 @@ def test_bibtex_of_a_reference_has_its_facts():
 def test_built_site_is_complete_and_offline(site):
     for stem in NOTEBOOK_STEMS:
         assert (site / "notebooks" / f"{stem}.html").exists(), stem
-    for page in ("notation.html", "gallery.html", "citation.html", "api/fedlab.html", "api/data.html", "api/analysis.html",
-                 "api/algorithms.html"):
+    for page in ("notation.html", "gallery.html", "citation.html", "api/fedlab.html", "api/data.html",
+                 "api/analysis.html", "api/algorithms.html"):
         assert (site / page).exists(), page
     assert book.remote_assets(site) == []
     registry = (site / "api" / "algorithms.html").read_text()
