@@ -10,7 +10,7 @@ export PYTHONHASHSEED := 0
 # process (papermill executes the notebooks with --cwd notebooks); fedlab's own default is ./runs.
 export FEDLAB_RUNS ?= $(CURDIR)/runs
 NB_OUT := runs/notebooks
-NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]*_*.ipynb))
 FMNIST_DEB := /usr/share/datasets/fashion-mnist
 
 # What `make test` needs from Debian beyond Python: Chromium (browser tests of the book and JupyterLab)

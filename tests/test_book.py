@@ -21,7 +21,7 @@ from _browser import BROKEN_IMAGES_JS, chromium_page, needs_chromium
 from _load import window_ms
 
 REPO = Path(__file__).resolve().parent.parent
-NOTEBOOK_STEMS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+NOTEBOOK_STEMS = [p.stem for p in sorted((REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb"))]
 FIGURE_PNGS = sorted(p.name for p in (REPO / "figures").glob("*.png"))
 CLAIMS = REPO / "figures" / "claims_cpu.md"
 SCREENSHOT = REPO / "runs" / "book" / "landing.png"
@@ -116,8 +116,8 @@ def test_bibtex_of_a_reference_has_its_facts():
 def test_built_site_is_complete_and_offline(site):
     for stem in NOTEBOOK_STEMS:
         assert (site / "notebooks" / f"{stem}.html").exists(), stem
-    for page in ("gallery.html", "citation.html", "api/fedlab.html", "api/data.html", "api/analysis.html",
-                 "api/algorithms.html"):
+    for page in ("notation.html", "gallery.html", "citation.html", "api/fedlab.html", "api/data.html",
+                 "api/analysis.html", "api/algorithms.html"):
         assert (site / page).exists(), page
     assert book.remote_assets(site) == []
     registry = (site / "api" / "algorithms.html").read_text()
@@ -162,7 +162,7 @@ def test_prev_next_chain_visits_every_notebook_in_order(site):
         assert len(seen) < 200
     order = [p.stem for p in seen if p.parent.name == "notebooks"]
     assert order == NOTEBOOK_STEMS
-    assert seen[len(NOTEBOOK_STEMS) + 1].name == "gallery.html"
+    assert [p.name for p in seen[len(NOTEBOOK_STEMS) + 1:len(NOTEBOOK_STEMS) + 3]] == ["notation.html", "gallery.html"]
 
 
 @needs_chromium
@@ -205,11 +205,33 @@ def test_notebook_page_in_chromium_renders_outputs_and_math(site):
         # MathJax, served from _static, typeset the formulas (no network: a CDN would have failed)
         page.wait_for_selector(".MathJax_CHTML", timeout=window_ms(20))
         assert page.locator(".MathJax_CHTML").count() > 5
-        for cls, neighbour in (("left-prev", "01_heterogeneity.html"), ("right-next", "03_friendly_adversary.html")):
+        for cls, neighbour in (("left-prev", "01b_foundations.html"), ("right-next", "03_friendly_adversary.html")):
             link = page.locator(f"a.{cls}")
             assert link.count() == 1 and link.get_attribute("href") == neighbour
             assert (target.parent / neighbour).exists()
         assert page.locator("a.right-next").get_attribute("href") == "03_friendly_adversary.html"
+
+
+@needs_chromium
+@needs_mathjax
+def test_foundations_solutions_are_hidden_until_opened_and_notation_is_linked(site):
+    """01b's exercise solutions are <details> blocks: closed on load, readable after a click on "Solution"."""
+    target = site / "notebooks" / "01b_foundations.html"
+    with chromium_page() as page:
+        page.goto(_file_url(target), wait_until="load")
+        assert "Foundations" in page.locator("h1").first.inner_text()
+        solutions = page.locator("article details")
+        assert solutions.count() >= 2
+        first, text = solutions.first, solutions.first.locator("p").first
+        assert first.get_attribute("open") is None and not text.is_visible()
+        first.locator("summary").click()
+        assert first.get_attribute("open") is not None and text.is_visible()
+        assert page.locator("a[href='../notation.html']").count() >= 1  # the sidebar's Reference section
+        page.goto(_file_url(site / "notation.html"), wait_until="load")
+        page.wait_for_selector(".MathJax_CHTML", timeout=window_ms(20))
+        notation = page.locator("article").inner_text()
+        assert page.locator("article table").count() == 3
+        assert "dirichlet_alpha" in notation and "lr_multiplier" in notation and "gamma_l" in notation
 
 
 @needs_chromium

@@ -85,5 +85,5 @@ def test_make_figures_runs_every_notebook_once_with_10_first():
     from lab.evidence.budget import RUN_ORDER
     from lab.repro import REPO_ROOT
 
-    notebooks = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = sorted(p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     assert sorted(RUN_ORDER) == notebooks and RUN_ORDER[0] == "10_benchmarks"

@@ -22,7 +22,7 @@ from _browser import chromium_page, needs_chromium
 from _load import window, window_ms
 
 REPO = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 TOKEN = "fedlab-lab-test-token"
 
 pytestmark = pytest.mark.skipif(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is None,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]*_*.ipynb"))
 IDS = [p.stem for p in NOTEBOOKS]
 
 
@@ -29,10 +29,15 @@ def _parameter_names(nb: nbformat.NotebookNode) -> set[str]:
 
 
 def test_there_are_notebooks_with_unique_ordered_prefixes():
+    """NN_slug, numbered 00, 01, ... without gaps; a lesson inserted later takes its predecessor's number and
+    a letter (01b_slug sorts between 01_ and 02_) so that the notebooks after it keep their names."""
     assert NOTEBOOKS, "no notebooks found"
-    prefixes = [p.name[:2] for p in NOTEBOOKS]
+    prefixes = [p.name.split("_")[0] for p in NOTEBOOKS]
+    assert all(re.fullmatch(r"\d\d[a-z]?", p) for p in prefixes), prefixes
     assert len(set(prefixes)) == len(prefixes)
-    assert [int(p) for p in prefixes] == list(range(len(prefixes))), prefixes
+    numbered = [p for p in prefixes if len(p) == 2]
+    assert [int(p) for p in numbered] == list(range(len(numbered))), prefixes
+    assert all(p[:2] in numbered for p in prefixes), f"a lettered notebook needs its numbered one: {prefixes}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -18,7 +18,7 @@ STRIP_FLAGS = ["--keep-output", "--keep-count", "--extra-keys", "metadata.paperm
 
 
 def notebooks(selection: list[str] | None = None) -> list[Path]:
-    scripts = sorted(NB_DIR.glob("[0-9][0-9]_*.py"))
+    scripts = sorted(NB_DIR.glob("[0-9][0-9]*_*.py"))
     if selection:
         scripts = [s for s in scripts if any(s.name.startswith(sel) for sel in selection)]
     return scripts

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides[name] = ast.literal_eval(value)  # papermill -p reads values as Python literals
         except (ValueError, SyntaxError):
             overrides[name] = value
-    paths = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+    paths = sorted(NB_DIR.glob("[0-9][0-9]*_*.ipynb"))
     if args.select:
         paths = [p for p in paths if any(p.name.startswith(s) for s in args.select)]
     if not paths:
