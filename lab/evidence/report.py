@@ -129,7 +129,7 @@ def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> Cp
 
 def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
     out = []
-    for sidecar in sorted(figures_dir.glob(f"{notebook[:2]}_*.json")):
+    for sidecar in sorted(figures_dir.glob(f"{notebook.split('_')[0]}_*.json")):
         meta: dict[str, Any] = json.loads(sidecar.read_text())
         if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
             out.append(figure_from_sidecar(sidecar, meta))

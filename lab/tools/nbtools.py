@@ -20,7 +20,9 @@ STRIP_FLAGS = ["--keep-output", "--keep-count", "--extra-keys", "metadata.paperm
 def notebooks(selection: list[str] | None = None) -> list[Path]:
     scripts = sorted(NB_DIR.glob("[0-9][0-9]*_*.py"))
     if selection:
-        scripts = [s for s in scripts if any(s.name.startswith(sel) for sel in selection)]
+        # "01" names notebook 01 only, not 01b: a selection is a whole prefix (up to the first _) or a stem start
+        scripts = [s for s in scripts if any(s.name.split("_")[0] == sel or ("_" in sel and s.name.startswith(sel))
+                                             for sel in selection)]
     return scripts
 
 

@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             overrides[name] = value
     paths = sorted(NB_DIR.glob("[0-9][0-9]*_*.ipynb"))
     if args.select:
-        paths = [p for p in paths if any(p.name.startswith(s) for s in args.select)]
+        paths = [p for p in paths if any(p.name.split("_")[0] == s or ("_" in s and p.name.startswith(s))
+                                         for s in args.select)]
     if not paths:
         print("execute: no notebooks selected", file=sys.stderr)
         return 2
