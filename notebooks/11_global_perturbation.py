@@ -495,7 +495,8 @@ save_figure(fig, "11_toy_loss_gap", notebook=NB, profile=profile, kind="analysis
                             start_distance=start_distance, seed=seed, n_seeds=n_seeds),
             data=gaps.reset_index().melt(id_vars="method", var_name="seed", value_name="loss_gap"))
 plt.show()
-print((gaps.mean(axis=1).rename(index=method_label)).map(lambda v: f"{v:.3g}").to_string())
+print("F − F*, mean over the last quarter of the rounds and over the seeds:")
+print((gaps.mean(axis=1).rename(index=method_label)).map(lambda v: f"{v:.3g}").to_string(header=False))
 
 # %% [markdown]
 # ## 6. Paper against code: what the modules record
@@ -503,14 +504,14 @@ print((gaps.mean(axis=1).rename(index=method_label)).map(lambda v: f"{v:.3g}").t
 # where it departs from the paper; fedlab implements the paper's rule (with a switch or preset for the
 # code's behaviour where it is a choice rather than a crash). The short version:
 #
-# | method | read at | what the code does differently from the paper (or from itself) | in fedlab |
-# |---|---|---|---|
-# | FedLESAM | MediaBrain-SJTU/FedLESAM | issue #1: the flat update vector is indexed by parameter-tensor number, so each tensor is shifted by one scalar and the "norm" is a sum of scalars; issue #3: every client uses the same last global update instead of its own θ_old,i; the repository does not import (missing server modules) | paper rule by default; `variant="last_global_update"` is the code's intent; the index bug is not reproduced |
-# | FedGF | hwan-sig/Official-FedGF @ 36233b7 | `cifar.sh` passes `--c_o`, which `arg_parser.py` does not define (argparse exits), and never `--T_D` (with T_D = None the comparison raises a TypeError): the script cannot run FedGF as written; its FedSAM, FedProx and FedDyn runs carry `--transform--save_model` (a missing space, rejected by argparse); server mean weighted by n_i; ‖p‖ without ε | the script's `c_o` read as the threshold T_D (an assumption); unweighted mean, ε added |
-# | FedGloSS | pietrocagnasso/fedgloss @ cbd6cf5 | the server-ρ warm-up list is built from the client list's last value (`self.rhos_l[-1] + delta`), so ρ_s jumps to ≈ ρ_l after round 0 instead of ramping; anchor θ̃ and λ_i update taken per epoch (not per round); server mean weighted by n_i; no ε in the server normalisation | the ramp by default, `server_ramp="code"` (preset `code`) reproduces the jump |
-# | FedWMSAM | Huang-Yongzhi/NeurlPS_FedWMSAM @ a922a1d | the code perturbs *away* from the predicted point (`first_step` adds −ρδ/‖δ‖), the paper toward it; δ indexed by parameter-tensor number (FedLESAM's bug); m uses K from client 0's data size and a 0.998 factor; the α schedule (0.99, 0.01, clamp [0.1, 0.9]) is only in the code | the paper's sign, `perturb="away"` (preset `code`) for the code's; the index bug is not reproduced |
-# | FedVSSAM | no public code | — | fedlab's reading of the paper; open choices (h⁰, η_g) in the docstring |
-# | FedGMT | harrylee999/FL-SAM | not read for this notebook: the method is not in this fedlab | — |
+# | method (code read) | what the code does differently from the paper (or from itself) | in fedlab |
+# |---|---|---|
+# | FedLESAM (MediaBrain-SJTU/FedLESAM) | issue #1: the flat update vector is indexed by parameter-tensor number, so each tensor is shifted by one scalar and the "norm" is a sum of scalars; issue #3: every client uses the same last global update instead of its own θ_old,i; the repository does not import (missing server modules) | paper rule by default; `variant="last_global_update"` is the code's intent; the index bug is not reproduced |
+# | FedGF (hwan-sig/Official-FedGF @ 36233b7) | `cifar.sh` passes `--c_o`, which `arg_parser.py` does not define (argparse exits), and never `--T_D` (with T_D = None the comparison raises a TypeError): the script cannot run FedGF as written; its FedSAM, FedProx and FedDyn runs carry `--transform--save_model` (a missing space, rejected by argparse); server mean weighted by n_i; ‖p‖ without ε | the script's `c_o` read as the threshold T_D (an assumption); unweighted mean, ε added |
+# | FedGloSS (pietrocagnasso/fedgloss @ cbd6cf5) | the server-ρ warm-up list is built from the client list's last value (`self.rhos_l[-1] + delta`), so ρ_s jumps to ≈ ρ_l after round 0 instead of ramping; anchor θ̃ and λ_i update taken per epoch (not per round); server mean weighted by n_i; no ε in the server normalisation | the ramp by default, `server_ramp="code"` (preset `code`) reproduces the jump |
+# | FedWMSAM (Huang-Yongzhi/NeurlPS_FedWMSAM @ a922a1d) | the code perturbs *away* from the predicted point (`first_step` adds −ρδ/‖δ‖), the paper toward it; δ indexed by parameter-tensor number (FedLESAM's bug); m uses K from client 0's data size and a 0.998 factor; the α schedule (0.99, 0.01, clamp [0.1, 0.9]) is only in the code | the paper's sign, `perturb="away"` (preset `code`) for the code's; the index bug is not reproduced |
+# | FedVSSAM (no public code) | — (nothing to compare) | fedlab's reading of the paper; open choices (h⁰, η_g) in the docstring |
+# | FedGMT (harrylee999/FL-SAM) | not read for this notebook: the method is not in this fedlab | — |
 #
 # The cell below checks that each row's key fact is still in the module docstring it was taken from,
 # so the table cannot silently outlive a change to the code it summarises.
@@ -556,13 +557,13 @@ spread = gap_mean.max() / gap_mean.min()
 display(Markdown(
     f"**Far from θ\\*, the global direction is easy to estimate; near it, nobody has it.** In the first "
     f"{n_early} rounds FedSAM's local perturbation has alignment {fmt(early.loc['fedsam', 'cos'])} with "
-    f"∇F(θ^t), and {n_better} of the {len(others)} server-side estimates do better (best: "
+    f"∇F(θᵗ), and {n_better} of the {len(others)} server-side estimates do better (best: "
     f"{method_label(best_early)}, {fmt(est_early[best_early])}); FedLESAM's applied perturbation reaches "
     f"{fmt(early.loc['fedlesam', 'cos'])} with one gradient per step instead of two. "
-    f"In the last half of the rounds FedSAM's alignment is {fmt(late.loc['fedsam', 'cos'])} with ∇F(θ^t) and "
+    f"In the last half of the rounds FedSAM's alignment is {fmt(late.loc['fedsam', 'cos'])} with ∇F(θᵗ) and "
     f"{fmt(late.loc['fedsam', 'cos at iterate'])} with ∇F at the client's own iterate: heterogeneity, noise and "
     f"drift, not ∇F, set the local direction (a client that has drifted toward its own optimum stands where F "
-    f"keeps rising along the drift, while its own loss rises back toward θ^t). The global estimates "
+    f"keeps rising along the drift, while its own loss rises back toward θᵗ). The global estimates "
     f"{'lose most of their edge too' if est_late.mean() < 0.5 * est_early.mean() else 'keep part of their edge'}"
     f" — late alignments "
     + ", ".join(f"{method_label(n)} {fmt(est_late[n])}" for n in others)
@@ -571,16 +572,16 @@ display(Markdown(
        f"last move no longer points uphill from where the model now is." if negative_late else ".")
     + f" The most persistent is {method_label(persistent)}'s ({fmt(est_late[persistent])}). "
     f"FedGF's own estimate aligns {fmt(est_early['fedgf'])} early, but it is applied at the "
-    f"global point θ^t + ρ_g p/‖p‖, whatever the client's iterate: with its mixing weight at c_t = {late_c:.2f} "
+    f"global point θᵗ + ρ p/‖p‖, whatever the client's iterate: with its mixing weight at cₜ = {late_c:.2f} "
     f"(mean of the late rounds) the perturbation of a drifting client's iterate has length {late.loc['fedgf', '‖e‖/ρ']:.1f} ρ on average (error {late.loc['fedgf', 'error']:.1f} ρ), "
-    f"most of it the way back to θ^t. In global loss (§5) the lowest is {method_label(gap_mean.idxmin())}'s "
+    f"most of it the way back to θᵗ. In global loss (§5) the lowest is {method_label(gap_mean.idxmin())}'s "
     f"({gap_mean.min():.3g}), the highest {method_label(gap_mean.idxmax())}'s ({gap_mean.max():.3g}), FedAvg's "
     f"{gap_mean['fedavg']:.3g}: a factor {spread:.2f} between the extremes, "
     + ("about as much as one method's own seeds differ" if spread < 1.5 * seed_spread else
        "far more than one method's own seeds differ")
     + f" (a factor {seed_spread:.2f}, median over the methods). On a quadratic a radius-ρ probe only biases each "
-    f"gradient by A_i e, whichever way it points; the floor is set by the machinery around the estimate "
-    f"(FedWMSAM's SCAFFOLD-style correction c − c_i, FedGloSS's ADMM dual, FedVSSAM's server EMA). What the "
+    f"gradient by Aᵢe, whichever way it points; the floor is set by the machinery around the estimate "
+    f"(FedWMSAM's SCAFFOLD-style correction c − cᵢ, FedGloSS's ADMM dual, FedVSSAM's server EMA). What the "
     f"estimators are for — finding the flat region of F — needs a loss that has one (notebooks 02 and 08)."))
 
 
