@@ -60,9 +60,9 @@
 # **FedGMT** (Li et al., ICML'25, `harrylee999/FL-SAM`) answers the question without a perturbation
 # direction: an exponential moving average of the global models' trajectory serves as a teacher, a
 # KL-divergence term pulls each client's predictions toward it (one backward pass per step), and an
-# ADMM pair aligns the local and global solutions. It is not in this version of fedlab (the cell
-# after the imports prints whether the registry has it), and a KL term needs a model with outputs,
-# which the quadratic toy below has not; it is described here and left out of the measurements.
+# ADMM pair aligns the local and global solutions (`fedlab.algorithms.fedgmt`). It has no
+# perturbation to measure, and its KL term needs a model with outputs, which the quadratic toy below
+# has not: it is described here and left out of the measurements (notebook 10 trains it).
 #
 # ## What this notebook measures
 # One toy federation whose $\nabla F$ is known exactly, the real fedlab algorithm objects running on
@@ -112,7 +112,7 @@ use_house_style()
 NB = "11_global_perturbation"
 seeds = list(range(seed, seed + n_seeds))
 METHODS = ["fedsam", "fedlesam", "fedgf", "fedgloss", "fedwmsam", "fedvssam"]  # the cosine figure's panels
-print("FedGMT registered in this fedlab:", "fedgmt" in fedlab.algorithm_names())
+print("FedGMT registered (not measured here: no perturbation, needs logits):", "fedgmt" in fedlab.algorithm_names())
 
 # %% [markdown]
 # ## 1. A federation whose ∇F is known exactly
@@ -511,7 +511,7 @@ print((gaps.mean(axis=1).rename(index=method_label)).map(lambda v: f"{v:.3g}").t
 # | FedGloSS (pietrocagnasso/fedgloss @ cbd6cf5) | the server-ρ warm-up list is built from the client list's last value (`self.rhos_l[-1] + delta`), so ρ_s jumps to ≈ ρ_l after round 0 instead of ramping; anchor θ̃ and λ_i update taken per epoch (not per round); server mean weighted by n_i; no ε in the server normalisation | the ramp by default, `server_ramp="code"` (preset `code`) reproduces the jump |
 # | FedWMSAM (Huang-Yongzhi/NeurlPS_FedWMSAM @ a922a1d) | the code perturbs *away* from the predicted point (`first_step` adds −ρδ/‖δ‖), the paper toward it; δ indexed by parameter-tensor number (FedLESAM's bug); m uses K from client 0's data size and a 0.998 factor; the α schedule (0.99, 0.01, clamp [0.1, 0.9]) is only in the code | the paper's sign, `perturb="away"` (preset `code`) for the code's; the index bug is not reproduced |
 # | FedVSSAM (no public code) | — (nothing to compare) | fedlab's reading of the paper; open choices (h⁰, η_g) in the docstring |
-# | FedGMT (harrylee999/FL-SAM) | not read for this notebook: the method is not in this fedlab | — |
+# | FedGMT (harrylee999/FL-SAM @ 2c16149) | the dual h_i is averaged over *all* N clients (`torch.mean(self.dual_variable_list, dim=0)`), not the sampled ones of the restated algorithm; the KL is tempered (τ = 3, factor τ²), which the restatement lacks; local SGD with momentum 0.9; server mean weighted by n_i | the code's rule (all-N dual, τ); plain SGD, unweighted mean |
 #
 # The cell below checks that each row's key fact is still in the module docstring it was taken from,
 # so the table cannot silently outlive a change to the code it summarises.
@@ -524,7 +524,8 @@ facts = {"fedlesam": ["issue #1", "issue #3", "does not import"],
          "fedgf": ["--c_o", "--transform--save_model", "36233b7"],
          "fedgloss": ["self.rhos_l[-1] + delta", "per *epoch*", "cbd6cf5"],
          "fedwmsam": ["first_step", "Index bug", "a922a1d"],
-         "fedvssam": ["No public code"]}
+         "fedvssam": ["No public code"],
+         "fedgmt": ["torch.mean(self.dual_variable_list, dim=0)", "2c16149", "momentum 0.9"]}
 for name, phrases in facts.items():
     doc = importlib.import_module(f"fedlab.algorithms.{name}").__doc__
     print(f"{method_label(name):9s} docstring states every fact of its row: {all(p in doc for p in phrases)}")
