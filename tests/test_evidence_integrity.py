@@ -223,7 +223,8 @@ def test_tune_profile_does_not_skip_a_bad_tuning_file_as_done(figs: Path, monkey
     monkeypatch.setattr(tuning_module, "tune", no_training)
     grid = {"fedsam": json.loads((figs / TUNING).read_text())["grid"]}
     splits = {"dirichlet-0.5": profile_splits("cpu")["dirichlet-0.5"]}
-    kwargs = dict(methods=["fedsam"], grids=grid, directory=figs / "tuning", tuning=PROTOCOL, progress=False)
+    kwargs = dict(methods=["fedsam"], grids=grid, directory=figs / "tuning", tuning=PROTOCOL, progress=False,
+                  edges=None)  # the committed cpu tuning's protocol: no edge extension
     assert tune_splits(splits, **kwargs) == [figs / TUNING]  # intact: skipped as done
     _choose(figs, {"rho": 0.5})
     with pytest.raises(TuningError, match=rf"{figs / TUNING}.*not a point of its grid"):
