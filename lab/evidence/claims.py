@@ -812,15 +812,16 @@ def write_claims(verdicts: Sequence[PairedVerdict] | Sequence[Verdict], stem: Pa
     paired = bool(verdicts) and all(isinstance(v, PairedVerdict) for v in verdicts)
     forest = stem.parent / f"{FOREST}.png"
 
-    def block(where: Path) -> str:
+    def block(where: Path | None) -> str:
         if not paired:
             return claims_markdown_unpaired(verdicts, profile)  # type: ignore[arg-type]
-        image = os.path.relpath(forest, where).replace(os.sep, "/") if forest.exists() else None
+        image = os.path.relpath(forest, where).replace(os.sep, "/") if forest.exists() and where else None
         return claims_markdown(verdicts, profile, findings=findings, image=image)  # type: ignore[arg-type]
 
     table = paired_table(verdicts) if paired else claims_table(verdicts)  # type: ignore[arg-type]
     table.to_csv(paths["csv"], index=False, float_format="%.6g")
-    paths["md"].write_text(f"# Paper claims checked on the {profile} profile\n\n{block(paths['md'].parent)}\n")
+    # the .md is included by the book's landing page, which shows the plot itself: no image link in it
+    paths["md"].write_text(f"# Paper claims checked on the {profile} profile\n\n{block(None)}\n")
     # `claims --write` is the named step that regenerates the claims data from verified records, so it
     # re-records these two files' digests (records and tuning files are never re-recorded this way)
     rerecord([paths["csv"], paths["md"]], paths["csv"].parent)

@@ -113,8 +113,11 @@ def data_files(name: str, meta: dict, figures_dir: Path) -> list[Path]:
 
 
 def figure_cell_index(nb: nbformat.NotebookNode, name: str) -> int | None:
-    """Index of the code cell that calls ``save_figure`` for ``name`` (literal or f-string name)."""
+    """Index of the code cell that calls ``save_figure`` for ``name`` (literal or f-string name), or that
+    calls a one-call figure helper named like the figure (``claims_forest(...)`` saves ``claims_forest``)."""
     for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and re.search(rf"(?<![\w.]){re.escape(name)}\(", cell.source):
+            return i
         if cell.cell_type != "code" or "save_figure(" not in cell.source:
             continue
         for literal in re.findall(r"save_figure\(\s*\w+\s*,\s*f?[\"']([^\"']+)[\"']", cell.source):
