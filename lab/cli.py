@@ -81,7 +81,11 @@ def _claims_paired(args: argparse.Namespace, decide_at: int) -> int:
         from lab.repro import FIGURES_DIR
         from lab.tools.forest import claims_forest
 
-        for path in claims_forest().values():  # first: the pages link the plot
+        from fedlab.evidence.integrity import rerecord
+
+        forest = claims_forest()  # first: the pages link the plot
+        rerecord([forest["csv"]], FIGURES_DIR)  # claims data (claims_*.csv): this named step records its digest
+        for path in forest.values():
             print(f"wrote {path}")
         findings_table(findings).to_csv(FIGURES_DIR / "findings_cpu.csv", index=False, float_format="%.6g")
         print(f"wrote {FIGURES_DIR / 'findings_cpu.csv'}")

@@ -283,7 +283,10 @@ def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
     fedsam = [k for k in keys if k.startswith("fedsam-")]
     figs = _copy_evidence(tmp_path / "figures", [f"records/{k}.json.gz" for k in [KEY, *fedsam]])
     (figs / f"{SIDECAR}.json").write_text(json.dumps({"records": [KEY, KEY, KEY, *fedsam]}))
-    claim = next(c for c in load_claims() if c.id == "fedvssam_above_fedsam_dir01")
+    import dataclasses
+
+    claim = next(c for c in load_claims() if c.id == "fedvssam_above_best_baseline_dir01")
+    claim = dataclasses.replace(claim, right=[{"algorithm": "fedsam"}])  # the arm whose records are copied
     v = evaluate_claim(claim, figs)
     assert v.left is not None and v.left.n == 1
     assert v.verdict == "inconclusive" and "FedVSSAM: 2 duplicate run(s)" in v.note
