@@ -36,38 +36,62 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from lab.evidence.claims import claims_table, evaluate_claims, write_claims
-
-    if args.paired or args.decide_at is not None or args.csv is not None:
-        return _claims_paired(args)
-    verdicts = evaluate_claims()
-    table = claims_table(verdicts)
-    with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
-        print(table[["claim", "numbers", "verdict"]].to_string(index=False))
-    if args.write:
-        for path in write_claims(verdicts).values():
-            print(f"wrote {path}")
-    return 0
-
-
-def _claims_paired(args: argparse.Namespace) -> int:
-    """``claims --paired [--decide-at N] [--csv PATH]``: every claim's unpaired and paired verdicts."""
-    from lab.evidence.claims import evaluate_claims_paired, paired_table, paired_text
+    """``claims [--unpaired] [--decide-at N] [--csv PATH] [--write]``: the paired reading by default."""
     from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 
-    if not args.paired or args.write:
-        print("error: --decide-at and --csv go with --paired, and --paired does not --write (the committed "
-              "claims files keep the unpaired reading)", file=sys.stderr)
-        return 2
+    if args.unpaired:
+        if args.decide_at is not None or args.write:
+            print("error: --unpaired is the old reading, for comparison: it takes no --decide-at and does not --write",
+                  file=sys.stderr)
+            return 2
+        from lab.evidence.claims import claims_table, evaluate_claims
+
+        table = claims_table(evaluate_claims())
+        with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
+            print(table[["id", "numbers", "verdict"]].to_string(index=False))
+        if args.csv is not None:
+            table.to_csv(args.csv, index=False)
+            print(f"wrote {args.csv}")
+        return 0
     decide_at = MIN_SEEDS_TO_DECIDE if args.decide_at is None else args.decide_at
     if decide_at < 2:
         print(f"error: --decide-at must be at least 2 (an interval needs two pairs), got {decide_at}", file=sys.stderr)
         return 2
+    if args.write and decide_at != MIN_SEEDS_TO_DECIDE:
+        print(f"error: --write records the protocol's reading (decided from {MIN_SEEDS_TO_DECIDE} pairs); "
+              "--decide-at is for reading only", file=sys.stderr)
+        return 2
+    return _claims_paired(args, decide_at)
+
+
+def _claims_paired(args: argparse.Namespace, decide_at: int) -> int:
+    """Every claim's unpaired and paired verdicts, the findings; with ``--write`` the committed files."""
+    from lab.evidence.claims import evaluate_claims_paired, paired_table, paired_text, write_claims
+    from lab.evidence.findings import evaluate_findings, findings_table
+
     verdicts = evaluate_claims_paired(min_seeds_to_decide=decide_at)
+    findings = evaluate_findings(decide_at=decide_at)
     print(paired_text(verdicts))
+    print("\nfindings beyond the claims (figures/findings.yaml):")
+    for f in findings:
+        print(f"  {f.finding.id}: {f.answer}\n      {f.numbers}")
     if args.csv is not None:
-        paired_table(verdicts).to_csv(args.csv, index=False)
+        paired_table(verdicts).to_csv(args.csv, index=False, float_format="%.6g")
         print(f"wrote {args.csv}")
+    if args.write:
+        from lab.repro import FIGURES_DIR
+        from lab.tools.forest import claims_forest
+
+        from lab.evidence.integrity import rerecord
+
+        forest = claims_forest()  # first: the pages link the plot
+        rerecord([forest["csv"]], FIGURES_DIR)  # claims data (claims_*.csv): this named step records its digest
+        for path in forest.values():
+            print(f"wrote {path}")
+        findings_table(findings).to_csv(FIGURES_DIR / "findings_cpu.csv", index=False, float_format="%.6g")
+        print(f"wrote {FIGURES_DIR / 'findings_cpu.csv'}")
+        for path in write_claims(verdicts, findings=findings).values():
+            print(f"wrote {path}")
     return 0
 
 
@@ -109,16 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     c = sub.add_parser("claims", allow_abbrev=False,
-                       help="evaluate the papers' claims (figures/claims.yaml) from committed results")
-    c.add_argument("--write", action="store_true", help="write figures/claims_cpu.md and figures/claims_cpu.csv")
-    c.add_argument("--paired", action="store_true",
-                   help="read each claim by seed pairs (paired t-interval, sign-flip p from 6 seeds) beside the "
-                        "unpaired verdict")
+                       help="evaluate the papers' claims (figures/claims.yaml) by seed pairs, and the findings "
+                            "(figures/findings.yaml), from committed results")
+    c.add_argument("--write", action="store_true",
+                   help="write figures/claims_cpu.md (compact table), figures/claims_cpu.csv (numeric), "
+                        "figures/findings_cpu.csv, the forest plot figures/claims_forest.* and the generated "
+                        "blocks of README.md and figures/README.md")
+    c.add_argument("--paired", action="store_true", help="the default reading (kept as a no-op for old scripts)")
+    c.add_argument("--unpaired", action="store_true",
+                   help="the old reading (two separate intervals per claim), for comparison")
     c.add_argument("--decide-at", type=int, default=None, metavar="N",
-                   help="with --paired: pairs needed for a verdict (default 6; 3 reads the committed evidence "
-                        "as if decided)")
+                   help="pairs needed for a verdict (default 6; 3 reads the committed evidence as if decided)")
     c.add_argument("--csv", type=str, default=None, metavar="PATH",
-                   help="with --paired: write the numeric table (one row per comparison) to PATH")
+                   help="write the numeric table (one row per comparison) to PATH")
     f = sub.add_parser("figures", allow_abbrev=False,
                        help="`--dry-run`: estimate the cpu profile's time (make figures) without training",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -223,7 +223,8 @@ def test_tune_profile_does_not_skip_a_bad_tuning_file_as_done(figs: Path, monkey
     monkeypatch.setattr(tuning_module, "tune", no_training)
     grid = {"fedsam": json.loads((figs / TUNING).read_text())["grid"]}
     splits = {"dirichlet-0.5": profile_splits("cpu")["dirichlet-0.5"]}
-    kwargs = dict(methods=["fedsam"], grids=grid, directory=figs / "tuning", tuning=PROTOCOL, progress=False)
+    kwargs = dict(methods=["fedsam"], grids=grid, directory=figs / "tuning", tuning=PROTOCOL, progress=False,
+                  edges=None)  # the committed cpu tuning's protocol: no edge extension
     assert tune_splits(splits, **kwargs) == [figs / TUNING]  # intact: skipped as done
     _choose(figs, {"rho": 0.5})
     with pytest.raises(TuningError, match=rf"{figs / TUNING}.*not a point of its grid"):
@@ -282,7 +283,10 @@ def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
     fedsam = [k for k in keys if k.startswith("fedsam-")]
     figs = _copy_evidence(tmp_path / "figures", [f"records/{k}.json.gz" for k in [KEY, *fedsam]])
     (figs / f"{SIDECAR}.json").write_text(json.dumps({"records": [KEY, KEY, KEY, *fedsam]}))
-    claim = next(c for c in load_claims() if c.id == "fedvssam_above_fedsam_dir01")
+    import dataclasses
+
+    claim = next(c for c in load_claims() if c.id == "fedvssam_above_best_baseline_dir01")
+    claim = dataclasses.replace(claim, right=[{"algorithm": "fedsam"}])  # the arm whose records are copied
     v = evaluate_claim(claim, figs)
     assert v.left is not None and v.left.n == 1
     assert v.verdict == "inconclusive" and "FedVSSAM: 2 duplicate run(s)" in v.note

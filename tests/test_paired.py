@@ -176,38 +176,47 @@ def _rows(out: str) -> list[str]:
     return lines[start: lines.index("", start)]
 
 
-def test_the_cli_reads_the_committed_records_paired(tmp_path, capsys):
+def test_the_cli_reads_the_committed_records_paired_by_default(tmp_path, capsys):
     from lab.cli import main
+    from lab.evidence.claims import NO_DATA
 
-    ids = [c.id for c in load_claims()]
-    assert main(["claims", "--paired", "--decide-at", "3", "--csv", str(tmp_path / "paired.csv")]) == 0
+    claims = load_claims()
+    ids = [c.id for c in claims]
+    assert main(["claims", "--decide-at", "3", "--csv", str(tmp_path / "paired.csv")]) == 0
     out = capsys.readouterr().out
     rows = _rows(out)
     assert [r.split()[0] for r in rows] == ids  # one row per claim, in the file's order
-    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run")
-    for row in rows:
+    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run", NO_DATA)
+    for row, claim in zip(rows, claims):
         cells = [c for c in row.split("  ") if c.strip()]
-        assert cells[1].strip() in ("holds", "fails", "inconclusive", "not run")  # the unpaired verdict
-        assert cells[2].strip().startswith(verdicts)  # the paired verdict
-    assert "unpaired:" in out and "paired (decided from n ≥ 3 pairs):" in out
+        assert cells[1].strip() == claim.kind
+        assert cells[2].strip() in ("holds", "fails", "inconclusive", "not run", NO_DATA)  # the unpaired verdict
+        assert cells[3].strip().startswith(verdicts)  # the paired verdict
+    assert "claims: unpaired" in out and "paired (decided from n ≥ 3 pairs)" in out
+    assert "sanity checks (not counted)" in out and "findings beyond the claims" in out
     table = pd.read_csv(tmp_path / "paired.csv")
     assert set(table["id"]) == set(ids)
-    for col in ("mean", "half_width", "low", "high", "p"):
-        assert pd.api.types.is_float_dtype(table[col]), col
-    assert pd.api.types.is_integer_dtype(table["n"])
-    finite = table[table["n"] > 0]
+    for col in ("mean", "half_width", "low", "high", "p", "left_mean", "right_mean", "paper_effect", "margin", "tol"):
+        assert pd.api.types.is_numeric_dtype(table[col]), col  # numbers, never formatted strings
+    assert pd.api.types.is_integer_dtype(table["n"]) and pd.api.types.is_bool_dtype(table["decided"])
+    finite = table[table["n"] >= 2]  # one pair has a mean, no interval
     assert (finite["low"] <= finite["mean"]).all() and (finite["mean"] <= finite["high"]).all()
-    for _, r in finite.iterrows():
+    for _, r in table[table["n"] > 0].iterrows():
         diffs = json.loads(r["differences"])
         assert len(diffs) == len(json.loads(r["seeds"])) == r["n"]
-        assert np.mean(diffs) == pytest.approx(r["mean"])
+        assert np.mean(diffs) == pytest.approx(r["mean"], abs=1e-4)
         if r["right"]:
-            assert np.subtract(json.loads(r["left_values"]), json.loads(r["right_values"])) == pytest.approx(diffs)
-    assert main(["claims", "--paired"]) == 0
+            left, right = json.loads(r["left_values"]), json.loads(r["right_values"])
+            assert np.subtract(left, right) == pytest.approx(diffs)
+            assert np.mean(left) - np.mean(right) == pytest.approx(r["mean"], abs=1e-4)
+    assert (table.loc[table["comparison_verdict"] == NO_DATA, "n"] == 0).all()  # declared arms: no data, no crash
+    assert main(["claims"]) == 0
     out = capsys.readouterr().out
-    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs):" in out
-    assert main(["claims", "--csv", str(tmp_path / "x.csv")]) == 2  # --csv goes with --paired
-    assert main(["claims", "--paired", "--decide-at", "1"]) == 2
+    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs)" in out
+    assert main(["claims", "--unpaired"]) == 0 and "verdict" in capsys.readouterr().out
+    assert main(["claims", "--unpaired", "--decide-at", "3"]) == 2
+    assert main(["claims", "--decide-at", "1"]) == 2
+    assert main(["claims", "--write", "--decide-at", "3"]) == 2  # the committed files keep the protocol's gate
 
 
 def test_several_comparisons_combine_to_the_weakest_unless_one_fails():
@@ -231,3 +240,106 @@ def test_fewer_than_three_pairs_print_no_numbers(tmp_path):
 def test_abs_le_on_left_minus_zero_is_the_unpaired_abs_le(values):
     e = mean_interval(values)
     assert margin_test(e.low, e.high, "abs_le", tol=0.05) == compare(e, None, "abs_le", tol=0.05)
+
+
+# --- issue 26: margins, kinds, findings, the numeric CSV ------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("margin", [0.0, 0.01, 0.03])
+def test_the_margin_tests_are_scipys_one_sided_paired_t_tests(seed, margin):
+    """≥ δ (non-inferiority) holds exactly when the one-sided paired t-test of H₀: mean(d) ≤ −δ rejects at
+    2.5 %, ≫ m exactly when H₀: mean(d) ≤ m is rejected (the 95 % two-sided interval's lower end)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        n = int(rng.integers(3, 9))
+        right = rng.normal(0.7, 0.05, n)
+        left = right + rng.normal(rng.uniform(-0.04, 0.06), 0.02, n)
+        d = paired_difference(dict(enumerate(left)), dict(enumerate(right)))
+        ge = stats.ttest_rel(left + margin, right, alternative="greater").pvalue < 0.025
+        assert (margin_test(d.low, d.high, ">=", margin=margin) == "holds") == ge
+        much = stats.ttest_rel(left - margin, right, alternative="greater").pvalue < 0.025
+        assert (margin_test(d.low, d.high, "much_greater", margin=margin) == "holds") == much
+        worse = stats.ttest_rel(left + margin, right, alternative="less").pvalue < 0.025
+        assert (margin_test(d.low, d.high, ">=", margin=margin) == "fails") == worse
+
+
+def test_a_ge_claim_with_a_margin_is_not_held_by_the_means_alone(tmp_path):
+    """The old reading let ≥ hold on the means (+0.77 where the paper claims +10); the margin test needs the
+    interval above −δ."""
+    left = [0.70, 0.78, 0.72]
+    runs = ([_fake("fedvssam", s, a) for s, a in enumerate(left)]
+            + [_fake("fedsam", s, a) for s, a in enumerate([0.71, 0.74, 0.70])])
+    _figure(tmp_path, "fig", runs)
+    claim = _claim(">=", margin=0.01)
+    assert evaluate_claim(claim, tmp_path).verdict == "holds"  # unpaired: the means are in order
+    v = evaluate_claim_paired(claim, tmp_path, min_seeds_to_decide=3)
+    assert v.verdict == "inconclusive" and v.comparisons[0].difference.low < -0.01
+
+
+def test_sanity_checks_are_shown_not_counted_and_absent_arms_are_no_data(tmp_path):
+    from lab.evidence.claims import NO_DATA, Claim, claims_markdown, evaluate_claims_paired
+
+    runs = ([_fake("fedvssam", s, 0.80 + 0.01 * s) for s in range(3)]
+            + [_fake("fedsam", s, 0.70 + 0.012 * s) for s in range(3)])
+    _figure(tmp_path, "fig", runs)
+    pd.DataFrame({"seed": [0, 1, 2], "cross_relative": [0.01, 0.0, 0.005]}).to_csv(tmp_path / "dec.csv", index=False)
+    base = {"source": {"paper": "P", "where": "T1"}, "setting": {"notebook": "nb", "figure": "fig"},
+            "metric": "final_test_acc"}
+    claims = [Claim.from_dict({**base, "id": "a", "claim": "A", "left": {"algorithm": "fedvssam"}, "op": ">",
+                               "right": {"algorithm": "fedsam"}, "effect": {"value": 2.0, "unit": "points"}}),
+              Claim.from_dict({**base, "id": "b", "claim": "B", "left": {"algorithm": "fedgmt", "planned": "27"},
+                               "op": ">", "right": {"algorithm": "fedsam"}}),
+              Claim.from_dict({**base, "id": "c", "claim": "C", "kind": "control", "op": ">",
+                               "left": {"algorithm": "fedvssam"},
+                               "right": {"algorithm": "fedsam", "config": {"lr": 0.02}}}),
+              Claim.from_dict({**base, "id": "s", "claim": "S", "kind": "sanity", "op": "abs_le", "tol": 0.05,
+                               "setting": {"notebook": "nb", "figure": "dec"}, "left": {},
+                               "metric": {"column": "cross_relative", "arm_column": None}})]
+    verdicts = evaluate_claims_paired(claims, tmp_path, min_seeds_to_decide=3)
+    assert [v.verdict for v in verdicts] == ["holds", NO_DATA, NO_DATA, "holds"]
+    md = claims_markdown(verdicts)
+    summary = md[md.index("Summary"):]
+    assert "claims: 1 holds, 1 no data" in summary  # the sanity check's "holds" is not among the claims
+    assert "sanity checks (not counted): 1 holds" in summary
+    assert "| A — P, T1 | +2 points | +" in md
+    with pytest.raises(ValueError, match="kind='identity'"):
+        Claim.from_dict({**base, "id": "x", "claim": "X", "kind": "identity", "op": ">", "left": {},
+                         "right": {"algorithm": "fedsam"}})
+    with pytest.raises(ValueError, match="'test'"):
+        Claim.from_dict({**base, "id": "x", "claim": "X", "op": ">", "left": {}, "right": {"algorithm": "fedsam"},
+                         "hypotheses": {"fails": {"hypothesis": "no run named"}}})
+
+
+def test_unconverged_estimates_are_excluded_and_counted(tmp_path):
+    from lab.evidence.claims import Claim
+
+    pd.DataFrame({"method": ["fedvssam"] * 4 + ["fedsam"] * 4, "seed": [0, 1, 2, 3] * 2,
+                  "lambda_max": [1.0, 1.1, 99.0, 1.2, 3.0, 3.1, 3.2, 3.3],
+                  "converged": [True, True, False, True] + [True] * 4}).to_csv(tmp_path / "curv.csv", index=False)
+    claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"},
+                             "setting": {"notebook": "nb", "figure": "curv"},
+                             "metric": {"column": "lambda_max", "arm_column": "method", "valid": "converged"},
+                             "left": {"algorithm": "fedvssam"}, "op": "<", "right": {"algorithm": "fedsam"}})
+    v = evaluate_claim_paired(claim, tmp_path, min_seeds_to_decide=3)
+    assert v.comparisons[0].difference.seeds == (0, 1, 3) and "1 estimate(s) with converged = False" in v.note
+    assert v.verdict == "holds"
+
+
+def test_findings_answer_from_the_same_machinery(tmp_path):
+    from lab.evidence.findings import Finding, evaluate_findings
+
+    runs = ([_fake("fedvssam", s, 0.80 + 0.01 * s) for s in range(3)]
+            + [_fake("fedsam", s, 0.70 + 0.012 * s) for s in range(3)]
+            + [_fake("fedavg", s, a) for s, a in enumerate([0.80, 0.82, 0.80])])
+    _figure(tmp_path, "fig", runs)
+    setting = {"notebook": "nb", "figure": "fig"}
+    pair = Finding.from_dict({"id": "p", "question": "Q", "type": "paired", "setting": setting,
+                              "metric": "final_test_acc", "left": {"algorithm": "fedsam"},
+                              "right": {"algorithm": "fedavg"}})
+    best = Finding.from_dict({"id": "b", "question": "B", "type": "best", "setting": setting,
+                              "metric": "final_test_acc"})
+    p, b = evaluate_findings([pair, best], tmp_path, decide_at=3)
+    assert p.answer == "FedSAM lower" and p.rows[0]["n"] == 3 and p.rows[0]["mean"] < 0
+    assert b.answer.startswith("FedVSSAM by mean") and "FedAvg" in b.answer.split(":")[-1]  # FedAvg not separated
+    assert "FedSAM" not in b.answer.split(":")[-1]
+    with pytest.raises(ValueError, match="type='anova'"):
+        Finding.from_dict({"id": "x", "question": "x", "type": "anova"})

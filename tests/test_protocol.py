@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -27,7 +28,7 @@ def test_tune_splits_writes_choices_records_and_skips_what_is_done(tiny, tmp_pat
     out = tmp_path / "tuning"
     recs = tmp_path / "records"
     paths = tune_splits(splits, grids=GRIDS, directory=out, records_directory=recs, tuning=TINY_TUNING,
-                        progress=False)
+                        progress=False, edges=None)  # the declared grid only (edge extension: its own test)
     assert [p.relative_to(out).as_posix() for p in paths] == [
         "dirichlet-0.5/fedsam.json", "dirichlet-0.5/fedprox.json", "iid/fedsam.json", "iid/fedprox.json"]
     done = json.loads(paths[0].read_text())
@@ -44,14 +45,14 @@ def test_tune_splits_writes_choices_records_and_skips_what_is_done(tiny, tmp_pat
     # a second call trains nothing: the records are not rewritten and the files stay
     stamps = {p: p.stat().st_mtime_ns for p in recs.iterdir()}
     again = tune_splits(splits, grids=GRIDS, directory=out, records_directory=recs, tuning=TINY_TUNING,
-                        progress=False)
+                        progress=False, edges=None)
     assert again == paths and {p: p.stat().st_mtime_ns for p in recs.iterdir()} == stamps
     # a file made under another grid is refused, naming it, and left as it was
     before = paths[0].read_text()
     with pytest.raises(ValueError, match="fedsam.json was tuned under another"):
         tune_splits({"dirichlet-0.5": splits["dirichlet-0.5"]}, methods=["fedsam"],
                     grids={"fedsam": {"rho": [0.02, 1.0]}}, directory=out, records_directory=recs,
-                    tuning=TINY_TUNING, progress=False)
+                    tuning=TINY_TUNING, progress=False, edges=None)
     assert paths[0].read_text() == before
 
 
@@ -75,3 +76,81 @@ def test_run_seeds_fixes_the_partition_and_records_each_run(tiny, tmp_path, monk
         f"{r.run_dir.name}.json.gz" for r in runs)
     with pytest.raises(ValueError, match="distinct"):
         run_seeds(tiny(), seeds=[0, 0])
+
+
+# --- issue 26: the final metric, the rerun's partition per seed, grids extended at their edges -------------
+def test_final_metric_averages_the_last_k_full_test_evaluations_or_says_it_could_not(tiny):
+    import pandas as pd
+
+    from fedlab.results import RunResult
+    from lab.evidence.protocol import FINAL_METRIC, final_metric, rerun_config
+
+    k = FINAL_METRIC["k"]
+    cfg = tiny(rounds=10, eval_every=1, eval_subsample=None)
+    accs = [0.1 * r for r in range(1, 11)]
+    res = RunResult(cfg, pd.DataFrame({"round": range(1, 11), "test_acc": accs}), None, "finished", None, {})
+    got = final_metric(res)
+    assert got.protocol and got.value == pytest.approx(sum(accs[-k:]) / k) and str(k) in got.how
+    sub = RunResult(cfg.replace(eval_subsample=50), res.metrics, None, "finished", None, {})
+    fallback = final_metric(sub)  # a subsample is not the full test set: the last evaluation, labelled
+    assert not fallback.protocol and fallback.value == accs[-1] and "pre-protocol" in fallback.how
+    gaps = res.metrics.assign(test_acc=[a if r % 5 == 0 else float("nan") for r, a in zip(range(1, 11), accs)])
+    assert not final_metric(RunResult(cfg, gaps, None, "finished", None, {})).protocol
+    assert final_metric(res, {"k": 2, "eval_every": 5, "eval_subsample": None}).value == pytest.approx(
+        (accs[4] + accs[9]) / 2)
+    r3 = rerun_config(tiny(), 3)  # each seed draws its own partition, shared by every method of that seed
+    assert (r3.seed, r3.partition_seed, r3.eval_subsample) == (3, 3, None)
+
+
+class _Tuned:
+    def __init__(self, best: dict) -> None:
+        self.best = best
+
+
+def _fake_tuner(score, calls):
+    """A stand-in for fedlab.tune on a synthetic objective: the best grid point by ``score``."""
+    def tune_once(grid):
+        calls.append({k: list(v) for k, v in grid.items()})
+        (key, values), = grid.items()
+        return _Tuned({key: max(values, key=score)})
+    return tune_once
+
+
+def test_a_grid_whose_optimum_is_outside_is_extended_geometrically_up_to_the_cap():
+    from lab.evidence.protocol import EdgeRule, extend_edges
+
+    calls: list = []
+    rule = EdgeRule(factor=2.0, max_steps=5, cap={"rho": 1.0})
+    # the objective peaks at ρ = 0.3, above the declared grid's top 0.05
+    result, ext = extend_edges(_fake_tuner(lambda r: -abs(math.log(r / 0.3)) if r > 0 else -99, calls),
+                               {"rho": [0.0, 0.01, 0.02, 0.05]}, rule)
+    assert ext["added"] == {"rho": [0.1, 0.2, 0.4, 0.8]} and result.best == {"rho": 0.4}  # 0.8 brackets it
+    assert ext["on_edge"] == [] and len(calls) == 5 and ext["declared_grid"] == {"rho": [0.0, 0.01, 0.02, 0.05]}
+    # the optimum between 0 and the smallest positive radius: halved below it; 0 itself is never extended
+    calls.clear()
+    result, ext = extend_edges(_fake_tuner(lambda r: -abs(r - 0.006), calls), {"rho": [0.0, 0.01, 0.02]}, rule)
+    assert ext["added"]["rho"] == [0.005, 0.0025] and result.best == {"rho": 0.005}
+    calls.clear()
+    result, ext = extend_edges(_fake_tuner(lambda r: -r, calls), {"rho": [0.0, 0.01, 0.02]}, rule)
+    assert ext["added"] == {} and result.best == {"rho": 0.0} and ext["on_edge"] == ["rho"] and len(calls) == 1
+    # the cap stops the extension, and the file says the choice is still on the edge
+    calls.clear()
+    result, ext = extend_edges(_fake_tuner(lambda r: r, calls), {"rho": [0.0, 0.3]}, rule)
+    assert ext["added"] == {"rho": [0.6]} and ext["on_edge"] == ["rho"]
+    # keys outside the rule (a preset, FedSWA's α) are never extended
+    calls.clear()
+    result, ext = extend_edges(_fake_tuner(lambda a: a, calls), {"alpha": [1.0, 1.5]}, rule)
+    assert ext["added"] == {} and len(calls) == 1
+
+
+def test_every_sam_grid_holds_zero_and_the_papers_radius():
+    import dataclasses
+
+    from fedlab.algorithms import algorithm_class
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+
+    for name, grid in DEFAULT_GRIDS.items():
+        if "rho" not in grid or name in ("fedswa", "fedmoswa"):  # their ρ is an lr fraction, not a radius
+            continue
+        default = {f.name: f.default for f in dataclasses.fields(algorithm_class(name).hparams_cls)}["rho"]
+        assert 0.0 in grid["rho"] and default in grid["rho"], name

@@ -39,12 +39,20 @@ __all__ = ["DEFAULT_GRIDS", "TUNABLE_CONFIG_FIELDS", "TuneResult", "default_grid
 TUNABLE_CONFIG_FIELDS = ("lr",)
 """Config fields a grid may vary besides the algorithm's hyperparameters."""
 
-SAM_RADII = (0.01, 0.02, 0.05)
-"""ρ candidates for every SAM-family method: the papers' 0.05 and below. FL-Simulator's 0.1 (tuned for
-ResNet-18) collapses the GroupNorm ``cnn`` (``figures/tuning/04_rho_sweep_fedsam_cnn.csv``); it stays in
-FedSAM's grid only, so that the collapse is part of the recorded selection."""
+SAM_RADII = (0.0, 0.01, 0.02, 0.05)
+"""ρ candidates of every SAM-family method: 0 (the method without its ascent step: the control that says
+whether SAM helps at all), 0.01–0.05, and each method's own published radius (``_with_paper``, the
+hyperparameter's documented default) where it is larger. FL-Simulator's 0.1 (tuned for ResNet-18)
+collapses the GroupNorm ``cnn`` (``figures/tuning/04_rho_sweep_fedsam_cnn.csv``); it is in the grid of the
+methods whose paper uses it, so that the collapse is part of the recorded selection."""
 REGULARISER_WEIGHTS = (0.01, 0.1)
 """λ candidates of the dynamic regularisers (FL-Simulator's default 0.1 and its README's 0.01)."""
+
+
+def _with_paper(radii: tuple[float, ...], paper: float) -> tuple[float, ...]:
+    """``radii`` with the paper's radius added (sorted, once)."""
+    return tuple(sorted(set(radii) | {paper}))
+
 
 DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     "fedavg": {},
@@ -52,21 +60,22 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     "scaffold": {},
     "feddyn": {"lam": REGULARISER_WEIGHTS},
     "fedacg": {},
-    "fedsam": {"rho": (*SAM_RADII, 0.1)},
-    "mofedsam": {"rho": SAM_RADII},
-    "fedgamma": {"rho": SAM_RADII},
-    "fedspeed": {"rho": SAM_RADII, "lam": REGULARISER_WEIGHTS},
-    "fedsmoo": {"rho": SAM_RADII, "lam": REGULARISER_WEIGHTS},
+    "fedsam": {"rho": _with_paper(SAM_RADII, 0.1)},  # FL-Simulator 0.1 (Liu's code 0.05)
+    "mofedsam": {"rho": _with_paper(SAM_RADII, 0.1)},  # FL-Simulator default
+    "fedgamma": {"rho": SAM_RADII},  # FL-Simulator README 0.01
+    "fedspeed": {"rho": _with_paper(SAM_RADII, 0.1), "lam": REGULARISER_WEIGHTS},  # FL-Simulator README 0.1
+    "fedsmoo": {"rho": _with_paper(SAM_RADII, 0.1), "lam": REGULARISER_WEIGHTS},  # README / issue #17: 0.1
+    # ρ_k = max(ρ_min, ρ_max e^{−λ_k}) needs ρ_max ≥ ρ_min = 0.001: no ρ = 0 point (FedSMOO's is the control)
     "fedsmoo_adaptive": {"rho_max": (0.02, 0.05, 0.1)},
-    "fedlesam": {"rho": SAM_RADII},
+    "fedlesam": {"rho": SAM_RADII},  # issue #1: 0.01 "as in the paper"
     # FedSWA's rho is the end of the in-round lr decay (a fraction of η), not a SAM radius
     "fedswa": {"rho": (0.1, 0.5), "alpha": (1.0, 1.5)},
     "fedmoswa": {"rho": (0.1, 0.5), "gamma": (0.1, 0.2)},
-    "fednsam": {"rho": SAM_RADII},
-    "fedvssam": {"rho": SAM_RADII, "preset": ("moderate", "high")},
-    "fedwmsam": {"rho": SAM_RADII},
-    "fedgloss": {"rho": SAM_RADII, "rho_server": SAM_RADII},
-    "fedgf": {"rho": SAM_RADII, "divergence_threshold": (0.2, 0.3)},
+    "fednsam": {"rho": SAM_RADII},  # official client 0.05
+    "fedvssam": {"rho": SAM_RADII, "preset": ("moderate", "high")},  # paper 0.05
+    "fedwmsam": {"rho": SAM_RADII},  # paper: best near 0.01
+    "fedgloss": {"rho": _with_paper(SAM_RADII, 0.15), "rho_server": _with_paper(SAM_RADII, 0.15)},  # CIFAR-10 0.15
+    "fedgf": {"rho": SAM_RADII, "divergence_threshold": (0.2, 0.3)},  # code default 0.05
     # the FL-SAM README's sharpness-strength grid; its α grid (0.95, 0.995, 0.998) is for 500 rounds
     "fedgmt": {"gamma": (0.5, 1.0, 2.0)},
     # FedSOL's ρ scales a unit vector along the proximal gradient (configs: 1.0), not a loss-gradient radius

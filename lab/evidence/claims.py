@@ -19,12 +19,20 @@ seeds (:func:`fedlab.evidence.uncertainty.mean_interval`) and compares the arms:
 * ``abs_le`` (``tol``, one arm) — holds when the whole interval of |left| is ≤ tol, fails when it is
   wholly above, inconclusive otherwise.
 
-This is the **unpaired** reading, still the default (:func:`evaluate_claim`, the committed claims files). The
-**paired** reading (:func:`evaluate_claim_paired`, ``python -m lab claims --paired``) uses that within a
+This is the **unpaired** reading (:func:`evaluate_claim`, ``python -m lab claims --unpaired``), kept for
+comparison. The **paired** reading is the default (:func:`evaluate_claim_paired`, ``python -m lab claims``,
+the committed claims files and the generated table): it uses that within a
 seed every method of a figure shares θ₀, client sampling, batch order and test subsample: it compares the
 per-seed differences left_s − right_s of the seeds both arms finished (records pair by ``config.seed``, a
 figure's CSV by its ``seed`` column), with the paired t-interval, the sign-flip p-value from 6 pairs and the
 margin rules and seed gates of :mod:`lab.evidence.paired`; a claim that cannot be paired says so.
+
+Kinds (``kind`` in the YAML): a paper's ``claim`` (counted), a ``control`` (a run that separates a claimed
+mechanism — flatness — from momentum or step size; counted apart) and a ``sanity`` check (an identity true
+by construction, shown to prove the measurement, never counted as a claim that holds). Each claim carries
+the paper's own ``effect`` (value, unit, table) beside fedlab's paired difference, and ``hypotheses`` —
+labelled as such, each naming the run that would test it — instead of explanations. An arm that no committed
+record matches is **no data** (declared for the rerun), never an error.
 
 An arm with fewer than :data:`MIN_SEEDS` finished seeds is inconclusive (one seed cannot tell noise
 from effect); collapsed and diverged runs are never averaged in — they are counted and shown. A claim
@@ -50,16 +58,19 @@ from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FE
                                     paired_difference)
 from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
 
-__all__ = ["CLAIMS_FILE", "MIN_SEEDS", "NOT_PAIRED", "VERDICTS", "Claim", "PairedComparison", "PairedVerdict",
+__all__ = ["AS_IF_SEEDS", "CLAIMS_FILE", "FOREST", "KINDS", "MIN_SEEDS", "NOT_PAIRED", "NO_DATA", "VERDICTS", "Claim",
+           "claims_block", "claims_markdown_unpaired", "effect_text", "verdict_text", "PairedComparison", "PairedVerdict",
            "Verdict", "claims_markdown", "claims_table", "evaluate_claim_paired", "evaluate_claims",
            "evaluate_claims_paired", "figures_root", "independent_runs", "load_claims", "paired_table",
            "paired_text", "replace_claims_block", "write_claims"]
 
 CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
 MIN_SEEDS = 2
-VERDICTS = ("holds", "fails", "inconclusive", "not run")
+VERDICTS = ("holds", "fails", "inconclusive", "not run", "no data")
+KINDS = ("claim", "control", "sanity")
+NO_DATA = "no data"  # an arm no committed record matches: declared for the rerun
 OPS = (">", "<", ">=", "<=", "approx", "much_greater", "abs_le")
-_ORDER = {"holds": 0, "inconclusive": 1, "not run": 2, "fails": 3}
+_ORDER = {"holds": 0, "inconclusive": 1, "not run": 2, NO_DATA: 2, "fails": 3}
 NOT_PAIRED = "not paired"  # the paired reading's verdict when the evidence has no seed to pair by
 
 
@@ -79,7 +90,25 @@ class Claim:
     tol: float = 0.0
     margin: float = 0.0
     cost: dict[str, float] | None = None
-    reasons: dict[str, str] = field(default_factory=dict)  # verdict -> the likely reason, shown with that verdict
+    reasons: dict[str, str] = field(default_factory=dict)  # verdict -> a hypothesis (labelled), shown with that verdict
+    kind: str = "claim"  # claim | control | sanity (see the module docstring)
+    effect: dict[str, Any] = field(default_factory=dict)  # the paper's own effect: value, unit, where, left, right
+    hypotheses: dict[str, dict[str, str]] = field(default_factory=dict)  # verdict -> {hypothesis, test}
+    controls: str = ""  # a control: the id of the claim whose mechanism it separates
+
+    def paper_effect(self) -> str:
+        """The paper's effect in words: ``"+10.2 points (50.3 vs 40.1; §2 table, CIFAR-100 Dir 0.1)"``."""
+        e = self.effect
+        if not e:
+            return "–"
+        if "value" not in e:
+            return str(e.get("text", "–"))
+        unit = e.get("unit", "points")
+        text = f"{float(e['value']):+g} {unit}" if isinstance(e["value"], (int, float)) else str(e["value"])
+        vs = f"{e['left']:g} vs {e['right']:g}" if isinstance(e.get("left"), (int, float)) and \
+            isinstance(e.get("right"), (int, float)) else ""
+        where = "; ".join(x for x in (vs, str(e.get("where", ""))) if x)
+        return f"{text} ({where})" if where else text
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Claim":
@@ -94,6 +123,10 @@ class Claim:
         if d["op"] != "abs_le" and not right:
             raise ValueError(f"{where}: op {d['op']!r} needs a right arm")
         metric = d["metric"]
+        kind = str(d.get("kind", "claim"))
+        if kind not in KINDS:
+            raise ValueError(f"{where}: kind={kind!r} is invalid; allowed: {', '.join(KINDS)}")
+        hypotheses = _hypotheses(where, d.get("hypotheses"))
         if not (metric in ("final_test_acc", "mean_flatness_distance")
                 or (isinstance(metric, Mapping) and "column" in metric)):
             raise ValueError(f"{where}: metric={metric!r} is invalid; allowed: final_test_acc, "
@@ -103,7 +136,26 @@ class Claim:
                    figure=str(d["setting"]["figure"]), select=dict(d["setting"].get("select") or {}),
                    metric=metric, left=dict(d["left"] or {}), op=str(d["op"]), right=right,
                    tol=float(d.get("tol", 0.0)), margin=float(d.get("margin", 0.0)), cost=d.get("cost"),
-                   reasons=_reasons(where, d.get("reasons")))
+                   reasons=_reasons(where, d.get("reasons")) | _hypothesis_texts(hypotheses),
+                   kind=kind, effect=dict(d.get("effect") or {}), hypotheses=hypotheses,
+                   controls=str(d.get("controls", "")))
+
+
+def _hypotheses(where: str, value: Any) -> dict[str, dict[str, str]]:
+    """``{verdict: {hypothesis, test}}``: each hypothesis must name the run that would test it."""
+    out: dict[str, dict[str, str]] = {}
+    for verdict, h in dict(value or {}).items():
+        if verdict not in ("fails", "inconclusive"):
+            raise ValueError(f"{where}: hypotheses may be given for the verdicts fails and inconclusive, not {verdict!r}")
+        if not isinstance(h, Mapping) or not h.get("hypothesis") or not h.get("test"):
+            raise ValueError(f"{where}: hypotheses.{verdict} needs 'hypothesis' and 'test' (the run that would test it)")
+        out[verdict] = {"hypothesis": str(h["hypothesis"]), "test": str(h["test"])}
+    return out
+
+
+def _hypothesis_texts(hypotheses: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    return {v: f"hypothesis (untested): {h['hypothesis']} — would be tested by: {h['test']}"
+            for v, h in hypotheses.items()}
 
 
 def _reasons(where: str, value: Any) -> dict[str, str]:
@@ -177,8 +229,11 @@ def _arm_name(arm: Mapping[str, Any]) -> str:
     if not arm:
         return "value"
     text = arm.get("name") or method_label(arm.get("algorithm", "?"))
-    if arm.get("params"):
-        text += " [" + ", ".join(f"{k}={v}" for k, v in arm["params"].items()) + "]"
+    if arm.get("label"):
+        return str(arm["label"])
+    settings = {**(arm.get("params") or {}), **(arm.get("config") or {})}
+    if settings:
+        text += " [" + ", ".join(f"{k}={v}" for k, v in settings.items()) + "]"
     return text
 
 
@@ -192,6 +247,8 @@ def _matches(res: RunResult, arm: Mapping[str, Any], select: Mapping[str, Any]) 
         return False
     if arm.get("name") and cfg.name != arm["name"]:
         return False
+    if any(getattr(cfg, k, None) != v for k, v in (arm.get("config") or {}).items()):
+        return False
     if arm.get("params"):
         hp = get_algorithm(cfg.algorithm, cfg.algorithm_params).hp.to_dict()
         if any(hp.get(k) != v for k, v in arm["params"].items()):
@@ -200,8 +257,10 @@ def _matches(res: RunResult, arm: Mapping[str, Any], select: Mapping[str, Any]) 
 
 
 def _run_value(res: RunResult, metric: str) -> float:
-    if metric == "final_test_acc":
-        return res.final_accuracy
+    if metric == "final_test_acc":  # the protocol's final metric, or the labelled fallback of an older record
+        from lab.evidence.protocol import final_metric
+
+        return final_metric(res).value
     m = res.metrics[["round", "flatness_distance"]].dropna()
     total = int(res.config.rounds)
     tail = m[m["round"] > total - math.ceil(total / 4)]
@@ -268,11 +327,20 @@ def _table_rows(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tu
     if arm_col and arm.get("algorithm"):
         rows = rows[rows[arm_col] == arm["algorithm"]]
     note = ""
+    valid = claim.metric.get("valid")
+    if valid:  # e.g. λ_max estimates whose power iteration did not converge: flagged in the data, never used
+        if valid not in table.columns:
+            raise ValueError(f"claim {claim.id!r}: figure {claim.figure}.csv has no column {valid!r} (metric.valid)")
+        ok = rows[valid].astype(str).str.lower().isin(("true", "1", "1.0"))
+        dropped = int((~ok & rows[col].notna()).sum())
+        rows = rows[ok]
+        if dropped:
+            note = f"{_arm_name(arm)}: {dropped} estimate(s) with {valid} = False excluded"
     if "seed" in rows.columns:
         # a row repeated whole (same seed, same setting, same values) is one measurement written twice; rows
         # of one seed that differ (per client, per α) are the table's own samples and all count
         unique = rows.drop_duplicates(keep="first")
-        note = _duplicates_note(arm, len(rows) - len(unique))
+        note = "; ".join(x for x in (note, _duplicates_note(arm, len(rows) - len(unique))) if x)
         rows = unique
     if "status" in rows.columns:
         status = rows["status"].fillna("finished")
@@ -417,8 +485,10 @@ def _unpaired(claim: Claim, evidence: _Evidence) -> Verdict:
         if note:
             notes.append(note)
     if left is None or (claim.op != "abs_le" and any(r is None for r in rights)):
-        verdict = "inconclusive" if notes else "not run"
-        return Verdict(claim, verdict, left, rights, "; ".join(notes + (["no finished run of an arm"])))
+        verdict = "inconclusive" if notes else NO_DATA
+        return Verdict(claim, verdict, left, rights, "; ".join(notes + ([f"{NO_DATA}: no committed record of an arm"
+                                                                         if verdict == NO_DATA else
+                                                                         "no finished run of an arm"])))
     if _few(left) or any(_few(r) for r in rights):
         notes.append(f"fewer than {MIN_SEEDS} seeds")
         return Verdict(claim, "inconclusive", left, rights, "; ".join(notes))
@@ -433,7 +503,7 @@ def _unpaired(claim: Claim, evidence: _Evidence) -> Verdict:
 
 
 # --- paired reading --------------------------------------------------------------------------------
-_PAIRED_ORDER = {"holds": 0, "inconclusive": 1, TOO_FEW: 3, NOT_PAIRED: 4, "not run": 5, "fails": 6}
+_PAIRED_ORDER = {"holds": 0, "inconclusive": 1, TOO_FEW: 3, NOT_PAIRED: 4, NO_DATA: 5, "not run": 5, "fails": 6}
 
 
 def _paired_rank(verdict: str) -> int:
@@ -472,6 +542,7 @@ class PairedVerdict:
     comparisons: list[PairedComparison] = field(default_factory=list)
     min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE
     note: str = ""
+    final_how: str = ""  # how the final accuracy was computed (lab.evidence.protocol.final_metric), if accuracy
 
     @property
     def scale(self) -> float:
@@ -507,6 +578,8 @@ def _one_arm(claim: Claim, evidence: _Evidence, min_seeds_to_decide: int,
     one-sample interval over seeds and the same gate on the number of seeds."""
     values, note = evidence.seeds(claim, claim.left, average=True)
     notes = [note] if note else []
+    if values == {} and not note:
+        return PairedComparison({}, None, NO_DATA, NO_DATA, NO_DATA), [f"{NO_DATA} (no committed value)"]
     if values is None:
         return PairedComparison({}, None, NOT_PAIRED, NOT_PAIRED, note), notes
     diff = paired_difference(values, {s: 0.0 for s in values}, level)
@@ -538,11 +611,19 @@ def evaluate_claim_paired(claim: Claim, figures_dir: Path | None = None, *,
     else:
         left, note = evidence.seeds(claim, claim.left)
         notes = [note] if note else []
+        left_absent = left == {} and not note  # no record of the arm at all (not: all collapsed)
+        if left_absent:
+            notes.append(f"{_arm_name(claim.left)}: {NO_DATA} (no committed record)")
         comparisons = []
         for arm in claim.right:
             right, note = evidence.seeds(claim, arm)
             if note:
                 notes.append(note)
+            if left_absent or (right == {} and not note):
+                if right == {} and not note:
+                    notes.append(f"{_arm_name(arm)}: {NO_DATA} (no committed record)")
+                comparisons.append(PairedComparison(dict(arm), None, NO_DATA, NO_DATA, NO_DATA))
+                continue
             if left is None or right is None:
                 comparisons.append(PairedComparison(dict(arm), None, NOT_PAIRED, NOT_PAIRED, note))
                 continue
@@ -560,7 +641,18 @@ def evaluate_claim_paired(claim: Claim, figures_dir: Path | None = None, *,
             verdicts.append("fails")
             as_ifs.append("fails")
     return PairedVerdict(claim, _combine(verdicts), _combine(as_ifs), unpaired, comparisons, min_seeds_to_decide,
-                         "; ".join(dict.fromkeys(n for n in notes if n)))
+                         "; ".join(dict.fromkeys(n for n in notes if n)), _final_how(claim, evidence))
+
+
+def _final_how(claim: Claim, evidence: _Evidence) -> str:
+    """How the final accuracies behind ``claim`` were computed (one label per kind, joined)."""
+    if claim.metric != "final_test_acc" or not evidence.runs:
+        return ""
+    from lab.evidence.protocol import final_metric
+
+    arms = [claim.left, *claim.right]
+    used = [r for r in evidence.runs if r.status == "finished" and any(_matches(r, a, claim.select) for a in arms)]
+    return "; ".join(sorted({final_metric(r).how for r in used}))
 
 
 def evaluate_claims_paired(claims: Sequence[Claim] | None = None, figures_dir: Path | None = None, *,
@@ -582,8 +674,15 @@ def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
     for v in verdicts:
         for i, c in enumerate(v.comparisons or [None]):
             d = c.difference if c is not None else None
+            e = v.claim.effect
             rows.append({
-                "id": v.claim.id, "op": v.claim.op, "left": _arm_name(v.claim.left),
+                "id": v.claim.id, "kind": v.claim.kind, "claim": v.claim.claim, "paper": v.claim.paper,
+                "where": v.claim.where, "metric": v.claim.metric if isinstance(v.claim.metric, str)
+                else v.claim.metric["column"],
+                "paper_effect": float(e["value"]) if isinstance(e.get("value"), (int, float)) else nan,
+                "paper_effect_unit": str(e.get("unit", "")) if e else "",
+                "paper_effect_where": str(e.get("where", "")) if e else "",
+                "op": v.claim.op, "left": _arm_name(v.claim.left),
                 "right": _arm_name(c.right) if c is not None and c.right else "", "comparison": i,
                 "unpaired_verdict": v.unpaired.verdict, "paired_verdict": v.verdict, "paired_as_if": v.as_if,
                 "comparison_verdict": c.verdict if c is not None else v.verdict,
@@ -591,6 +690,11 @@ def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
                 "mean": v.scale * d.mean if d is not None else nan, "half_width": v.scale * d.half_width if d is not None else nan,
                 "low": v.scale * d.low if d is not None else nan, "high": v.scale * d.high if d is not None else nan,
                 "n": d.n if d is not None else 0, "p": d.p_value if d is not None else nan,
+                "left_mean": v.scale * sum(a for a, _ in d.pairs) / d.n if d is not None and d.n else nan,
+                "right_mean": v.scale * sum(b for _, b in d.pairs) / d.n if d is not None and d.n else nan,
+                "comparison_as_if": c.as_if if c is not None else v.as_if,
+                "decided": bool(d is not None and d.n >= v.min_seeds_to_decide),
+                "final_metric": v.final_how,
                 "tol": v.scale * v.claim.tol, "margin": v.scale * v.claim.margin,
                 "seeds": json.dumps([_seed_json(s) for s in d.seeds] if d is not None else []),
                 "differences": json.dumps([v.scale * x for x in d.values] if d is not None else []),
@@ -607,22 +711,27 @@ def _seed_json(seed: Hashable) -> Any:
 def paired_text(verdicts: Sequence[PairedVerdict]) -> str:
     """The old-vs-new listing: per claim its id, unpaired verdict, paired verdict, the mean paired difference
     ± half-width per comparison (accuracies in %), n and p; then the notes."""
-    header = ("id", "unpaired", "paired", "paired difference (left − right)", "n", "p")
+    header = ("id", "kind", "unpaired", "paired", "paired difference (left − right)", "n", "p")
     rows = []
     for v in verdicts:
         ds = [c.difference for c in v.comparisons]
         ns = sorted({d.n for d in ds if d is not None})
         ps = [f"{d.p_value:.3g}" for d in ds if d is not None and math.isfinite(d.p_value)]
-        rows.append((v.claim.id, v.unpaired.verdict, v.verdict, v.differences(with_n=False) or "–",
+        rows.append((v.claim.id, v.claim.kind, v.unpaired.verdict, v.verdict, v.differences(with_n=False) or "–",
                      "/".join(map(str, ns)) or "0", "; ".join(ps) or "–"))
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     line = lambda r: "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip()  # noqa: E731
     out = [line(header), line(tuple("-" * w for w in widths)), *map(line, rows)]
-    counts = lambda key: ", ".join(f"{sum(key(v) == x for v in verdicts)} {x}"  # noqa: E731
-                                   for x in dict.fromkeys(sorted(map(key, verdicts), key=_paired_rank)))
+    counts_of = lambda group, key: ", ".join(f"{sum(key(v) == x for v in group)} {x}"  # noqa: E731
+                                             for x in dict.fromkeys(sorted(map(key, group), key=_paired_rank)))
     decide_at = verdicts[0].min_seeds_to_decide if verdicts else MIN_SEEDS_TO_DECIDE
-    out += ["", f"unpaired: {counts(lambda v: v.unpaired.verdict)}",
-            f"paired (decided from n ≥ {decide_at} pairs): {counts(lambda v: v.verdict)}"]
+    out.append("")
+    for kind in KINDS:  # sanity checks are shown, never counted with the claims
+        group = [v for v in verdicts if v.claim.kind == kind]
+        if group:
+            word = {"claim": "claims", "control": "controls", "sanity": "sanity checks (not counted)"}[kind]
+            out += [f"{word}: unpaired {counts_of(group, lambda v: v.unpaired.verdict)}; paired (decided from "
+                    f"n ≥ {decide_at} pairs) {counts_of(group, lambda v: v.verdict)}"]
     notes = [f"  {v.claim.id}: {v.note}" for v in verdicts if v.note]
     return "\n".join(out + (["", "notes:", *notes] if notes else []))
 
@@ -648,8 +757,9 @@ def claims_table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
                           "note": "; ".join(x for x in (v.note, v.lean()) if x)} for v in verdicts])
 
 
-def claims_markdown(verdicts: Sequence[Verdict], profile: str = "cpu") -> str:
-    """The claims table as Markdown: a sentence on how to read it, the table, and the verdict counts."""
+def claims_markdown_unpaired(verdicts: Sequence[Verdict], profile: str = "cpu") -> str:
+    """The unpaired claims table as Markdown (the reading before issue 26, kept for comparison): a sentence on
+    how to read it, the table, and the verdict counts."""
     table = claims_table(verdicts)
     esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
     lines = [f"Generated by `python -m lab claims --write` from the committed {profile}-profile run records "
@@ -681,27 +791,151 @@ def replace_claims_block(text: str, block: str, where: str = "the file") -> str:
     return text[: i + len(BLOCK_START)] + "\n" + block + "\n" + text[j:]
 
 
-def write_claims(verdicts: Sequence[Verdict], stem: Path | None = None, profile: str = "cpu",
-                 pages: Sequence[Path] | None = None) -> dict[str, Path]:
-    """Write ``figures/claims_<profile>.md`` (Markdown table) and ``.csv``, and refresh the claims block of
-    each of ``pages`` (default, when ``stem`` is not given: the repository's README.md and
-    figures/README.md, where they have one)."""
+FOREST = "claims_forest"  # the forest plot's figure name (lab.tools.forest)
+
+
+def write_claims(verdicts: Sequence[PairedVerdict] | Sequence[Verdict], stem: Path | None = None, profile: str = "cpu",
+                 pages: Sequence[Path] | None = None, findings: Sequence[Any] = ()) -> dict[str, Path]:
+    """Write ``figures/claims_<profile>.md`` (the compact table) and ``.csv`` (numeric: one row per comparison,
+    :func:`paired_table`), and refresh the claims block of each of ``pages`` (default, when ``stem`` is not
+    given: the repository's README.md and figures/README.md, where they have one), each with the forest plot
+    linked relative to that page when ``claims_forest.png`` exists beside the CSV. Given unpaired
+    :class:`Verdict` s, the files take the unpaired table (the reading before issue 26)."""
+    import os
+
     from lab.repro import REPO_ROOT
 
     if pages is None:
         pages = [REPO_ROOT / "README.md", FIGURES_DIR / "README.md"] if stem is None else []
     stem = FIGURES_DIR / f"claims_{profile}" if stem is None else Path(stem)
-    table = claims_table(verdicts)
     paths = {"csv": stem.with_suffix(".csv"), "md": stem.with_suffix(".md")}
-    table.to_csv(paths["csv"], index=False)
-    block = claims_markdown(verdicts, profile)
-    paths["md"].write_text(f"# Paper claims checked on the {profile} profile\n\n{block}\n")
+    paired = bool(verdicts) and all(isinstance(v, PairedVerdict) for v in verdicts)
+    forest = stem.parent / f"{FOREST}.png"
+
+    def block(where: Path | None) -> str:
+        if not paired:
+            return claims_markdown_unpaired(verdicts, profile)  # type: ignore[arg-type]
+        image = os.path.relpath(forest, where).replace(os.sep, "/") if forest.exists() and where else None
+        return claims_markdown(verdicts, profile, findings=findings, image=image)  # type: ignore[arg-type]
+
+    table = paired_table(verdicts) if paired else claims_table(verdicts)  # type: ignore[arg-type]
+    table.to_csv(paths["csv"], index=False, float_format="%.6g")
+    # the .md is included by the book's landing page, which shows the plot itself: no image link in it
+    paths["md"].write_text(f"# Paper claims checked on the {profile} profile\n\n{block(None)}\n")
     # `claims --write` is the named step that regenerates the claims data from verified records, so it
     # re-records these two files' digests (records and tuning files are never re-recorded this way)
     rerecord([paths["csv"], paths["md"]], paths["csv"].parent)
     for page in pages:
         page = Path(page)
         if page.exists() and BLOCK_START in page.read_text():
-            page.write_text(replace_claims_block(page.read_text(), block, str(page)))
+            page.write_text(replace_claims_block(page.read_text(), block(page.parent), str(page)))
             paths[f"page:{page.name}:{page.parent.name}"] = page
     return paths
+
+
+def claims_block(figures_dir: Path | None = None, page_dir: Path | None = None, profile: str = "cpu") -> str:
+    """The generated block for a page in ``page_dir`` (default: the figures folder) from the committed data:
+    paired claims at the protocol's gate, the findings, and the forest plot if it exists."""
+    import os
+
+    from lab.evidence.findings import evaluate_findings
+
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    verdicts = evaluate_claims_paired(figures_dir=figures_dir)
+    forest = figures_dir / f"{FOREST}.png"
+    page_dir = figures_dir if page_dir is None else Path(page_dir)
+    image = os.path.relpath(forest, page_dir).replace(os.sep, "/") if forest.exists() else None
+    return claims_markdown(verdicts, profile, findings=evaluate_findings(figures_dir=figures_dir), image=image)
+
+
+# --- the compact, paired table (the generated block) ----------------------------------------------------
+AS_IF_SEEDS = 3
+"""The committed cpu evidence has 3 seeds: below the protocol's 6, each verdict is shown with what the
+interval says when read at n = 3 (``as_if``), labelled so."""
+
+
+def effect_text(v: PairedVerdict, with_arm: bool = True) -> str:
+    """fedlab's paired effect, compact: ``"+6.12 ± 4.17 pts vs FedSAM (n=3)"`` (accuracy in percentage points);
+    several comparisons joined by ``"; "``; ``"no data"`` where an arm has no record."""
+    digits = 2 if v.scale == 100.0 else 4
+    unit = " pts" if v.scale == 100.0 else ""
+    parts, ns = [], set()
+    for c in v.comparisons:
+        d = c.difference
+        if c.verdict == NO_DATA:
+            text = NO_DATA
+        elif d is None or d.n == 0:
+            text = c.verdict if c.verdict == NOT_PAIRED else "–"
+        elif d.n < MIN_SEEDS_TO_PRINT:
+            text = f"– ({TOO_FEW})"
+        else:
+            text = d.format(v.scale, digits, with_n=False) + unit
+            ns.add(d.n)
+        parts.append(f"{text} vs {_arm_name(c.right)}" if (c.right and with_arm) else text)
+    if not parts:
+        return "–"
+    return "; ".join(parts) + (f" (n={'/'.join(map(str, sorted(ns)))})" if ns else "")
+
+
+def verdict_text(v: PairedVerdict, as_if_seeds: int = AS_IF_SEEDS) -> str:
+    """The gated verdict, and what the interval says when read at the committed number of seeds."""
+    if v.verdict.startswith("inconclusive (n < ") and v.as_if != v.verdict:
+        n = min((c.difference.n for c in v.comparisons if c.difference is not None), default=0)
+        if n >= MIN_SEEDS_TO_PRINT:
+            return f"{v.verdict}; read at n = {n}: **{v.as_if}**"
+    return f"**{v.verdict}**" if v.verdict in ("holds", "fails") else v.verdict
+
+
+def _counts(verdicts: Sequence[str]) -> str:
+    order = sorted(dict.fromkeys(verdicts), key=_paired_rank)
+    return ", ".join(f"{sum(x == o for x in verdicts)} {o}" for o in order) or "none"
+
+
+def claims_markdown(verdicts: Sequence[PairedVerdict], profile: str = "cpu", *, findings: Sequence[Any] = (),
+                    image: str | None = None) -> str:
+    """The generated claims block: how to read it, one compact table per kind (claim | paper's effect |
+    fedlab's effect | verdict), the counts (sanity checks apart), the findings beyond the claims, and the
+    forest plot (``image``, a path relative to the page)."""
+    esc = lambda x: str(x).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    decide_at = verdicts[0].min_seeds_to_decide if verdicts else MIN_SEEDS_TO_DECIDE
+    hows = sorted({h for v in verdicts for h in v.final_how.split("; ") if h})
+    lines = [f"Generated by `python -m lab claims --write` from the committed {profile}-profile records "
+             "(`figures/records/`) and figure data; claims in `figures/claims.yaml`, findings in "
+             "`figures/findings.yaml`, every number in `figures/claims_cpu.csv`. "
+             "fedlab's effect is the **paired** difference left − right over the seeds both arms share (mean ± 95 % "
+             f"paired t-interval; accuracies in percentage points). A verdict needs n ≥ {decide_at} seed pairs; "
+             f"below that it is `inconclusive (n < {decide_at})` and what the interval says at the committed n is "
+             "shown beside it. ≥ / ≈ are margin tests with the margin stated in the claim. "
+             "`no data`: declared, to be trained in the rerun."
+             + (f" Final accuracy: {'; '.join(hows)}." if hows else ""), ""]
+    if image:
+        lines += [f"![paper's effect vs fedlab's paired difference]({image})", ""]
+    titles = {"claim": "Papers' claims", "control": "Controls (flatness vs momentum / step size)",
+              "sanity": "Sanity checks (identities: shown, not counted)"}
+    for kind in KINDS:
+        group = [v for v in verdicts if v.claim.kind == kind]
+        if not group:
+            continue
+        lines += [f"**{titles[kind]}**", "", "| claim | paper's effect | fedlab's effect | verdict |", "|---|---|---|---|"]
+        for v in group:
+            claim = f"{v.claim.claim} — {v.claim.paper}" + (f", {v.claim.where}" if v.claim.where else "")
+            lines.append("| " + " | ".join(esc(x) for x in (claim, v.claim.paper_effect(), effect_text(v),
+                                                             verdict_text(v))) + " |")
+        lines.append("")
+    summary = []
+    for kind in ("claim", "control"):
+        group = [v for v in verdicts if v.claim.kind == kind]
+        if group:
+            summary.append(f"{kind}s: {_counts([v.verdict for v in group])}; read at the committed n: "
+                           f"{_counts([v.as_if if v.verdict.startswith('inconclusive (n <') else v.verdict for v in group])}"
+                           f"; unpaired reading (old rule): {_counts([v.unpaired.verdict for v in group])}")
+    sanity = [v for v in verdicts if v.claim.kind == "sanity"]
+    if sanity:
+        summary.append(f"sanity checks (not counted): {_counts([v.as_if for v in sanity])}")
+    lines += ["Summary — " + ". ".join(summary) + "."]
+    if findings:
+        lines += ["", "**Findings beyond the claims** (same data, same paired machinery; `figures/findings.yaml`)", "",
+                  "| question | answer | numbers |", "|---|---|---|"]
+        for f in findings:
+            lines.append("| " + " | ".join(esc(x) for x in (f.question, f.answer, f.numbers)) + " |")
+    return "\n".join(lines).rstrip()

@@ -17,6 +17,13 @@ Every real-data comparison of the cpu profile follows the same rules (issue 14):
   ρ sweep), one seed. :func:`tune_profile` does all of it, resumably: each method × split writes
   ``figures/tuning/<split>/<method>.csv/json`` when it finishes and every grid point's run as a
   committed record, so a rerun on another machine skips what is committed.
+* **The rerun protocol** (issue 26, declared here once, applied by the next rerun, never to the committed
+  records): the final metric is the mean over the last :data:`FINAL_METRIC` ``k`` evaluations on the full
+  test set (:func:`final_metric`; a record without them falls back, labelled, to its last evaluation);
+  every seed draws its own partition (``partition_seed = seed``, :data:`RERUN_PROTOCOL`,
+  :func:`rerun_config`), so a claim is no longer conditional on one partition; a tuning grid whose
+  optimum sits on its edge is extended before the choice is recorded (:data:`EDGE_RULE`,
+  :func:`extend_edges`).
 * :func:`tuned_params` returns the committed choice for a method on a split (or the method's
   defaults, labelled untuned, when none is committed); the notebooks take their hyperparameters
   from it in every profile, so the ci run exercises the cpu profile's choices.
@@ -28,13 +35,15 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
 from fedlab.config import Config
 from lab.repro import FIGURES_DIR, REPO_ROOT
 
-__all__ = ["PARTITION_SEED", "SEEDS", "TUNING", "Tuned", "profile_federation", "profile_splits", "run_seeds", "split_key",
+__all__ = ["EDGE_RULE", "FINAL_METRIC", "PARTITION_SEED", "RERUN_PROTOCOL", "SEEDS", "TUNING", "EdgeRule", "FinalValue",
+           "Tuned", "edge_extension", "extend_edges", "final_metric", "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_profile", "tune_splits", "tuned_params", "tuning_dir", "UNTUNED_PROFILES"]
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
@@ -45,8 +54,148 @@ TUNING: dict[str, Any] = {"rounds": 15, "eval_every": 3, "validation_size": 5000
 """The tuning horizon and validation protocol (evaluations at rounds 3, 6, …, 15; the score averages
 the last quarter, rounds 12 and 15, on 2,000 of the 5,000 held-out samples — ``eval_subsample``)."""
 
+FINAL_METRIC: dict[str, Any] = {"k": 5, "eval_every": 1, "eval_subsample": None}
+"""The final metric of a run (rerun protocol): the mean test accuracy over the last ``k`` evaluations, the
+evaluation grid being every ``eval_every`` rounds (so rounds T − (k−1)·eval_every, …, T), each on the full
+test set (``eval_subsample`` None). Averaging k evaluations divides the evaluation noise of one 2,000-image
+subsample by far more than the few tail rounds cost in bias, and the bias is shared by every method of a
+seed, so paired differences keep it out."""
+
+RERUN_PROTOCOL: dict[str, Any] = {"partition_seed": "seed", "seeds": 6, **{f"final_{k}": v for k, v in
+                                                                         FINAL_METRIC.items()}}
+"""What the rerun changes (declared, not applied to the committed records): each training seed draws its own
+partition (``partition_seed = seed``; all methods of one seed share it, so seeds stay common random numbers
+and the pairing holds), 6 seeds (:data:`lab.evidence.paired.MIN_SEEDS_TO_DECIDE`), and the final metric of
+:data:`FINAL_METRIC`."""
+
 _FEDERATION_FIELDS = ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds",
                       "local_steps", "batch_size", "lr", "eval_every", "eval_subsample")
+
+
+@dataclass(frozen=True)
+class FinalValue:
+    """A run's final accuracy and how it was computed (``how`` is shown wherever the number is)."""
+
+    value: float
+    how: str  # "mean of the last k full-test evaluations" or the labelled fallback
+    protocol: bool  # True: FINAL_METRIC; False: the fallback of a pre-protocol record
+
+
+def final_metric(result: Any, final: Mapping[str, Any] | None = None) -> FinalValue:
+    """The final accuracy of ``result`` (a :class:`~fedlab.results.RunResult`) under :data:`FINAL_METRIC`.
+
+    With T = ``config.rounds``, k and e = ``eval_every`` of ``final``: when the run was evaluated on the full
+    test set (``config.eval_subsample`` is None or not below the test set) and its metrics hold a finite
+    ``test_acc`` at every round T − j·e, j = 0 … k−1, the value is their mean,
+    (1/k) Σ_j acc(T − j·e). Otherwise — every record committed before the rerun: one evaluation per 5 rounds
+    on a 2,000-image subsample — it is the last evaluation (``result.final_accuracy``), labelled as such.
+    """
+    f = dict(FINAL_METRIC if final is None else final)
+    k, every = int(f["k"]), int(f["eval_every"])
+    if k < 1 or every < 1:
+        raise ValueError(f"FINAL_METRIC needs k ≥ 1 and eval_every ≥ 1, got k={k}, eval_every={every}")
+    cfg = result.config
+    total = int(cfg.rounds)
+    full = cfg.eval_subsample is None or (cfg.test_size is not None and cfg.eval_subsample >= cfg.test_size)
+    m = result.metrics[["round", "test_acc"]].dropna()
+    by_round = dict(zip(m["round"].astype(int), m["test_acc"].astype(float)))
+    grid = [total - j * every for j in range(k)]
+    if full and all(r in by_round and math.isfinite(by_round[r]) for r in grid):
+        return FinalValue(sum(by_round[r] for r in grid) / k, f"mean of the last {k} full-test evaluations", True)
+    sub = "" if full else f" on a {cfg.eval_subsample}-image test subsample"
+    return FinalValue(float(result.final_accuracy), f"last evaluation{sub} (pre-protocol record)", False)
+
+
+def rerun_config(config: Config, seed: int) -> Config:
+    """``config`` at training seed ``seed`` under :data:`RERUN_PROTOCOL`: the partition is drawn with the same
+    seed (``partition_seed = seed``), so every method of that seed shares one partition and each seed has its
+    own; the evaluation grid is :data:`FINAL_METRIC`'s."""
+    return config.replace(seed=int(seed), partition_seed=int(seed), eval_every=int(FINAL_METRIC["eval_every"]),
+                          eval_subsample=FINAL_METRIC["eval_subsample"])
+
+
+# --- grids whose optimum sits on an edge ---------------------------------------------------------------
+@dataclass(frozen=True)
+class EdgeRule:
+    """How a tuning grid is extended when its optimum sits on an edge (declared once, :data:`EDGE_RULE`).
+
+    For each key of ``keys`` whose candidates are numbers, sorted v_1 < … < v_m: if the chosen value is the
+    largest, v_m·``factor`` is added (while it is ≤ ``cap[key]``); if it is the smallest *positive* value,
+    v/``factor`` is added below it (it lies between the grid's 0, when present, and v — 0 itself is the
+    boundary of the method, e.g. SAM off, and is never extended below); this repeats, re-tuning each time,
+    at most ``max_steps`` times per key. An optimum still on an edge after that is recorded with
+    ``on_edge`` named in the tuning file, never silently.
+    """
+
+    keys: tuple[str, ...] = ("rho", "rho_max", "rho_server", "lam", "mu")
+    factor: float = 2.0
+    max_steps: int = 3
+    cap: Mapping[str, float] = dataclass_field(default_factory=lambda: {"rho": 1.0, "rho_server": 1.0,
+                                                                        "rho_max": 1.0, "lam": 10.0, "mu": 10.0})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"keys": list(self.keys), "factor": self.factor, "max_steps": self.max_steps, "cap": dict(self.cap)}
+
+
+EDGE_RULE = EdgeRule()
+"""The declared edge rule of the rerun's tuning: ρ, ρ_max, ρ_server, λ and μ, ×2 per step, at most 3 steps,
+capped (ρ ≤ 1, λ, μ ≤ 10)."""
+
+
+def edge_extension(grid: Mapping[str, Sequence[Any]], best: Mapping[str, Any],
+                   rule: EdgeRule = EDGE_RULE) -> dict[str, list[Any]]:
+    """The new candidates to add to ``grid`` because ``best`` sits on an edge (empty: interior, or capped).
+
+    Only keys of ``rule.keys`` with numeric candidates are extended (see :class:`EdgeRule`); a value already in
+    the grid is not added again."""
+    out: dict[str, list[Any]] = {}
+    for key, values in grid.items():
+        if key not in rule.keys or key not in best:
+            continue
+        nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(nums) != len(values) or len(nums) < 2:
+            continue
+        chosen = float(best[key])
+        positive = sorted(v for v in nums if v > 0)
+        new = None
+        if chosen == max(nums) and chosen > 0:
+            new = chosen * rule.factor
+            if new > float(rule.cap.get(key, math.inf)) * (1 + 1e-12):
+                new = None
+        elif positive and chosen == positive[0]:
+            new = chosen / rule.factor
+        if new is not None and not any(math.isclose(new, v, rel_tol=1e-9) for v in nums):
+            out[key] = [float(f"{new:.6g}")]
+    return out
+
+
+def extend_edges(tune_once: Any, grid: Mapping[str, Sequence[Any]],
+                 rule: EdgeRule = EDGE_RULE) -> tuple[Any, dict[str, Any]]:
+    """Tune, and while the choice sits on an extendable edge, add the next candidate and tune again.
+
+    ``tune_once(grid)`` returns a :class:`~fedlab.evidence.tuning.TuneResult` (points already run are loaded
+    from the run cache, not retrained). Returns the last result and what was done: ``declared_grid``, the
+    ``added`` candidates per key in order, and ``on_edge`` (keys whose choice is still on an edge of the final
+    grid: the cap or ``max_steps`` stopped the extension, or the choice is the boundary 0)."""
+    current = {k: list(v) for k, v in grid.items()}
+    added: dict[str, list[Any]] = {}
+    steps: dict[str, int] = {}
+    result = tune_once(current)
+    while True:
+        more = {k: v for k, v in edge_extension(current, result.best, rule).items()
+                if steps.get(k, 0) < rule.max_steps}
+        if not more:
+            break
+        for key, values in more.items():
+            current[key] = sorted(current[key] + values)
+            added.setdefault(key, []).extend(values)
+            steps[key] = steps.get(key, 0) + 1
+        result = tune_once(current)
+    on_edge = sorted(k for k, v in current.items() if k in rule.keys and k in result.best
+                     and all(isinstance(x, (int, float)) for x in v) and len(v) > 1
+                     and float(result.best[k]) in (float(min(v)), float(max(v))))
+    return result, {"declared_grid": {k: list(v) for k, v in grid.items()}, "added": added, "on_edge": on_edge,
+                    "rule": rule.to_dict()}
 
 
 def tuning_dir() -> Path:
@@ -151,7 +300,7 @@ def tune_profile(profile: str = "cpu", *, methods: Iterable[str] | None = None, 
 def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None = None,
                 grids: Mapping[str, Mapping[str, Sequence[Any]]] | None = None, directory: Path | None = None,
                 record: bool = True, records_directory: Path | None = None, tuning: Mapping[str, Any] | None = None,
-                progress: bool = True) -> list[Path]:
+                progress: bool = True, edges: EdgeRule | None = EDGE_RULE) -> list[Path]:
     """Tune every method on every split; write each result when it finishes; skip what is written.
 
     ``splits`` maps a split key to the federation's Config on that split. For each split and method
@@ -159,7 +308,11 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     point; ``grids`` replaces that table) it runs :func:`fedlab.tune` under :data:`TUNING` and
     writes ``<directory>/<split>/<method>.csv/.json`` (default ``figures/tuning``) as soon as that
     method is done, plus (``record``) each grid point's run record (``figures/records/`` or
-    ``records_directory``); ``tuning`` replaces :data:`TUNING` (tests). A method whose JSON exists, tuned under the same protocol, grid and base,
+    ``records_directory``); ``tuning`` replaces :data:`TUNING` (tests). With ``edges`` (default
+    :data:`EDGE_RULE`) a choice on an edge of its grid is extended first (:func:`extend_edges`) and the file
+    records the declared grid, the added candidates and any key still ``on_edge`` in its ``protocol``;
+    ``edges=None`` tunes the declared grid only (the protocol of the committed cpu tuning). A method whose
+    JSON exists, tuned under the same protocol, grid and base,
     is skipped; one whose file disagrees is an error naming the file (never silently replaced).
     Returns the JSON paths, in order.
     """
@@ -177,7 +330,9 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     if missing:
         raise ValueError(f"no declared grid for {missing}; declared: {', '.join(sorted(grids))}")
     t = dict(TUNING if tuning is None else tuning)
-    protocol = {"rounds": t["rounds"], "seed": t["seed"], "validation_size": t["validation_size"]}
+    protocol: dict[str, Any] = {"rounds": t["rounds"], "seed": t["seed"], "validation_size": t["validation_size"]}
+    if edges is not None:
+        protocol["edge_rule"] = edges.to_dict()
     jobs = [(s, m) for s in splits for m in names]
     out: list[Path] = []
     bar = tqdm(jobs, desc="tune", disable=not progress)
@@ -190,8 +345,16 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
             _check_done(path, base, protocol, grid)
             out.append(path)
             continue
-        result = tune(base, grid, rounds=t["rounds"], seed=t["seed"], validation_size=t["validation_size"],
-                      progress=False, runner=run_or_load)
+        def tune_once(points: dict[str, list[Any]], base: Config = base) -> Any:
+            return tune(base, points, rounds=t["rounds"], seed=t["seed"], validation_size=t["validation_size"],
+                        progress=False, runner=run_or_load)
+
+        if edges is None:
+            result = tune_once(grid)
+        else:  # the choice is recorded only once it is not on an extendable edge
+            result, ext = extend_edges(tune_once, grid, edges)
+            result.protocol = {**result.protocol, "edge_rule": ext["rule"], "declared_grid": ext["declared_grid"],
+                               "edge_added": ext["added"], "on_edge": ext["on_edge"]}
         if record:
             for res in result.runs:
                 write_record(res, records_directory)
@@ -215,7 +378,10 @@ def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[s
     defaults = plain({f.name: getattr(Config(), f.name) for f in dataclasses.fields(Config)})
     committed = done.get("base", {})
     have = {k: committed.get(k, defaults.get(k)) for k in want}
-    if done.get("protocol") != protocol or have != want or done.get("grid") != plain(grid):
+    made = dict(done.get("protocol") or {})
+    declared = made.pop("declared_grid", done.get("grid"))  # an edge-extended file: compare what was declared
+    made = {k: v for k, v in made.items() if k not in ("edge_added", "on_edge")}
+    if made != plain(protocol) or have != want or declared != plain(grid):
         differ = sorted(k for k in want if have.get(k) != want[k])
         raise ValueError(f"{path} was tuned under another protocol, grid or base config (differs in: "
                          f"{', '.join(differ) or 'protocol/grid'}); move it away (git keeps it) to retune, "

@@ -88,8 +88,9 @@ class CpuReport:
             lean = v.lean()
             if lean:
                 lines.append(f"    {lean}")
-            if v.verdict in c.reasons:
-                lines.append(f"    likely reason: {c.reasons[v.verdict]}")
+            if v.verdict in c.reasons:  # a hypothesis of claims.yaml says so itself; an old `reasons` text is labelled
+                text = c.reasons[v.verdict]
+                lines.append(f"    {text}" if text.startswith("hypothesis") else f"    likely reason: {text}")
         for verdict, words in (("holds", "hold on Fashion-MNIST here"), ("fails", "do not hold here"),
                                ("inconclusive", "cannot be decided from these seeds")):
             named = [v.claim.claim for v in self.verdicts if v.verdict == verdict]

@@ -171,11 +171,11 @@ def _unique(runs: "list[RunResult]") -> "list[RunResult]":
 
 def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
     """Regenerate ``figures/README.md`` from the JSON sidecars: the claims table first (generated from the
-    committed data, :func:`lab.evidence.claims.claims_markdown`), then every figure with its data
+    committed data, :func:`lab.evidence.claims.claims_block`: paired, with the findings and the forest plot), then every figure with its data
     file, the evidence behind it (run records, seeds) and the command that remakes it."""
     import json
 
-    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_markdown, evaluate_claims, load_claims
+    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_block
     from lab.evidence.report import figure_from_sidecar
 
     figures_dir = Path(figures_dir)
@@ -189,8 +189,7 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
             entries.append((meta, figure_from_sidecar(sidecar, meta)))
     entries.sort(key=lambda e: (e[0]["notebook"], e[0]["figure"]))
     claims_file = figures_dir / "claims.yaml"
-    claims = claims_markdown(evaluate_claims(load_claims(claims_file), figures_dir)) if claims_file.exists() else \
-        "(no claims.yaml)"
+    claims = claims_block(figures_dir, figures_dir) if claims_file.exists() else "(no claims.yaml)"
     lines = [
         "# Figures",
         "",

@@ -116,11 +116,14 @@ def data_files(name: str, meta: dict, figures_dir: Path) -> list[Path]:
 
 def figure_cell_index(nb: nbformat.NotebookNode, name: str) -> int | None:
     """Index of the code cell that saves figure ``name``: ``save_figure(fig, "name", ...)`` (literal or
-    f-string name), or ``save_curves(...)`` with ``"name"`` as a literal in the cell."""
+    f-string name), ``save_curves(...)`` with ``"name"`` as a literal in the cell, or a one-call figure
+    helper named like the figure (``claims_forest(...)`` saves ``claims_forest``)."""
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         if "save_curves(" in cell.source and re.search(rf"[\"']{re.escape(name)}[\"']", cell.source):
+            return i
+        if re.search(rf"(?<![\w.]){re.escape(name)}\(", cell.source):
             return i
         if "save_figure(" not in cell.source:
             continue
