@@ -79,7 +79,7 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     # the FL-SAM README's sharpness-strength grid; its α grid (0.95, 0.995, 0.998) is for 500 rounds
     "fedgmt": {"gamma": (0.5, 1.0, 2.0)},
     # FedSOL's ρ scales a unit vector along the proximal gradient (configs: 1.0), not a loss-gradient radius
-    "fedsol": {"rho": (0.1, 0.5, 1.0)},
+    "fedsol": {"rho": (0.0, 0.1, 0.5, 1.0)},  # ρ = 0 is FedAvg bit for bit
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 
