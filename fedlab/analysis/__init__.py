@@ -56,7 +56,6 @@ from fedlab.analysis.landscape import (
     filter_normalized_direction,
     interpolate,
     plot_contour,
-    plot_slice_1d,
     plot_surface,
     slice_1d,
     slice_2d,
@@ -69,7 +68,7 @@ __all__ = [
     "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
     "federation_from_config", "filter_normalized_direction", "flatness_incompatibility", "friendly_adversary",
     "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition", "hessian_matrix",
-    "hessian_trace", "hvp", "interpolate", "mixing_sweep", "perturbation", "plot_contour", "plot_slice_1d",
+    "hessian_trace", "hvp", "interpolate", "mixing_sweep", "perturbation", "plot_contour",
     "plot_surface", "read_sharpness", "sam_sharpness", "sharpness_row", "slice_1d", "slice_2d", "top_eigenvalues",
     "track_sharpness",
 ]

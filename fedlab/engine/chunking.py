@@ -28,9 +28,7 @@ DEFAULT_CANDIDATES: tuple[int, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 """Chunk sizes :func:`choose_chunk` tries (those ≤ m, plus m itself)."""
 
 
-# ------------------------------------------------------------------------------------------------
-# memory measurement
-# ------------------------------------------------------------------------------------------------
+# --- memory measurement ---
 class LiveTensorBytes(TorchDispatchMode):
     """Peak bytes of tensor storage created inside the ``with`` block and still alive (CPU estimate).
 
