@@ -61,16 +61,6 @@ def partition_names() -> tuple[str, ...]:
     return PARTITIONERS
 
 
-def __getattr__(name: str) -> tuple[str, ...]:
-    # ``fedlab.config.DATASETS`` / ``PARTITIONS`` stay importable, derived from the data registries on
-    # first use (PEP 562) rather than copied here.
-    if name == "DATASETS":
-        return dataset_names()
-    if name == "PARTITIONS":
-        return partition_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and what is allowed."""
 
@@ -85,6 +75,11 @@ def _is_number(value: Any) -> bool:
 
 def _is_finite(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value)
+
+
+def _is_int(value: Any, low: int) -> bool:
+    """An integer ≥ ``low`` that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 def check_device_available(device: str) -> None:
@@ -205,7 +200,6 @@ class Config:
             object.__setattr__(self, "runs_dir", os.path.expanduser(self.runs_dir))
         self.validate()
 
-    # ------------------------------------------------------------------------------------------
     def validate(self) -> None:
         from fedlab.algorithms import algorithm_class
         from fedlab.models import MODELS
@@ -251,10 +245,8 @@ class Config:
         if self.partition in ("dirichlet", "dirichlet_client"):
             if not _is_finite(self.alpha) or self.alpha <= 0:
                 raise bad("alpha", "a finite number > 0 for Dirichlet partitions")
-        if self.partition == "pathological":
-            if not isinstance(self.classes_per_client, int) or isinstance(self.classes_per_client, bool) \
-                    or self.classes_per_client < 1:
-                raise bad("classes_per_client", "an integer ≥ 1 for the pathological partition")
+        if self.partition == "pathological" and not _is_int(self.classes_per_client, 1):
+            raise bad("classes_per_client", "an integer ≥ 1 for the pathological partition")
         if self.partition == "file" and not self.partition_params.get("path"):
             raise ConfigError("partition_params['path'] is required for partition='file'")
         if self.partition == "natural" and self.dataset != "synthetic":
@@ -273,16 +265,12 @@ class Config:
                               "local_epochs=E (epoch mode)")
         for name in ("n_clients", "rounds", "batch_size", "eval_every", "client_eval_size",
                      "checkpoint_every", "shards_per_client"):
-            if name == "local_steps" and self.local_steps is None:
-                continue
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not _is_int(getattr(self, name), 1):
                 raise bad(name, "an integer ≥ 1")
-        if not isinstance(self.crop_padding, int) or isinstance(self.crop_padding, bool) or self.crop_padding < 0:
+        if not _is_int(self.crop_padding, 0):
             raise bad("crop_padding", "an integer ≥ 0 (pixels of zero padding per side)")
         for name in ("train_size", "test_size", "validation_size", "eval_subsample", "local_steps", "local_epochs"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            if getattr(self, name) is not None and not _is_int(getattr(self, name), 1):
                 raise bad(name, "None or an integer ≥ 1")
         if not (_is_number(self.participation) and 0 < self.participation <= 1):
             raise bad("participation", "a number in (0, 1] (not a bool)")
@@ -299,23 +287,17 @@ class Config:
             raise bad("weight_decay", "a finite number ≥ 0")
         if self.clip_norm is not None and not (_is_number(self.clip_norm) and self.clip_norm > 0):
             raise bad("clip_norm", "None (no clipping) or a number > 0")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+        if not _is_int(self.seed, 0):
             raise bad("seed", "an integer ≥ 0")
-        if self.partition_seed is not None and (not isinstance(self.partition_seed, int)
-                                                or isinstance(self.partition_seed, bool) or self.partition_seed < 0):
+        if self.partition_seed is not None and not _is_int(self.partition_seed, 0):
             raise bad("partition_seed", "None (use seed) or an integer ≥ 0")
         if not _DEVICE.fullmatch(self.device):
             raise bad("device", "cpu, cuda, cuda:N (N an integer ≥ 0) or mps")
-        if self.parallel_clients != "auto" and (not isinstance(self.parallel_clients, int)
-                                                 or isinstance(self.parallel_clients, bool)
-                                                 or self.parallel_clients < 1):
+        if self.parallel_clients != "auto" and not _is_int(self.parallel_clients, 1):
             raise bad("parallel_clients", "an integer ≥ 1 or 'auto'")
-        if self.memory_budget_mb is not None and (
-                isinstance(self.memory_budget_mb, bool) or not isinstance(self.memory_budget_mb, (int, float))
-                or not math.isfinite(self.memory_budget_mb) or self.memory_budget_mb <= 0):
+        if self.memory_budget_mb is not None and not (_is_finite(self.memory_budget_mb) and self.memory_budget_mb > 0):
             raise bad("memory_budget_mb", "None (device default) or a number of MiB > 0")
-        if not isinstance(self.client_threads, int) or isinstance(self.client_threads, bool) \
-                or self.client_threads < 1:
+        if not _is_int(self.client_threads, 1):
             raise bad("client_threads", "an integer ≥ 1 (1 = one client at a time)")
         if self.client_threads > 1 and self.device != "cpu":
             raise ConfigError(f"client_threads={self.client_threads} is a CPU execution mode, got "
@@ -324,10 +306,6 @@ class Config:
             raise ConfigError(f"client_threads={self.client_threads} and parallel_clients="
                               f"{self.parallel_clients!r} are two execution modes; choose one "
                               "(client_threads > 1 with parallel_clients=1, or client_threads=1)")
-        if not isinstance(self.amp, bool):
-            raise bad("amp", "True or False")
-        if not isinstance(self.channels_last, bool):
-            raise bad("channels_last", "True or False")
         if self.local_epochs is not None and self.parallel_clients != 1:
             raise ConfigError("parallel_clients > 1 or 'auto' needs a fixed number of local steps; "
                               "set local_steps=K (local_epochs=None) or parallel_clients=1")
@@ -356,7 +334,6 @@ class Config:
             # a schedule's rounds are checked when it is read (Simulation.build), they may be any size
             check_round_work(self.clients_per_round, self.local_steps, self.batch_size)
 
-    # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -272,21 +272,6 @@ class RunStore:
         return remove_orphans(self.dir)
 
     # --- reading ---------------------------------------------------------------------------------
-    def read_summary(self) -> dict[str, Any] | None:
-        """The summary view as a dict, ``None`` if absent; ``CheckpointError`` naming the file if unusable."""
-        if not self.summary_path.exists():
-            return None
-        try:
-            summary = json.loads(self.summary_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"cannot read {self.summary_path}: {err}; rerun the config to rebuild it "
-                                  "from the checkpoint") from None
-        if not isinstance(summary, dict) or not isinstance(summary.get("status"), str) \
-                or summary["status"] not in STATUSES:
-            raise CheckpointError(f"{self.summary_path} is not a run summary (a JSON object with a status in "
-                                  f"{sorted(STATUSES)}); rerun the config to rebuild it from the checkpoint")
-        return summary
-
     def read_metrics(self) -> pd.DataFrame:
         """The metrics view; ``CheckpointError`` naming the file if unreadable."""
         try:

@@ -100,10 +100,10 @@ from fedlab.analysis import (
     slice_1d,
     slice_2d,
     top_eigenvalues,
-    track_sharpness,
 )
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from lab.evidence.records import run_or_load
+from lab.sharpness import track_sharpness
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure

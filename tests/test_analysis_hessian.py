@@ -13,11 +13,10 @@ from fedlab.analysis import (
     hessian_matrix,
     hessian_trace,
     hvp,
-    read_sharpness,
     sam_sharpness,
     top_eigenvalues,
-    track_sharpness,
 )
+from lab.sharpness import read_sharpness, track_sharpness
 from fedlab.models import FlatModel
 from fedlab import torch_generator
 

@@ -1,5 +1,4 @@
-"""Analysis tools: curvature, loss landscapes, flatness incompatibility, friendly adversary and
-sharpness over training.
+"""Analysis tools: curvature, loss landscapes, flatness incompatibility and the friendly adversary.
 
 Everything works on a *federation view* — a :class:`~fedlab.models.FlatModel` and per-client data
 ``[(x_i, y_i), ...]`` (:func:`client_data`, :func:`federation_from_config`) — and on flat parameter
@@ -11,7 +10,8 @@ vectors θ, with the global objective F = (1/N) Σ_i F_i as the papers define it
     top_eigenvalues(F, model.theta0(), k=2).values
 
 Modules (one concept each): ``federation`` (data and losses), ``hessian``, ``landscape``,
-``gradients`` (client gradients at θ), ``incompatibility``, ``friendly`` and ``tracking``. Their
+``gradients`` (client gradients at θ), ``incompatibility`` and ``friendly``; sharpness over training
+(a run measured every few rounds) is the lab's ``lab.sharpness.track_sharpness``. Their
 timings are the lab's (``python -m lab bench analysis``).
 """
 from fedlab.analysis.federation import (
@@ -56,12 +56,10 @@ from fedlab.analysis.landscape import (
     filter_normalized_direction,
     interpolate,
     plot_contour,
-    plot_slice_1d,
     plot_surface,
     slice_1d,
     slice_2d,
 )
-from fedlab.analysis.tracking import read_sharpness, sharpness_row, track_sharpness
 
 __all__ = [
     "ClientData", "ClientGradients", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition", "HessianEigen",
@@ -69,7 +67,6 @@ __all__ = [
     "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
     "federation_from_config", "filter_normalized_direction", "flatness_incompatibility", "friendly_adversary",
     "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition", "hessian_matrix",
-    "hessian_trace", "hvp", "interpolate", "mixing_sweep", "perturbation", "plot_contour", "plot_slice_1d",
-    "plot_surface", "read_sharpness", "sam_sharpness", "sharpness_row", "slice_1d", "slice_2d", "top_eigenvalues",
-    "track_sharpness",
+    "hessian_trace", "hvp", "interpolate", "mixing_sweep", "perturbation", "plot_contour",
+    "plot_surface", "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
 ]

@@ -58,9 +58,7 @@ DEFAULT_CHUNK = 2048
 """Samples per forward pass inside :class:`EmpiricalLoss` (bounds activation memory)."""
 
 
-# ------------------------------------------------------------------------------------------------
-# building a federation view
-# ------------------------------------------------------------------------------------------------
+# --- building a federation view ---
 def check_clients(clients: Sequence[tuple[Tensor, Tensor]], name: str = "clients") -> None:
     """Raise ``ValueError`` naming ``name`` unless every client holds ≥ 1 sample with matching x, y."""
     if not isinstance(clients, Sequence) or len(clients) == 0:
@@ -140,9 +138,7 @@ def sample_batches(n: int, batches: int, batch_size: int, generator: torch.Gener
     return fixed_step_batches(torch.arange(n), batches, batch_size, generator)
 
 
-# ------------------------------------------------------------------------------------------------
-# the loss as a function of θ
-# ------------------------------------------------------------------------------------------------
+# --- the loss as a function of θ ---
 class EmpiricalLoss:
     """F(θ) = Σ_s w_s ℓ(θ; x_s, y_s) on a fixed sample, evaluated in chunks of samples.
 

@@ -45,9 +45,7 @@ __all__ = [
 ]
 
 
-# ------------------------------------------------------------------------------------------------
-# δ / ζ decomposition
-# ------------------------------------------------------------------------------------------------
+# --- δ / ζ decomposition ---
 @dataclass
 class GradientDecomposition:
     """‖g_{i,b} − ∇F‖² = ‖δ_i‖² + ‖ζ_{i,b}‖² + 2⟨δ_i, ζ_{i,b}⟩ on a sample, in float64; ``total_sq`` is
@@ -125,9 +123,7 @@ def gradient_decomposition(
     return GradientDecomposition(delta_sq, zeta_sq, cross, total, float(gF @ gF))
 
 
-# ------------------------------------------------------------------------------------------------
-# friendly-adversary rates
-# ------------------------------------------------------------------------------------------------
+# --- friendly-adversary rates ---
 def _batch_losses(model: FlatModel, thetas: Tensor, xb: Tensor, yb: Tensor, vmap_chunk: int | None,
                   sample_chunk: int = 4096, progress: bool = False) -> Tensor:
     """``L[p, t] = f_t(θ_p)``: the mean loss of target batch t at point p. ``xb``: (T, bs, ...)."""
@@ -283,9 +279,7 @@ def friendly_adversary(
     return FriendlyReport(rho, same, within, cross, owner, owner[tgt])
 
 
-# ------------------------------------------------------------------------------------------------
-# sweeps
-# ------------------------------------------------------------------------------------------------
+# --- sweeps ---
 def _row(grads: ClientGradients, model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor,
          rho: float, cross_targets: int | None, seed: int, vmap_chunk: int | None) -> dict:
     dec = gradient_decomposition(model, clients, theta, grads=grads).summary().iloc[0].to_dict()

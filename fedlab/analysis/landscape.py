@@ -33,7 +33,6 @@ __all__ = [
     "filter_normalized_direction",
     "interpolate",
     "plot_contour",
-    "plot_slice_1d",
     "plot_surface",
     "slice_1d",
     "slice_2d",
@@ -42,9 +41,7 @@ __all__ = [
 ONE_DIM = ("zero", "copy", "normalize")
 
 
-# ------------------------------------------------------------------------------------------------
-# directions
-# ------------------------------------------------------------------------------------------------
+# --- directions ---
 def _spec_of(model_or_spec: FlatModel | nn.Module | ParamSpec) -> ParamSpec:
     if isinstance(model_or_spec, ParamSpec):
         return model_or_spec
@@ -95,9 +92,7 @@ def filter_normalized_direction(
     return torch.cat(out)
 
 
-# ------------------------------------------------------------------------------------------------
-# grids
-# ------------------------------------------------------------------------------------------------
+# --- grids ---
 def _symmetric_grid(span: float, n: int) -> np.ndarray:
     """n points from −span to span; for odd n the centre is exactly 0."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
@@ -261,30 +256,7 @@ def slice_2d(
     return Slice2D(grid, grid.copy(), _as_numpy(losses).reshape(n, n))
 
 
-# ------------------------------------------------------------------------------------------------
-# plots (matplotlib only; imported lazily so the analysis code runs without a display)
-# ------------------------------------------------------------------------------------------------
-def _clean(ax: Any) -> None:
-    for side in ("top", "right"):
-        if side in ax.spines:
-            ax.spines[side].set_visible(False)
-
-
-def plot_slice_1d(ax: Any, result: Slice1D, *, label: str | None = None, xlabel: str | None = None,
-                  ylabel: str = "loss", **kwargs: Any) -> Any:
-    """Draw a 1-D slice or interpolation on ``ax``; marks α = 0 (and α = 1 for an interpolation)."""
-    line, = ax.plot(result.alphas, result.losses, label=label, **kwargs)
-    marks = [0.0, 1.0] if result.kind == "interpolation" else [0.0]
-    for m in marks:
-        ax.axvline(m, color="0.7", lw=0.8, ls="--", zorder=0)
-    ax.set_xlabel(xlabel or ("interpolation α (θ_a → θ_b)" if result.kind == "interpolation" else "α"))
-    ax.set_ylabel(ylabel)
-    _clean(ax)
-    if label is not None:
-        ax.legend(frameon=False)
-    return line
-
-
+# --- plots (matplotlib only; imported lazily so the analysis code runs without a display) ---
 def plot_contour(ax: Any, result: Slice2D, *, levels: int | Sequence[float] = 20, log: bool = False,
                  cmap: str = "viridis", colorbar: bool = True, filled: bool = True) -> Any:
     """Contour plot of a 2-D slice with a colorbar; ``log`` plots log10 of the loss. The centre θ is marked."""

@@ -79,9 +79,7 @@ FMNIST_FILES: tuple[str, ...] = (
 
 
 
-# ------------------------------------------------------------------------------------------------
-# Fashion-MNIST
-# ------------------------------------------------------------------------------------------------
+# --- Fashion-MNIST ---
 def _fmnist_missing(raw: Path) -> list[str]:
     return [f for f in FMNIST_FILES if not (raw / f).is_file()]
 
@@ -190,9 +188,7 @@ def _load_fmnist(root: Path, download: bool | None) -> tuple[Tensor, Tensor, Ten
     return tensors[0], tensors[1], tensors[2], tensors[3]
 
 
-# ------------------------------------------------------------------------------------------------
-# CIFAR-10 / CIFAR-100
-# ------------------------------------------------------------------------------------------------
+# --- CIFAR-10 / CIFAR-100 ---
 class _SkipMd5:
     """Mixin for torchvision's CIFAR classes that skips *only* the md5 comparisons.
 

@@ -21,9 +21,7 @@ from fedlab.data._partition_stats import PartitionStats, compute_stats
 
 CONCENTRATIONS: tuple[str, ...] = ("per_class", "total")
 
-# --------------------------------------------------------------------------------------------
-# The result type
-# --------------------------------------------------------------------------------------------
+# --- The result type ---
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -114,9 +112,7 @@ class Partition:
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Input validation (every message names the field and what is allowed)
-# --------------------------------------------------------------------------------------------
+# --- Input validation (every message names the field and what is allowed) ---
 
 
 def _check_labels(labels: Any) -> np.ndarray:

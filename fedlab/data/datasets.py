@@ -113,9 +113,7 @@ class Dataset:
         return text
 
 
-# ------------------------------------------------------------------------------------------------
-# helpers
-# ------------------------------------------------------------------------------------------------
+# --- helpers ---
 def balanced_subset(
     labels: np.ndarray | Tensor, size: int, *, seed: int, purpose: str = "subset"
 ) -> np.ndarray:
@@ -175,9 +173,7 @@ def pad_to_cifar_shape(x: Tensor, *, pad_value: float | None = None) -> Tensor:
     return out.expand(n, 3, 32, 32).contiguous()
 
 
-# ------------------------------------------------------------------------------------------------
-# sklearn digits
-# ------------------------------------------------------------------------------------------------
+# --- sklearn digits ---
 def _load_digits(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[float, ...], tuple[float, ...]]:
     """1797 8×8 digits; stratified 80/20 split; [0, 1] scaling then train mean/std normalisation."""
     from sklearn.datasets import load_digits
@@ -201,9 +197,7 @@ def _load_digits(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[float
     )
 
 
-# ------------------------------------------------------------------------------------------------
-# Synthetic(α, β)
-# ------------------------------------------------------------------------------------------------
+# --- Synthetic(α, β) ---
 def _make_synthetic(
     alpha: float, beta: float, n_clients: int, seed: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[np.ndarray, ...]]:
@@ -237,9 +231,7 @@ def _make_synthetic(
     return f32(xs_tr), i64(ys_tr), f32(xs_te), i64(ys_te), tuple(clients)
 
 
-# ------------------------------------------------------------------------------------------------
-# entry point
-# ------------------------------------------------------------------------------------------------
+# --- entry point ---
 def load_dataset(
     name: str,
     *,

@@ -54,9 +54,7 @@ PARTITION_OPTIONS: tuple[str, ...] = ("min_size", "balance_cap", "concentration"
 config does not already carry in its own fields."""
 
 
-# --------------------------------------------------------------------------------------------
-# Dispatcher
-# --------------------------------------------------------------------------------------------
+# --- Dispatcher ---
 
 
 def make_partition(

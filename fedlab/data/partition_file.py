@@ -11,9 +11,7 @@ import numpy as np
 
 from fedlab.data._partition_core import Partition, _check_int, _check_labels
 
-# --------------------------------------------------------------------------------------------
-# Files
-# --------------------------------------------------------------------------------------------
+# --- Files ---
 
 
 def from_file(

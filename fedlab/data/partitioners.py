@@ -11,9 +11,7 @@ from fedlab._rng import numpy_generator
 from fedlab.data._partition_core import (CONCENTRATIONS, Partition, _check_alpha, _check_int, _check_labels,
                                           _check_n_clients, _check_seed, _class_pools, _group, _partition)
 
-# --------------------------------------------------------------------------------------------
-# Partitioners
-# --------------------------------------------------------------------------------------------
+# --- Partitioners ---
 
 
 def iid(labels: Any, n_clients: int, *, seed: int) -> Partition:

@@ -28,9 +28,7 @@ DEFAULT_CANDIDATES: tuple[int, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 """Chunk sizes :func:`choose_chunk` tries (those ≤ m, plus m itself)."""
 
 
-# ------------------------------------------------------------------------------------------------
-# memory measurement
-# ------------------------------------------------------------------------------------------------
+# --- memory measurement ---
 class LiveTensorBytes(TorchDispatchMode):
     """Peak bytes of tensor storage created inside the ``with`` block and still alive (CPU estimate).
 
@@ -163,16 +161,6 @@ class ChunkChoice:
     def score(self, c: ChunkMeasurement) -> float:
         """Estimated seconds per local step of all m clients: ⌈m/c⌉ chunk steps of c clients."""
         return math.ceil(self.m / c.chunk) * (c.seconds_per_step or math.inf)
-
-    def describe(self) -> str:
-        budget = "none" if self.budget_bytes is None else f"{self.budget_bytes / MIB:.1f} MiB"
-        lines = [f"chunk {self.chunk} of m={self.m} (budget {budget}; memory: {self.memory_method}; "
-                 f"probe {self.probe_seconds:.2f} s)"]
-        for c in self.measurements:
-            t = "-" if c.seconds_per_step is None else f"{1000 * c.seconds_per_step:.1f} ms/step"
-            mem = "-" if c.peak_bytes is None else f"{c.peak_bytes / MIB:.1f} MiB"
-            lines.append(f"  chunk {c.chunk:>4}: {t:>16}  peak {mem:>12}  {c.status}")
-        return "\n".join(lines)
 
 
 def candidate_chunks(m: int) -> list[int]:

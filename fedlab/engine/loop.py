@@ -122,7 +122,6 @@ class Simulation:
         sim.check_sampling()
         return sim
 
-    # -----------------------------------------------------------------------------------------
     def initial_state(self) -> TrainingState:
         theta0 = self.model.theta0()
         return TrainingState(self.algorithm.server_init(theta0), {}, theta0, 0)
@@ -262,7 +261,6 @@ class Simulation:
             return run_clients_vectorised(vmap_work, chunk=chunk)
         return run_clients_sequential(work)
 
-    # -----------------------------------------------------------------------------------------
     def run(self, *, progress: bool = True, stop_after_rounds: int | None = None,
             stop: threading.Event | None = None, logger: Logger | str | None = None) -> RunResult:
         """Train (or resume, or load) this run; ``stop_after_rounds`` simulates an interruption.

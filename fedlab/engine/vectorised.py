@@ -19,9 +19,7 @@ from fedlab.engine.clients import ClientJob, ClientResult, LocalData, RoundWork,
 from fedlab.models.functional import Batch, GradFn
 
 
-# ------------------------------------------------------------------------------------------------
-# stacking helpers
-# ------------------------------------------------------------------------------------------------
+# --- stacking helpers ---
 def stack_states(states: Sequence[State]) -> State:
     """``[{k: t_i}]`` → ``{k: stack(t_i)}``; every client state must have the same keys."""
     keys = list(states[0])
@@ -85,9 +83,7 @@ def vmapped_step(algorithm: Algorithm, msg: State, grad_fn: GradFn, step: StepIn
     return torch.func.vmap(one_client, in_dims=(0, 0, 0))
 
 
-# ------------------------------------------------------------------------------------------------
-# the executor
-# ------------------------------------------------------------------------------------------------
+# --- the executor ---
 def run_clients_vectorised(work: RoundWork, chunk: int) -> list[ClientResult]:
     """Train the jobs of ``work`` ``chunk`` clients at a time with ``vmap`` (results in job order).
     Needs a vmap-able oracle and equal K and batch shapes (fixed-step mode); the last chunk holds the rest."""

@@ -26,16 +26,13 @@ REPRO_MODULE = "_rng.py"
 
 
 class _DropDocstrings(ast.NodeTransformer):
-    """Remove bare string statements (docstrings), and with ``imports=True`` import statements at any
-    depth; a body left empty gets a ``pass``."""
+    """Remove bare string statements (docstrings) and import statements at any depth; a body left empty
+    gets a ``pass``."""
 
-    def __init__(self, imports: bool = False) -> None:
-        self.imports = imports
-
-    def _dropped(self, stmt: ast.stmt) -> bool:
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
-            return True
-        return self.imports and isinstance(stmt, (ast.Import, ast.ImportFrom))
+    @staticmethod
+    def _dropped(stmt: ast.stmt) -> bool:
+        return isinstance(stmt, (ast.Import, ast.ImportFrom)) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str))
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
         super().generic_visit(node)
@@ -49,14 +46,9 @@ class _DropDocstrings(ast.NodeTransformer):
         return node
 
 
-def module_digest_text(source: str) -> str:
-    """``ast.dump`` of ``source`` without docstrings and without line numbers."""
-    return ast.dump(_DropDocstrings().visit(ast.parse(source)), include_attributes=False)
-
-
 def statement_digests(source: str) -> list[str]:
     """SHA-256 (hex) of each top-level statement of ``source``, with docstrings and imports (at any depth) removed."""
-    tree = _DropDocstrings(imports=True).visit(ast.parse(source))
+    tree = _DropDocstrings().visit(ast.parse(source))
     return [hashlib.sha256(ast.dump(node, include_attributes=False).encode()).hexdigest()
             for node in tree.body if not isinstance(node, ast.Pass)]
 

@@ -1,4 +1,5 @@
-"""Sharpness over training: the global model's top Hessian eigenvalue (and trace) every N rounds.
+"""Sharpness over training (notebook 09): the global model's top Hessian eigenvalue (and trace) every N
+rounds, measured with the library's curvature tools (:mod:`fedlab.analysis`).
 
 :func:`track_sharpness` drives an ordinary run in segments (``Simulation.run(stop_after_rounds=...)``,
 which checkpoints and resumes bit-identically on CPU), measures ``RunResult.theta`` after each, and
