@@ -277,6 +277,21 @@ def _make_synthetic(
 # ------------------------------------------------------------------------------------------------
 # entry point
 # ------------------------------------------------------------------------------------------------
+VERIFY_ENV = "FEDLAB_DATA_VERIFY"
+"""Environment variable: ``0`` skips the md5 check of CIFAR's files where ``verify`` is not passed."""
+
+
+def cifar_verify_default() -> bool:
+    """Whether CIFAR's md5 sums are checked when :func:`load_dataset` is not told: ``$FEDLAB_DATA_VERIFY``
+    ``1`` or unset → yes, ``0`` → no (read at each call). Any other value is a ValueError naming it,
+    so a typo cannot silently switch the check off or on."""
+    value = os.environ.get(VERIFY_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"${VERIFY_ENV}={value!r} is invalid; allowed: 0 (skip CIFAR's md5 check) or 1 (check, "
+                         "the default)")
+    return value == "1"
+
+
 def load_dataset(
     name: str,
     *,
@@ -287,7 +302,7 @@ def load_dataset(
     seed: int = 0,
     download: bool | None = None,
     as_cifar_shape: bool = False,
-    verify: bool = True,
+    verify: bool | None = None,
     synthetic_alpha: float = 1.0,
     synthetic_beta: float = 1.0,
     synthetic_clients: int = 30,
@@ -306,8 +321,11 @@ def load_dataset(
             only files that are missing or fail the md5 check).
         as_cifar_shape: turn single-channel images into ``(3, 32, 32)`` (:func:`pad_to_cifar_shape`,
             padded with the normalised background); no-op for CIFAR; error for ``synthetic``.
-        verify: CIFAR only — check the md5 sums of the official release (default).  ``False`` parses
-            the same files with torchvision's code but without the md5 check (see ``_SkipMd5``).
+        verify: CIFAR only — check the md5 sums of the official release.  ``False`` parses the same
+            files with torchvision's code but without the md5 check (see ``_SkipMd5``).  ``None``
+            (default): :func:`cifar_verify_default` — checked unless ``$FEDLAB_DATA_VERIFY`` is ``0``
+            (how a run built from a :class:`~fedlab.Config`, which never passes ``verify``, reads a
+            re-pickled copy or the small files of the tests).
         synthetic_alpha, synthetic_beta, synthetic_clients: Synthetic(α, β) parameters.  Note: α
             shifts all 10 logits of a device by the same amount ``u_k (1 + Σ_j x_j)``, so it cannot
             change the argmax labels — with a fixed seed the data do not depend on α at all (as in
@@ -332,6 +350,8 @@ def load_dataset(
                 f"synthetic_alpha and synthetic_beta must be >= 0; got {synthetic_alpha!r}, {synthetic_beta!r}"
             )
     root = Path(root).expanduser() if root is not None else data_root()
+    if verify is None:
+        verify = cifar_verify_default()
 
     natural: tuple[np.ndarray, ...] | None = None
     augment: str | None = None
