@@ -47,3 +47,11 @@ def test_every_registered_method_has_its_paper_in_the_references():
 def test_readme_documents_the_release_tag():
     readme = (REPO / "README.md").read_text()
     assert "v<version>" in readme or f"v{fedlab.__version__}" in readme
+
+
+def test_the_changelog_has_an_entry_for_this_version():
+    """A figure's sidecar names the changelog entry of its version (lab.tools.figures.changelog_entry):
+    setting a new version without writing its entry would leave every new figure pointing nowhere."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[?v?{re.escape(fedlab.__version__)}\]?(\s|$)", text, flags=re.M), \
+        f"CHANGELOG.md has no '## {fedlab.__version__} ...' heading"

@@ -37,6 +37,10 @@ REPO = BOOK_DIR.parents[1]
 FIGURES = REPO / "figures"
 CLAIMS_FILE = FIGURES / "claims_cpu.md"
 CITATION = REPO / "CITATION.cff"
+CITING = BOOK_DIR / "citing.md"
+"""How to cite a figure (version + commit): included in the generated citation page."""
+GUIDES = ("paper_profile", "cluster")
+"""Hand-written pages of this folder (``<name>.md``), staged as they are, after the reference pages."""
 MATHJAX_SYSTEM = Path("/usr/share/javascript/mathjax")
 # The parts of MathJax 2.7 that the TeX-AMS_CHTML configuration loads (1.5 MB of the package's 54 MB).
 MATHJAX_PARTS = ["MathJax.js", "config/TeX-AMS_CHTML.js", "extensions", "jax/input/TeX",
@@ -188,11 +192,13 @@ def landing_page(titles: dict[str, str], teaches: dict[str, str], claims: Path |
               "and provenance.",
               "- [API reference](api/index.md): `fedlab`, `fedlab.data`, `fedlab.analysis` and the "
               "algorithm registry with each method's update rules.",
-              "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.", "",
+              "- [Citing fedlab](citation.md): CITATION.cff and BibTeX of the repository and the papers.",
+              "- [Running the paper profile on a GPU](paper_profile.md): CIFAR, the commands, the cost.",
+              "- [Running on a cluster](cluster.md): a sweep over several machines with Ray.", "",
               "```{toctree}", ":hidden:", ":caption: Notebooks", ""]
     lines += [f"notebooks/{stem}" for stem in titles]
     lines += ["```", "", "```{toctree}", ":hidden:", ":caption: Reference", "", "gallery", "api/index",
-              "citation", "```", ""]
+              "citation", "```", "", "```{toctree}", ":hidden:", ":caption: Guides", "", *GUIDES, "```", ""]
     return "\n".join(lines)
 
 
@@ -358,12 +364,12 @@ def citation_page(cff_path: Path = CITATION) -> str:
     url = cff.get("repository-code") or cff.get("url")
     lines = ["# Citing fedlab", "", cff["message"], "",
              f"- **title**: {cff['title']}",
-             f"- **version**: {cff['version']} (git tag `v{cff['version']}`), released {cff['date-released']}",
+             f"- **version**: {cff['version']} (`fedlab.__version__`; see `CHANGELOG.md`), released "
+             f"{cff['date-released']}",
              f"- **licence**: {cff.get('license', 'not stated')}",
              f"- **repository**: {url}" if url else
              "- **repository**: no public repository URL is recorded in CITATION.cff yet",
-             "", "A figure's sidecar (see the [gallery](gallery.md)) names the git commit that made it; "
-             "the release tag that contains that commit is the version to cite.", "",
+             "", CITING.read_text().strip(), "",
              "## BibTeX: this repository", "", "```bibtex", bibtex(cff, "software"), "```", "",
              "## BibTeX: the papers of the methods", "",
              "Cite the paper of each method you use (the `references` of CITATION.cff).", ""]
@@ -412,6 +418,8 @@ def stage(nb_dir: Path, src: Path) -> Path:
     (src / "gallery.md").write_text(gallery_page(records, titles))
     api_pages(src / "api")
     (src / "citation.md").write_text(citation_page())
+    for guide in GUIDES:
+        shutil.copy2(BOOK_DIR / f"{guide}.md", src / f"{guide}.md")
     copy_mathjax(src / "_static" / "mathjax")
     return src
 
