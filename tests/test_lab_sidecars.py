@@ -22,3 +22,17 @@ def test_no_figure_names_a_missing_record(sidecar):
     keys = json.loads(sidecar.read_text())["records"]
     missing = [k for k in keys if not (FIGURES_DIR / "records" / f"{k}{SUFFIX}").is_file()]
     assert not missing, f"{sidecar.name} names records that are not committed: {missing[:5]}"
+
+
+FIGURE_SIDECARS = sorted(p for p in FIGURES_DIR.glob("*.json") if "figure" in json.loads(p.read_text()))
+
+
+@pytest.mark.parametrize("sidecar", FIGURE_SIDECARS, ids=lambda p: p.stem)
+def test_every_committed_figure_names_a_clean_commit(sidecar):
+    """A citable figure is cited by its commit (notebooks/book/citing.md): a ``+dirty`` or ``unknown``
+    stamp names code no one can check out (save_figure refuses to write one; this catches a figure
+    made with the development override and committed anyway)."""
+    import re
+
+    commit = json.loads(sidecar.read_text())["git_commit"]
+    assert re.fullmatch(r"[0-9a-f]{40}", commit), f"{sidecar.name}: git_commit {commit!r} is not a clean commit"
