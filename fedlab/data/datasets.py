@@ -350,8 +350,6 @@ def load_dataset(
                 f"synthetic_alpha and synthetic_beta must be >= 0; got {synthetic_alpha!r}, {synthetic_beta!r}"
             )
     root = Path(root).expanduser() if root is not None else data_root()
-    if verify is None:
-        verify = cifar_verify_default()
 
     natural: tuple[np.ndarray, ...] | None = None
     augment: str | None = None
@@ -359,7 +357,7 @@ def load_dataset(
         x_tr, y_tr, x_te, y_te = _load_fmnist(root, download)
         mean, std, n_classes = FMNIST_MEAN, FMNIST_STD, 10
     elif name in ("cifar10", "cifar100"):
-        x_tr, y_tr, x_te, y_te = _load_cifar(name, root, download, verify)
+        x_tr, y_tr, x_te, y_te = _load_cifar(name, root, download, cifar_verify_default() if verify is None else verify)
         if name == "cifar10":
             mean, std, n_classes = CIFAR10_MEAN, CIFAR10_STD, 10
         else:
