@@ -44,6 +44,17 @@ def test_every_registered_method_has_its_paper_in_the_references():
     assert not missing, f"no reference names these methods in its notes: {missing}"
 
 
-def test_readme_documents_the_release_tag():
-    readme = (REPO / "README.md").read_text()
-    assert "v<version>" in readme or f"v{fedlab.__version__}" in readme
+def test_the_citation_recipe_is_version_plus_commit():
+    """No release is tagged in git, so a figure is cited by CITATION.cff's version and the commit in its
+    sidecar: the message says so, and the book's citing page (included in the citation page) explains it."""
+    assert "commit" in CFF["message"] and "sidecar" in CFF["message"]
+    citing = (REPO / "notebooks" / "book" / "citing.md").read_text()
+    assert "git_commit" in citing and "CITATION.cff" in citing and "CHANGELOG.md" in citing
+
+
+def test_the_changelog_has_an_entry_for_this_version():
+    """A figure's sidecar names the changelog entry of its version (lab.tools.figures.changelog_entry):
+    setting a new version without writing its entry would leave every new figure pointing nowhere."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    assert re.search(rf"^## \[?v?{re.escape(fedlab.__version__)}\]?(\s|$)", text, flags=re.M), \
+        f"CHANGELOG.md has no '## {fedlab.__version__} ...' heading"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -95,3 +96,106 @@ def test_every_method_has_its_own_colour_and_style():
     colours = [s["color"] for s in styles]
     assert len(set(colours)) == len(colours)
     assert all(s["linestyle"] != ":" for s in styles)  # dotted means collapsed
+
+
+# --- the stamp a figure carries: sidecar, PNG and PDF metadata, and the refusal of a dirty tree ----
+def _pdf_string(token: bytes) -> str:
+    """A PDF string object: ``(literal)`` with backslash escapes, or ``<hex>`` (UTF-16BE with a BOM for
+    text that is not ASCII, as matplotlib writes it)."""
+    if token.startswith(b"<"):
+        raw = bytes.fromhex(token[1:-1].decode())
+        return raw[2:].decode("utf-16-be") if raw[:2] == b"\xfe\xff" else raw.decode("latin-1")
+    body, out, i = token[1:-1], bytearray(), 0
+    simple = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"f": b"\f"}
+    while i < len(body):
+        c = body[i:i + 1]
+        if c != b"\\":
+            out += c
+            i += 1
+            continue
+        nxt = body[i + 1:i + 2]
+        octal = re.match(rb"[0-7]{1,3}", body[i + 1:i + 4])
+        if octal:
+            out.append(int(octal.group(), 8))
+            i += 1 + len(octal.group())
+        else:
+            out += simple.get(nxt, nxt)
+            i += 2
+    raw = bytes(out)
+    return raw[2:].decode("utf-16-be") if raw[:2] == b"\xfe\xff" else raw.decode("latin-1")
+
+
+def pdf_info(path) -> dict[str, str]:
+    """The string entries of a PDF's Info dictionary, read from the bytes (no PDF library needed):
+    the trailer's ``/Info n 0 R`` names the object, whose ``/Key (value)`` pairs are parsed."""
+    data = path.read_bytes()
+    ref = re.findall(rb"/Info\s+(\d+)\s+0\s+R", data)
+    assert ref, f"{path}: no /Info in the trailer"
+    obj = re.search(rb"(?<!\d)" + ref[-1] + rb"\s+0\s+obj(.*?)endobj", data, flags=re.S).group(1)
+    pairs = re.findall(rb"/(\w+)\s*(\((?:\\.|[^\\)])*\)|<[0-9A-Fa-f\s]*>)", obj, flags=re.S)
+    return {k.decode(): _pdf_string(v) for k, v in pairs}
+
+
+def _figure():
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    return fig
+
+
+CAPTION = "FedSAM vs FedAvg (ρ = 0.05): accuracy in % (test set)"
+
+
+def test_sidecar_png_and_pdf_carry_version_caption_and_commit(tmp_path):
+    from PIL import Image
+
+    from fedlab._version import __version__
+
+    fig = _figure()
+    paths = figures.save_figure(fig, "t_stamp", notebook="00_quickstart", profile="cpu", caption=CAPTION,
+                                out_dir=tmp_path)
+    plt.close(fig)
+    commit = repro.git_commit()
+    meta = json.loads(paths["json"].read_text())
+    assert meta["version"] == __version__ and meta["git_commit"] == commit
+    entry = figures.changelog_entry()
+    assert meta["changelog"] == entry
+    if figures.CHANGELOG.exists():  # the repository has one: the sidecar must point into it
+        heading = entry.split("#", 1)[1]
+        assert entry.startswith("CHANGELOG.md#") and heading.startswith(__version__.replace(".", ""))
+    png = Image.open(paths["png"]).text
+    assert png["Title"] == "t_stamp" and png["Description"] == CAPTION
+    assert png["Software"] == f"fedlab {__version__}" and png["Source"] == f"git commit {commit}"
+    info = pdf_info(paths["pdf"])
+    assert info["Title"] == "t_stamp" and info["Subject"] == CAPTION
+    assert info["Creator"] == f"fedlab {__version__}" and info["Keywords"] == f"git commit {commit}"
+    assert "CreationDate" not in info and "Producer" not in info  # bytes depend on the figure, not the day
+
+
+def test_changelog_entry_finds_the_version_heading(tmp_path):
+    log = tmp_path / "CHANGELOG.md"
+    log.write_text("# Changelog\n\n## 1.2.0 (2027-01-02)\n\n- x\n\n## [1.1.0] - 2026-05-01\n")
+    assert figures.changelog_entry("1.2.0", log) == "CHANGELOG.md#120-2027-01-02"
+    assert figures.changelog_entry("1.1.0", log) == "CHANGELOG.md#110---2026-05-01"
+    assert figures.changelog_entry("1.0.0", log) is None
+    assert figures.changelog_entry("1.2.0", tmp_path / "absent.md") is None
+
+
+@pytest.mark.parametrize("stamp", ["0123abc+dirty", "unknown"])
+def test_a_citable_figure_from_uncommitted_code_is_refused(tmp_path, monkeypatch, stamp):
+    committed = tmp_path / "figures"
+    monkeypatch.setattr(figures, "FIGURES_DIR", committed)
+    monkeypatch.setattr(figures, "git_commit", lambda: stamp)
+    monkeypatch.delenv(figures.ALLOW_DIRTY_ENV, raising=False)
+    fig = _figure()
+    with pytest.raises(figures.DirtyTreeError, match=figures.ALLOW_DIRTY_ENV):
+        figures.save_figure(fig, "t_dirty", notebook="00_quickstart", profile="cpu", caption="c")
+    assert not committed.exists()  # refused before anything was written
+    # the ci profile writes to figures/_scratch/ (not committed): never refused
+    ci = figures.save_figure(fig, "t_dirty", notebook="00_quickstart", profile="ci", caption="c")
+    assert ci["png"].parent == committed / "_scratch"
+    monkeypatch.setenv(figures.ALLOW_DIRTY_ENV, "1")  # development: allowed, and the stamp says so
+    paths = figures.save_figure(fig, "t_dirty", notebook="00_quickstart", profile="cpu", caption="c")
+    plt.close(fig)
+    assert paths["png"].parent == committed
+    assert json.loads(paths["json"].read_text())["git_commit"] == stamp
+    assert pdf_info(paths["pdf"])["Keywords"] == f"git commit {stamp}"

@@ -8,6 +8,8 @@ Makefile's) runs them on one worker and starts one cluster.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -17,7 +19,7 @@ import pytest
 import torch
 
 from fedlab import Config
-from fedlab.sweep import MissingExtraError, SweepError, expand_grid, sweep
+from fedlab.sweep import MissingExtraError, SweepError, executed_on, expand_grid, sweep
 
 GRID = {"algorithm": ["fedavg", "scaffold"], "lr": [0.05, 0.1]}
 SEEDS = [0, 1]
@@ -81,6 +83,22 @@ def test_local_pool_matches_sequential_bit_for_bit(reference, tmp_path):
     _assert_same(results, reference)
     logs = (tmp_path / "sweep-logs").glob("*.log")
     assert sum("backend local" in p.read_text() for p in logs) == 8  # ran in the pool's workers
+    # where each run executed: one attempt each, in a worker process, never in this one
+    places = [executed_on(r.config) for r in results]
+    assert all(len(p) == 1 and p[0]["backend"] == "local" and p[0]["ray_node_id"] is None for p in places)
+    assert os.getpid() not in {p[0]["pid"] for p in places}
+    assert {p[0]["host"] for p in places} == {platform.node()}
+
+
+def test_executed_on_lists_every_attempt_of_a_run(reference):
+    import fedlab
+
+    first = [executed_on(r.config) for r in reference]
+    assert all(len(p) >= 1 and p[0]["backend"] == "sequential" and p[0]["pid"] == os.getpid() for p in first)
+    fedlab.sweep.sweep(reference[0].config, {}, [reference[0].config.seed], backend="sequential", progress=False)
+    again = executed_on(reference[0].config)  # loaded from the store this time: still an attempt, appended
+    assert again[:len(first[0])] == first[0] and len(again) == len(first[0]) + 1
+    assert executed_on(reference[0].config.replace(seed=99)) == []  # never started
 
 
 @pytest.mark.xdist_group("ray")

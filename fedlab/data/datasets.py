@@ -232,6 +232,21 @@ def _make_synthetic(
 
 
 # --- entry point ---
+VERIFY_ENV = "FEDLAB_DATA_VERIFY"
+"""Environment variable: ``0`` skips the md5 check of CIFAR's files where ``verify`` is not passed."""
+
+
+def cifar_verify_default() -> bool:
+    """Whether CIFAR's md5 sums are checked when :func:`load_dataset` is not told: ``$FEDLAB_DATA_VERIFY``
+    ``1`` or unset → yes, ``0`` → no (read at each call). Any other value is a ValueError naming it,
+    so a typo cannot silently switch the check off or on."""
+    value = os.environ.get(VERIFY_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"${VERIFY_ENV}={value!r} is invalid; allowed: 0 (skip CIFAR's md5 check) or 1 (check, "
+                         "the default)")
+    return value == "1"
+
+
 def load_dataset(
     name: str,
     *,
@@ -242,7 +257,7 @@ def load_dataset(
     seed: int = 0,
     download: bool | None = None,
     as_cifar_shape: bool = False,
-    verify: bool = True,
+    verify: bool | None = None,
     synthetic_alpha: float = 1.0,
     synthetic_beta: float = 1.0,
     synthetic_clients: int = 30,
@@ -254,7 +269,8 @@ def load_dataset(
     ``natural_clients``). ``seed`` seeds the subsets, the digits split and the synthetic generator.
     ``download``: ``None`` only if files are missing, ``False`` never (:class:`DatasetNotFoundError`),
     ``True`` passed to torchvision. ``as_cifar_shape``: :func:`pad_to_cifar_shape`. ``verify``: CIFAR's
-    md5 check. ``synthetic_*``: Synthetic(α, β) — α shifts all logits of a device equally, so with a
+    md5 check (``None``: :func:`cifar_verify_default`, unless ``$FEDLAB_DATA_VERIFY`` is ``0``).
+    ``synthetic_*``: Synthetic(α, β) — α shifts all logits of a device equally, so with a
     fixed seed the labels do not depend on α (as in FedProx); heterogeneity comes from β.
 
     Normalisation: Fashion-MNIST 0.2860 / 0.3530; CIFAR-10 (0.491, 0.482, 0.447) / (0.247, 0.243,
@@ -280,7 +296,7 @@ def load_dataset(
         x_tr, y_tr, x_te, y_te = _load_fmnist(root, download)
         mean, std, n_classes = FMNIST_MEAN, FMNIST_STD, 10
     elif name in ("cifar10", "cifar100"):
-        x_tr, y_tr, x_te, y_te = _load_cifar(name, root, download, verify)
+        x_tr, y_tr, x_te, y_te = _load_cifar(name, root, download, cifar_verify_default() if verify is None else verify)
         if name == "cifar10":
             mean, std, n_classes = CIFAR10_MEAN, CIFAR10_STD, 10
         else:

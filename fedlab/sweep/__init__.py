@@ -2,11 +2,13 @@
 
 ``fedlab.sweep.sweep(base, grid, seeds)`` and ``fedlab.sweep.summary_table(results)`` are the public
 API (re-exported from :mod:`fedlab.sweep.grid`); :mod:`fedlab.sweep.backends` runs the configs
-sequentially, on a local process pool or on Ray; :mod:`fedlab.sweep.gridfile` reads the YAML grid
+sequentially, on a local process pool or on Ray (``executed_on(config)``: the host, process and Ray
+node each attempt of a run executed on); :mod:`fedlab.sweep.gridfile` reads the YAML grid
 files of ``python -m fedlab sweep``.
 """
 from fedlab.sweep.grid import (BACKENDS, MAX_RUNS, MissingExtraError, RunFailure, SweepError, SweepInterrupted,
                                expand_grid, rounds_to_target, summary_table, sweep)
+from fedlab.sweep.runs import executed_on
 
 __all__ = ["BACKENDS", "MAX_RUNS", "MissingExtraError", "RunFailure", "SweepError", "SweepInterrupted",
-           "expand_grid", "rounds_to_target", "summary_table", "sweep"]
+           "executed_on", "expand_grid", "rounds_to_target", "summary_table", "sweep"]

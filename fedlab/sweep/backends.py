@@ -13,7 +13,7 @@ a killed sweep on any backend is finished by running it again on any backend. Ev
 the last bits and are not hashed). Each run logs to ``<runs_dir>/sweep-logs/``. Ctrl-C starts no
 further run, kills the running ones (they keep their checkpoints) and raises :class:`SweepInterrupted`
 (exit 130 on the command line); if the caller is killed, its pool workers and Ray tasks end with it.
-The user-facing account is the book's guide ``cluster.md``."""
+The user-facing account is the book's guides ``sweeps.md`` and ``cluster.md``."""
 from __future__ import annotations
 
 import contextlib

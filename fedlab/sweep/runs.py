@@ -22,7 +22,7 @@ import torch
 from fedlab.config import Config
 from fedlab.results import RunResult
 
-__all__ = ["LOG_DIR_NAME", "RunFailure", "execute_one", "log_path", "runs_root"]
+__all__ = ["LOG_DIR_NAME", "RunFailure", "executed_on", "execute_one", "log_path", "placement_path", "runs_root"]
 
 LOG_DIR_NAME = "sweep-logs"
 
@@ -65,6 +65,35 @@ def runs_root(config: Config) -> Path:
 def log_path(config: Config) -> Path:
     """The log file of one run of a sweep (appended to by every attempt)."""
     return runs_root(config) / LOG_DIR_NAME / f"{config.algorithm}-seed{config.seed}-{config.hash()}.log"
+
+
+def placement_path(config: Config) -> Path:
+    """The sidecar of one run's log: one JSON line per attempt saying where it executed."""
+    return log_path(config).with_suffix(".where.jsonl")
+
+
+def _placement(backend: str) -> dict[str, Any]:
+    """Where this process is: host name, process id, backend and — on Ray — the node id of the raylet
+    that runs the task (two nodes on one host share the host name, never the node id)."""
+    where: dict[str, Any] = {"host": platform.node(), "pid": os.getpid(), "backend": backend, "ray_node_id": None}
+    if backend == "ray":
+        import ray
+
+        where["ray_node_id"] = ray.get_runtime_context().get_node_id()
+    return where
+
+
+def executed_on(config: Config) -> list[dict[str, Any]]:
+    """Where each attempt of ``config``'s run in a sweep executed, oldest first: dicts with ``started``
+    (UTC, ISO 8601), ``host``, ``pid``, ``backend`` and ``ray_node_id`` (None off Ray), read from
+    :func:`placement_path`. ``[]`` if no sweep has started the run (a run loaded from the store by a
+    later sweep is an attempt too: it says where it was loaded). Not part of the run or its hash."""
+    import json
+
+    path = placement_path(config)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 @contextlib.contextmanager
@@ -117,9 +146,12 @@ def execute_one(key: int, config: Config, threads: int, backend: str, logger: An
         with open(path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
             now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            where = _placement(backend)
+            node = f" (Ray node {where['ray_node_id']})" if where["ray_node_id"] else ""
             print(f"== {now} start: {config.algorithm} seed {config.seed} (config hash {config.hash()}) on "
-                  f"{platform.node()} pid {os.getpid()}, backend {backend}, {threads} intra-op thread(s)",
+                  f"{where['host']}{node} pid {where['pid']}, backend {backend}, {threads} intra-op thread(s)",
                   flush=True)
+            _append_placement(config, {"started": now, **where})
             try:
                 with _crash_hook(config):
                     result = run(config, progress=False, logger=logger)
@@ -131,6 +163,15 @@ def execute_one(key: int, config: Config, threads: int, backend: str, logger: An
         return _Outcome(key, result, None, str(path))
     finally:
         torch.set_num_threads(previous)
+
+
+def _append_placement(config: Config, where: dict[str, Any]) -> None:
+    """One line per attempt, appended (one process works on a run at a time: the run directory's
+    lock), so the sidecar keeps every node a resumed run passed through."""
+    import json
+
+    with open(placement_path(config), "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(where, sort_keys=True) + "\n")
 
 
 # --- progress ------------------------------------------------------------------------------------

@@ -9,11 +9,14 @@ citation index ``figures/README.md``. Kept apart from :mod:`~lab.repro` so that 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedlab._paths import data_root
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR, environment, git_commit, package_versions
+from fedlab._version import __version__
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, environment, git_commit, package_versions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -24,7 +27,60 @@ if TYPE_CHECKING:
 
     from fedlab.results import RunResult
 
-__all__ = ["dataset_checksums", "save_curves", "save_figure", "write_figure_index"]
+__all__ = ["ALLOW_DIRTY_ENV", "DirtyTreeError", "changelog_entry", "dataset_checksums", "figure_metadata",
+           "save_curves", "save_figure", "write_figure_index"]
+
+ALLOW_DIRTY_ENV = "FEDLAB_ALLOW_DIRTY_FIGURES"
+"""Set to ``1`` to let :func:`save_figure` write into ``figures/`` from uncommitted code (development
+only: the sidecar and the files' metadata then say ``+dirty``, which no one can check out)."""
+CHANGELOG = REPO_ROOT / "CHANGELOG.md"
+
+
+class DirtyTreeError(RuntimeError):
+    """A citable figure would be stamped with a commit that does not hold the code that made it."""
+
+
+def changelog_entry(version: str = __version__, changelog: Path = CHANGELOG) -> str | None:
+    """``CHANGELOG.md#<anchor>`` of the ``## <version>`` heading (``## [0.4.0] — …`` or ``## 0.4.0 …``),
+    or None when there is no changelog or no entry for ``version``. The anchor is the heading's slug as
+    GitHub and MyST write it (lower case, punctuation dropped, spaces → ``-``)."""
+    if not changelog.exists():
+        return None
+    for line in changelog.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"^## \[?v?(\S+?)\]?(\s.*)?$", line)
+        if m and m.group(1) == version:
+            slug = re.sub(r"[^\w\- ]", "", line[3:].strip().lower()).replace(" ", "-")
+            return f"{changelog.name}#{slug}"
+    return None
+
+
+def figure_metadata(name: str, caption: str, commit: str, version: str = __version__) -> dict[str, dict[str, object]]:
+    """What :func:`save_figure` embeds in the image files, by format (matplotlib's ``metadata=``).
+
+    PNG text chunks: ``Title`` (the figure name), ``Description`` (the caption), ``Software`` (fedlab
+    and its version), ``Source`` (the git commit). PDF Info dictionary: ``Title``, ``Subject`` (the
+    caption), ``Creator`` (fedlab and its version), ``Keywords`` (``git commit <sha>``); no creation
+    date and no producer (matplotlib's version), so the bytes depend only on the figure and its stamp.
+    """
+    software = f"fedlab {version}"
+    return {"png": {"Title": name, "Description": caption, "Software": software, "Source": f"git commit {commit}"},
+            "pdf": {"Title": name, "Subject": caption, "Creator": software, "Keywords": f"git commit {commit}",
+                    "CreationDate": None, "Producer": None}}
+
+
+def _check_clean(commit: str, out: Path) -> None:
+    """Refuse to write a figure into the committed ``figures/`` when the code is not a commit."""
+    if out.resolve() != FIGURES_DIR.resolve() or not (commit.endswith("+dirty") or commit == "unknown"):
+        return
+    if os.environ.get(ALLOW_DIRTY_ENV) == "1":
+        return
+    why = ("tracked files outside figures/ have uncommitted changes" if commit.endswith("+dirty") else
+           "the git commit cannot be read (not a git checkout, or git is missing)")
+    raise DirtyTreeError(
+        f"refusing to write a citable figure into {FIGURES_DIR}: {why}, so its stamp ({commit}) would name "
+        f"no commit anyone can check out. Commit (or stash) the changes and run again; `git status` lists "
+        f"them. For development only, {ALLOW_DIRTY_ENV}=1 allows it (the figure then says +dirty); the ci "
+        "profile writes to figures/_scratch/ and is never refused")
 
 
 _CHECKSUMS: dict[str, dict[str, str]] = {}
@@ -97,13 +153,20 @@ def save_figure(
     (:mod:`lab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
     full configs, so the figure can be re-plotted and every number checked without training. The
     sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
-    fedlab version, the commit and the command line of the process. ``kind`` says what the figure
+    fedlab version (``version``) with its ``CHANGELOG.md`` entry (``changelog``), the commit and the
+    command line of the process. The PNG and the PDF carry the name, the caption, the version and the
+    commit in their own metadata (:func:`figure_metadata`), so a copy that lost its sidecar still
+    says where it came from.
+
+    Writing into the committed ``figures/`` from a tree with uncommitted changes outside ``figures/``
+    (or outside a git checkout) raises :class:`DirtyTreeError` before anything is written, unless
+    ``$FEDLAB_ALLOW_DIRTY_FIGURES`` is ``1``; other folders (``figures/_scratch/`` of the ``ci``
+    profile, a test's folder) are never refused. ``kind`` says what the figure
     shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
     protocol) or ``"analysis"`` (toy problems, partition statistics: no federated training).
     """
     import datetime
     import json
-    import re
 
     if kind not in FIGURE_KINDS:
         raise ValueError(f"kind={kind!r} is invalid; allowed: {', '.join(FIGURE_KINDS)}")
@@ -112,12 +175,14 @@ def save_figure(
     if out_dir is None:
         out_dir = FIGURES_DIR if profile in CITABLE_PROFILES else FIGURES_DIR / "_scratch"
     out = Path(out_dir)
+    commit = git_commit()
+    _check_clean(commit, out)  # before anything is written, records included
     out.mkdir(parents=True, exist_ok=True)
     paths = {"png": out / f"{name}.png", "pdf": out / f"{name}.pdf", "json": out / f"{name}.json"}
     table = _frames(data) if data is not None else None
-    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(paths["pdf"], bbox_inches="tight", metadata={"CreationDate": None, "Creator": None,
-                                                             "Producer": None})
+    embedded = figure_metadata(name, caption, commit)
+    fig.savefig(paths["png"], dpi=150, bbox_inches="tight", metadata=embedded["png"])
+    fig.savefig(paths["pdf"], bbox_inches="tight", metadata=embedded["pdf"])
     nb = Path(notebook).stem
     params_file = f"notebooks/params/{nb}.{profile}.yaml"
     command = (f"papermill notebooks/{nb}.ipynb runs/figures/{nb}.ipynb -k python3 --cwd notebooks"
@@ -131,7 +196,9 @@ def save_figure(
         "parameters": parameters or {},
         "seed": (parameters or {}).get("seed"),
         "config_hashes": config_hashes or [],
-        "git_commit": git_commit(),
+        "git_commit": commit,
+        "version": __version__,
+        "changelog": changelog_entry(),
         "packages": package_versions(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,

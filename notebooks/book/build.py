@@ -37,12 +37,14 @@ REPO = BOOK_DIR.parents[1]
 FIGURES = REPO / "figures"
 CLAIMS_FILE = FIGURES / "claims_cpu.md"
 CITATION = REPO / "CITATION.cff"
+CITING = BOOK_DIR / "citing.md"
+"""How to cite a figure (version + commit): included in the generated citation page."""
 MATHJAX_SYSTEM = Path("/usr/share/javascript/mathjax")
 # The parts of MathJax 2.7 that the TeX-AMS_CHTML configuration loads (1.5 MB of the package's 54 MB).
 MATHJAX_PARTS = ["MathJax.js", "config/TeX-AMS_CHTML.js", "extensions", "jax/input/TeX",
                  "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff"]
 NOTEBOOK_GLOB = "[0-9][0-9]*_*.ipynb"
-GUIDES = ("running", "results", "data", "tracking", "cluster", "flower")
+GUIDES = ("running", "results", "data", "tracking", "sweeps", "cluster", "paper_profile", "flower")
 """The hand-written guide pages (``notebooks/book/guide/<name>.md``, linked from the README), in book order."""
 
 
@@ -380,12 +382,12 @@ def citation_page(cff_path: Path = CITATION) -> str:
     url = cff.get("repository-code") or cff.get("url")
     lines = ["# Citing fedlab", "", cff["message"], "",
              f"- **title**: {cff['title']}",
-             f"- **version**: {cff['version']} (git tag `v{cff['version']}`), released {cff['date-released']}",
+             f"- **version**: {cff['version']} (`fedlab.__version__`; see `CHANGELOG.md`), released "
+             f"{cff['date-released']}",
              f"- **licence**: {cff.get('license', 'not stated')}",
              f"- **repository**: {url}" if url else
              "- **repository**: no public repository URL is recorded in CITATION.cff yet",
-             "", "A figure's sidecar (see the [gallery](gallery.md)) names the git commit that made it; "
-             "the release tag that contains that commit is the version to cite.", "",
+             "", CITING.read_text().strip(), "",
              "## BibTeX: this repository", "", "```bibtex", bibtex(cff, "software"), "```", "",
              "## BibTeX: the papers of the methods", "",
              "Cite the paper of each method you use (the `references` of CITATION.cff).", ""]
