@@ -25,14 +25,10 @@ def test_no_figure_names_a_missing_record(sidecar):
 
 
 FIGURE_SIDECARS = sorted(p for p in FIGURES_DIR.glob("*.json") if "figure" in json.loads(p.read_text()))
-KNOWN_DIRTY = {"05_adaptive_lambda_rho", "05_fedsmoo_curves", "05_quadratic_drift", "06_cyclic_lr",
-               "06_fedmoswa_vs_scaffold", "06_fedswa_vs_fedsam", "06_quadratic_drift", "06_swa_ablation",
-               "07_fednsam_accuracy_flatness", "07_toy_momentum"}
-"""Figures committed with ``b40279e…+dirty`` before save_figure refused a dirty tree. Remaking them from
-a clean commit needs their runs: the committed records no longer match the current run key (re-key
-them with ``python -m lab.evidence.rekey`` or retrain), so they stay listed until then — and only
-they: a name leaves this set as soon as its figure is remade (the test below then fails until it is
-removed here), and no other figure may join it."""
+KNOWN_DIRTY: set[str] = set()
+"""Figures committed from a dirty tree before save_figure refused one. The ten of notebooks 05-07
+(stamped b40279e+dirty) were remade from a clean commit after the records were re-keyed; none is
+left, and none may join (a name here must still be dirty: the test below fails once it is clean)."""
 
 
 @pytest.mark.parametrize("sidecar", FIGURE_SIDECARS, ids=lambda p: p.stem)
