@@ -157,7 +157,8 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
     """README.md and figures/README.md carry the claims table generated from the committed data
     (rerun `python -m lab claims --write` after committing records). Changed evidence is reported as
     such first: rewriting the table would publish the changed numbers."""
-    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_block
+    from lab.evidence.claims import BLOCK_END, BLOCK_START
+    from lab.evidence.findings import claims_block
     from lab.evidence.integrity import MANIFEST_NAME, problems
     from lab.repro import FIGURES_DIR, REPO_ROOT
 

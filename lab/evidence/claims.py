@@ -59,7 +59,7 @@ from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FE
 from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
 
 __all__ = ["AS_IF_SEEDS", "CLAIMS_FILE", "FOREST", "KINDS", "MIN_SEEDS", "NOT_PAIRED", "NO_DATA", "VERDICTS", "Claim",
-           "claims_block", "claims_markdown_unpaired", "effect_text", "verdict_text", "PairedComparison", "PairedVerdict",
+           "claims_markdown_unpaired", "effect_text", "verdict_text", "PairedComparison", "PairedVerdict",
            "Verdict", "claims_markdown", "claims_table", "evaluate_claim_paired", "evaluate_claims",
            "evaluate_claims_paired", "figures_root", "independent_runs", "load_claims", "paired_table",
            "paired_text", "replace_claims_block", "write_claims"]
@@ -831,21 +831,6 @@ def write_claims(verdicts: Sequence[PairedVerdict] | Sequence[Verdict], stem: Pa
             page.write_text(replace_claims_block(page.read_text(), block(page.parent), str(page)))
             paths[f"page:{page.name}:{page.parent.name}"] = page
     return paths
-
-
-def claims_block(figures_dir: Path | None = None, page_dir: Path | None = None, profile: str = "cpu") -> str:
-    """The generated block for a page in ``page_dir`` (default: the figures folder) from the committed data:
-    paired claims at the protocol's gate, the findings, and the forest plot if it exists."""
-    import os
-
-    from lab.evidence.findings import evaluate_findings
-
-    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
-    verdicts = evaluate_claims_paired(figures_dir=figures_dir)
-    forest = figures_dir / f"{FOREST}.png"
-    page_dir = figures_dir if page_dir is None else Path(page_dir)
-    image = os.path.relpath(forest, page_dir).replace(os.sep, "/") if forest.exists() else None
-    return claims_markdown(verdicts, profile, findings=evaluate_findings(figures_dir=figures_dir), image=image)
 
 
 # --- the compact, paired table (the generated block) ----------------------------------------------------

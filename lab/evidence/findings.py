@@ -30,7 +30,7 @@ import pandas as pd
 
 from lab.evidence.paired import MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, margin_test, paired_difference
 
-__all__ = ["FINDINGS_FILE", "FINDING_TYPES", "Finding", "FindingResult", "evaluate_findings", "findings_table",
+__all__ = ["FINDINGS_FILE", "claims_block", "FINDING_TYPES", "Finding", "FindingResult", "evaluate_findings", "findings_table",
            "load_findings"]
 
 FINDINGS_FILE = "findings.yaml"
@@ -261,3 +261,18 @@ def findings_table(results: Sequence[FindingResult]) -> pd.DataFrame:
     """Every finding's numbers, one row per comparison / correlation / tuning file (numbers as numbers)."""
     rows = [dict(r) | {"question": res.question, "answer": res.answer} for res in results for r in res.rows]
     return pd.DataFrame(rows)
+
+
+def claims_block(figures_dir: Path | None = None, page_dir: Path | None = None, profile: str = "cpu") -> str:
+    """The generated block for a page in ``page_dir`` (default: the figures folder) from the committed data:
+    paired claims at the protocol's gate, the findings, and the forest plot if it exists."""
+    import os
+
+    from lab.evidence.claims import FOREST, claims_markdown, evaluate_claims_paired, figures_root
+
+    figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
+    verdicts = evaluate_claims_paired(figures_dir=figures_dir)
+    forest = figures_dir / f"{FOREST}.png"
+    page_dir = figures_dir if page_dir is None else Path(page_dir)
+    image = os.path.relpath(forest, page_dir).replace(os.sep, "/") if forest.exists() else None
+    return claims_markdown(verdicts, profile, findings=evaluate_findings(figures_dir=figures_dir), image=image)

@@ -238,11 +238,12 @@ def _unique(runs: "list[RunResult]") -> "list[RunResult]":
 
 def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
     """Regenerate ``figures/README.md`` from the JSON sidecars: the claims table first (generated from the
-    committed data, :func:`lab.evidence.claims.claims_block`: paired, with the findings and the forest plot), then every figure with its data
+    committed data, :func:`lab.evidence.findings.claims_block`: paired, with the findings and the forest plot), then every figure with its data
     file, the evidence behind it (run records, seeds) and the command that remakes it."""
     import json
 
-    from lab.evidence.claims import BLOCK_END, BLOCK_START, claims_block
+    from lab.evidence.claims import BLOCK_END, BLOCK_START
+    from lab.evidence.findings import claims_block
     from lab.evidence.report import figure_from_sidecar
 
     figures_dir = Path(figures_dir)
