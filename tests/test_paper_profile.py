@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 import fedlab
@@ -67,6 +68,7 @@ ANALYSIS = {
                                     "trace_samples", "slice_points", "grid_points", "track_methods",
                                     "track_every"},
     "10_benchmarks": {"targets"},
+    "11_global_perturbation": set(),
 }
 """Paper-file keys that size a notebook's measurements, not its training (not exercised here)."""
 
@@ -231,6 +233,8 @@ USED = {
     "09_sharpness_and_landscapes": {"methods", "method_params"},
     "10_benchmarks": {"datasets", "models", "pathological_classes", "dirichlet_alphas"},
     "01_heterogeneity": {"alphas", "classes_per_client"},
+    "01b_foundations": set(),
+    "11_global_perturbation": {"seed", "dim", "n_clients", "participation", "rounds", "local_steps", "lr"},
 }
 """Paper-file keys beyond :data:`FEDERATION` that :func:`training_configs` (or the partition test) reads."""
 
@@ -240,7 +244,7 @@ USED = {
 # ------------------------------------------------------------------------------------------------
 def test_every_notebook_with_parameters_has_a_paper_file():
     cpu = sorted(p.name.removesuffix(".cpu.yaml") for p in PARAMS.glob("*.cpu.yaml"))
-    assert NOTEBOOKS == cpu and len(NOTEBOOKS) == 11
+    assert NOTEBOOKS == cpu and len(NOTEBOOKS) == 13
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -292,8 +296,46 @@ def test_heterogeneity_paper_partitions(tiny_cifar):
             assert max(len(set(split.labels[ix].tolist())) for ix in split.client_indices) <= cfg.classes_per_client
 
 
+TOYS = ("01_heterogeneity", "01b_foundations", "11_global_perturbation")
+"""Notebooks whose paper file trains no CIFAR model: partitions only (01), the foundations' MLP on
+Fashion-MNIST (01b, below), a quadratic toy (11)."""
+
+
+def test_foundations_paper_file_runs(tmp_path):
+    """Notebook 01b's paper file (all of Fashion-MNIST, 100 clients, 10 % per round) trains its MLP for
+    two rounds with FedAvg and FedSAM, the two methods it writes from scratch."""
+    from fedlab.data import DatasetError
+
+    p = paper_params("01b_foundations")
+    base = Config(dataset=p["dataset"], model="mlp", n_clients=p["n_clients"], participation=p["participation"],
+                  rounds=2, local_steps=1, batch_size=8, eval_every=2, eval_subsample=500, device="cpu")
+    for method in ("fedavg", "fedsam"):
+        try:
+            result = fedlab.run(base.replace(algorithm=method, runs_dir=str(tmp_path)), progress=False)
+        except DatasetError as err:
+            pytest.skip(f"Fashion-MNIST is not on disk ({err}); make data")
+        assert result.status == "finished" and result.theta.isfinite().all(), method
+        assert 0.0 <= result.metrics["test_acc"].dropna().iloc[-1] <= 1.0
+
+
+def test_global_perturbation_paper_toy_runs():
+    """Notebook 11 stays a toy in its paper profile (it needs ∇F exactly): its paper file's federation
+    (clients, dimension, participation, K, η) runs two rounds of FedSAM and FedLESAM to finite models."""
+    from fedlab.engine.toy import quadratic_federation, run_functional
+
+    p = paper_params("11_global_perturbation")
+    grad_fn, batch_fn, theta_star, problems = quadratic_federation(p["n_clients"], p["dim"], seed=p["seed"])
+    assert len(problems) == p["n_clients"] and theta_star.shape == (p["dim"],)
+    for method in ("fedsam", "fedlesam"):
+        run = run_functional(fedlab.get_algorithm(method), torch.zeros(p["dim"], dtype=torch.float64), grad_fn,
+                             batch_fn, n_clients=p["n_clients"], rounds=2, local_steps=p["local_steps"],
+                             lr=p["lr"], participation=p["participation"], seed=p["seed"])
+        final = run.trajectory[-1]
+        assert torch.isfinite(final).all() and not torch.equal(final, torch.zeros_like(final)), method
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n != "01_heterogeneity"])
+@pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n not in TOYS])
 def test_paper_profile_trains(tiny_cifar, tmp_path, notebook):
     """Every training configuration of the notebook's paper file runs two rounds on the tiny files with
     the paper's model and reaches a finished (or divergence-stopped) state with finite metrics."""
