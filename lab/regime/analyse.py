@@ -66,7 +66,7 @@ the Dir-0.1 ``fedsam@best_iid_rho``; ``drift@best`` the best drift correction)."
 
 def scores_frame(records: Sequence[PilotRecord], criteria: Criteria) -> pd.DataFrame:
     """One row per record: stage, candidate, split, arm, algorithm, ρ, seed, rounds T, score (%), score at
-    0.8 T (%), seconds, status."""
+    0.8 T (%), seconds, the machine's load average when the run started, status."""
     rows = []
     for r in records:
         m = r.meta
@@ -75,9 +75,9 @@ def scores_frame(records: Sequence[PilotRecord], criteria: Criteria) -> pd.DataF
                      "algorithm": m["algorithm"], "rho": float(m["params"].get("rho", math.nan)),
                      "seed": int(m["seed"]), "rounds": rounds, "score": record_score(r, criteria.last_k),
                      "score_08T": record_score(r, criteria.last_k, upto_round=int(math.floor(0.8 * rounds))),
-                     "seconds": r.seconds, "status": r.status})
+                     "seconds": r.seconds, "load": float(m.get("load_at_start", math.nan)), "status": r.status})
     cols = ["stage", "candidate", "split", "arm", "algorithm", "rho", "seed", "rounds", "score", "score_08T",
-            "seconds", "status"]
+            "seconds", "load", "status"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -114,6 +114,7 @@ class CandidateResult:
     horizon: dict[str, float] = field(default_factory=dict)  # R4: arm → mean acc(T) − acc(0.8T)
     ranking_stable: bool | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # R5: method → mean measured seconds per run
+    load: float = math.nan  # median 1-minute load average when its runs started (the machine is shared)
     rerun_hours: float = math.nan
 
     def r1(self) -> bool | None:
@@ -192,6 +193,7 @@ def analyse(criteria: Criteria, records: Sequence[PilotRecord], stage: str = "A"
         res.horizon, res.ranking_stable = _horizon(frame, name, res)
         sel = frame[frame.candidate == name]
         res.seconds = {str(a): float(g.seconds.mean()) for a, g in sel.groupby("algorithm")}
+        res.load = float(sel.load.median()) if len(sel) else math.nan
         res.rerun_hours = rerun_hours(res.seconds, share)
         out.append(res)
     return out
@@ -285,6 +287,7 @@ def pilot_table(results: Sequence[CandidateResult], frame: pd.DataFrame) -> pd.D
             rows.append(_row(c, "R5", "seconds_per_run", arm=alg, value=s,
                              n=int((sel.algorithm == alg).sum())))
         rows.append(_row(c, "R5", "rerun_hours_estimate", value=res.rerun_hours))
+        rows.append(_row(c, "R5", "load_average_at_start_median", value=res.load, n=len(sel)))
         rows.append(_row(c, "progress", "records", value=float(res.n_records), n=res.n_planned))
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
@@ -337,6 +340,7 @@ def draw(results: Sequence[CandidateResult], frame: pd.DataFrame, criteria: Crit
         ax.set_xlabel("ρ")
         if i == 0:
             ax.set_ylabel(f"{method_label('fedsam')} − {method_label('fedavg')}\n(validation accuracy, points)")
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower left")
     half = len(names)
     ax_gap = fig.add_subplot(grid[1, :half + (half // 2)])
@@ -361,7 +365,7 @@ def draw(results: Sequence[CandidateResult], frame: pd.DataFrame, criteria: Crit
     ax_gap.set_xticks(x, names, fontsize=8)
     ax_gap.set_ylabel("points (validation accuracy)")
     ax_gap.set_title("heterogeneity gap (R1, dashed: 5 points) and drift-correction gain (R2)", fontsize=9)
-    ax_gap.legend(fontsize=7, ncol=2)
+    ax_gap.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     ax_cost = fig.add_subplot(grid[1, half + (half // 2) + 1:])
     algos = ["fedavg", "fedsam"]
     for j, alg in enumerate(algos):
@@ -371,7 +375,9 @@ def draw(results: Sequence[CandidateResult], frame: pd.DataFrame, criteria: Crit
     ax_cost.set_xticks(x, names, fontsize=7, rotation=30, ha="right")
     ax_cost.set_ylabel("seconds per run (measured)")
     ax_cost.set_title("cost (R5)", fontsize=9)
-    ax_cost.legend(fontsize=7)
+    ax_cost.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Regime pilot, stage A: validation accuracy, 2 seeds (points: seeds; screening, not decisions)",
+                 fontsize=10)
     data = pd.DataFrame(points)
     if "quantity" not in data:
         data["quantity"] = np.nan
@@ -382,6 +388,10 @@ def draw(results: Sequence[CandidateResult], frame: pd.DataFrame, criteria: Crit
 # --- summary --------------------------------------------------------------------------------------
 def _word(v: bool | None) -> str:
     return "undecided (runs missing)" if v is None else "met" if v else "not met"
+
+
+def _num(value: float, spec: str) -> str:
+    return format(value, spec) if math.isfinite(value) else "–"
 
 
 def _fmt(d: PairedDifference | None) -> str:
@@ -400,23 +410,26 @@ def summary_markdown(results: Sequence[CandidateResult], criteria: Criteria, sha
              "file's selection rule says; whether they hold is decided by stage B's 6 seeds on the test set. R4 "
              "compares each arm's movement over the last 20 % of rounds with R3's half-width: at n = 2 that "
              "half-width is not the stage-B one, so its stage-A reading is indicative. R5 is an estimate "
-             f"({RERUN_ASSUMPTION}; two-gradient share {share:.2f}).", "",
+             f"({RERUN_ASSUMPTION}; two-gradient share {share:.2f}), from seconds measured on a shared "
+             "2-core machine: `load` is the median 1-minute load average when the candidate's runs started "
+             "(2 = both cores busy), so an estimate measured at a higher load overstates a quiet machine's "
+             "hours by about that ratio.", "",
              "| candidate | records | R1 gap (≥ 5) | R2 best drift − FedAvg | R3 ρ*, FedSAM − FedAvg at ρ* (IID) | "
              "R3 Dir 0.1 at ρ* | R4 max \\|acc(T) − acc(0.8T)\\|, ranking | R5 s/run FedAvg / FedSAM, rerun h | "
-             "to stage B |", "|---|---|---|---|---|---|---|---|---|"]
+             "load | to stage B |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         gain = r.rho_gain.get(r.rho_star) if r.rho_star is not None else None
         best = r.drift.get(r.best_drift) if r.best_drift else None
         rho = "–" if r.rho_star is None else f"ρ* = {r.rho_star:g} ({'interior' if r.rho_star_interior else 'edge'})"
         h = max((abs(v) for v in r.horizon.values() if math.isfinite(v)), default=math.nan)
         rank = "–" if r.ranking_stable is None else ("stable" if r.ranking_stable else "changes")
-        secs = f"{r.seconds.get('fedavg', math.nan):.0f} / {r.seconds.get('fedsam', math.nan):.0f}, " \
-               f"{r.rerun_hours:.1f} h"
+        secs = f"{_num(r.seconds.get('fedavg', math.nan), '.0f')} / {_num(r.seconds.get('fedsam', math.nan), '.0f')}, " \
+               f"{_num(r.rerun_hours, '.1f')} h"
         lines.append(
             f"| {r.name} | {r.n_records}/{r.n_planned} | {_fmt(r.gap)}: **{_word(r.r1())}** | "
             f"{r.best_drift or '–'} {_fmt(best)}: **{_word(r.r2())}** | {rho}, {_fmt(gain)}: **{_word(r.r3())}** | "
-            f"{_fmt(r.dir_sam_gain)} | {h:.2f}, {rank}: **{_word(r.r4_point())}** (indicative) | {secs}: "
-            f"**{_word(r.r5())}** | {'yes' if r.qualifies() else 'no' if r.n_records == r.n_planned else 'not yet'} |")
+            f"{_fmt(r.dir_sam_gain)} | {_num(h, '.2f')}, {rank}: **{_word(r.r4_point())}** (indicative) | {secs}: "
+            f"**{_word(r.r5())}** | {_num(r.load, '.1f')} | {'yes' if r.qualifies() else 'no' if r.n_records == r.n_planned else 'not yet'} |")
     qualified = sorted((r for r in results if r.qualifies()), key=lambda r: r.rerun_hours)
     lines += ["", "## Selection (criteria.yaml, `selection`)", ""]
     if qualified:

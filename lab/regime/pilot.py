@@ -527,8 +527,10 @@ def estimate_seconds(criteria: Criteria, run: PlannedRun | Pending, records: Seq
                      probe: Mapping[tuple[str, bool], float] | None = None) -> tuple[float, str]:
     """One run's expected seconds and where the number comes from: the mean measured cost of the
     candidate's recorded runs of that method ("measured"), else the probe's seconds per round × T
-    ("probe"), else :data:`FIRST_GUESS` ("first guess"). A pending arm counts as FedSAM (its method
-    is unknown until its dependency is recorded, and FedSAM is the dearer)."""
+    ("probe"), else :data:`FIRST_GUESS` times the slowdown measured on the recorded runs
+    (:func:`measured_slowdown`, "first guess × slowdown"), else :data:`FIRST_GUESS` ("first guess"). A
+    pending arm counts as FedSAM (its method is unknown until its dependency is recorded, and FedSAM is
+    the dearer)."""
     algorithm = run.algorithm if isinstance(run, PlannedRun) else "fedsam"
     costs = [r.seconds for r in records if r.meta["candidate"] == run.candidate and r.meta["algorithm"] == algorithm]
     if costs:
@@ -536,7 +538,21 @@ def estimate_seconds(criteria: Criteria, run: PlannedRun | Pending, records: Seq
     sam = algorithm in SAM_METHODS
     if probe is not None and (run.candidate, sam) in probe:
         return probe[(run.candidate, sam)] * criteria.candidates[run.candidate].rounds, "probe"
+    slowdown = measured_slowdown(criteria, records)
+    if slowdown is not None:
+        return first_guess_seconds(criteria, run.candidate, algorithm) * slowdown, "first guess × slowdown"
     return first_guess_seconds(criteria, run.candidate, algorithm), "first guess"
+
+
+def measured_slowdown(criteria: Criteria, records: Sequence[PilotRecord]) -> float | None:
+    """The median of measured / first-guess seconds over the recorded runs (None without one): how much
+    slower than the quiet-machine figures this machine runs now, applied to what no record measured yet."""
+    ratios = sorted(r.seconds / first_guess_seconds(criteria, r.meta["candidate"], r.meta["algorithm"])
+                    for r in records if r.meta["candidate"] in criteria.candidates and r.seconds > 0)
+    if not ratios:
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
 
 def probe_costs(criteria: Criteria, candidates: Sequence[str], rounds: int = 5,
