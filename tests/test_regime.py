@@ -342,3 +342,17 @@ def test_analyse_writes_table_figure_and_summary_from_records_on_disk(criteria, 
 
     meta = json.loads((out / "pilot.json").read_text())
     assert meta["command"] == "python -m lab regime analyse" and len(meta["records"]) == 26
+
+
+def test_the_lab_command_line_plans_a_stage_without_training(tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    monkeypatch.setenv("FEDLAB_REGIME_RECORDS", str(tmp_path / "records"))
+    assert main(["regime", "pilot", "--stage", "A", "--candidate", "C10k-K20", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "stage A: 0 recorded, 16 to train, 2 waiting" in out and "estimated wall time" in out
+    assert not (tmp_path / "records").exists()
+    assert main(["regime", "pilot", "--stage", "B", "--dry-run"]) == 2  # stage B names its candidate
+    assert "--candidate" in capsys.readouterr().err
+    assert main(["regime", "pilot", "--candidate", "nope", "--dry-run"]) == 2
+    assert "nope" in capsys.readouterr().err

@@ -205,6 +205,8 @@ def load_criteria(path: str | os.PathLike | None = None) -> Criteria:
 
 PLACEHOLDERS = ("fedsam@rho_grid", "fedsam@best_iid_rho", "fedsam@rho_star", "drift@best")
 """The arms of the criteria file that are not one method at its defaults (see the module docstring)."""
+DEPENDENT_ARMS = frozenset({"fedsam@best_iid_rho", "fedsam@rho_star", "drift@best"})
+"""The arms whose hyperparameters come from recorded stage-A runs."""
 
 
 def _check_arm(arm: str, where: str, path: Path) -> None:
@@ -477,12 +479,12 @@ def build_plan(criteria: Criteria, stage: str, records: Sequence[PilotRecord] = 
     for c_rank, cand in enumerate(names):
         for s_rank, split in enumerate(criteria.stages[stage]["arms"]):
             ready, waiting = _arms(criteria, stage, cand, split, scores)
-            # dependent arms (planned late) run after the fixed arms of the same candidate
-            dependent = {a for a in ("fedsam@best_iid_rho", "fedsam@rho_star", "drift@best")}
             for a_rank, (arm, algorithm, params) in enumerate(ready):
                 for seed in seeds:
                     cfg = build_config(criteria, stage, cand, split, algorithm, params, seed)
-                    order = (c_rank, 1 if arm in dependent else 0, s_rank, seeds.index(seed), a_rank)
+                    # an arm planned from other runs (ρ*, the best drift correction) runs after the fixed
+                    # arms of its candidate, before the next candidate
+                    order = (c_rank, 1 if arm in DEPENDENT_ARMS else 0, s_rank, seeds.index(seed), a_rank)
                     run = PlannedRun(stage, cand, split, arm, seed, algorithm, params, cfg, order)
                     rec = by_id.get(run.run_id)
                     if rec is None:
@@ -556,10 +558,11 @@ def measured_slowdown(criteria: Criteria, records: Sequence[PilotRecord]) -> flo
 
 
 def probe_costs(criteria: Criteria, candidates: Sequence[str], rounds: int = 5,
-                out: TextIO = sys.stdout) -> dict[tuple[str, bool], float]:
+                out: TextIO | None = None) -> dict[tuple[str, bool], float]:
     """Seconds per round of FedAvg and FedSAM for each candidate, measured by training ``rounds`` rounds
     of its stage-A IID run (first seed) in a temporary runs folder (deleted after): the busy machine's
     cost, including one evaluation every ``eval_every`` rounds and the first round's chunk choice."""
+    out = sys.stdout if out is None else out
     import shutil
     import tempfile
 
@@ -646,8 +649,9 @@ def remaining_seconds(criteria: Criteria, plan: Plan, records: Sequence[PilotRec
 
 
 def dry_run(criteria: Criteria, stage: str, candidates: Sequence[str] | None, workers: int,
-            directory: Path, probe: Mapping[tuple[str, bool], float] | None = None, out: TextIO = sys.stdout) -> float:
+            directory: Path, probe: Mapping[tuple[str, bool], float] | None = None, out: TextIO | None = None) -> float:
     """Print the planned runs with their expected seconds and the stage's expected wall time; return it."""
+    out = sys.stdout if out is None else out
     records = load_records(directory, criteria)
     plan = build_plan(criteria, stage, records, candidates)
     print(f"stage {stage}: {len(plan.done)} recorded, {len(plan.todo)} to train, "
@@ -671,7 +675,7 @@ def dry_run(criteria: Criteria, stage: str, candidates: Sequence[str] | None, wo
 
 
 def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | None = None, workers: int = 2,
-              directory: Path | None = None, out: TextIO = sys.stdout, max_runs: int | None = None) -> int:
+              directory: Path | None = None, out: TextIO | None = None, max_runs: int | None = None) -> int:
     """Train every run of ``stage`` that has no record, ``workers`` at a time, writing each record as
     it finishes; return the number of records written.
 
@@ -679,6 +683,7 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
     soon as they are recorded. Ctrl-C (or SIGTERM) stops the workers at once and keeps every record
     already written (records are written by this process only, never by a worker being stopped); run
     it again to continue. A run that fails is reported and not retried in this session."""
+    out = sys.stdout if out is None else out
     directory = records_dir() if directory is None else Path(directory)
     stop = {"asked": False}
 
