@@ -356,3 +356,49 @@ def test_the_lab_command_line_plans_a_stage_without_training(tmp_path, monkeypat
     assert "--candidate" in capsys.readouterr().err
     assert main(["regime", "pilot", "--candidate", "nope", "--dry-run"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+TINY_CRITERIA = """
+fixed: {dataset: digits, n_clients: 6, participation: 0.5, batch_size: 8, lr_schedule: constant,
+        weight_decay: 0.001, eval_every: 1, validation_size: 120, parallel_clients: 1}
+candidates:
+  tiny: {model: mlp, train_size: 600, local_steps: 2, lr: 0.1, rounds: 3}
+splits:
+  iid: {partition: iid}
+  dir0.1: {partition: dirichlet, alpha: 0.1}
+rho_grid: [0.0, 0.1]
+drift_corrections: [scaffold]
+stages:
+  A:
+    seeds: [1]
+    arms: {iid: [fedavg, "fedsam@rho_grid"], dir0.1: [fedavg, scaffold, "fedsam@best_iid_rho"]}
+  B:
+    seeds: [2]
+    arms: {iid: [fedavg, "fedsam@rho_star"], dir0.1: [fedavg, "drift@best", "fedsam@rho_star"]}
+metric: {name: accuracy, last_k_evaluations: 3, percent: true}
+"""
+
+
+def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
+    path = tmp_path / "criteria.yaml"
+    path.write_text(TINY_CRITERIA)
+    tiny = load_criteria(path)
+    folder = tmp_path / "records"
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 6
+    records = load_records(folder, tiny)
+    assert sorted(r.meta["arm"] for r in records) == sorted(
+        ["fedavg", "fedsam@rho=0", "fedsam@rho=0.1", "fedavg", "scaffold", "fedsam@best_iid_rho"])
+    scores = {r.run_id: an.record_score(r, 3) for r in records}
+    iid = {rho: scores[("A", "tiny", "iid", rho_arm(rho), 1)] for rho in (0.0, 0.1)}
+    best = max(iid, key=lambda r: (iid[r], -r))
+    dep = next(r for r in records if r.meta["arm"] == "fedsam@best_iid_rho")
+    assert dep.config.algorithm_params["rho"] == best and dep.config.partition == "dirichlet"
+    assert all(r.status == "finished" and r.seconds > 0 and len(r.metrics) == 3 for r in records)
+    assert all(r.config.train_size == 720 and r.config.validation_size == 120 for r in records)
+    text = log.read_text()
+    assert "6/6 done" in text and "ETA" in text
+    with open(log, "w") as out:  # everything recorded: nothing is trained again
+        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 0

@@ -705,9 +705,9 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
     t_start = time.perf_counter()
     records = load_records(directory, criteria)
     n_at_start = len(build_plan(criteria, stage, records, candidates).done)
+    plan = build_plan(criteria, stage, records, candidates)
     try:
         while not stop["asked"]:
-            plan = build_plan(criteria, stage, records, candidates)
             busy = {r.run_id for r, _ in running.values()}
             queue = [r for r in plan.todo if r.run_id not in busy and r.run_id not in failed]
             while len(running) < workers and queue and (max_runs is None or written + len(running) < max_runs):
@@ -719,6 +719,8 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
                     raise PilotError(f"stage {stage}: {len(plan.pending)} arm(s) wait for runs that are not "
                                      "planned: " + "; ".join(f"{p.candidate} {p.split} {p.arm}" for p in plan.pending))
                 break
+            # a short wait, so that a stop request is seen within a second; the plan changes only when a
+            # run finishes (and its record may unlock an arm that waits for ρ*)
             finished, _ = cf.wait(list(running), timeout=1.0, return_when=cf.FIRST_COMPLETED)
             for fut in finished:
                 run, t0 = running.pop(fut)
@@ -726,6 +728,7 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
                     rec = _write(run, criteria, fut.result(), directory)
                 except Exception as err:  # one failed run must not stop the others
                     failed.add(run.run_id)
+                    plan = build_plan(criteria, stage, records, candidates)
                     print(f"FAILED {run.label()}: {type(err).__name__}: {err}", file=out, flush=True)
                     continue
                 records = [*records, rec]
