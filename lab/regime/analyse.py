@@ -112,6 +112,7 @@ class CandidateResult:
     rho_star_interior: bool | None = None
     dir_sam_gain: PairedDifference | None = None  # FedSAM@ρ* − FedAvg at dir0.1
     horizon: dict[str, float] = field(default_factory=dict)  # R4: arm → mean acc(T) − acc(0.8T)
+    horizon_n: dict[str, int] = field(default_factory=dict)  # R4: arm → seeds behind that mean
     ranking_stable: bool | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # R5: method → mean measured seconds per run
     load: float = math.nan  # median 1-minute load average when its runs started (the machine is shared)
@@ -191,6 +192,8 @@ def analyse(criteria: Criteria, records: Sequence[PilotRecord], stage: str = "A"
             res.rho_star_interior = res.rho_star != 0.0 and res.rho_star != max(grid)
             res.dir_sam_gain = _paired(_arm(frame, name, "dir0.1", "fedsam@best_iid_rho"), dir_avg)
         res.horizon, res.ranking_stable = _horizon(frame, name, res)
+        res.horizon_n = {label: len(_arm(frame, name, label.split(" ", 1)[0],
+                                         _stage_a_arm(*label.split(" ", 1), res) or "")) for label in res.horizon}
         sel = frame[frame.candidate == name]
         res.seconds = {str(a): float(g.seconds.mean()) for a, g in sel.groupby("algorithm")}
         res.load = float(sel.load.median()) if len(sel) else math.nan
@@ -280,7 +283,7 @@ def pilot_table(results: Sequence[CandidateResult], frame: pd.DataFrame) -> pd.D
                          d=res.dir_sam_gain))
         for label, v in res.horizon.items():
             split, arm = label.split(" ", 1)
-            rows.append(_row(c, "R4", "acc_T_minus_acc_08T", split, arm, value=v))
+            rows.append(_row(c, "R4", "acc_T_minus_acc_08T", split, arm, value=v, n=res.horizon_n.get(label, 0)))
         rows.append(_row(c, "R4", "ranking_stable", value=math.nan if res.ranking_stable is None
                          else float(res.ranking_stable)))
         for alg, s in res.seconds.items():
