@@ -1,4 +1,4 @@
-"""The lab's command line: ``python -m lab bench | claims | figures --dry-run | tune-profile``.
+"""The lab's command line: ``python -m lab bench | claims | figures --dry-run | tune-profile | regime``.
 
 These commands serve this repository's evidence (the committed records, the claims of
 ``figures/claims.yaml``, the cpu profile's budget and tuning) and its benchmarks; the library's own
@@ -123,8 +123,19 @@ def _cmd_tune_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_regime(args: argparse.Namespace) -> int:
+    """``regime pilot ...`` (train a stage of the regime pilot) and ``regime analyse`` (its table, figure, summary)."""
+    if args.regime_command == "pilot":
+        from lab.regime.pilot import main as pilot_main
+
+        return pilot_main(args)
+    from lab.regime.analyse import main as analyse_main
+
+    return analyse_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m lab`` parser (bench, claims, figures, tune-profile)."""
+    """The ``python -m lab`` parser (bench, claims, figures, tune-profile, regime)."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
     t.add_argument("--no-record", action="store_true", help="do not write the grid points' run records")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r = sub.add_parser("regime", allow_abbrev=False,
+                       help="the regime pilot of issue 28 (lab/regime/criteria.yaml): `regime pilot` trains a "
+                            "stage resumably, `regime analyse` writes figures/regime/pilot.*")
+    rsub = r.add_subparsers(dest="regime_command", required=True)
+    from lab.regime.pilot import add_arguments as pilot_arguments
+
+    pilot_arguments(rsub.add_parser("pilot", allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                    help="train the runs of a stage that have no record (figures/regime/records)"))
+    a = rsub.add_parser("analyse", allow_abbrev=False,
+                        help="R1-R5 from the records: figures/regime/pilot_table.csv, pilot.png/pdf, pilot.md")
+    a.add_argument("--criteria", type=__import__("pathlib").Path, default=None,
+                   help="the criteria file (default lab/regime/criteria.yaml)")
     return parser
 
 
@@ -174,5 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
     args = build_parser().parse_args(argv)
-    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "tune-profile": _cmd_tune_profile}
+    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "regime": _cmd_regime,
+                "tune-profile": _cmd_tune_profile}
     return dispatch(commands[args.command], args, errors=((EvidenceError, 4),))

@@ -35,7 +35,7 @@ import json
 import os
 import secrets
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,8 @@ from lab.evidence.integrity import EvidenceError, add, evidence_root, verify
 from fedlab.results import TERMINAL_STATUSES, RunResult
 from fedlab.store.atomic import TMP_SUFFIX
 
-__all__ = ["ALLOWED_STATUSES", "RecordError", "figure_data", "figure_runs", "load_record", "record_path", "records_dir",
-           "remove_orphan_tmps", "write_record"]
+__all__ = ["ALLOWED_STATUSES", "RecordError", "figure_data", "figure_runs", "load_record", "record_meta",
+           "record_path", "records_dir", "remove_orphan_tmps", "write_record"]
 
 SUFFIX = ".json.gz"
 
@@ -75,7 +75,7 @@ def record_path(key: str, directory: Path | None = None) -> Path:
     return (records_dir() if directory is None else Path(directory)) / f"{key}{SUFFIX}"
 
 
-def _payload(result: RunResult) -> dict[str, Any]:
+def _payload(result: RunResult, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
     config_file = Path(result.run_dir) / "config.json"
     if config_file.exists():
         info = json.loads(config_file.read_text())
@@ -84,14 +84,17 @@ def _payload(result: RunResult) -> dict[str, Any]:
     # where the run lived on the machine that trained it is not part of the evidence (and not hashed)
     info = {**info, "config": {**info["config"], "runs_dir": None}}
     metrics = result.metrics
-    return {"key": Path(result.run_dir).name.removesuffix(SUFFIX), "config": info, "summary": result.summary,
-            "metrics": {"columns": list(metrics.columns),
-                        "data": json.loads(metrics.to_json(orient="values", double_precision=15))}}
+    payload = {"key": Path(result.run_dir).name.removesuffix(SUFFIX), "config": info, "summary": result.summary,
+               "metrics": {"columns": list(metrics.columns),
+                           "data": json.loads(metrics.to_json(orient="values", double_precision=15))}}
+    if meta is not None:
+        payload["meta"] = dict(meta)
+    return payload
 
 
-def _record_bytes(result: RunResult) -> bytes:
+def _record_bytes(result: RunResult, meta: Mapping[str, Any] | None = None) -> bytes:
     """The record of ``result`` as deterministic bytes (sorted JSON, gzip without a timestamp)."""
-    return encode_payload(_payload(result))
+    return encode_payload(_payload(result, meta))
 
 
 def encode_payload(payload: dict[str, Any]) -> bytes:
@@ -141,9 +144,13 @@ def remove_orphan_tmps(directory: Path | None = None) -> list[Path]:
     return removed
 
 
-def write_record(result: RunResult, directory: Path | None = None) -> Path:
+def write_record(result: RunResult, directory: Path | None = None, *, meta: Mapping[str, Any] | None = None) -> Path:
     """Write ``result``'s record (deterministic bytes: gzip without a timestamp), add its line to the
     evidence manifest (:mod:`lab.evidence.integrity`) and return its path.
+
+    ``meta``: facts about the run that are the lab's, not the run's (which entry of an experiment plan
+    it is, how long it took on which machine), stored as the record's ``meta`` block, hashed with the
+    rest of the file; :func:`record_meta` reads it back. The run's own blocks are unchanged by it.
 
     An existing record is never replaced: its key is the run's (same config, data, code → same
     numbers), the first one written is the evidence, and a run that was itself *loaded* from a
@@ -159,7 +166,7 @@ def write_record(result: RunResult, directory: Path | None = None) -> Path:
     remove_orphan_tmps(folder)
     if path.exists():
         return path
-    data = _record_bytes(result)
+    data = _record_bytes(result, meta)
     with _writers_lock(root, exclusive=False):
         tmp = folder / f".{path.name}.{secrets.token_hex(6)}{TMP_SUFFIX}"
         try:
@@ -255,6 +262,19 @@ def load_record(key: str, directory: Path | None = None, *, partition: Any = Non
     except EvidenceError as err:
         raise RecordError(str(err)) from None
     return RunResult(loaded, metrics, None, summary["status"], path, summary, partition)  # type: ignore[arg-type]
+
+
+def record_meta(key: str, directory: Path | None = None) -> dict[str, Any]:
+    """The ``meta`` block of the record stored under ``key`` ({} when it has none), after the same checks
+    as :func:`load_record` (a missing record is a :class:`RecordError`)."""
+    if load_record(key, directory) is None:
+        raise RecordError(f"no record {record_path(key, directory)}")
+    payload = json.loads(gzip.decompress(record_path(key, directory).read_bytes()))
+    meta = payload.get("meta", {})
+    if not isinstance(meta, dict):
+        raise RecordError(f"record {record_path(key, directory)} has a meta block that is not an object; "
+                          "restore it from git")
+    return meta
 
 
 def run_or_load(config: Config, *, need_theta: bool = False, dataset: Any = None,

@@ -141,6 +141,7 @@ def save_figure(
     data: "pd.DataFrame | dict[str, pd.DataFrame] | None" = None,
     runs: "list[RunResult] | None" = None,
     kind: str = "results",
+    command: str | None = None,
 ) -> dict[str, Path]:
     """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
 
@@ -164,6 +165,8 @@ def save_figure(
     profile, a test's folder) are never refused. ``kind`` says what the figure
     shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
     protocol) or ``"analysis"`` (toy problems, partition statistics: no federated training).
+    ``command``: for a figure made by a lab command rather than a notebook, the command that remakes it;
+    ``notebook`` is then stored as given (the module that draws it), not as a notebook path.
     """
     import datetime
     import json
@@ -185,12 +188,16 @@ def save_figure(
     fig.savefig(paths["pdf"], bbox_inches="tight", metadata=embedded["pdf"])
     nb = Path(notebook).stem
     params_file = f"notebooks/params/{nb}.{profile}.yaml"
-    command = (f"papermill notebooks/{nb}.ipynb runs/figures/{nb}.ipynb -k python3 --cwd notebooks"
-               + (f" -f {params_file}" if profile in CITABLE_PROFILES else ""))
+    if command is None:
+        command = (f"papermill notebooks/{nb}.ipynb runs/figures/{nb}.ipynb -k python3 --cwd notebooks"
+                   + (f" -f {params_file}" if profile in CITABLE_PROFILES else ""))
+        source = f"notebooks/{nb}.ipynb"
+    else:
+        source = str(notebook)
     meta = {
         "figure": name,
         "caption": caption,
-        "notebook": f"notebooks/{nb}.ipynb",
+        "notebook": source,
         "profile": profile,
         "kind": kind,
         "parameters": parameters or {},

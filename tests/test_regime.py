@@ -1,0 +1,404 @@
+"""The regime pilot (issue 28): the plan read from the pre-registered criteria, resumable records,
+the final metric and the stage-A reading of R1–R5 — on tiny synthetic records, no training."""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from lab.regime import analyse as an
+from lab.regime.pilot import (CRITERIA_FILE, CriteriaError, PilotError, PilotRecord, PlannedRun, build_plan,
+                              final_metric, load_criteria, load_records, rho_arm, run_stage)
+
+
+@pytest.fixture(scope="module")
+def criteria():
+    return load_criteria()
+
+
+def _metrics(rounds: int, eval_every: int, last: tuple[float, float, float], early: float | None = None) -> pd.DataFrame:
+    """Metric rows of a run of ``rounds`` rounds evaluated every ``eval_every``: the last three evaluations
+    are ``last`` (in %), the earlier ones ``early`` (default: the first of ``last``)."""
+    evals = [r for r in range(1, rounds + 1) if r % eval_every == 0 or r == rounds]
+    values = {r: (early if early is not None else last[0]) for r in evals}
+    for r, v in zip(evals[-3:], last):
+        values[r] = v
+    return pd.DataFrame({"round": range(1, rounds + 1),
+                         "test_acc": [values[r] / 100 if r in values else np.nan for r in range(1, rounds + 1)],
+                         "wall_seconds": [0.5] * rounds})
+
+
+def _record(run: PlannedRun, criteria, last: tuple[float, float, float], seconds: float = 60.0,
+            early: float | None = None, status: str = "finished") -> PilotRecord:
+    meta = {**run.meta(criteria), "wall_seconds": seconds, "round_seconds": 0.0}
+    metrics = _metrics(run.config.rounds, run.config.eval_every, last, early)
+    return PilotRecord(f"{run.algorithm}-{hashlib.sha256(repr(run.run_id).encode()).hexdigest()[:12]}", meta,
+                       run.config, status, metrics)
+
+
+def _complete_stage_a(criteria, candidate: str, score) -> list[PilotRecord]:
+    """Synthetic records of every stage-A run of ``candidate``; ``score(run) -> (a, b, c)`` gives each
+    run's last three evaluations; dependent arms are planned from the records as they accumulate."""
+    records: list[PilotRecord] = []
+    while True:
+        plan = build_plan(criteria, "A", records, [candidate])
+        if not plan.todo:
+            assert not plan.pending
+            return records
+        records += [_record(run, criteria, score(run)) for run in plan.todo]
+
+
+# --- the plan -----------------------------------------------------------------------------------
+def test_stage_a_plan_counts_and_configs_follow_the_file(criteria):
+    raw = yaml.safe_load(CRITERIA_FILE.read_text())
+    seeds = raw["stages"]["A"]["seeds"]
+    plan = build_plan(criteria, "A")
+    expected_todo = expected_pending = 0
+    for name, spec in raw["candidates"].items():
+        grid = raw["stages"]["A"]["cnn_rho_grid"] if spec["model"] == "cnn" else raw["rho_grid"]
+        expected_todo += (1 + len(grid) + 1 + len(raw["drift_corrections"])) * len(seeds)
+        expected_pending += 1
+    assert len(plan.todo) == expected_todo and len(plan.pending) == expected_pending and not plan.done
+    assert len({r.run_id for r in plan.todo}) == len(plan.todo)
+    hold_out = raw["fixed"]["validation_size"]
+    for run in plan.todo:
+        spec, cfg = raw["candidates"][run.candidate], run.config
+        want = None if spec["train_size"] is None else spec["train_size"] + hold_out
+        assert cfg.train_size == want and cfg.validation_size == hold_out
+        assert (cfg.model, cfg.local_steps, cfg.lr, cfg.rounds) == (spec["model"], spec["local_steps"], spec["lr"],
+                                                                    spec["rounds"])
+        for key, value in raw["fixed"].items():
+            if key != "validation_size":
+                assert getattr(cfg, key) == value, key
+        assert cfg.seed == run.seed and run.seed in seeds
+        assert cfg.partition == raw["splits"][run.split]["partition"]
+        if run.split == "dir0.1":
+            assert cfg.alpha == raw["splits"]["dir0.1"]["alpha"]
+        assert cfg.algorithm == run.algorithm
+        if run.algorithm == "fedsam":
+            assert run.arm == rho_arm(cfg.algorithm_params["rho"])
+    # the file's first example: train_size null stays null (all of the training set)
+    m60 = [r for r in plan.todo if r.candidate == "M60k-K50"]
+    assert m60 and all(r.config.train_size is None for r in m60)
+    # cheapest first: the cnn candidate's runs come last
+    models = [r.config.model for r in plan.todo]
+    assert models.index("cnn") > max(i for i, m in enumerate(models) if m == "mlp")
+
+
+def test_the_cnn_candidate_screens_the_thinned_grid(criteria):
+    raw = yaml.safe_load(CRITERIA_FILE.read_text())
+    plan = build_plan(criteria, "A", candidates=["C10k-K20"])
+    rhos = sorted({r.params["rho"] for r in plan.todo if r.algorithm == "fedsam"})
+    assert rhos == sorted(raw["stages"]["A"]["cnn_rho_grid"]) and len(rhos) < len(raw["rho_grid"])
+    mlp = build_plan(criteria, "A", candidates=["M10k-K20"])
+    assert sorted({r.params["rho"] for r in mlp.todo if r.algorithm == "fedsam"}) == sorted(raw["rho_grid"])
+
+
+def test_dir_fedsam_arm_waits_for_and_uses_the_iid_argmax(criteria):
+    cand, best = "M10k-K20", 0.05
+
+    def score(run):  # FedSAM peaks at ρ = 0.05 in the IID split
+        if run.algorithm == "fedsam" and run.split == "iid":
+            v = 80.0 - 100 * abs(run.params["rho"] - best)
+            return (v, v, v)
+        return (78.0, 78.0, 78.0)
+
+    iid = [r for r in build_plan(criteria, "A", [], [cand]).todo if r.split == "iid"]
+    partial = [_record(r, criteria, score(r)) for r in iid[:-1]]  # one IID run still missing
+    plan = build_plan(criteria, "A", partial, [cand])
+    assert [p.arm for p in plan.pending] == ["fedsam@best_iid_rho"]
+    assert not [r for r in plan.todo if r.arm == "fedsam@best_iid_rho"]
+    records = partial + [_record(iid[-1], criteria, score(iid[-1]))]
+    plan = build_plan(criteria, "A", records, [cand])
+    dep = [r for r in plan.todo if r.arm == "fedsam@best_iid_rho"]
+    assert not plan.pending and len(dep) == len(criteria.seeds("A"))
+    assert all(r.split == "dir0.1" and r.params == {"rho": best} and r.config.algorithm_params == {"rho": best}
+               for r in dep)
+    # the dependent arms are scheduled after the candidate's other runs
+    assert plan.todo[-len(dep):] == dep
+
+
+def test_stage_b_uses_rho_star_and_the_best_drift_correction(criteria):
+    cand = "M10k-K20"
+
+    def score(run):
+        if run.arm == "feddyn":
+            return (83.0, 83.0, 83.0)
+        if run.algorithm == "fedsam" and run.split == "iid":
+            return (81.0, 81.0, 81.0) if run.params["rho"] == 0.1 else (79.0, 79.0, 79.0)
+        return (79.5, 79.5, 79.5)
+
+    records = _complete_stage_a(criteria, cand, score)
+    plan = build_plan(criteria, "B", records, [cand])
+    raw = yaml.safe_load(CRITERIA_FILE.read_text())
+    assert len(plan.todo) == sum(map(len, raw["stages"]["B"]["arms"].values())) * len(raw["stages"]["B"]["seeds"])
+    by_arm = {(r.split, r.arm): r for r in plan.todo}
+    assert by_arm[("dir0.1", "drift@best")].algorithm == "feddyn"
+    assert by_arm[("iid", "fedsam@rho_star")].params == {"rho": 0.1}
+    for run in plan.todo:  # stage B: the test set, the candidate's own train_size
+        assert run.config.validation_size is None and run.config.train_size == raw["candidates"][cand]["train_size"]
+
+
+# --- records and resumability -------------------------------------------------------------------
+def _write_synthetic(run: PlannedRun, criteria, folder: Path, last=(80.0, 81.0, 82.0)) -> Path:
+    """A record of ``run`` written through the lab's record writer, as the pilot writes it (no training)."""
+    from fedlab.results import RunResult
+    from lab.evidence.records import write_record
+
+    key = f"{run.algorithm}-{hashlib.sha256(repr(run.run_id).encode()).hexdigest()[:12]}"
+    metrics = _metrics(run.config.rounds, run.config.eval_every, last)
+    summary = {"status": "finished", "config_hash": key.rsplit("-", 1)[1]}
+    result = RunResult(run.config, metrics, None, "finished", folder / "nowhere" / key, summary)
+    return write_record(result, folder, meta={**run.meta(criteria), "wall_seconds": 12.5, "round_seconds": 10.0})
+
+
+def test_a_recorded_run_is_skipped_and_the_stage_resumes(criteria, tmp_path):
+    cand = "M10k-K20"
+    folder = tmp_path / "records"
+    first = build_plan(criteria, "A", [], [cand]).todo
+    _write_synthetic(first[0], criteria, folder)
+    records = load_records(folder, criteria)
+    assert [r.run_id for r in records] == [first[0].run_id] and records[0].seconds == 12.5
+    plan = build_plan(criteria, "A", records, [cand])
+    assert [r.run_id for r in plan.done] == [first[0].run_id]
+    assert first[0].run_id not in {r.run_id for r in plan.todo} and len(plan.todo) == len(first) - 1
+    # a stage whose runs are all recorded trains nothing
+    for run in first[1:]:
+        _write_synthetic(run, criteria, folder)
+    while (todo := build_plan(criteria, "A", load_records(folder, criteria), [cand]).todo):
+        for run in todo:
+            _write_synthetic(run, criteria, folder)
+    assert run_stage(criteria, "A", candidates=[cand], workers=1, directory=folder,
+                     out=open(tmp_path / "log", "w")) == 0
+
+
+def test_records_of_another_plan_are_refused(criteria, tmp_path):
+    folder = tmp_path / "records"
+    run = build_plan(criteria, "A", [], ["M10k-K20"]).todo[0]
+    other = PlannedRun(run.stage, run.candidate, run.split, run.arm, run.seed, run.algorithm, run.params,
+                       run.config.replace(lr=0.3))
+    _write_synthetic(other, criteria, folder)
+    with pytest.raises(PilotError, match="differs in: lr|differs in lr"):
+        build_plan(criteria, "A", load_records(folder, criteria), ["M10k-K20"])
+    changed = tmp_path / "criteria.yaml"
+    changed.write_text(CRITERIA_FILE.read_text() + "\n# edited\n")
+    with pytest.raises(PilotError, match="another criteria file"):
+        load_records(folder, load_criteria(changed))
+
+
+# --- the final metric ---------------------------------------------------------------------------
+def test_final_metric_is_the_mean_of_the_last_three_evaluations_in_percent():
+    m = _metrics(20, 5, (70.0, 74.0, 81.0), early=10.0)
+    assert final_metric(m, 3) == pytest.approx((70 + 74 + 81) / 3)
+    assert final_metric(m, 1) == pytest.approx(81.0)
+    # stopped at round 16: the evaluations at rounds 5, 10, 15
+    assert final_metric(m, 3, upto_round=16) == pytest.approx((10 + 70 + 74) / 3)
+    assert math.isnan(final_metric(m, 3, upto_round=12))  # two evaluations only
+    m.loc[m["round"] == 20, "test_acc"] = np.nan  # a missing last evaluation is not one of the last three
+    assert final_metric(m, 3) == pytest.approx((10 + 70 + 74) / 3)
+
+
+# --- the criteria on synthetic records ----------------------------------------------------------
+def _scenario(criteria, cand: str, sam_peak: float, gap: float = 7.0, drift_gain: float = 2.0):
+    """Every stage-A run of ``cand``: FedAvg 80 % (IID) and 80 − gap (Dir), FedSAM best at ``sam_peak``
+    (+1.5 points there, less away from it), SCAFFOLD + drift_gain; seeds differ by a small offset."""
+
+    def score(run):
+        jitter = 0.1 * (run.seed - criteria.seeds("A")[0])
+        base = 80.0 if run.split == "iid" else 80.0 - gap
+        if run.algorithm == "fedsam":
+            rho = run.params["rho"]
+            v = base + 1.5 - 4 * abs(math.log10(rho + 1e-3) - math.log10(sam_peak + 1e-3))
+        elif run.algorithm == "scaffold":
+            v = base + drift_gain
+        elif run.algorithm in ("feddyn", "fedacg"):
+            v = base - 0.5
+        else:
+            v = base
+        return (v + jitter, v + jitter, v + jitter)
+
+    return _complete_stage_a(criteria, cand, score)
+
+
+def _result(criteria, records, name):
+    return next(r for r in an.analyse(criteria, records) if r.name == name)
+
+
+def test_an_interior_rho_star_with_a_gain_meets_r3_and_qualifies(criteria):
+    res = _result(criteria, _scenario(criteria, "M10k-K20", sam_peak=0.05), "M10k-K20")
+    assert res.rho_star == 0.05 and res.rho_star_interior is True
+    assert res.rho_gain[0.05].mean == pytest.approx(1.5) and res.rho_gain[0.05].n == 2
+    assert res.r3() is True
+    assert res.gap.mean == pytest.approx(7.0) and res.r1() is True
+    assert res.best_drift == "scaffold" and res.drift["scaffold"].mean == pytest.approx(2.0) and res.r2() is True
+    assert res.dir_sam_gain.mean == pytest.approx(1.5)
+    assert res.qualifies()
+    assert set(res.horizon) == {f"{s} {a}" for s, a in an.STAGE_B_ARMS} and res.ranking_stable is True
+    assert all(v == pytest.approx(0.0) for v in res.horizon.values())
+    assert res.seconds["fedavg"] == 60.0 and math.isfinite(res.rerun_hours)
+
+
+@pytest.mark.parametrize("peak", [0.5, 0.0])
+def test_rho_star_on_the_grid_edge_does_not_meet_r3(criteria, peak):
+    res = _result(criteria, _scenario(criteria, "M10k-K20", sam_peak=peak), "M10k-K20")
+    assert res.rho_star == peak and res.rho_star_interior is False
+    assert res.r3() is False and not res.qualifies()
+
+
+def test_a_small_gap_or_no_drift_gain_fails_r1_r2(criteria):
+    res = _result(criteria, _scenario(criteria, "M10k-K20", sam_peak=0.05, gap=3.0, drift_gain=-1.0), "M10k-K20")
+    assert res.gap.mean == pytest.approx(3.0) and res.r1() is False
+    assert res.best_drift == "feddyn" and res.r2() is False and not res.qualifies()
+
+
+def test_a_candidate_without_records_is_undecided_and_the_table_holds_numbers(criteria):
+    records = _scenario(criteria, "M10k-K20", sam_peak=0.05)
+    results = an.analyse(criteria, records)
+    empty = next(r for r in results if r.name == "C10k-K20")
+    assert empty.r1() is None and empty.r3() is None and empty.n_records == 0 and not empty.qualifies()
+    frame = an.scores_frame(records, criteria)
+    table = an.pilot_table(results, frame)
+    for col in ("rho", "n", "value", "half_width"):
+        assert pd.api.types.is_numeric_dtype(table[col]), col
+    row = table[(table.candidate == "M10k-K20") & (table.quantity == "rho_star")]
+    assert row.value.item() == 0.05
+    text = an.summary_markdown(results, criteria, an.two_gradient_share())
+    assert "screening" in text and "stage B" in text and "M10k-K20" in text
+
+
+def test_horizon_reads_the_score_at_0_8_t(criteria):
+    # every arm rose by 4 points after 0.8 T: the stage-A reading of R4 sees the movement
+    def score(run):
+        base = 80.0 if run.split == "iid" else 72.0
+        return (base + (1.0 if run.algorithm == "fedsam" else 0.0),) * 3
+
+    records = []
+    for rec in _complete_stage_a(criteria, "M10k-K20", score):
+        last = tuple(100 * rec.metrics.test_acc.dropna().to_numpy()[-3:])
+        records.append(PilotRecord(rec.key, rec.meta, rec.config, rec.status,
+                                   _metrics(rec.config.rounds, rec.config.eval_every, last, early=last[0] - 4.0)))
+    res = _result(criteria, records, "M10k-K20")
+    assert all(v == pytest.approx(4.0) for v in res.horizon.values())
+
+
+# --- bad criteria files -------------------------------------------------------------------------
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["candidates"]["M10k-K20"].pop("lr"), "candidates.M10k-K20.lr"),
+    (lambda d: d["stages"]["A"]["arms"]["iid"].append("fedsam@nonsense"), "fedsam@nonsense"),
+    (lambda d: d.pop("splits"), "splits"),
+    (lambda d: d.__setitem__("rho_grid", [0.1, -0.2]), "rho_grid"),
+    (lambda d: d["stages"]["A"].__setitem__("seeds", []), "stages.A.seeds"),
+    (lambda d: d["fixed"].__setitem__("batch_size", "many"), "batch_size"),
+])
+def test_a_bad_criteria_file_is_refused_naming_the_field(tmp_path, edit, field):
+    data = yaml.safe_load(CRITERIA_FILE.read_text())
+    edit(data)
+    path = tmp_path / "criteria.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(CriteriaError, match=re.escape(str(path))) as err:
+        build_plan(load_criteria(path), "A")
+    assert field in str(err.value)
+
+
+def test_a_criteria_file_that_is_not_yaml_is_refused(tmp_path):
+    path = tmp_path / "criteria.yaml"
+    path.write_text("fixed: [unclosed\n")
+    with pytest.raises(CriteriaError, match="not YAML"):
+        load_criteria(path)
+
+
+def test_committed_pilot_records_match_their_manifest():
+    from lab.evidence.integrity import problems
+    from lab.repro import FIGURES_DIR
+
+    root = FIGURES_DIR / "regime"
+    if not (root / "records").is_dir():
+        pytest.skip("no pilot records committed yet")
+    assert problems(root) == {"changed": [], "unlisted": [], "missing": []}
+
+
+def test_analyse_writes_table_figure_and_summary_from_records_on_disk(criteria, tmp_path):
+    folder = tmp_path / "records"
+    for rec in _scenario(criteria, "M10k-K20", sam_peak=0.05):
+        plan_run = PlannedRun(rec.meta["stage"], rec.meta["candidate"], rec.meta["split"], rec.meta["arm"],
+                              int(rec.meta["seed"]), rec.meta["algorithm"], rec.meta["params"], rec.config)
+        _write_synthetic(plan_run, criteria, folder, last=tuple(100 * rec.metrics.test_acc.dropna().to_numpy()[-3:]))
+    out = tmp_path / "regime"
+    paths = an.write_outputs(criteria, folder, out)
+    assert {p.name for p in paths.values()} >= {"pilot_table.csv", "pilot.png", "pilot.pdf", "pilot.json",
+                                                   "pilot.csv", "pilot.md"}
+    table = pd.read_csv(out / "pilot_table.csv")
+    gap = table[(table.candidate == "M10k-K20") & (table.quantity == "fedavg_iid_minus_dir")]
+    assert gap.value.item() == pytest.approx(7.0) and gap.n.item() == 2
+    text = (out / "pilot.md").read_text()
+    assert "M10k-K20 (" in text.split("## Selection")[1]  # the one complete, qualifying candidate is named
+    import json
+
+    meta = json.loads((out / "pilot.json").read_text())
+    assert meta["command"] == "python -m lab regime analyse" and len(meta["records"]) == 26
+
+
+def test_the_lab_command_line_plans_a_stage_without_training(tmp_path, monkeypatch, capsys):
+    from lab.cli import main
+
+    monkeypatch.setenv("FEDLAB_REGIME_RECORDS", str(tmp_path / "records"))
+    assert main(["regime", "pilot", "--stage", "A", "--candidate", "C10k-K20", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "stage A: 0 recorded, 16 to train, 2 waiting" in out and "estimated wall time" in out
+    assert not (tmp_path / "records").exists()
+    assert main(["regime", "pilot", "--stage", "B", "--dry-run"]) == 2  # stage B names its candidate
+    assert "--candidate" in capsys.readouterr().err
+    assert main(["regime", "pilot", "--candidate", "nope", "--dry-run"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+TINY_CRITERIA = """
+fixed: {dataset: digits, n_clients: 6, participation: 0.5, batch_size: 8, lr_schedule: constant,
+        weight_decay: 0.001, eval_every: 1, validation_size: 120, parallel_clients: 1}
+candidates:
+  tiny: {model: mlp, train_size: 600, local_steps: 2, lr: 0.1, rounds: 3}
+splits:
+  iid: {partition: iid}
+  dir0.1: {partition: dirichlet, alpha: 0.1}
+rho_grid: [0.0, 0.1]
+drift_corrections: [scaffold]
+stages:
+  A:
+    seeds: [1]
+    arms: {iid: [fedavg, "fedsam@rho_grid"], dir0.1: [fedavg, scaffold, "fedsam@best_iid_rho"]}
+  B:
+    seeds: [2]
+    arms: {iid: [fedavg, "fedsam@rho_star"], dir0.1: [fedavg, "drift@best", "fedsam@rho_star"]}
+metric: {name: accuracy, last_k_evaluations: 3, percent: true}
+"""
+
+
+def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
+    path = tmp_path / "criteria.yaml"
+    path.write_text(TINY_CRITERIA)
+    tiny = load_criteria(path)
+    folder = tmp_path / "records"
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 6
+    records = load_records(folder, tiny)
+    assert sorted(r.meta["arm"] for r in records) == sorted(
+        ["fedavg", "fedsam@rho=0", "fedsam@rho=0.1", "fedavg", "scaffold", "fedsam@best_iid_rho"])
+    scores = {r.run_id: an.record_score(r, 3) for r in records}
+    iid = {rho: scores[("A", "tiny", "iid", rho_arm(rho), 1)] for rho in (0.0, 0.1)}
+    best = max(iid, key=lambda r: (iid[r], -r))
+    dep = next(r for r in records if r.meta["arm"] == "fedsam@best_iid_rho")
+    assert dep.config.algorithm_params["rho"] == best and dep.config.partition == "dirichlet"
+    assert all(r.status == "finished" and r.seconds > 0 and len(r.metrics) == 3 for r in records)
+    assert all(r.config.train_size == 720 and r.config.validation_size == 120 for r in records)
+    text = log.read_text()
+    assert "6/6 done" in text and "ETA" in text
+    with open(log, "w") as out:  # everything recorded: nothing is trained again
+        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 0
