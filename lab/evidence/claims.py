@@ -62,7 +62,7 @@ __all__ = ["AS_IF_SEEDS", "CLAIMS_FILE", "FOREST", "KINDS", "MIN_SEEDS", "NOT_PA
            "claims_markdown_unpaired", "effect_text", "verdict_text", "PairedComparison", "PairedVerdict",
            "Verdict", "claims_markdown", "claims_table", "evaluate_claim_paired", "evaluate_claims",
            "evaluate_claims_paired", "figures_root", "independent_runs", "load_claims", "paired_table",
-           "paired_text", "replace_claims_block", "write_claims"]
+           "paired_text", "replace_claims_block", "verdict_counts", "write_claims"]
 
 CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
 MIN_SEEDS = 2
@@ -871,8 +871,11 @@ def verdict_text(v: PairedVerdict, as_if_seeds: int = AS_IF_SEEDS) -> str:
     return f"**{v.verdict}**" if v.verdict in ("holds", "fails") else v.verdict
 
 
-def _counts(verdicts: Sequence[str]) -> str:
-    order = sorted(dict.fromkeys(verdicts), key=_paired_rank)
+def verdict_counts(verdicts: Sequence[str]) -> str:
+    """``"4 holds, 1 fails, 2 inconclusive (n < 6), …"``: how many of each verdict, decided ones first."""
+    shown = ("holds", "fails", "inconclusive", "inconclusive (n <", "too few seeds", "not paired", "not run", "no data")
+    order = sorted(dict.fromkeys(verdicts), key=lambda v: next((i for i, p in enumerate(shown) if v.startswith(p)
+                                                                   and (p != "inconclusive" or v == p)), len(shown)))
     return ", ".join(f"{sum(x == o for x in verdicts)} {o}" for o in order) or "none"
 
 
@@ -911,12 +914,12 @@ def claims_markdown(verdicts: Sequence[PairedVerdict], profile: str = "cpu", *, 
     for kind in ("claim", "control"):
         group = [v for v in verdicts if v.claim.kind == kind]
         if group:
-            summary.append(f"{kind}s: {_counts([v.verdict for v in group])}; read at the committed n: "
-                           f"{_counts([v.as_if if v.verdict.startswith('inconclusive (n <') else v.verdict for v in group])}"
-                           f"; unpaired reading (old rule): {_counts([v.unpaired.verdict for v in group])}")
+            summary.append(f"{kind}s: {verdict_counts([v.verdict for v in group])}; read at the committed n: "
+                           f"{verdict_counts([v.as_if if v.verdict.startswith('inconclusive (n <') else v.verdict for v in group])}"
+                           f"; unpaired reading (old rule): {verdict_counts([v.unpaired.verdict for v in group])}")
     sanity = [v for v in verdicts if v.claim.kind == "sanity"]
     if sanity:
-        summary.append(f"sanity checks (not counted): {_counts([v.as_if for v in sanity])}")
+        summary.append(f"sanity checks (not counted): {verdict_counts([v.as_if for v in sanity])}")
     lines += ["Summary — " + ". ".join(summary) + "."]
     if findings:
         lines += ["", "**Findings beyond the claims** (same data, same paired machinery; `figures/findings.yaml`)", "",
