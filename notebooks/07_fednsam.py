@@ -197,8 +197,9 @@ print("official-repo bug: theta^(t+1) - theta^t = (1+gamma) * (mean update of ro
 # %% [markdown]
 # On the same toy, the distance to the global optimum θ* shows both faces of the momentum. With every
 # client in every round (left) it is a heavy-ball acceleration: FedNSAM gets close to θ* in far fewer
-# rounds than FedAvg or FedSAM (none of them removes the client-drift bias of local steps, so all level
-# off near θ*, not at it). With half of the clients per round (right) the momentum also accumulates
+# rounds than FedAvg or FedSAM, which are still approaching θ* at the last round drawn (none of them
+# removes the client-drift bias of local steps, so their limit lies near θ*, not at it; the paper's
+# variant even drifts back out). With half of the clients per round (right) the momentum also accumulates
 # *which* clients happened to be sampled — the global step is effectively 1/(1−γ) ≈ 7× longer, so the
 # sampling noise is too, and the global model wanders at a higher floor. The official bug takes a
 # (1+γ)× step without memory and sits in between. The paper reports FedNSAM stable down to 2 %

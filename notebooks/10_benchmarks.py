@@ -475,8 +475,9 @@ for ds in datasets:
 # | FedSWA | 89.5 | 59.8 | 55.5 | 50.3 |
 # | FedMoSWA | 91.2 | 67.9 | 66.2 | 61.9 |
 #
-# The two papers disagree on baselines (FedAvg on CIFAR-100 Dir 0.1: 36.76 % vs not reported; FedSAM
-# below FedAvg in one, near it in the other) because their code bases differ in model stems,
+# The two papers disagree on baselines (FedAvg on CIFAR-100 Dir 0.1: 36.76 % in the FedVSSAM table, 45.8 %
+# in the FedSWA paper's text, which leaves FedAvg out of that column of its table; FedSAM below FedAvg in
+# one, near it in the other) because their code bases differ in model stems,
 # augmentation, partitioners and hyperparameters (ALGORITHMS.md §1, §19–21). With `profile = "paper"`
 # the next cell prints our numbers beside theirs for the splits both have.
 
