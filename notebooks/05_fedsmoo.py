@@ -164,8 +164,8 @@ def estimate(results, value):
 # algorithm code as the engine. FedDyn-type methods use λ = 1 here (with λ = 0.1 they converge too,
 # but need a few hundred rounds); the SAM methods use ρ = 0.05.
 #
-# What to look for: FedAvg, FedSAM and the blog variant stall at the same distance (their three
-# lines lie on top of each other) — drift, which
+# What to look for: FedAvg and FedSAM stall at the same distance (their lines lie on top of each
+# other) and the blog variant stalls farther out — drift, which
 # neither a SAM step nor a proximal pull removes. FedDyn goes to θ* (down to machine precision);
 # FedSpeed and FedSMOO go down with it until they stop at a small floor: on a quadratic, SAM's own
 # fixed point sits a distance of order ρ away from the minimiser.
@@ -183,7 +183,7 @@ for name, params in toy_names:
 
 fig, ax = plt.subplots(figsize=(7, 4))
 styles = run_styles(dict.fromkeys(toy_dist, []))
-for name, dist in toy_dist.items():  # FedAvg, FedSAM and the blog variant overlap: the variant drawn wider
+for name, dist in toy_dist.items():  # FedAvg and FedSAM overlap; the blog variant drawn wider
     color, ls, marker = styles[name]
     ax.semilogy(dist, label=method_label(name), color=color, linestyle=ls, marker=marker, markevery=15,
                 markersize=4, linewidth=2.4 if name == "fedsmoo_adaptive" else 1.6)
