@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from _load import window
 from fedlab import Config
 from fedlab.sweep import executed_on, sweep
+from test_sweep_backends import _assert_same  # the bit-for-bit comparison of two sweeps
 
 REPO = Path(__file__).resolve().parent.parent
 GRID = {"algorithm": ["fedavg", "scaffold"]}
@@ -168,11 +168,6 @@ def test_sweep_runs_on_both_nodes_with_the_sequential_bits(two_nodes, tmp_path):
     assert sorted(set(placed.values())) == sorted(NODES), f"every run on one node: {placed}"
     assert all(a["ray_node_id"] is None for r in reference for a in executed_on(r.config))
 
-    for res, ref in zip(results, reference):
-        assert res.config.hash() == ref.config.hash()
-        assert res.status == ref.status == "finished"
-        assert torch.equal(res.theta, ref.theta), res.config.algorithm
-        cols = [c for c in ref.metrics.columns if c != "wall_seconds"]  # timings are the only difference
-        assert res.metrics[cols].equals(ref.metrics[cols])
+    _assert_same(results, reference)
     counts = {r: sum(v == r for v in placed.values()) for r in NODES}
     print(f"runs per node: {counts}")

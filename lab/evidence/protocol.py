@@ -375,7 +375,8 @@ def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[s
     ignored = ("runs_dir", "client_threads", "name", "parallel_clients", "device")
     want = plain({k: v for k, v in base.to_dict().items() if k not in ignored})
     # a field the committed file does not name was added to Config later; at its default it changes nothing
-    defaults = plain({f.name: getattr(Config(), f.name) for f in dataclasses.fields(Config)})
+    fresh = Config()
+    defaults = plain({f.name: getattr(fresh, f.name) for f in dataclasses.fields(Config)})
     committed = done.get("base", {})
     have = {k: committed.get(k, defaults.get(k)) for k in want}
     made = dict(done.get("protocol") or {})
