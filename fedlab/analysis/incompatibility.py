@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from fedlab.analysis.federation import EmpiricalLoss, evaluate_points, global_loss_fn
-from fedlab.analysis.gradients import ClientGradients, check_rho, client_gradients
+from fedlab.analysis._checks import check_like, check_rho
+from fedlab.analysis.gradients import ClientGradients, gradients_at
 from fedlab.models.functional import FlatModel
 
 __all__ = ["IncompatibilityReport", "MixingSweep", "flatness_incompatibility", "mixing_sweep", "perturbation"]
@@ -160,11 +161,8 @@ def _prepare(
     missed_sharpness: bool, vmap_chunk: int | None, progress: bool,
 ) -> tuple[float, ClientGradients, EmpiricalLoss | None, Tensor, tuple[float, float], np.ndarray]:
     rho = check_rho(rho)
-    if grads is None:
-        grads = client_gradients(model, clients, theta, batches=batches, batch_size=batch_size, seed=seed,
-                                 progress=progress)
-    elif grads.n_clients != len(clients) or not torch.equal(grads.theta, theta.detach()):
-        raise ValueError("grads must come from client_gradients(model, clients, theta) at this theta")
+    grads = gradients_at(model, clients, theta, grads, batches=batches, batch_size=batch_size, seed=seed,
+                         progress=progress)
     theta = theta.detach()
     eps_star = perturbation(grads.global_grad, rho)
     loss_fn = global_loss_fn(model, clients, eval_batches, eval_batch_size, seed) if missed_sharpness else None
@@ -262,9 +260,7 @@ def mixing_sweep(
     if h is None:
         h_vec, source = grads.global_grad, "grad_F"
     else:
-        if not isinstance(h, Tensor) or h.shape != grads.global_grad.shape:
-            shape = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
-            raise ValueError(f"h must have theta's shape {tuple(grads.global_grad.shape)}, got {shape}")
+        check_like(grads.global_grad, h, "h")
         h_vec, source = h.detach().to(grads.global_grad), "given"
     reports = []
     for g in gam:
