@@ -133,3 +133,25 @@ def test_the_checks_see_what_they_forbid():
     assert _outside([(1, "lab.evidence.records")]) == ["line 1: lab.evidence.records"]
     assert _upward("fedlab.data.holdout", [(1, "fedlab.config")])
     assert not _upward("fedlab.engine.loop", [(1, "fedlab.config"), (2, "fedlab.engine.batches")])
+
+
+MAX_LIBRARY_LINES = 11_000
+MAX_MODULE_LINES = 450
+SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+
+
+def test_no_module_is_longer_than_450_lines():
+    """A module a reader takes in whole (issue 25): past 450 lines it holds more than one idea."""
+    long = {m: n for m, n in SIZES.items() if n > MAX_MODULE_LINES}
+    assert not long, f"modules above {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_the_library_is_at_most_11000_lines():
+    """The library a stranger installs stays small (issue 25); the harness lives in lab/, not here."""
+    total = sum(SIZES.values())
+    by_package: dict[str, int] = {}
+    for m, n in SIZES.items():
+        key = ".".join(m.split(".")[:2])
+        by_package[key] = by_package.get(key, 0) + n
+    assert total <= MAX_LIBRARY_LINES, \
+        f"fedlab/ has {total:,} lines, above {MAX_LIBRARY_LINES:,}: {dict(sorted(by_package.items(), key=lambda kv: -kv[1]))}"
