@@ -1,7 +1,7 @@
 """Flatness incompatibility: how far the clients' SAM perturbations are from the global one.
 
 FedVSSAM (arXiv 2605.09144) calls the failure of local SAM under heterogeneity *flatness
-incompatibility*. Its exact Δ_FI is not public; fedlab's operational definitions (PAPERS.md §1), at θ
+incompatibility*. Its exact Δ_FI is not public; fedlab's operational definitions, at θ
 and radius ρ (SAM, Foret et al. 2021):
 
     ε_{i,b} = ρ g_{i,b}/‖g_{i,b}‖   (client i, minibatch b — FedSAM's)
