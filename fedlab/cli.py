@@ -1,17 +1,9 @@
 """Command line: ``python -m fedlab run | sweep | algorithms | flower-sim``.
 
-Every ``run`` option maps one-to-one onto a :class:`fedlab.Config` field; ``--help`` lists them with
-their defaults. Algorithm hyperparameters go through repeated ``--param name=value``. Options must be
-spelled out (no abbreviations: ``--alp`` is an error, not ``--alpha``). ``sweep`` runs a grid
-file (format: :mod:`fedlab.sweep.gridfile`) on a local process pool or a Ray cluster.
-
-Errors: every fedlab error (an invalid value, a corrupted run file, a missing dataset, a path that
-cannot be used) is one line ``error: ...`` on stderr and the exit code in :data:`EXIT_CODES`; a
-Python traceback only with ``--debug``.
-
-The ``run`` help is derived from the Config fields' own descriptions (:func:`fedlab.config.help_text`).
-The repository's own commands (benchmarks, claims, the figures' budget, the profile tuning) are the
-lab's: ``python -m lab ...``.
+Every ``run`` option is a :class:`fedlab.Config` field, its help that field's description
+(:func:`fedlab.config.help_text`); every fedlab error is one line ``error: ...`` on stderr and an
+exit code of :data:`EXIT_CODES` (a traceback only with ``--debug``). The repository's own commands
+are the lab's: ``python -m lab ...``.
 """
 from __future__ import annotations
 

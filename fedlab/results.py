@@ -1,8 +1,6 @@
 """Run directories: one authoritative checkpoint, derived views, a lock, verified loads.
 
-A run lives in ``<runs_dir>/<algorithm>-<key>/`` where the key is :meth:`fedlab.config.Config.hash`
-(config with resolved hyperparameters, partition fingerprint, schedule contents, numeric-path code
-digest, version)::
+A run lives in ``<runs_dir>/<algorithm>-<key>/`` where the key is :meth:`fedlab.config.Config.hash`::
 
     checkpoint.pt   THE record: server and client states, every metric row, status, next round,
                     and a SHA-256 digest of all of it (torch.save; loaded with weights_only=True)
@@ -11,24 +9,9 @@ digest, version)::
     config.json     derived view: the Config as given, plus key, fingerprint and version
     .lock           the run's lock file (``filelock``): held by the process working on the run
 
-Contract:
-
-* **One authoritative file.** Every fact lives in the checkpoint (``config.json`` follows from the
-  config and the run key); ``metrics.csv``, ``summary.json`` and ``config.json`` are rebuilt from
-  them. Opening a run compares each view byte for byte with what the checkpoint implies and rewrites (repairs) a view that is missing, truncated or different — a
-  finished run is never reported as ``running`` because a summary write was lost, and never
-  returns rows that a truncated CSV happened to hold.
-* **Verified, never silently wrong.** A checkpoint whose digest does not match its contents (a
-  flipped bit, a truncation), that cannot be unpickled, or that belongs to another key raises
-  :class:`CheckpointError` naming the file; nothing in the run directory is touched.
-* **Atomic and durable writes** through :mod:`fedlab.store.atomic` (temporary sibling, fsync, rename,
-  permissions 0666 minus the umask); the checkpoint is written before the views, so a kill at any
-  point leaves either the previous checkpoint or the new one, and orphan ``.tmp`` files of
-  interrupted writes are deleted the next time the run is opened.
-* **One process per run.** :meth:`RunStore.lock` holds an OS file lock on ``.lock`` while a process
-  loads, resumes or trains the run; a second process on the same key waits, then reads the finished
-  result instead of computing (or overwriting) it.
-* Nothing here ever deletes a checkpoint or a finished result.
+The contract (one authoritative file, verified loads that never change a file, atomic writes
+through :mod:`fedlab.store.atomic`, one process per run, nothing ever deleted) is the book's guide
+``results.md``, with the tests that hold it.
 
 Fault injection (tests): with ``FEDLAB_FAULT_AT=<point>[:<rounds done>]`` in the environment, the
 process ends with ``os._exit(FAULT_EXIT_CODE)`` at that write point — ``before_checkpoint``,

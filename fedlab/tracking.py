@@ -1,44 +1,10 @@
 """Experiment tracking: hand every round's metrics, the config and the summary to a logger as a run trains.
 
-One line turns it on::
-
-    fedlab.run(cfg, logger="tensorboard")                     # events in <run dir>/tensorboard/
-    fedlab.run(cfg, logger=TensorBoardLogger("~/tb"))          # events in ~/tb/<algorithm>-<key>/
-    fedlab.sweep.sweep(base, grid, seeds, logger="tensorboard")
-    python -m fedlab run ... --log tensorboard                 # and: python -m fedlab sweep ... --log tensorboard
-
-then ``tensorboard --logdir runs/``. A logger is anything with the three methods of :class:`Logger`;
-the engine calls ``start`` once before the first round it trains, ``log`` after each round (the
-round's metrics row, the same dict ``metrics.csv`` stores) and ``finish`` once at the end with the
-run summary (also when the run stops early, is interrupted or fails: the summary then says
-``running``). A logger only reads: it changes no number and is not part of the run key.
-
-**Resuming continues the log.** ``start`` gets ``rounds_done``, the rounds the checkpoint holds; the
-engine logs only the rounds it trains from there. A process killed after its last checkpoint may
-have logged rounds the checkpoint does not hold; the resumed run trains them again, so
-:class:`TensorBoardLogger` opens its writer with ``purge_step = rounds_done + 1``, which makes
-TensorBoard drop the earlier scalars from that step on: every round appears once, with the numbers
-of the run that is kept (texts are not purged: the stopped session's summary stays, status ``running``). A run loaded finished from the store trains nothing and logs nothing (its
-log was written when it trained).
-
-**W&B, MLflow, anything else**: write an adapter of a few lines (neither is a dependency of fedlab)::
-
-    class WandbLogger:
-        def start(self, config, run_key, run_dir, rounds_done):
-            import wandb  # resume="allow" with the run key as id: a resumed run continues its W&B run
-            self.run = wandb.init(project="fedlab", id=run_key, name=config.name or config.algorithm,
-                                  config=config.to_dict(), resume="allow", dir=str(run_dir))
-        def log(self, round, metrics):
-            self.run.log({k: v for k, v in metrics.items() if v == v}, step=round)  # NaN: not evaluated
-        def finish(self, summary):
-            self.run.summary.update({k: v for k, v in summary.items() if v is not None})
-            self.run.finish()
-
-    fedlab.run(cfg, logger=WandbLogger())
-
-MLflow is the same with ``mlflow.start_run(run_name=run_key)``, ``mlflow.log_params(config.to_dict())``,
-``mlflow.log_metrics(metrics, step=round)`` and ``mlflow.end_run()``. In a sweep on the local pool or
-Ray the logger object is pickled to each worker, so keep its state to what ``start`` creates.
+A logger is anything with the three methods of :class:`Logger`; the engine calls ``start`` once
+before the first round it trains (``rounds_done``: the rounds the checkpoint holds), ``log`` after
+each round (the round's metrics row, as ``metrics.csv`` stores it) and ``finish`` once with the run
+summary, however the run ends. A logger only reads: it changes no number and is not part of the run
+key. Usage, resumed runs and adapters for W&B and MLflow: the book's guide ``tracking.md``.
 """
 from __future__ import annotations
 

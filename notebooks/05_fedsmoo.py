@@ -152,8 +152,8 @@ def estimate(results, value):
 # $\rho_k = \max(0.001,\ \rho_{\max} e^{-\lambda_k})$. It then runs SAM at radius $\rho_k$ on
 # $L_k(\theta) + \lambda_k\|\theta-\theta^{t}\|^2$ — a FedProx-like pull towards the global model whose
 # strength follows the measured inconsistency. The first 3 rounds are a warm-up with $\lambda_k = 0$ and
-# no SAM, i.e. plain FedAvg. fedlab's choices where the blog is vague are in the docstring of
-# `fedlab/algorithms/fedsmoo_adaptive.py` (e.g. σ is probed on the first minibatch, not all local data).
+# no SAM, i.e. plain FedAvg. fedlab's choices where the blog is vague are on the book's page *Methods*
+# (`guide/methods.md`, section `fedsmoo_adaptive`; e.g. σ is probed on the first minibatch, not all local data).
 
 # %% [markdown]
 # ## 4. Drift on a closed-form federation

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,6 +17,8 @@ from fedlab.algorithms import algorithm_class, algorithm_names
 from fedlab.engine.accounting import communication_vectors
 
 REQUIRED = set(DEFAULTS)
+METHODS_PAGE_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "book" / "guide" / "methods.md"
+METHODS_PAGE = METHODS_PAGE_PATH.read_text()
 NAMES = algorithm_names()
 COLUMNS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_distance", "uplink_floats",
            "downlink_floats"]
@@ -53,6 +56,14 @@ def test_registry_metadata(name):
         f"{name}: docstring does not state 'down {_floats(down)}' and 'up {_floats(up)}'"
     for preset in cls.presets:
         fedlab.get_algorithm(name, preset=preset)
+    # ... and points to its section of the book's methods page (paper vs code), which exists
+    assert f"guide/methods.md#{name}" in doc, f"{name}: docstring does not point to guide/methods.md#{name}"
+    assert f"\n## {name}\n" in METHODS_PAGE, f"{name}: no '## {name}' section in {METHODS_PAGE_PATH}"
+
+
+def test_methods_page_has_one_section_per_registered_method():
+    sections = re.findall(r"^## (\S+)$", METHODS_PAGE, flags=re.MULTILINE)
+    assert sorted(sections) == sorted(NAMES), "methods page sections differ from the registry"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -8,7 +8,7 @@ An algorithm never touches an ``nn.Module``, a DataLoader or a device. It sees
 * dictionaries of tensors for its server state, per-client state, the message it broadcasts and the
   upload each client sends back.
 
-One round, as the engine drives it (DESIGN.md, "The algorithm contract")::
+One round, as the engine drives it::
 
     msg          = broadcast(server, info)                       # counted as downlink floats (× m)
     for each sampled client i (sequentially, or vmapped over a chunk of clients):
@@ -18,9 +18,7 @@ One round, as the engine drives it (DESIGN.md, "The algorithm contract")::
     server       = aggregate(server, stack(up_i), info)
 
 K is the number of steps client i really runs, K_i: the configured K in fixed-K mode, E·⌈n_i/B⌉ in
-epoch mode. ``info.client_steps`` holds every sampled client's K_i (in upload order) before the
-round starts; a rule that is per client uses its own K_i (``upload``'s ``K``, ``StepInfo.K``), a
-rule that normalises a mean over the round uses K̄ = ``info.mean_steps``.
+epoch mode (:attr:`RoundInfo.mean_steps` says which K a rule takes).
 
 Sign convention (every reference code base agrees): Δ_i = θ_{i,K} − θ_{i,0} is a *descent*
 displacement (≈ −η Σ_k g), the server applies θ^{t+1} = θ^t + η_g · mean Δ_i, and the

@@ -1,5 +1,4 @@
-"""FedACG — accelerated client gradient (Kim et al., CVPR 2024), as in geehokim/FedACG
-(``servers/base.py`` ``ServerM`` with ``FedACG: True``, ``clients/base_client.py``; ../shared/docs/ALGORITHMS.md §14).
+"""FedACG — accelerated client gradient (Kim et al., CVPR 2024), as in geehokim/FedACG.
 
 The server keeps θ^t and a global momentum m (m = 0 before round 0) and sends the look-ahead point
 
@@ -16,16 +15,11 @@ Server:
     m^t     = λ m^{t−1} + (1/m) Σ_{i∈S_t} Δ_i
     θ^{t+1} = θ̃^t + (1/m) Σ_{i∈S_t} Δ_i   (= mean_S θ_{i,K} = θ^t + m^t)
 
-fedlab computes θ^{t+1} as the look-ahead point plus the mean displacement, i.e. the mean of the client
-models as the reference code does (θ^t + m^t is the same in exact arithmetic).
+State: server θ, m. Communication per round: down 1·d (θ̃), up 1·d (Δ_i). Gradient evaluations per
+step: 1.
 
-State: server θ, m. Communication per round: down 1·d (θ̃), up 1·d (Δ_i; the code sends θ_{i,K}, the
-same size). Gradient evaluations per step: 1.
-
-Defaults (FedACG configs): λ = 0.85 (``server.momentum``), β = 1e-3 (``prox_loss.weight``); the runs
-use lr 0.1·0.998^t, wd 1e-3, clip 10, 5 % of 100 clients. Liu's FedACG drops the prox gradient through
-``.item()`` (known bug; not reproduced; set β = 0 to get that behaviour). With λ = 0 and β = 0 FedACG is
-FedAvg bit for bit.
+Defaults (FedACG configs): λ = 0.85, β = 1e-3. With λ = 0 and β = 0 FedACG is FedAvg bit for bit.
+Paper vs code: guide/methods.md#fedacg.
 """
 from __future__ import annotations
 

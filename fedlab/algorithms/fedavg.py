@@ -1,8 +1,9 @@
-"""FedAvg (McMahan et al., AISTATS 2017), as in FL-Simulator's ``FedAvg`` (../shared/docs/ALGORITHMS.md §2).
+"""FedAvg (McMahan et al., AISTATS 2017), as in FL-Simulator's ``FedAvg``.
 
 Client, K steps:  θ ← θ − η_t (clip(g_i(θ; ξ), C) + wd·θ);  upload Δ_i = θ_{i,K} − θ^t.
-Server:           θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i   (η_g = 1 in every reference code).
+Server:           θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i.
 State: server θ. Communication per round: down 1·d, up 1·d. One gradient per step.
+Paper vs code: guide/methods.md#fedavg.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """FedDyn — federated dynamic regularisation (Acar et al., ICLR 2021), as in FL-Simulator
-``server/FedDyn.py`` + ``client/feddyn.py`` (../shared/docs/ALGORITHMS.md §12).
+``server/FedDyn.py`` + ``client/feddyn.py``.
 
 Client i keeps h_i, the running sum of its past displacements Δ_i (= −∇L_i(θ_i^{prev})/λ in the
 paper's notation). Local objective f_i(θ) + λ⟨θ, h_i − θ^t⟩ + (λ/2)‖θ‖², so each step (minibatch ξ):
@@ -7,26 +7,19 @@ paper's notation). Local objective f_i(θ) + λ⟨θ, h_i − θ^t⟩ + (λ/2)�
     g = ∇f_i(θ; ξ)
     θ ← θ − η_t ( clip(g + λ(h_i − θ^t), C) + λθ + wd·θ )
 
-giving the effective gradient g + λh_i + λ(θ − θ^t) + wd·θ. As in FL-Simulator the linear term is
-part of the loss (clipped with g) while λθ comes from SGD's weight decay wd + λ (outside the clip,
-passed to :func:`descend` as ``unclipped``).
-
+(the linear term is clipped with g; λθ is passed to :func:`descend` as ``unclipped``).
 After K steps: Δ_i = θ_{i,K} − θ^t; upload Δ_i; the client keeps h_i ← h_i + Δ_i.
-Server (keeps θ and h̄ = (1/N) Σ_{all N clients} h_i, maintained from the uploads alone):
+Server (keeps θ and h̄ = (1/N) Σ_{all N clients} h_i, never-sampled clients counting with h_i = 0):
 
     h̄ ← h̄ + (1/N) Σ_{i∈S_t} Δ_i
     θ^{t+1} = mean_{i∈S_t} θ_{i,K} + h̄  = θ^t + (1/m) Σ_{i∈S_t} Δ_i + h̄
 
-The average of h is over *all* N clients, never-sampled ones counting with h_i = 0 (FL-Simulator;
-FedACG's ``ServerDyn`` writes the same algebra as h ← h − (α/N)Σ_S Δ_i, θ = mean θ_{i,K} − h/α).
+State: server θ, h̄; client h_i. Communication per round: down 1·d (θ^t), up 1·d (Δ_i). Gradient
+evaluations per step: 1.
 
-State: server θ, h̄; client h_i (FL-Simulator keeps all h_i on the server). Communication per round:
-down 1·d (θ^t), up 1·d (Δ_i). Gradient evaluations per step: 1.
-
-Defaults: λ = 0.1 (FL-Simulator ``--lamb``; README / issue #7 also quote 0.01). The author recommends
-a slower lr decay (0.9995–0.9998 or none) for ADMM-type methods — a run setting, not a
-hyperparameter here. FedSpeed and FedSMOO reuse this descent (:meth:`FedDyn._dyn_descent`) and this
-server (:meth:`FedDyn.aggregate`) unchanged, so with ρ = 0 they reproduce FedDyn bit for bit.
+Defaults: λ = 0.1 (FL-Simulator ``--lamb``). FedSpeed and FedSMOO reuse this descent
+(:meth:`FedDyn._dyn_descent`) and this server (:meth:`FedDyn.aggregate`) unchanged, so with ρ = 0 they
+reproduce FedDyn bit for bit. Paper vs code: guide/methods.md#feddyn.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """FedGAMMA — SCAFFOLD-corrected local SAM (Dai et al., TNNLS 2023), as re-implemented in
-FL-Simulator ``client/fedgamma.py`` + ``server/FedGamma.py`` (../shared/docs/ALGORITHMS.md §5; no authors' code).
+FL-Simulator ``client/fedgamma.py`` + ``server/FedGamma.py`` (no authors' code).
 
 Client i, each local step with minibatch ξ (c, c_i as in SCAFFOLD):
 
@@ -15,12 +15,8 @@ c_i⁺ = c_i − c − Δ_i/(K η_t); θ^{t+1} = θ^t + η_g Δ̄; c ← c + (1/
 State: server θ, c; client c_i. Communication per round: down 2·d (θ^t, c), up 2·d (Δ_i, Δc_i).
 Gradient evaluations per step: 2.
 
-Defaults: ρ = 0.01 (FL-Simulator README "SAM lr" for FedGamma), ε = 1e-12 (as fedlab's FedSAM;
-FL-Sim's ESAM uses 1e-7), η_g = 1. Paper vs code: both public re-implementations perturb along the
-*uncorrected* gradient; whether the paper perturbs along the corrected direction could not be
-checked, so that variant is offered behind ``perturb_with_correction`` (default False = reference
-code). The FedLESAM repo's optimiser normalises by the sum of per-tensor norms (a smaller effective ρ);
-fedlab uses the global norm. With ρ = 0 FedGAMMA is SCAFFOLD bit for bit.
+Defaults: ρ = 0.01 (FL-Simulator README "SAM lr" for FedGamma), ε = 1e-12, η_g = 1. With ρ = 0
+FedGAMMA is SCAFFOLD bit for bit. Paper vs code: guide/methods.md#fedgamma.
 """
 from __future__ import annotations
 

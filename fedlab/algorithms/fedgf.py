@@ -1,15 +1,8 @@
-"""FedGF — federated learning for global flatness (Lee et al., ICML 2024, PMLR 235:27037–27071:
-T. Lee, S. W. Yoon, "Rethinking the Flat Minima Searching in Federated Learning"). Authors' code
-hwan-sig/Official-FedGF (read at 36233b7), ``fedlab/contrib/algorithm/fedgf.py`` with
-``minimizers.py`` (``SAM``), ``tools/Lib/algorithms.py``, ``tools/Lib/arg_parser.py`` and
-``tools/experiments/cifar.sh`` — built on a vendored copy of SMILELab's FedLab, unrelated to this
-project and never imported.
+"""FedGF — federated learning for global flatness (Lee et al., ICML 2024, PMLR 235:27037–27071,
+"Rethinking the Flat Minima Searching in Federated Learning"); authors' code hwan-sig/Official-FedGF.
 
-The server sends, besides θ^t, a globally perturbed model w̃^t = θ^t + ρ_g p/‖p‖ along the last
-pseudo-gradient p = θ^{t−1} − θ^t, and a weight c_t ∈ [0, 1]; each client's SAM ascent point mixes
-w̃^t with its own local SAM point. c_t is large when clients have been diverging.
-
-Client i, each step with minibatch ξ (θ_{i,0} = θ^t)::
+The server sends, besides θ^t, a globally perturbed model w̃^t along the last pseudo-gradient
+p = θ^{t−1} − θ^t and a weight c_t ∈ [0, 1]. Client i, each step with minibatch ξ (θ_{i,0} = θ^t)::
 
     g   = ∇f_i(θ; ξ)                                   its loss is the one reported
     θ⁺  = θ + ρ g/(‖g‖ + ε)                            the local SAM point
@@ -22,29 +15,14 @@ upload Δ_i = θ_{i,K} − θ^t. Server, with Δ̄ = mean_{i∈S_t} Δ_i::
     c_{t+1} = share of the last min(t + 1, W) rounds with D > T_D
     θ^{t+1} = θ^t + η_g Δ̄;   p = θ^t − θ^{t+1};   w̃^{t+1} = θ^{t+1} + ρ_g p/(‖p‖ + ε)
 
-With c ≡ 0 (T_D never exceeded) FedGF is FedSAM; with c ≡ 1 every client perturbs to the same
-global point (a FedLESAM-like estimate of the global ascent, but still two gradients per step).
+With c ≡ 0 (T_D never exceeded) FedGF is FedSAM.
 
 State: server θ, p (2·d), the window of W bits and c. Clients are stateless. Communication per round:
-down 2·d + 1 scalar (θ^t, w̃^t, c_t), up 1·d (the client model). In round 0 the code sends no w̃
-(down 1·d); fedlab sends w̃⁰ = θ⁰ (p = 0), which c_0 = 0 switches off, so every round costs the same.
+down 2·d + 1 scalar (θ^t, w̃^t, c_t; w̃⁰ = θ⁰ in round 0), up 1·d (the client model).
 Gradient evaluations per step: 2.
 
-Defaults: ρ = 0.05 and ρ_g = ρ (the code's ``g_rho`` falls back to ``rho``), W = 30, T_D = 0.2 — the
-middle of the released grid (ρ ∈ {0.02, 0.05, 0.1}, ``W=30``, ``c_o`` ∈ {0.2, 0.3}); the paper's
-setting: FedSAM-CNN, 100 clients, B = 64, E = 1, lr 0.01, wd 4e-4, CIFAR-10 10 000 / CIFAR-100 20 000
-rounds. fedlab reads the script's ``c_o`` as the threshold T_D — an assumption, see below.
-
-Paper vs code (36233b7):
-* ``cifar.sh``'s FedGF runs pass ``--c_o``, which ``arg_parser.py`` does not define (``parse_args``
-  exits), and never ``--T_D``: with T_D = None, ``grad_norm > self.T_D`` raises a TypeError in
-  Python 3. The released script cannot run FedGF as written.
-* ``--transform--save_model`` (a missing space; argparse rejects it) is in the script's FedSAM,
-  FedProx and FedDyn runs, not in ``run_fedgf``.
-* The server mean is weighted by n_i (``fedavg_aggregate``); fedlab's mean is unweighted, like every
-  fedlab method. ‖p‖ has no ε in the code (NaN on a zero update); the SAM ascent adds 1e-16.
-* The divergence is measured against θ^t (before the update) and c_{t+1} enters the *next* round;
-  round 0 is plain FedSAM (``perturbed_model_parameters is None``).
+Defaults: ρ = 0.05, ρ_g = ρ, W = 30, T_D = 0.2 (the middle of the released grid).
+Paper vs code: guide/methods.md#fedgf.
 """
 from __future__ import annotations
 

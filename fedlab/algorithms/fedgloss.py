@@ -1,12 +1,6 @@
-"""FedGloSS — federated global server-side sharpness (Caldarola et al., CVPR 2025, arXiv 2412.03752:
-D. Caldarola, P. Cagnasso, B. Caputo, M. Ciccone, "Beyond Local Sharpness: Communication-Efficient
-Global Sharpness-aware Minimization for Federated Learning"). Authors' code pietrocagnasso/fedgloss (read at cbd6cf5):
-``codebase/servers/fedgloss_server.py``, ``codebase/clients/fedgloss_client.py``,
-``codebase/clients/minimizers.py`` (ALGORITHMS.md §16).
-
-SAM on the server: the ascent direction is the previous round's pseudo-gradient, so it costs no
-communication; clients train from the perturbed point (with local SAM), and an ADMM dual pair
-(λ_i on the client, σ on the server) aligns local and global solutions.
+"""FedGloSS — federated global server-side sharpness (Caldarola et al., CVPR 2025, arXiv 2412.03752,
+"Beyond Local Sharpness: Communication-Efficient Global Sharpness-aware Minimization for Federated
+Learning"); authors' code pietrocagnasso/fedgloss.
 
 Round t, server → clients (Δ̃ = −Δ̄^{t−1}, the last pseudo-gradient; Δ̃ = 0 before round 1)::
 
@@ -26,28 +20,18 @@ upload Δ_i = θ_{i,K} − θ̃; the client keeps λ_i ← λ_i − Δ_i/β. Ser
 
 ``dual=False`` drops λ_i, the prox term and σ: θ^{t+1} = θ^t + η_g Δ̄ (server SAM + local SAM only).
 
-ρ schedule (``ramp_rounds`` T_s ≥ 2; T_s ≤ 1: constant ρ from round 0, as the code's ``if T_s > 1``):
-``"ramp"`` (the intent): ρ(t) = ρ_0 + t (ρ − ρ_0)/T_s for t ≤ T_s, then ρ; the same for ρ_l and ρ_s.
-``"code"``: ρ_l ramps, but the server list is built from the *client* list's last value
-(``self.rhos_l[-1] + delta``): ρ_s(0) = ρ_0, ρ_s(t) = ρ_l + (ρ_s − ρ_0)/T_s for 1 ≤ t ≤ T_s, then ρ_s.
+ρ schedule (``ramp_rounds`` T_s ≥ 2; T_s ≤ 1: constant ρ from round 0):
+``server_ramp="ramp"``: ρ(t) = ρ_0 + t (ρ − ρ_0)/T_s for t ≤ T_s, then ρ; the same for ρ_l and ρ_s.
+``"code"``: ρ_l ramps, ρ_s(0) = ρ_0, ρ_s(t) = ρ_l + (ρ_s − ρ_0)/T_s for 1 ≤ t ≤ T_s, then ρ_s.
 
 State: server θ, σ, Δ̃ (3·d); client λ_i (d). Communication per round: down 1·d (θ̃), up 1·d (Δ_i).
-Gradient evaluations per step: 2 (the code evaluates both even with ρ_l = 0).
+Gradient evaluations per step: 2.
 
-Hyperparameter names: ``rho`` is ρ_l (the client radius, as in FedSAM), ``rho_server`` is ρ_s.
+``rho`` is ρ_l (the client radius, as in FedSAM), ``rho_server`` is ρ_s.
 Defaults: the CIFAR-10 setting without warm-up, ρ_s = ρ_l = 0.15, β = 10. Presets ``cifar10`` (ρ_s =
 ρ_l = 0.15, β = 10, T_s = 2000 from ρ_0 = 0.001; T = 10 000 rounds), ``cifar100`` (ρ_l = 0.2, ρ_s = 0.01,
 β = 100, T_s = 15 000; T = 20 000), ``code`` (``cifar10`` with the code's server warm-up and ε = 1e-16).
-
-Paper vs code (cbd6cf5):
-* Server ρ warm-up: built from ``self.rhos_l[-1]`` (the client list, already ρ_l), so the server ρ
-  jumps to ≈ ρ_l + δ after round 0 instead of ramping (``server_ramp="code"`` reproduces it).
-* The anchor θ̃ and the λ_i update are taken per *epoch* in ``run_epoch``: with E > 1 the anchor moves
-  each epoch; fedlab takes them per round (the paper's scripts use E = 1, where both agree).
-* Server mean Δ̄ weighted by n_i (FedOpt); fedlab's mean is unweighted, like every fedlab method.
-* The server divides Δ̃ by its norm without an ε (NaN on a zero pseudo-gradient); the SAM ascent adds
-  1e-16. Augmentation is applied to the whole batch tensor at once; perturbation keys are parameters
-  only (a BatchNorm model would crash) — neither touches fedlab's flat, buffer-free models.
+Paper vs code: guide/methods.md#fedgloss.
 """
 from __future__ import annotations
 

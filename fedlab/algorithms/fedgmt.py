@@ -1,12 +1,6 @@
 """FedGMT — sharpness-aware federated learning via the global model trajectory (Li et al., ICML 2025,
-PMLR 267:35317–35341: Y. Li, T. Liu, Y. Cui, M. Hu, X. Li, "One Arrow, Two Hawks: Sharpness-aware
-Minimization for Federated Learning via Global Model Trajectory"). Authors' code harrylee999/FL-SAM
-(read at 2c16149): ``system/flcore/clients/clientgmt.py``, ``system/flcore/servers/servergmt.py``,
-``system/main.py``.
-
-One backward pass per step: instead of SAM's ascent, the client distils from an exponential moving
-average of the global models (the trajectory), L(θ̃) − L(θ) standing in for SAM's sharpness; the
-teacher costs one forward pass without gradient. A FedDyn-style dual variable aligns the clients.
+PMLR 267:35317–35341, "One Arrow, Two Hawks: Sharpness-aware Minimization for Federated Learning via
+Global Model Trajectory"); authors' code harrylee999/FL-SAM.
 
 Server, kept across rounds: θ^t, the trajectory θ̃^t (θ̃⁰ = θ⁰) and h̄ = (1/N) Σ_{all N clients} h_i.
 Round t, server → clients: θ^t and θ̃^t. Client i keeps h_i = Σ of its past Δ_i (0 at its first
@@ -18,8 +12,7 @@ participation; h_i = −β u_i, the paper's ADMM dual u_i). Each step with minib
     g   = ∇L(θ; ξ)                                     one gradient; the reported loss is the CE
     θ  ← θ − η_t (clip(g + h_i/β, C) + wd·θ)
 
-(the code writes the dual term as −⟨θ, −h_i/β⟩ in the loss, so it is clipped with g). upload Δ_i =
-θ_{i,K} − θ^t; the client keeps h_i ← h_i + Δ_i. Server (FedDyn's server, β-free)::
+upload Δ_i = θ_{i,K} − θ^t; the client keeps h_i ← h_i + Δ_i. Server (FedDyn's server, β-free)::
 
     h̄       ← h̄ + (1/N) Σ_{i∈S_t} Δ_i
     θ^{t+1} = θ^t + (1/m) Σ_{i∈S_t} Δ_i + h̄           (= mean θ_{i,K} + mean over all N of h_i)
@@ -28,34 +21,10 @@ participation; h_i = −β u_i, the paper's ADMM dual u_i). Each step with minib
 ``dual=False`` drops h_i and h̄: θ^{t+1} = θ^t + mean Δ_i (distillation only). With γ = 0 the
 teacher is never evaluated, and with γ = 0, ``dual=False`` FedGMT is FedAvg bit for bit.
 
-State: server θ, θ̃, h̄ (3·d); client h_i (d; the code keeps every h_i on the server "to save GPU
-space"). Communication per round: down 2·d (θ^t, θ̃^t: a client cannot form θ̃ itself, it misses the
-rounds it sits out), up 1·d (Δ_i). Gradient evaluations per step: 1 (plus one forward pass).
+State: server θ, θ̃, h̄ (3·d); client h_i (d). Communication per round: down 2·d (θ^t, θ̃^t), up 1·d
+(Δ_i). Gradient evaluations per step: 1 (plus one forward pass).
 
-Defaults = preset ``code`` (``main.py`` and the README's command): γ = 1, α = 0.95, τ = 3, β = 10; the README's
-grid: α ∈ {0.95, 0.995, 0.998}, γ ∈ {0.5, 1, 2}, β = 10 (CIFAR-10, 100 clients, 10 %, E = 5, B = 50,
-SGD lr 0.01, momentum 0.9, wd 1e-5, lr × 0.998 per round, 500 rounds). No "paper" preset: the paper's
-own settings were not readable to us.
-
-Paper vs code (2c16149). The paper's text was not available to us; what we could read of it is the
-abstract and a third-party restatement of its algorithm (junaidaliop.github.io/zij/math/fedgmt):
-``e_t = α e_{t−1} + (1 − α) w_t``, local loss ``L_m(w) + γ/|D_m| Σ KL(f(e_t), f(w))``, step
-``w ← w − η(g − u_m)``, ``u_m ← u_m − (w_{m,K} − w_t)/β``, server ``w_{t+1} = (1/|N_t|) Σ_{N_t}
-(w_{m,K} − β u_m)``. Against the code:
-
-* The server average of the dual: the restatement averages β u_m over the *sampled* clients; the
-  code (``torch.mean(self.dual_variable_list, dim=0)``) averages h_i over *all* N clients, as FedDyn
-  does. fedlab follows the code.
-* The temperature: the restatement's KL has none; the code uses softmax(·/τ) and the factor τ² with
-  τ = 3 (``-tau``). fedlab follows the code (τ = 1 gives the untempered loss times γ).
-* There is no proximal term (θ − θ^t)/β in the local step, in either: unlike FedDyn (and the same
-  repository's ``clientdyn.py``, which adds β/2‖θ − θ^t‖ — a norm, not its square), only the linear
-  dual term acts.
-* Local SGD has momentum 0.9 and weight decay 1e-5 in the code; fedlab's local optimiser is plain
-  SGD (weight decay from the run's ``weight_decay``). The server mean of the models is weighted by
-  n_i (``receive_models``); fedlab's mean is unweighted, like every fedlab method. The code applies
-  random crop and flip to the batch inside the loop; the teacher sees the same augmented batch, as
-  here (fedlab's augmentation happens before the step).
+Defaults = preset ``code``: γ = 1, α = 0.95, τ = 3, β = 10. Paper vs code: guide/methods.md#fedgmt.
 """
 from __future__ import annotations
 

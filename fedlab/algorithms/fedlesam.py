@@ -1,9 +1,4 @@
-"""FedLESAM — locally estimated global perturbation (Fan et al., ICML 2024), ../shared/docs/ALGORITHMS.md §15.
-
-Idea: the perturbation that matters is the one of the *global* loss. A client cannot compute it, but
-the global model moved from θ_old,i (the model it received at its last participation) to θ^t along
-(roughly) −∇F, so θ_old,i − θ^t points uphill on F. Perturbing along it needs no extra gradient: one
-forward/backward per step instead of SAM's two.
+"""FedLESAM — locally estimated global perturbation (Fan et al., ICML 2024); code MediaBrain-SJTU/FedLESAM.
 
 Client i, round t (``variant="paper"``, the default), θ_{i,0} = θ^t::
 
@@ -12,33 +7,21 @@ Client i, round t (``variant="paper"``, the default), θ_{i,0} = θ^t::
     each step:  g̃ = ∇f_i(θ + δ_i; ξ);  θ ← θ − η_t (clip(g̃, C) + wd·θ)
     upload Δ_i = θ_{i,K} − θ^t;  keep θ_old,i ← θ^t, seen_i ← 1
 
-Server: FedAvg, θ^{t+1} = θ^t + η_g mean_{i∈S_t} Δ_i.
+θ_old,i is the model the client received at its last participation. Server: FedAvg,
+θ^{t+1} = θ^t + η_g mean_{i∈S_t} Δ_i.
 
 State: server θ; client θ_old,i (d) and the 0/1 flag seen_i (1 scalar), kept *on* the client.
-Communication per round: down 1·d, up 1·d. Gradient evaluations per step: **1**.
+Communication per round: down 1·d, up 1·d. Gradient evaluations per step: **1**. Reported loss:
+f_i(θ + δ_i; ξ), the step's only gradient call (the unperturbed loss whenever δ_i = 0).
 
-Reported loss: the only gradient call of a step is at the perturbed point, so the loss returned by
-``local_step`` is f_i(θ + δ_i; ξ) (equal to the unperturbed loss whenever δ_i = 0, e.g. at a client's
-first participation or with ρ = 0). Computing f_i(θ; ξ) as well would cost a second forward pass
-that the method is designed to avoid.
+``variant="last_global_update"`` (what the released code intends): no client state, the server also
+sends Δ^{t−1} = θ^t − θ^{t−1} (down 2·d), and every client perturbs along δ = −ρ Δ^{t−1}/‖Δ^{t−1}‖
+(zero in round 0). Under full participation both variants coincide exactly. The two variants are two
+classes (:class:`FedLESAMPaper`, :class:`FedLESAMLastGlobalUpdate`) sharing :class:`FedLESAM`'s local
+step; ``get_algorithm("fedlesam", variant=...)`` builds the one named.
 
-``variant="last_global_update"`` is what the released code *intends*: no client state, the server
-also sends its last global update Δ^{t−1} = θ^t − θ^{t−1} (down 2·d), and every client perturbs along
-δ = −ρ Δ^{t−1}/‖Δ^{t−1}‖ (zero in round 0). Under full participation θ_old,i = θ^{t−1}, so both
-variants coincide exactly.
-
-Known bugs of the reference code (MediaBrain-SJTU/FedLESAM, not reproduced): (1) issue #1 — the flat
-update vector is indexed by parameter-tensor index, so every tensor is shifted by a single scalar and
-the "norm" is a sum of |scalars|; the released perturbation is meaningless. (2) issue #3 — the code
-uses the same last global update for every client instead of each client's θ_old,i (the paper).
-(3) The repo does not import (server/__init__ imports missing modules).
-
-Code layout: the two variants are two algorithms (:class:`FedLESAMPaper`, :class:`FedLESAMLastGlobalUpdate`)
-sharing :class:`FedLESAM`'s local step; ``get_algorithm("fedlesam", {"variant": ...})`` (and ``FedLESAM(...)``)
-builds the one the ``variant`` hyperparameter names.
-
-Defaults: ρ = 0.01 (the value issue #1 reports "as in the paper"; the README uses ρ = 0.5 for
-FedLESAM-S, preset ``readme``), ε = 1e-12, η_g = 1.
+Defaults: ρ = 0.01 (preset ``readme``: ρ = 0.5), ε = 1e-12, η_g = 1.
+Paper vs code, and the code's bugs: guide/methods.md#fedlesam.
 """
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""FedMoSWA — momentum-based stochastic controlled weight averaging (Liu et al., ICML 2025), §8.
-
-FedSWA (cyclic in-round lr decay + server EMA, see :mod:`fedlab.algorithms.fedswa`) plus SCAFFOLD-style
-control variates whose *global* variate is a momentum (EMA) of the clients' variates, so the newest
-c_i weigh more than stale ones at low participation. Paper / first-upload form.
+"""FedMoSWA — momentum-based stochastic controlled weight averaging (Liu et al., ICML 2025, arXiv
+2507.20016): FedSWA (:mod:`fedlab.algorithms.fedswa`) plus SCAFFOLD-style control variates whose
+global variate is an EMA of the clients' variates. Paper / first-upload form.
 
 Client i, round t (θ_{i,0} = θ^t, receives θ^t and c), steps k = 0..K−1 with the FedSWA schedule
 η_k = λ η_t (1 − (1 − ρ) k/K)::
@@ -20,27 +18,11 @@ Server, with m = |S_t|::
 State: server θ, c (2·d); client c_i (d), kept on the client. Communication per round: down 2·d
 (θ^t, c^t), up 2·d (Δ_i, c_i⁺ − c^t). Gradient evaluations per step: 1.
 
-Where the correction enters. Both reference versions clip only the data gradient: the first upload
-takes the clipped SGD step and then a second step θ ← θ − η_k (c − c_i); the current code adds c − c_i
-to the already clipped gradient. Both are θ − η_k(clip(g) + wd·θ + c − c_i), i.e. algebraically the
-same update; fedlab performs it as one step (the correction goes through ``descend(..., unclipped=)``),
-which differs from the literal two-step form only by floating-point rounding. ``clip_correction=True``
-instead clips the whole corrected direction clip(g + c − c_i), as FL-Simulator's SCAFFOLD does.
-
-Defaults and sources: γ = 0.2 (the paper's ablation: best; 0.05 is very slow), ρ = 0.1, α = 1, λ = 1
-(see FedSWA). Presets: ``paper`` (ρ 0.1, α 1.5, γ 0.2), ``code`` (current code: constant lr ρ = 1,
+Options: ``clip_correction=True`` clips the whole direction clip(g + c − c_i); ``c_first_round_mean=True``
+sets c to the plain mean of the variates in round 0 (γ = 1 once).
+Defaults: γ = 0.2, ρ = 0.1, α = 1, λ = 1. Presets: ``paper`` (ρ 0.1, α 1.5, γ 0.2), ``code`` (ρ = 1,
 γ = 0.4, α = 1, c = mean c_i⁺ in round 0), ``first_upload`` (ρ 0.1, γ = 0.1, c = mean c_i⁺ in round 0).
-
-Reference-code notes (junkangLiu0/FedSWA; by reading): (1) γ is hard-coded — 0.4 in the current code
-(``apply_weights_SCAF``), 0.1 in the first upload (``apply_ci`` overwrites ``args.gamma``); the
-README's ``--gamma 0.5`` is not read on this path. (2) In round 0 both versions set c to the plain
-mean of the uploaded variates (γ = 1 once); fedlab follows the paper's EMA from c = 0 unless
-``c_first_round_mean=True``. (3) **Per-client c_i is broken in the code**: the variates are read from
-a dict that is never written and the dict that is written lives in the Ray actor, so c_i belongs to
-an actor *slot* (10 slots re-used by random clients), not to a client. fedlab keeps c_i on the
-client. (4) The first upload divides by T_loc·(η_t + ρη_t)/2, an approximation of Σ_k η_k (they
-differ by (1 − ρ)η_t/2); fedlab uses the exact sum of the step sizes it applied. (5) The current code
-runs a constant lr with a K = 50 cap; the first upload the SWA schedule over all E epochs.
+Paper vs code, and the code's broken per-client c_i: guide/methods.md#fedmoswa.
 """
 from __future__ import annotations
 

@@ -1,54 +1,36 @@
-"""FedNSAM — SAM steered by global Nesterov momentum (Liu et al., MM 2025, arXiv 2602.23827), §9.
-
-The server keeps a global momentum m of the aggregated updates. Clients use it (a) to extrapolate
-(a Nesterov look-ahead along γm) and, in the paper, (b) as the SAM perturbation direction instead of
-the local minibatch gradient, so local flat regions are searched along the global trajectory.
+"""FedNSAM — SAM steered by global Nesterov momentum (Liu et al., MM 2025, arXiv 2602.23827).
 
 Server, every variant (Δ̄ = mean_{i∈S_t} Δ_i, Δ_i = θ_{i,K} − θ_{i,0} relative to the client's start)::
 
     m^t     = γ m^{t−1} + Δ̄^t          (m^{−1} = 0, so m^0 = Δ̄^0)
     θ^{t+1} = θ^t + m^t                 (= θ_{i,0} + Δ̄ = mean_S θ_{i,K} with round-start extrapolation)
 
-``variant="code"`` (default; junkangLiu0/FedNSAM ``update_NSAM`` + the FedSWA repo's server)::
+``variant="code"`` (default; the official client)::
 
     θ_{i,0} = θ^t + γ m^{t−1}           extrapolate once; the server sends this point (down 1·d)
     each step:  g = ∇f_i(θ; ξ);  g̃ = ∇f_i(θ + ρ g/‖g‖; ξ);  θ ← θ − η_t (clip(g̃, C) + wd·θ)
 
     ordinary local-gradient SAM: 2 gradient evaluations per step. With γ = 0 this is FedSAM exactly.
 
-``variant="paper"`` (abstract and paper description)::
+``variant="paper"``::
 
     δ = ρ (−m^{t−1}) / ‖m^{t−1}‖        uphill is −m, since m accumulates descent displacements
     each step:  g̃ = ∇f_i(θ + δ; ξ);  θ ← θ − η_t (clip(g̃, C) + wd·θ)       1 gradient per step
 
     the client needs m itself: down 2·d (θ_{i,0} and m). δ = 0 while m = 0 (round 0).
 
-Where the extrapolation happens (``extrapolation``): ``"round_start"`` (default, both variants) moves
-the starting point once, θ_{i,0} = θ^t + γm — the code, and the paper's "the local update starts with
-a Nesterov extrapolation step". ``"every_step"`` reads the paper's θ_{i,k+1/4} = θ_{i,k} + γm as a
-look-ahead *gradient*: clients start at θ^t and evaluate every gradient at θ_{i,k} + γm (+ δ) without
-moving the iterate (no public code does this; moving the iterate by γm at every step would shift it
-by Kγm per round). The server rule above is the Nesterov update in both cases. Down 2·d (θ^t, m).
+``extrapolation="round_start"`` (default) moves the start once, θ_{i,0} = θ^t + γm;
+``"every_step"`` starts at θ^t and evaluates every gradient at θ_{i,k} + γm (+ δ) without moving
+the iterate; down 2·d (θ^t, m).
 
 State: server θ, m (2·d); clients stateless. Up 1·d (Δ_i).
 Gradient evaluations per step: 2 (code) / 1 (paper); the class attribute gives the maximum (2), an
-instance reports its variant's count.
+instance reports its variant's count. Reported loss: at the (extrapolated) unperturbed iterate
+(code); at the perturbed point, the only gradient call (paper).
 
-Reported loss: code variant — the loss at the (extrapolated) unperturbed iterate; paper variant —
-the only gradient call is at the perturbed point, so that loss is reported (the unperturbed loss
-while m = 0).
-
-Defaults: γ = 0.85, ρ = 0.05 — both hard-coded in the official client (CLI ``--rho``/``--gamma`` are
-ignored there); ε = 1e-12.
-
-Known bug of the official repo (junkangLiu0/FedNSAM ``apply_weights_avgACG``): the server loop
-overwrites m with γΔ̄ + Δ̄ = (1+γ)Δ̄ and never reads the old m, so nothing accumulates:
-θ^{t+1} = θ^t + (1+γ)Δ̄^t while clients start from θ^t + γ(1+γ)Δ̄^{t−1}. In round 0 the momentum
-is still empty and the code takes its other branch, m^0 = Δ̄^0 (θ^1 = θ^0 + Δ̄^0, as in the
-accumulating form); the overwrite starts in round 1. fedlab implements the
-accumulating form (as the FedSWA repo and the CUMTzgq re-implementation do); the official behaviour is
-available with ``momentum_overwrite_bug=True`` (preset ``official_repo``). The code also extrapolates
-BatchNorm buffers; fedlab's models have none.
+Defaults: γ = 0.85, ρ = 0.05 (the official client's constants), ε = 1e-12.
+``momentum_overwrite_bug=True`` (preset ``official_repo``): the official server's m ← (1+γ)Δ̄ from
+round 1 on, without accumulation. Paper vs code: guide/methods.md#fednsam.
 """
 from __future__ import annotations
 

@@ -1,27 +1,19 @@
-"""FedProx (Li et al., MLSys 2020), as in FL-Simulator ``client/fedprox.py`` (../shared/docs/ALGORITHMS.md §13).
+"""FedProx (Li et al., MLSys 2020), as in FL-Simulator ``client/fedprox.py``.
 
 Client i minimises f_i(θ) + (μ/2)‖θ − θ^t‖², so every local step (minibatch ξ) is
 
     g = ∇f_i(θ; ξ)
     θ ← θ − η_t ( clip(g − μ θ^t, C) + μ θ + wd·θ )
 
-i.e. the effective gradient is g + μ(θ − θ^t) + wd·θ. The split of the proximal gradient across the
-clip follows FL-Simulator: its loss carries the linear term −μ⟨θ, θ^t⟩ (clipped together with the
-data gradient) and the optimiser adds μθ through SGD's weight decay (outside the clip). Without
-clipping the split is invisible.
+i.e. the effective gradient is g + μ(θ − θ^t) + wd·θ (−μθ^t clipped with g, μθ outside the clip).
 
-Server: θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i, Δ_i = θ_{i,K} − θ^t (a descent displacement; the
-pseudo-gradient is −mean Δ_i/(η_t K)).
+Server: θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i, Δ_i = θ_{i,K} − θ^t.
 
 State: server θ; clients stateless. Communication per round: down 1·d (θ^t), up 1·d (Δ_i).
 Gradient evaluations per step: 1.
 
-Defaults: μ = 0.01. FL-Simulator's ``--lamb`` (gradient convention μ(θ − θ^t), no factor 2) has the
-parser default 0.1, shared with FedDyn; its README / issue #7 quote 0.1 and 0.01 for the proxy
-coefficient; fedlab takes the smaller one, the usual FedProx range being 0.001–0.1. The preset
-``flsim_default`` gives μ = 0.1. FedACG's code puts μ on Σ(θ − θ^t)² (gradient 2μ(θ − θ^t)): use
-twice its value here. Liu's code adds the prox term through ``.item()`` so it has no effect
-(known bug; not reproduced). With μ = 0 FedProx is FedAvg bit for bit.
+Defaults: μ = 0.01; preset ``flsim_default``: μ = 0.1. With μ = 0 FedProx is FedAvg bit for bit.
+Paper vs code, and other codes' conventions for μ: guide/methods.md#fedprox.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """FedSAM — local SAM at every client step (Qu et al., ICML 2022; Caldarola et al., ECCV 2022).
 
-FL-Simulator ``client/fedsam.py`` (../shared/docs/ALGORITHMS.md §3). For each local step with minibatch ξ:
+FL-Simulator ``client/fedsam.py``. For each local step with minibatch ξ:
 
     g  = ∇f_i(θ; ξ)                    raw cross-entropy gradient (no weight decay)
     ε̂  = ρ g / (‖g‖ + ε)               ascent along the local minibatch gradient
@@ -9,6 +9,7 @@ FL-Simulator ``client/fedsam.py`` (../shared/docs/ALGORITHMS.md §3). For each l
 
 Server: as FedAvg. Two gradient evaluations per step; down 1·d, up 1·d.
 With ρ = 0, ε̂ is exactly zero and FedSAM reproduces FedAvg bit for bit.
+Paper vs code: guide/methods.md#fedsam.
 """
 from __future__ import annotations
 

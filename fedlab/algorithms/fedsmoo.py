@@ -1,8 +1,7 @@
 """FedSMOO — the paper's method (Sun et al., ICML 2023, "Dynamic Regularized Sharpness Aware
 Minimization in Federated Learning"), as in the authors' code FL-Simulator ``client/fedsmoo.py``,
-``optimizer/DRegSAM.py``, ``server/FedSMOO.py`` *after* the 2024-10-26 fix (commit 502bec6, issue #13;
-../shared/docs/ALGORITHMS.md §6). This is **not** the per-client adaptive scheme of the practitioner's blog; that
-variant is ``fedsmoo_adaptive`` (:mod:`fedlab.algorithms.fedsmoo_adaptive`).
+``optimizer/DRegSAM.py``, ``server/FedSMOO.py`` after the fix of 2024-10-26 (commit 502bec6). Not the
+per-client adaptive scheme of the practitioner's blog: that variant is ``fedsmoo_adaptive``.
 
 Client i keeps h_i (FedDyn dual, sum of its past Δ_i) and μ_i (dynamic dual of the perturbation);
 the server broadcasts θ^t and the global perturbation s. Each local step with minibatch ξ:
@@ -15,24 +14,15 @@ the server broadcasts θ^t and the global perturbation s. Each local step with m
     θ ← θ − η_t ( clip(g̃ + λ(h_i − θ^t), C) + λθ + wd·θ )      (FedDyn's step with g̃ for g)
 
 After K steps: Δ_i = θ_{i,K} − θ^t; upload Δ_i and μ_i; the client keeps h_i ← h_i + Δ_i.
-Server: FedDyn's update (h̄ ← h̄ + (1/N)Σ_S Δ_i; θ^{t+1} = θ^t + mean_S Δ_i + h̄, i.e. mean θ_{i,K}
-plus the mean of h over all N clients), and
+Server: FedDyn's update (h̄ ← h̄ + (1/N)Σ_S Δ_i; θ^{t+1} = θ^t + mean_S Δ_i + h̄), and
 
-    s ← ρ μ̄ / (‖μ̄‖ + ε),   μ̄ = (1/m) Σ_{i∈S_t} μ_i
+    s ← ρ μ̄ / (‖μ̄‖ + ε),   μ̄ = (1/m) Σ_{i∈S_t} μ_i          (s = 0 in round 0)
 
-(the released code drops the paper's extra ŝ_{i,K} term, "its norm is small"). s = 0 in round 0.
-
-State: server θ, h̄, s; client h_i, μ_i (FL-Simulator stores all of them on the server and sends 4·d
-down). Real-FL communication per round: down 2·d (θ^t, s), up 2·d (Δ_i, μ_i).
+State: server θ, h̄, s; client h_i, μ_i. Communication per round: down 2·d (θ^t, s), up 2·d (Δ_i, μ_i).
 Gradient evaluations per step: 2.
 
-Defaults: ρ = 0.1, λ = 0.1 (README table / issue #17: B 50, E 5, decay 0.998), ε = 1e-12 (fedlab's
-FedSAM; FL-Sim uses 1e-7 in both the optimiser and the server). Known bug of the reference code: before
-2024-10-26 the flat-to-per-tensor reshape never advanced its offset, so μ_i and s were filled from the
-first slice of the vector (the April-2024 README numbers were produced with it). fedlab implements the
-fixed version only: the algorithm contract sees flat vectors without the per-tensor layout, so the bug
-cannot be reproduced faithfully here. With ρ = 0 FedSMOO is FedDyn bit for bit (ε̂ = 0, s = 0, μ_i
-stays 0).
+Defaults: ρ = 0.1, λ = 0.1, ε = 1e-12. With ρ = 0 FedSMOO is FedDyn bit for bit (ε̂ = 0, s = 0, μ_i
+stays 0). Paper vs code, and the pre-fix bug: guide/methods.md#fedsmoo.
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""FedSMOO-adaptive — the per-client *adaptive* dynamic-regularised SAM described in a practitioner's
-blog about the FedSMOO paper (shared/seeds/fedsmoo_icml2023_blog.txt; PAPERS.md §4).
+"""FedSMOO-adaptive — the per-client adaptive dynamic-regularised SAM of a practitioner's blog about
+the FedSMOO paper (Sun et al., ICML 2023).
 
-**This is the blog's variant, not the paper's method.** The paper's FedSMOO (Sun et al., ICML 2023,
-authors' code in FL-Simulator: FedDyn dual h_i + globally corrected perturbation with duals μ_i and a
-server perturbation s) is ``fedsmoo`` (:mod:`fedlab.algorithms.fedsmoo`). The blog describes neither
-FedDyn duals nor a global perturbation; instead each client tunes its own proximal weight λ_k and SAM
-radius ρ_k every round from three local scalars. fedlab offers it to compare the two readings.
-
-Client k in round t (after warm-up), at local step 0 on its first minibatch ξ_0, at θ = θ^t:
+**This is the blog's variant, not the paper's method**, which is ``fedsmoo``. Client k in round t
+(after warm-up), at local step 0 on its first minibatch ξ_0, at θ = θ^t:
 
     g      = ∇L_k(θ^t; ξ_0),  ℓ = L_k(θ^t; ξ_0)
     γ_k    = ⟨g, g_prev⟩ / (‖g‖‖g_prev‖ + 1e-8), clamped to [−1, 1]    consistency; 1 on a first visit
@@ -18,42 +13,24 @@ Client k in round t (after warm-up), at local step 0 on its first minibatch ξ_0
     ρ_k    = max(ρ_min, ρ_max e^{−λ_k})
     then g_prev ← g and this visit's angle enters the ring buffer (only if g_prev existed).
 
-λ_k and ρ_k are computed once per round (vmappably, as tensors) and kept in the client state for the
-K steps. Every step (minibatch ξ), with ε = ρ_k g/(‖g‖ + ε₀) held fixed as in SAM:
+λ_k and ρ_k are kept in the client state for the K steps. Every step (minibatch ξ), with
+ε = ρ_k g/(‖g‖ + ε₀) held fixed as in SAM: g = ∇L_k(θ; ξ);  g̃ = ∇L_k(θ + ε; ξ), and
 
-    g   = ∇L_k(θ; ξ);  g̃ = ∇L_k(θ + ε; ξ)                        same minibatch
+    objective="blog" (default), L_k(θ) + λ_k‖θ − θ^t‖² + L_k(θ + ε):
+        θ ← θ − η_t ( clip(g + g̃ + 2λ_k(θ − θ^t), C) + wd·θ )
+    objective="perturbed_only", L_k(θ + ε) + λ_k‖θ − θ^t‖²:
+        θ ← θ − η_t ( clip(g̃ + 2λ_k(θ − θ^t), C) + wd·θ )
 
-``objective="blog"`` (default) — the blog's per-client objective as written,
-L_k(θ) + λ_k‖θ − θ^{t−1}‖² + L_k(θ + ε), the clean loss *plus* the perturbed one:
-
-    θ ← θ − η_t ( clip(g + g̃ + 2λ_k(θ − θ^t), C) + wd·θ )
-
-``objective="perturbed_only"`` — fedlab ≤ 0.3's reading, SAM on the data term only,
-L_k(θ + ε) + λ_k‖θ − θ^{t−1}‖² (the clean loss dropped):
-
-    θ ← θ − η_t ( clip(g̃ + 2λ_k(θ − θ^t), C) + wd·θ )
-
-Both cost the same 2 gradient evaluations per step: g is needed for the perturbation anyway, so
-keeping the clean term adds no gradient call. The proximal gradient enters the optimiser with the
-data gradient, so it is clipped with it. θ^{t−1} of the blog is the model received this round (θ^t
-in fedlab's round indexing).
-Warm-up (rounds t < ``warmup_rounds`` = 3): λ_k = 0 and SAM off — the blog's fix forces γ = 1, λ = 0
-"so that clients first do standard FedAvg training"; fedlab reads that as plain FedAvg (no SAM either),
-which makes the warm-up rounds equal FedAvg exactly. The gradient history (g_prev, angles) is
-still recorded during warm-up, so the statistics are ready when it ends.
-Upload Δ_k = θ_{k,K} − θ^t plus the two scalars λ_k, ρ_k (0 during warm-up), only so the server can
-log their means (:meth:`round_metrics`). Server: FedAvg, θ^{t+1} = θ^t + η_g mean Δ_k.
+Warm-up (rounds t < ``warmup_rounds``): plain FedAvg steps, λ_k = ρ_k = 0; the gradient history is
+still recorded. Upload Δ_k = θ_{k,K} − θ^t plus λ_k, ρ_k (their means are logged,
+:meth:`round_metrics`). Server: FedAvg, θ^{t+1} = θ^t + η_g mean Δ_k.
 
 State: server θ (+ the two logged means); client g_prev (d), a ring buffer of W angles, its fill
 count, a "has history" flag, λ_k, ρ_k. Communication per round: down 1·d, up 1·d + 2 floats.
 Gradient evaluations per step: 2 (one more at step 0 after warm-up for the σ probe; 1 in warm-up).
 
 Defaults (blog): (a, b, c) = (0.4, 0.5, 0.1), λ ∈ [0.01, 0.3], ρ_min = 0.001, ρ_max = 0.05, W = 5,
-warm-up 3 rounds. Choices fedlab made where the blog is vague or circular: σ is probed at ρ_max (the
-blog's code probes with a ρ computed from σ itself) on the first minibatch (the blog averages over
-the whole local data); "the previous global model" is the model the client received at its previous
-participation; the proximal anchor is the model received this round; γ and τ are measured at step 0.
-With λ_k ∈ [0.01, 0.3], ρ_k lies in [ρ_max e^{−0.3}, ρ_max e^{−0.01}] ⊂ [ρ_min, ρ_max].
+warm-up 3 rounds. Where the blog is vague, fedlab's choices: guide/methods.md#fedsmoo_adaptive.
 """
 from __future__ import annotations
 

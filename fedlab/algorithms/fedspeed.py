@@ -1,5 +1,5 @@
 """FedSpeed (Sun et al., ICLR 2023) as released in FL-Simulator ``client/fedspeed.py`` +
-``server/FedSpeed.py`` (the authors' code; ../shared/docs/ALGORITHMS.md §17) — FedDyn with a local SAM gradient.
+``server/FedSpeed.py`` (the authors' code) — FedDyn with a local SAM gradient.
 
 Client i (state h_i), each local step with minibatch ξ:
 
@@ -14,11 +14,8 @@ h̄ ← h̄ + (1/N)Σ_S Δ_i, θ^{t+1} = θ^t + mean_S Δ_i + h̄ (= mean θ_{i,
 State: server θ, h̄; client h_i. Communication per round: down 1·d, up 1·d.
 Gradient evaluations per step: 2.
 
-Defaults: ρ = 0.1, λ = 0.1 (FL-Simulator README / parser), ε = 1e-12 (fedlab's FedSAM; FL-Sim 1e-7).
-Paper vs code: the paper's gradient-merging step (mixing ∇f(θ) and ∇f(θ + ε̂)) and its prox-correction
-averaged over active clients are not in the released code (issue #6: the author says this version
-merges FedDyn with the perturbation). fedlab implements the released code. With ρ = 0 FedSpeed is
-FedDyn bit for bit.
+Defaults: ρ = 0.1, λ = 0.1 (FL-Simulator README / parser), ε = 1e-12. With ρ = 0 FedSpeed is FedDyn
+bit for bit. Paper vs code (the paper's gradient merging): guide/methods.md#fedspeed.
 """
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""FedSWA — stochastic weight averaging for FL (Liu et al., ICML 2025), ../shared/docs/ALGORITHMS.md §7.
-
-Instead of SAM's second gradient, FedSWA restarts a *decaying* local learning rate every round (a
-cyclic schedule, as in SWA) and averages the client end points with an EMA on the server.
+"""FedSWA — stochastic weight averaging for FL (Liu et al., ICML 2025, arXiv 2507.20016).
 
 Client i, round t, K local steps (θ_{i,0} = θ^t), step k = 0..K−1 with minibatch ξ_k::
 
@@ -9,7 +6,7 @@ Client i, round t, K local steps (θ_{i,0} = θ^t), step k = 0..K−1 with minib
     θ ← θ − η_k (clip(g_i(θ; ξ_k), C) + wd·θ)
 
 so the step size falls linearly from λη_t (first step, full lr) towards λρη_t (reached at k = K, one
-step after the last). λ = ``lr_multiplier``. Upload Δ_i = θ_{i,K} − θ^t.
+step after the last). λ = ``lr_multiplier``; K is ``StepInfo.K``. Upload Δ_i = θ_{i,K} − θ^t.
 
 Server ("EMA aggregation", LookAhead-style), with v^t = mean_{i∈S_t} θ_{i,K}:
 
@@ -18,15 +15,8 @@ Server ("EMA aggregation", LookAhead-style), with v^t = mean_{i∈S_t} θ_{i,K}:
 State: server θ. Communication per round: down 1·d, up 1·d. Gradient evaluations per step: 1.
 With ρ = 1, λ = 1, α = 1 every η_k is exactly η_t and FedSWA is FedAvg bit for bit.
 
-Defaults and sources: ρ = 0.1 (the paper's ablation: best value; also the first upload's ``--rho``),
-α = 1.0 (the current code's ``--lg`` = 1; the paper's ablation finds α = 1.5 best — preset ``paper``;
-the first upload's α is ``--alpha``, whose value for the paper's tables cannot be recovered), λ = 1.
-
-Reference-code notes (junkangLiu0/FedSWA): the *current* code ignores ``--rho`` (ρ hard-coded to 0) and
-gives the optimizer 2× the scheduled lr, so the step size goes linearly from 2η_t to 0 (mean η_t);
-preset ``code`` = {λ = 2, ρ = 0, α = 1} reproduces that. Both code versions run all E epochs without a
-K cap, so K grows with the client's data; fedlab uses the K steps the engine gives the client
-(``StepInfo.K``), which the engine can set per client.
+Defaults: ρ = 0.1, α = 1.0, λ = 1. Presets ``paper`` (α = 1.5), ``code`` (λ = 2, ρ = 0, α = 1).
+Paper vs code: guide/methods.md#fedswa.
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """FedVSSAM — variance-suppressed sharpness-aware FL (Xiao et al., NeurIPS 2026, arXiv 2605.09144).
 
-No public code: this is fedlab's reading of the paper description (../shared/docs/ALGORITHMS.md §10, PAPERS.md §1).
-The server keeps an EMA direction h that tracks ∇F; clients anchor both the SAM perturbation and the
-descent step to it, which suppresses the minibatch noise ("friendly adversary") and the client drift
-that make local flat regions incompatible with the global one.
-
-Client i, round t (receives θ^t and h^t; θ_{i,0} = θ^t), each step k with minibatch ξ_k::
+No public code: fedlab's reading of the paper. Client i, round t (receives θ^t and h^t;
+θ_{i,0} = θ^t), each step k with minibatch ξ_k::
 
     g    = ∇f_i(θ; ξ_k)                                 its loss is the one reported
     h_i  = (1 − γ_l) h^t + γ_l g                        [LF]  (lf=False: h_i = g)
@@ -13,45 +9,24 @@ Client i, round t (receives θ^t and h^t; θ_{i,0} = θ^t), each step k with min
     u    = (1 − γ_l) h^t + γ_l g̃                        [LU]  (lu=False: u = g̃)
     θ   ← θ − η_t (clip(u, C) + wd·θ)                   clip u (not g̃), wd outside the mixing
 
-upload Δ_i = θ_{i,K} − θ^t only (equivalently θ_{i,K}). With h^t fixed inside the round, the
-conditional variance of the step direction is Var[u] = γ_l² Var[g̃] — the "variance suppression".
-
-Server, with Δ̄ = mean_{i∈S_t} Δ_i and η_g = β η_t K (β = ``server_lr_scale``)::
+upload Δ_i = θ_{i,K} − θ^t only. Server, with Δ̄ = mean_{i∈S_t} Δ_i and η_g = β η_t K
+(β = ``server_lr_scale``, K = ``RoundInfo.mean_steps``, the mean of the clients' K_i)::
 
     g^{t+1} = (θ^t − mean θ_{i,K}) / (η_t K) = −Δ̄ / (η_t K)     pseudo-gradient
     h^{t+1} = (1 − γ_g) h^t + γ_g g^{t+1}                       [GU]  (gu=False: γ_g := 1)
     θ^{t+1} = θ^t − η_g h^{t+1}
 
-K is K̄ = (1/m) Σ_{i∈S_t} K_i, the mean of the steps the round's clients really ran
-(``RoundInfo.mean_steps``): the rule normalises the *mean* displacement, so it takes the mean K (= K in
-fixed-K mode; in epoch mode K_i = E·⌈n_i/B⌉ differs per client).
-
-fedlab evaluates the last line in the algebraically identical form
-θ^{t+1} = θ^t + β (γ_g Δ̄ − (1 − γ_g) η_t K h^t), which avoids dividing Δ̄ by η_t K and multiplying
-it back; with γ_l = γ_g = 1 and β = 1 it is FedAvg's θ^t + Δ̄ bit for bit, so FedVSSAM "base" is
-FedSAM exactly.
+fedlab evaluates the last line as θ^{t+1} = θ^t + β (γ_g Δ̄ − (1 − γ_g) η_t K h^t) (no division of Δ̄
+by η_t K); with γ_l = γ_g = 1 and β = 1 it is FedAvg's θ^t + Δ̄, so preset "base" is FedSAM exactly.
 
 State: server θ, h (2·d); clients stateless. Communication per round: down 2·d (θ^t, h^t), or 1·d
 when clients never read h (lf = lu = False, or γ_l = 1 as in the "base" preset and the plain-FedSAM
 round 0 of h_init="first_round"); up 1·d. Gradient evaluations per step: 2.
 
-Ablation switches (all True by default; False = the un-suppressed choice, as in the paper's
-ablation): ``lf`` perturb along g instead of h_i; ``lu`` step along g̃ instead of u; ``gu`` server
-h^{t+1} = g^{t+1} and θ^{t+1} = θ^t − η_g g^{t+1} (the paper's "w/o GU" sets γ_g = 1).
-
-Open choices (the paper's training hyperparameters are not public), documented here:
-* η_g is expressed in units of η_t K (``server_lr_scale`` β, default 1) so that the global step
-  follows the local lr schedule and β = 1 with γ_g = 1 is plain averaging.
-* h⁰ (``h_init``): ``"zero"`` (default) — h⁰ = 0, so round-0 clients step with γ_l·g̃ (like MoFedSAM's
-  first round) and h¹ = γ_g g¹. ``"first_round"`` — round 0 is a plain FedSAM round: clients use
-  γ_l = 1 in round 0 (perturb along g, step along g̃), and the server uses γ_g = 1 once, so
-  h¹ = g¹ (the first pseudo-gradient) and θ¹ = θ⁰ − η_g g¹; from round 1 on the given γ_l, γ_g apply.
-  (Adam-style bias correction of the EMA is not offered.)
-* u mixes a stale global direction with a fresh gradient, so the clip acts on u (§10f).
-
-Defaults: ρ = 0.05, (γ_l, γ_g) = (0.4, 0.6) — the paper's values for moderate heterogeneity; preset
-``high`` = (0.1, 0.6) for high heterogeneity, preset ``base`` = (1, 1) (the FedSAM-like ablation base);
-β = 1; ε = 1e-12.
+Options: ``lf``, ``lu``, ``gu`` (default True; False = the paper's ablation without that part);
+``h_init`` = ``"zero"`` (h⁰ = 0) or ``"first_round"`` (round 0 is plain FedSAM, h¹ = g¹).
+Defaults: ρ = 0.05, (γ_l, γ_g) = (0.4, 0.6); presets ``high`` = (0.1, 0.6), ``base`` = (1, 1);
+β = 1; ε = 1e-12. Open choices of this reading: guide/methods.md#fedvssam.
 """
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """FedWMSAM — weighted momentum and sharpness-aware minimisation (Li et al., NeurIPS 2025,
-arXiv 2511.22080: T. Li, Y. Huang (equal contribution), L. Jiang, C. Liu, Q. Xie, W. Du, L. Wang,
-K. Wu, "A Fast and Flat Federated Learning Method via Weighted Momentum and Sharpness-Aware
-Minimization"); authors' code Huang-Yongzhi/NeurlPS_FedWMSAM (an FL-Simulator fork, read at
-a922a1d): ``client/fedwmsam.py``, ``optimizer/WMSAM.py``, ``server/FedWMSAM.py``.
-
-One gradient per local step: the perturbation costs no gradient because it points at a
-momentum-predicted global point, and the descent mixes that gradient with a personalised momentum.
+arXiv 2511.22080, "A Fast and Flat Federated Learning Method via Weighted Momentum and
+Sharpness-Aware Minimization"); authors' code Huang-Yongzhi/NeurlPS_FedWMSAM.
 
 Round t, server → clients: θ^t, the momentum m^t, the SCAFFOLD control c^t and the weight α_t.
 Client i keeps its control c_i (0 at its first participation) and forms (C2, personalised momentum)::
@@ -28,32 +23,12 @@ own K_i). Server, with Δ̄ = mean_{i∈S_t} Δ_i::
     m^{t+1} = −κ Δ̄ / (K̄ η_t)                                     (κ = momentum_scale)
     θ^{t+1} = θ^t + η_g Δ̄
 
-Δ_i is a descent displacement and m is gradient-like, so cos(Δ_i, m) ≈ −1 when a client follows the
-momentum: v ≈ 0, α drifts to 0.1 (more momentum); a client that disagrees pushes α toward 0.9 (more
-SAM gradient) — "momentum early, SAM late". The server forms c's update from the uploads alone.
+State: server θ, m, c (3·d) and α; client c_i (d). Communication per round: down 3·d + 1 scalar
+(θ^t, m^t, c^t, α_t; down 2·d + 1 scalar with personalised=False), up 1·d (Δ_i). Gradient
+evaluations per step: 1.
 
-State: server θ, m, c (3·d) and α; client c_i (d; the code keeps every c_i on the server and sends
-each client its own p_i). Communication per round: down 3·d + 1 scalar (θ^t, m^t, c^t, α_t; down 2·d
-+ 1 scalar with personalised=False), up 1·d (Δ_i). Gradient evaluations per step: 1.
-
-Presets: default / ``paper`` — ρ = 0.01 (the paper's ρ study: best near 0.01), perturbation toward the
-predicted point, κ = 1, α_0 = 0.1 (the code's ``--alpha``). ``code`` — ρ = 0.1 (``--rho`` default),
-s = −1, κ = 0.998, ε = 1e-7 (see below).
-
-Paper vs code (a922a1d):
-* Sign of the perturbation: the paper's δ = (x_r + b·Δ_r^(k)) − x_{b,k} points at the predicted
-  point; ``WMSAM.first_step`` adds e = −ρ δ/‖δ‖ (away from it). ``perturb="away"`` keeps the code's sign.
-* Index bug (as FedLESAM's issue #1): the flat δ is indexed by parameter-tensor number
-  (``g_update[idx]``), so every tensor is shifted by one scalar and the "norm" is Σ_idx |δ_idx|.
-  fedlab does not reproduce this: both variants use the whole vector δ and its L2 norm.
-* The target θ^t + k p_i moves by a whole momentum per step, not η·p_i (``target_model +=
-  momentum_list``); fedlab follows the code (the paper's x_r + b Δ_r^(k) says the same).
-* m = −Δ̄/(K η_t)·``lr_decay`` (κ = 0.998 in the code), K = E·n_0/B from client 0's data size (a
-  float) for every client and every rule; fedlab uses K̄ for m and each client's K_i for c_i.
-* The α schedule (0.99, 0.01, clamp [0.1, 0.9]) and v = 1 + cos are hard-coded in
-  ``server/FedWMSAM.py``; the README describes it only in words ("reduce momentum when misaligned").
-* Round 0: m = c = 0, so p_i = 0 and δ = θ^t − θ: the first step is unperturbed; v = 0 for every
-  client, α_1 = 0.99 α_0 + 0.001.
+Presets: default / ``paper`` — ρ = 0.01, perturbation toward the predicted point, κ = 1, α_0 = 0.1.
+``code`` — ρ = 0.1, s = −1, κ = 0.998, ε = 1e-7. Paper vs code: guide/methods.md#fedwmsam.
 """
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""MoFedSAM — FedSAM with client-side global momentum (Qu et al., ICML 2022), ../shared/docs/ALGORITHMS.md §4.
-
-Reference: FL-Simulator ``server/MoFedSAM.py`` + ``client/mofedsam.py`` (Liu's ``FedMoSAM`` path
-crashes and is not used). The server turns last round's mean update into a gradient-like vector and
-sends it with the model; every local step mixes it with the client's SAM gradient.
+"""MoFedSAM — FedSAM with client-side global momentum (Qu et al., ICML 2022), as in FL-Simulator
+``server/MoFedSAM.py`` + ``client/mofedsam.py``.
 
 Round t, server → clients::
 
     m^t = −Δ̄^{t−1} / (K̄^{t−1} η_{t−1})      (m^0 = 0: no update exists before round 0)
 
-K̄^{t−1} is the *mean* of the steps K_i the clients of round t−1 really ran (``RoundInfo.mean_steps``):
-m normalises the mean update Δ̄, so it takes the mean K (= K in fixed-K mode; in epoch mode
-K_i = E·⌈n_i/B⌉ differs per client).
+K̄^{t−1} is the *mean* of the steps K_i the clients of round t−1 really ran (``RoundInfo.mean_steps``).
 
 Client i, each local step with minibatch ξ (θ_{i,0} = θ^t)::
 
@@ -20,22 +15,13 @@ Client i, each local step with minibatch ξ (θ_{i,0} = θ^t)::
     θ ← θ − η_t (clip(d, C) + wd·θ)            clip acts on the whole mixed direction (FL-Simulator)
 
 upload Δ_i = θ_{i,K} − θ^t. Server: Δ̄^t = mean_{i∈S_t} Δ_i, θ^{t+1} = θ^t + η_g Δ̄^t, and it keeps
-m^{t+1} = −Δ̄^t / (K̄^t η_t), computed when Δ̄^t is formed: it is divided by the K̄ and the lr that
-produced it (the η_{t−1} of the formula above, seen from round t+1).
-
-Sign: Δ̄ is a descent displacement (≈ −η K ∇F), so m = −Δ̄/(Kη) is gradient-like and enters d with a
-plus sign, like g̃. Δ̄ is taken unscaled by η_g.
+m^{t+1} = −Δ̄^t / (K̄^t η_t), divided by the K̄ and the lr that produced Δ̄^t.
 
 State: server θ, m (2·d). Communication per round: down 2·d (θ^t, m^t), up 1·d (Δ_i).
 Gradient evaluations per step: 2. Clients are stateless.
 
-Defaults: α = 0.1 (FL-Simulator ``--alpha``; its README also uses 0.05), ρ = 0.1 (FL-Simulator README
-SAM radius for MoFedSAM), ε = 1e-12, η_g = 1.
-
-Reference-code notes: in round 0, m = 0, so the effective step is α·η_t (10× smaller with α = 0.1) —
-fedlab keeps this behaviour. FL-Simulator takes K from client 0's data size (E·n_0/B, a float); fedlab
-uses the mean of the K_i the round's clients ran, which is the same for balanced splits.
-With α = 1 the momentum term is multiplied by exactly 0 and MoFedSAM is FedSAM bit for bit.
+Defaults: α = 0.1, ρ = 0.1 (FL-Simulator), ε = 1e-12, η_g = 1. With α = 1 the momentum term is
+multiplied by exactly 0 and MoFedSAM is FedSAM bit for bit. Paper vs code: guide/methods.md#mofedsam.
 """
 from __future__ import annotations
 

@@ -2,11 +2,8 @@
 
 SAM (Foret et al., ICLR 2021) minimises max_{‖ε‖≤ρ} f(θ + ε) by the first-order solution
 ε̂ = ρ · v / ‖v‖ with v = ∇f(θ; ξ), then descends along ∇f(θ + ε̂; ξ) on the *same* minibatch ξ.
-Federated variants differ only in the direction v they perturb along: the local minibatch gradient
-(FedSAM), a corrected gradient (FedSMOO), the global momentum (FedNSAM), the server's EMA direction
-mixed with the local gradient (FedVSSAM), the last global update (FedLESAM). So the helper takes the
-direction as an argument. The ascent never includes weight decay or correction terms unless the
-method says so.
+Federated variants differ only in the direction v they perturb along, so the helper takes it as an
+argument. The ascent never includes weight decay or correction terms unless the method says so.
 """
 from __future__ import annotations
 

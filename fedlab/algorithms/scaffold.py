@@ -1,5 +1,5 @@
 """SCAFFOLD, option II control variates (Karimireddy et al., ICML 2020), as in FL-Simulator
-``server/SCAFFOLD.py`` + ``client/scaffold.py`` (../shared/docs/ALGORITHMS.md §11).
+``server/SCAFFOLD.py`` + ``client/scaffold.py``.
 
 Client i holds its control variate c_i; the server holds θ and the global variate c. Round t:
 
@@ -11,20 +11,14 @@ Client i holds its control variate c_i; the server holds θ and the global varia
     server:                      θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i
                                  c ← c + (1/N) Σ_{i∈S_t} Δc_i
 
-Since c and every c_i start at 0, the server's c always equals (1/N) Σ_{all i} c_i (never-sampled
-clients count with c_i = 0). K is the number of steps the client actually ran (the ``K`` argument of
-``upload``); FL-Simulator uses E·n_0/B computed from client 0, which differs for unbalanced splits.
-The correction is added to the loss in FL-Simulator, so it is clipped together with the gradient;
-Δ_i contains the weight-decay contribution.
+Since c and every c_i start at 0, the server's c always equals (1/N) Σ_{all i} c_i. K is the number
+of steps the client actually ran (the ``K`` argument of ``upload``); Δ_i contains the weight-decay
+contribution.
 
-State: server θ, c; client c_i (FL-Simulator keeps all c_i on the server; in real FL they stay on
-the client and are not communicated). Communication per round: down 2·d (θ^t, c), up 2·d (Δ_i, Δc_i).
-Gradient evaluations per step: 1.
+State: server θ, c; client c_i (it stays on the client and is not communicated). Communication per
+round: down 2·d (θ^t, c), up 2·d (Δ_i, Δc_i). Gradient evaluations per step: 1.
 
-Defaults: η_g = 1 (FL-Simulator ``--global-learning-rate``), c_i = c = 0 at start (random
-initialisation hurts, NIID-Bench). Known bugs elsewhere: Liu's ``update_scaf`` adds the correction
-through ``.item()`` (no gradient, so it is FedAvg); FedLESAM-S scales the correction by 0.1. Neither is
-reproduced.
+Defaults: η_g = 1, c_i = c = 0 at start. Paper vs code: guide/methods.md#scaffold.
 """
 from __future__ import annotations
 

@@ -1,18 +1,14 @@
 """Analysis tools: curvature, loss landscapes, flatness incompatibility and the friendly adversary.
 
 Everything works on a *federation view* — a :class:`~fedlab.models.FlatModel` and per-client data
-``[(x_i, y_i), ...]`` (:func:`client_data`, :func:`federation_from_config`) — and on flat parameter
-vectors θ, with the global objective F = (1/N) Σ_i F_i as the papers define it::
+``[(x_i, y_i), ...]`` (:mod:`~fedlab.analysis.federation`) — and on flat parameter vectors θ::
 
     from fedlab.analysis import federation_from_config, global_loss_fn, top_eigenvalues
     model, clients, _ = federation_from_config(config)
     F = global_loss_fn(model, clients, batches=2, batch_size=64)
     top_eigenvalues(F, model.theta0(), k=2).values
 
-Modules (one concept each): ``federation`` (data and losses), ``hessian``, ``landscape``,
-``gradients`` (client gradients at θ), ``incompatibility`` and ``friendly``; sharpness over training
-(a run measured every few rounds) is the lab's ``lab.sharpness.track_sharpness``. Their
-timings are the lab's (``python -m lab bench analysis``).
+Sharpness over training (a run measured every few rounds) is the lab's ``lab.sharpness``.
 """
 from fedlab.analysis.federation import (
     ClientData,

@@ -9,7 +9,8 @@ from torch import Tensor
 from tqdm import tqdm
 from fedlab.analysis.federation import LossFn
 from fedlab._rng import torch_generator
-from fedlab.analysis.hessian import EIG_METHODS, HessianOperator, _check_theta, _operator
+from fedlab.analysis._checks import check_count, check_theta
+from fedlab.analysis.hessian import EIG_METHODS, HessianOperator, _operator
 
 
 def _unit_random(d: int, generator: torch.Generator, like: Tensor) -> Tensor:
@@ -64,13 +65,11 @@ def top_eigenvalues(
     ``tol``·|λ| (stores ``iters`` vectors). ``generator``: start vectors (default
     ``torch_generator(0, "hessian-eig")``). ``mode``, ``backend``: as :class:`HessianOperator`;
     ``loss_fn`` may be such an operator at ``theta``, whose graph is then reused."""
-    _check_theta(theta)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    check_theta(theta)
+    check_count("k", k)
     if k > theta.numel():
         raise ValueError(f"k={k} exceeds the dimension d={theta.numel()}")
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
-        raise ValueError(f"iters must be an integer >= 1, got {iters!r}")
+    check_count("iters", iters)
     if not (tol > 0):
         raise ValueError(f"tol must be > 0, got {tol!r}")
     if method is None:

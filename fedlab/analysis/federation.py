@@ -27,6 +27,7 @@ from fedlab.engine.batches import fixed_step_batches
 from fedlab.models.functional import FlatModel
 from fedlab._rng import numpy_generator, torch_generator
 
+from fedlab.analysis._checks import check_clients, check_count
 from fedlab.analysis.points import evaluate_affine, evaluate_points  # re-exported (__all__)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +39,6 @@ __all__ = [
     "ClientData",
     "EmpiricalLoss",
     "LossFn",
-    "check_clients",
     "client_data",
     "client_loss_fn",
     "evaluate_affine",
@@ -59,22 +59,6 @@ DEFAULT_CHUNK = 2048
 
 
 # --- building a federation view ---
-def check_clients(clients: Sequence[tuple[Tensor, Tensor]], name: str = "clients") -> None:
-    """Raise ``ValueError`` naming ``name`` unless every client holds ≥ 1 sample with matching x, y."""
-    if not isinstance(clients, Sequence) or len(clients) == 0:
-        raise ValueError(f"{name} must be a non-empty list of (x, y) tensor pairs")
-    for i, pair in enumerate(clients):
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-            raise ValueError(f"{name}[{i}] must be an (x, y) pair of tensors")
-        x, y = pair
-        if not (isinstance(x, Tensor) and isinstance(y, Tensor)):
-            raise ValueError(f"{name}[{i}] must hold tensors, got {type(x).__name__}, {type(y).__name__}")
-        if x.shape[0] == 0:
-            raise ValueError(f"{name}[{i}] is empty (no samples)")
-        if y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise ValueError(f"{name}[{i}] has {x.shape[0]} inputs but labels of shape {tuple(y.shape)}")
-
-
 def client_data(
     dataset: "Dataset",
     partition: "Partition",
@@ -88,8 +72,7 @@ def client_data(
     ``max_per_client``: a sorted uniform subset of at most that many samples per client, drawn from
     ``numpy_generator(seed, "analysis-subset", i)``. Empty clients have no F_i: left out with a warning
     (``drop_empty``), else ValueError."""
-    if max_per_client is not None and (isinstance(max_per_client, bool) or int(max_per_client) < 1):
-        raise ValueError(f"max_per_client must be None or an integer >= 1, got {max_per_client!r}")
+    check_count("max_per_client", max_per_client, optional=True)
     device = dataset.x_train.device
     out: ClientData = []
     empty = []
@@ -131,10 +114,8 @@ def federation_from_config(
 def sample_batches(n: int, batches: int, batch_size: int, generator: torch.Generator) -> Tensor:
     """``(batches, batch_size)`` indices into ``range(n)`` by consecutive random permutations — the
     engine's rule for local minibatches (disjoint while the data last; a small client repeats samples)."""
-    if batches < 1:
-        raise ValueError(f"batches must be >= 1, got {batches}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_count("batches", batches)
+    check_count("batch_size", batch_size)
     return fixed_step_batches(torch.arange(n), batches, batch_size, generator)
 
 
@@ -162,8 +143,7 @@ class EmpiricalLoss:
                              f"{groups.shape[0]}")
         if x.shape[0] == 0:
             raise ValueError("x: the loss needs at least one sample")
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_count("chunk_size", chunk_size)
         self.model = model
         self.x, self.y = x, y
         self.groups = groups.to(device=x.device, dtype=torch.long)
@@ -194,8 +174,7 @@ class EmpiricalLoss:
 
     def with_chunk_size(self, chunk_size: int) -> "EmpiricalLoss":
         """The same F with ``chunk_size`` samples per forward pass (another summation order: float rounding)."""
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_count("chunk_size", chunk_size)
         if int(chunk_size) == self.chunk_size:
             return self
         twin = copy.copy(self)
@@ -289,8 +268,7 @@ def global_loss_fn(
 ) -> EmpiricalLoss:
     """The global objective F(θ) = (1/N) Σ_i F_i(θ) as a deterministic function of θ; ``batches=b``
     estimates F_i on b minibatches drawn once from ``torch_generator(seed, "analysis-loss-batches", i)``."""
-    if batches is not None and batches < 1:
-        raise ValueError(f"batches must be None or >= 1, got {batches}")
+    check_count("batches", batches, optional=True)
     return _loss_from_clients(model, clients, batches, batch_size, seed, chunk_size, "clients")
 
 
@@ -304,6 +282,5 @@ def client_loss_fn(
     chunk_size: int = DEFAULT_CHUNK,
 ) -> EmpiricalLoss:
     """One client's loss F_i(θ) (full data, or ``batches`` seeded minibatches), as for the global one."""
-    if batches is not None and batches < 1:
-        raise ValueError(f"batches must be None or >= 1, got {batches}")
+    check_count("batches", batches, optional=True)
     return _loss_from_clients(model, [client], batches, batch_size, seed, chunk_size, "client")

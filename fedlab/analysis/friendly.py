@@ -27,7 +27,8 @@ from tqdm import tqdm
 
 from fedlab.analysis.federation import federation_from_config
 from fedlab.analysis.points import resolve_chunk
-from fedlab.analysis.gradients import ClientGradients, check_rho, client_gradients
+from fedlab.analysis._checks import check_count, check_rho
+from fedlab.analysis.gradients import ClientGradients, client_gradients, gradients_at
 from fedlab.analysis.incompatibility import perturbation
 from fedlab.models.functional import FlatModel
 from fedlab._rng import numpy_generator
@@ -239,13 +240,9 @@ def friendly_adversary(
     each perturbation is evaluated on all N·B batches, or on ``cross_targets`` random ones
     (``numpy_generator(seed, "friendly-targets")``, within-client pairs then separately)."""
     rho = check_rho(rho)
-    if cross_targets is not None and (isinstance(cross_targets, bool) or int(cross_targets) < 1):
-        raise ValueError(f"cross_targets must be None or an integer >= 1, got {cross_targets!r}")
-    if grads is None:
-        grads = client_gradients(model, clients, theta, batches=batches, batch_size=batch_size, seed=seed,
-                                 progress=progress)
-    elif grads.n_clients != len(clients) or not torch.equal(grads.theta, theta.detach()):
-        raise ValueError("grads must come from client_gradients(model, clients, theta) at this theta")
+    check_count("cross_targets", cross_targets, optional=True)
+    grads = gradients_at(model, clients, theta, grads, batches=batches, batch_size=batch_size, seed=seed,
+                         progress=progress)
     theta = theta.detach()
     n, b = grads.n_clients, grads.n_batches
     xb = torch.stack([clients[i][0][grads.batch_indices[i]] for i in range(n)])  # (N, B, bs, ...)

@@ -11,23 +11,13 @@ from torch import Tensor
 from torch.func import vmap
 from tqdm import tqdm
 
-from fedlab.analysis.federation import check_clients, client_loss_fn, sample_batches
+from fedlab.analysis._checks import check_clients, check_count
+from fedlab.analysis.federation import client_loss_fn, sample_batches
 from fedlab.analysis.points import resolve_chunk
 from fedlab.models.functional import FlatModel
 from fedlab._rng import torch_generator
 
-__all__ = ["ClientGradients", "client_gradients", "check_rho"]
-
-
-def check_rho(rho: float) -> float:
-    """ρ as a float; ``ValueError`` naming ``rho`` unless it is a finite number > 0."""
-    try:
-        value = float(rho)
-    except (TypeError, ValueError):
-        raise ValueError(f"rho must be a number > 0, got {rho!r}") from None
-    if not (value > 0) or value == float("inf"):
-        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
-    return value
+__all__ = ["ClientGradients", "client_gradients", "gradients_at"]
 
 
 @dataclass
@@ -89,10 +79,8 @@ def client_gradients(
     check_clients(clients)
     if theta.ndim != 1 or theta.numel() != model.dim:
         raise ValueError(f"theta must be a 1-D tensor of the model's {model.dim} parameters, got {tuple(theta.shape)}")
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise ValueError(f"batches must be an integer >= 1, got {batches!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    check_count("batches", batches)
+    check_count("batch_size", batch_size)
     chunk = batches if vmap_chunk is None else resolve_chunk(vmap_chunk, theta)
     theta = theta.detach()
     full, full_losses, batch, batch_losses, indices = [], [], [], [], []
@@ -109,3 +97,15 @@ def client_gradients(
     full_t = torch.stack(full)
     return ClientGradients(theta, full_t, torch.stack(batch), full_t.mean(dim=0), indices,
                            torch.stack(batch_losses), torch.stack(full_losses), batch_size, seed)
+
+
+def gradients_at(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor,
+                 grads: ClientGradients | None, *, batches: int, batch_size: int, seed: int,
+                 progress: bool) -> ClientGradients:
+    """``grads`` when they were computed for these clients at this θ, :func:`client_gradients` when None."""
+    if grads is None:
+        return client_gradients(model, clients, theta, batches=batches, batch_size=batch_size, seed=seed,
+                                progress=progress)
+    if grads.n_clients != len(clients) or not torch.equal(grads.theta, theta.detach()):
+        raise ValueError("grads must come from client_gradients(model, clients, theta) at this theta")
+    return grads

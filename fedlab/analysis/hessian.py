@@ -31,6 +31,7 @@ from fedlab.analysis.federation import (
     client_loss_fn,
     global_loss_fn,
 )
+from fedlab.analysis._checks import check_count, check_like, check_rho, check_theta
 from fedlab.analysis.points import resolve_chunk
 from fedlab._rng import torch_generator
 
@@ -48,20 +49,6 @@ __all__ = [
 HVP_MODES = ("rev", "fwd")
 BACKENDS = ("graph", "func")
 EIG_METHODS = ("power", "lanczos")
-
-
-def _check_theta(theta: Tensor, name: str = "theta") -> None:
-    if not isinstance(theta, Tensor) or theta.ndim != 1 or theta.numel() == 0:
-        shape = tuple(theta.shape) if isinstance(theta, Tensor) else type(theta).__name__
-        raise ValueError(f"{name} must be a non-empty 1-D tensor, got {shape}")
-    if not theta.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got {theta.dtype}")
-
-
-def _check_like(theta: Tensor, v: Tensor, name: str) -> None:
-    if not isinstance(v, Tensor) or v.shape != theta.shape:
-        shape = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
-        raise ValueError(f"{name} must have theta's shape {tuple(theta.shape)}, got {shape}")
 
 
 def _parts(loss_fn: LossFn) -> list[LossFn]:
@@ -106,7 +93,7 @@ class HessianOperator:
     (pays on a GPU, slower on CPU). ``n_products`` counts the products. Results are detached."""
 
     def __init__(self, loss_fn: LossFn, theta: Tensor, *, backend: str | None = None, mode: str = "rev") -> None:
-        _check_theta(theta)
+        check_theta(theta)
         self.backend = _resolve_backend(backend, mode)
         self.mode = mode
         self.loss_fn = loss_fn
@@ -134,7 +121,7 @@ class HessianOperator:
         return torch.zeros_like(v) if hv is None else hv.detach()
 
     def __call__(self, v: Tensor) -> Tensor:
-        _check_like(self.theta, v, "v")
+        check_like(self.theta, v, "v")
         self.n_products += 1
         if self.backend == "graph":
             return self._graph_product(v.detach(), batched=False)
@@ -144,8 +131,7 @@ class HessianOperator:
         """``stack([H v for v in vs])``, ``chunk`` vectors per batched call (1: a plain loop)."""
         if vs.ndim != 2 or vs.shape[1] != self.dim:
             raise ValueError(f"vs must be a (n, {self.dim}) tensor, got shape {tuple(vs.shape)}")
-        if chunk < 1:
-            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        check_count("chunk", chunk)
         self.n_products += vs.shape[0]
         vs = vs.detach()
         if self.backend == "func":
@@ -170,8 +156,8 @@ def hvp(loss_fn: LossFn, theta: Tensor, v: Tensor, *, mode: str = "rev", backend
     ``mode="rev"``: Hv = ∇_θ⟨∇L(θ), v⟩; ``mode="fwd"``: Hv = J_{∇L}(θ) v (``torch.func.jvp(grad(L))``,
     often faster, needs forward-mode rules throughout). ``backend``: see :class:`HessianOperator`; for
     many products at one θ build the operator once."""
-    _check_theta(theta)
-    _check_like(theta, v, "v")
+    check_theta(theta)
+    check_like(theta, v, "v")
     return HessianOperator(loss_fn, theta, backend=backend, mode=mode)(v)
 
 
@@ -186,7 +172,7 @@ def _hvp_batch(loss_fn: LossFn, theta: Tensor, vs: Tensor, mode: str, chunk: int
 def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode: str = "rev",
                    backend: str | None = None) -> Tensor:
     """The full Hessian ∇²L(θ) (d×d), column by column from :func:`hvp`; ValueError if d > ``max_dim``."""
-    _check_theta(theta)
+    check_theta(theta)
     d = theta.numel()
     if d > max_dim:
         raise ValueError(f"theta has d={d} entries, above max_dim={max_dim}; use hvp/top_eigenvalues instead")
@@ -225,9 +211,8 @@ def hessian_trace(
     Unbiased since E[v vᵀ] = I; its variance 2 Σ_{i≠j} H_ij² is reported as ``stderr`` (std / √S).
     ``batch`` probes are vmapped together (default 8 on CUDA, 1 on CPU); ``loss_fn`` may be a
     :class:`HessianOperator` at ``theta``."""
-    _check_theta(theta)
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    check_theta(theta)
+    check_count("samples", samples)
     chunk = resolve_chunk(batch, theta) if batch is not None else (8 if theta.is_cuda else 1)
     gen = generator if generator is not None else torch_generator(0, "hessian-trace")
     op = _operator(loss_fn, theta, backend, mode)
@@ -253,9 +238,8 @@ def hessian_trace(
 
 def sam_sharpness(loss_fn: LossFn, theta: Tensor, rho: float) -> float:
     """SAM's sharpness L(θ + ρ∇L/‖∇L‖) − L(θ) (Foret et al. 2021), the first-order worst case in the ρ-ball."""
-    _check_theta(theta)
-    if not (rho > 0):
-        raise ValueError(f"rho must be > 0, got {rho!r}")
+    check_theta(theta)
+    rho = check_rho(rho)
     theta = theta.detach()
     if isinstance(loss_fn, EmpiricalLoss):
         base, g = loss_fn.value_and_grad(theta)

@@ -1,7 +1,7 @@
 """Flatness incompatibility: how far the clients' SAM perturbations are from the global one.
 
 FedVSSAM (arXiv 2605.09144) calls the failure of local SAM under heterogeneity *flatness
-incompatibility*. Its exact Δ_FI is not public; fedlab's operational definitions (PAPERS.md §1), at θ
+incompatibility*. Its exact Δ_FI is not public; fedlab's operational definitions, at θ
 and radius ρ (SAM, Foret et al. 2021):
 
     ε_{i,b} = ρ g_{i,b}/‖g_{i,b}‖   (client i, minibatch b — FedSAM's)
@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 from fedlab.analysis.federation import EmpiricalLoss, evaluate_points, global_loss_fn
-from fedlab.analysis.gradients import ClientGradients, check_rho, client_gradients
+from fedlab.analysis._checks import check_like, check_rho
+from fedlab.analysis.gradients import ClientGradients, gradients_at
 from fedlab.models.functional import FlatModel
 
 __all__ = ["IncompatibilityReport", "MixingSweep", "flatness_incompatibility", "mixing_sweep", "perturbation"]
@@ -124,57 +125,56 @@ class IncompatibilityReport:
         return pd.DataFrame([row])
 
 
-def _report(
-    theta: Tensor,
-    grads: ClientGradients,
-    eps_batch: Tensor,
-    eps_full: Tensor,
-    eps_star: Tensor,
-    rho: float,
-    loss_fn: EmpiricalLoss | None,
-    base: tuple[float, float],
-    n_samples: np.ndarray,
-    vmap_chunk: int | None,
-    progress: bool,
-    extra: dict | None = None,
-) -> IncompatibilityReport:
-    n, b, d = eps_batch.shape
-    mis_b = ((eps_batch - eps_star) ** 2).sum(dim=-1)
-    mis_f = ((eps_full - eps_star) ** 2).sum(dim=-1)
-    cos_b = _cosine(eps_batch, eps_star.expand_as(eps_batch))
-    cos_f = _cosine(eps_full, eps_star.expand_as(eps_full))
-    pl_b = pl_f = None
-    if loss_fn is not None:
-        points = theta[None] + torch.cat([eps_batch.reshape(n * b, d), eps_full])
-        values = evaluate_points(loss_fn, points, vmap_chunk=vmap_chunk, progress=progress, desc="F(θ+ε)")
-        pl_b, pl_f = values[: n * b].reshape(n, b), values[n * b:]
-    loss, loss_star = base
-    return IncompatibilityReport(rho, loss, loss_star, float(torch.linalg.vector_norm(grads.global_grad)),
-                                 _np(mis_b), _np(mis_f), _np(cos_b), _np(cos_f), _np(pl_b), _np(pl_f),
-                                 n_samples, dict(extra or {}))
+@dataclass
+class _AtTheta:
+    """What every report at one θ and ρ shares: the gradients, ε*, F(θ) and F(θ + ε*), the loss F."""
 
+    theta: Tensor
+    rho: float
+    grads: ClientGradients
+    loss_fn: EmpiricalLoss | None  # None: the missed sharpness is skipped
+    eps_star: Tensor
+    base: tuple[float, float]  # F(θ), F(θ + ε*)
+    n_samples: np.ndarray
+    vmap_chunk: int | None
+    progress: bool
 
-def _prepare(
-    model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor, rho: float, batches: int,
-    batch_size: int, eval_batches: int | None, eval_batch_size: int, seed: int, grads: ClientGradients | None,
-    missed_sharpness: bool, vmap_chunk: int | None, progress: bool,
-) -> tuple[float, ClientGradients, EmpiricalLoss | None, Tensor, tuple[float, float], np.ndarray]:
-    rho = check_rho(rho)
-    if grads is None:
-        grads = client_gradients(model, clients, theta, batches=batches, batch_size=batch_size, seed=seed,
-                                 progress=progress)
-    elif grads.n_clients != len(clients) or not torch.equal(grads.theta, theta.detach()):
-        raise ValueError("grads must come from client_gradients(model, clients, theta) at this theta")
-    theta = theta.detach()
-    eps_star = perturbation(grads.global_grad, rho)
-    loss_fn = global_loss_fn(model, clients, eval_batches, eval_batch_size, seed) if missed_sharpness else None
-    if loss_fn is not None:
-        with torch.no_grad():
-            base = (float(loss_fn(theta)), float(loss_fn(theta + eps_star)))
-    else:
-        base = (grads.global_loss, float("nan"))
-    n_samples = np.array([int(x.shape[0]) for x, _ in clients])
-    return rho, grads, loss_fn, eps_star, base, n_samples
+    @classmethod
+    def build(cls, model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor, rho: float,
+              batches: int, batch_size: int, eval_batches: int | None, eval_batch_size: int, seed: int,
+              grads: ClientGradients | None, missed_sharpness: bool, vmap_chunk: int | None,
+              progress: bool) -> "_AtTheta":
+        rho = check_rho(rho)
+        grads = gradients_at(model, clients, theta, grads, batches=batches, batch_size=batch_size, seed=seed,
+                             progress=progress)
+        theta = theta.detach()
+        eps_star = perturbation(grads.global_grad, rho)
+        loss_fn = global_loss_fn(model, clients, eval_batches, eval_batch_size, seed) if missed_sharpness else None
+        if loss_fn is not None:
+            with torch.no_grad():
+                base = (float(loss_fn(theta)), float(loss_fn(theta + eps_star)))
+        else:
+            base = (grads.global_loss, float("nan"))
+        n_samples = np.array([int(x.shape[0]) for x, _ in clients])
+        return cls(theta, rho, grads, loss_fn, eps_star, base, n_samples, vmap_chunk, progress)
+
+    def report(self, eps_batch: Tensor, eps_full: Tensor) -> IncompatibilityReport:
+        """The report of the clients' perturbations ε_{i,b} (``eps_batch``) and ε_i^F (``eps_full``)."""
+        n, b, d = eps_batch.shape
+        mis_b = ((eps_batch - self.eps_star) ** 2).sum(dim=-1)
+        mis_f = ((eps_full - self.eps_star) ** 2).sum(dim=-1)
+        cos_b = _cosine(eps_batch, self.eps_star.expand_as(eps_batch))
+        cos_f = _cosine(eps_full, self.eps_star.expand_as(eps_full))
+        pl_b = pl_f = None
+        if self.loss_fn is not None:
+            points = self.theta[None] + torch.cat([eps_batch.reshape(n * b, d), eps_full])
+            values = evaluate_points(self.loss_fn, points, vmap_chunk=self.vmap_chunk, progress=self.progress,
+                                     desc="F(θ+ε)")
+            pl_b, pl_f = values[: n * b].reshape(n, b), values[n * b:]
+        loss, loss_star = self.base
+        return IncompatibilityReport(self.rho, loss, loss_star, float(torch.linalg.vector_norm(self.grads.global_grad)),
+                                     _np(mis_b), _np(mis_f), _np(cos_b), _np(cos_f), _np(pl_b), _np(pl_f),
+                                     self.n_samples)
 
 
 def flatness_incompatibility(
@@ -199,13 +199,9 @@ def flatness_incompatibility(
     ``grads`` reuses ones computed at this θ). ``eval_batches``, ``eval_batch_size``: the sample F is
     evaluated on (``None``: every client's full data). ``missed_sharpness=False`` skips the N·(B+1)
     evaluations of F; ``vmap_chunk``: points per ``vmap`` call."""
-    rho, grads, loss_fn, eps_star, base, n_samples = _prepare(
-        model, clients, theta, rho, batches, batch_size, eval_batches, eval_batch_size, seed, grads,
-        missed_sharpness, vmap_chunk, progress)
-    eps_batch = perturbation(grads.batch, rho)
-    eps_full = perturbation(grads.full, rho)
-    return _report(theta.detach(), grads, eps_batch, eps_full, eps_star, rho, loss_fn, base, n_samples,
-                   vmap_chunk, progress)
+    at = _AtTheta.build(model, clients, theta, rho, batches, batch_size, eval_batches, eval_batch_size, seed,
+                        grads, missed_sharpness, vmap_chunk, progress)
+    return at.report(perturbation(at.grads.batch, at.rho), perturbation(at.grads.full, at.rho))
 
 
 @dataclass
@@ -256,20 +252,14 @@ def mixing_sweep(
     bad = [g for g in gam if not (0.0 <= g <= 1.0)]
     if bad:
         raise ValueError(f"gammas must lie in [0, 1], got {bad}")
-    rho, grads, loss_fn, eps_star, base, n_samples = _prepare(
-        model, clients, theta, rho, batches, batch_size, eval_batches, eval_batch_size, seed, grads,
-        missed_sharpness, vmap_chunk, progress)
+    at = _AtTheta.build(model, clients, theta, rho, batches, batch_size, eval_batches, eval_batch_size, seed,
+                        grads, missed_sharpness, vmap_chunk, progress)
+    grads = at.grads
     if h is None:
         h_vec, source = grads.global_grad, "grad_F"
     else:
-        if not isinstance(h, Tensor) or h.shape != grads.global_grad.shape:
-            shape = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
-            raise ValueError(f"h must have theta's shape {tuple(grads.global_grad.shape)}, got {shape}")
+        check_like(grads.global_grad, h, "h")
         h_vec, source = h.detach().to(grads.global_grad), "given"
-    reports = []
-    for g in gam:
-        eps_batch = perturbation((1 - g) * h_vec + g * grads.batch, rho)
-        eps_full = perturbation((1 - g) * h_vec + g * grads.full, rho)
-        reports.append(_report(theta.detach(), grads, eps_batch, eps_full, eps_star, rho, loss_fn, base, n_samples,
-                               vmap_chunk, progress))
+    reports = [at.report(perturbation((1 - g) * h_vec + g * grads.batch, at.rho),
+                         perturbation((1 - g) * h_vec + g * grads.full, at.rho)) for g in gam]
     return MixingSweep(gam, reports, source)

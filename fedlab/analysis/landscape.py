@@ -24,6 +24,7 @@ from fedlab.analysis.federation import (
     LossFn,
     evaluate_affine,
 )
+from fedlab.analysis._checks import check_count, check_like
 from fedlab.engine.evaluate import CPU_EVAL_BATCH
 from fedlab.models.functional import FlatModel, ParamSpec, param_spec
 
@@ -95,8 +96,7 @@ def filter_normalized_direction(
 # --- grids ---
 def _symmetric_grid(span: float, n: int) -> np.ndarray:
     """n points from −span to span; for odd n the centre is exactly 0."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    check_count("n", n, 2)
     if not (span > 0):
         raise ValueError(f"span must be > 0, got {span!r}")
     half = (n - 1) / 2
@@ -106,9 +106,7 @@ def _symmetric_grid(span: float, n: int) -> np.ndarray:
 def _check_direction(theta: Tensor, d: Tensor, name: str) -> None:
     if theta.ndim != 1:
         raise ValueError(f"theta must be a 1-D tensor, got shape {tuple(theta.shape)}")
-    if not isinstance(d, Tensor) or d.shape != theta.shape:
-        shape = tuple(d.shape) if isinstance(d, Tensor) else type(d).__name__
-        raise ValueError(f"{name} must have theta's shape {tuple(theta.shape)}, got {shape}")
+    check_like(theta, d, name)
 
 
 @dataclass
@@ -161,8 +159,7 @@ def _point_workers(loss_fn: LossFn, theta: Tensor, threads: int | None) -> list[
     usable core); none for other losses, on other devices, or for ``threads=1``."""
     from fedlab.engine.hardware import usable_cores
 
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    check_count("threads", threads, optional=True)
     if not isinstance(loss_fn, EmpiricalLoss) or theta.device.type != "cpu":
         return []
     n = usable_cores() if threads is None else threads
@@ -187,8 +184,7 @@ def interpolate(
     """L((1−α)θ_a + αθ_b) on ``n`` points of [0, 1] extended by ⌊``extend``·(n−1)⌋ steps at each end;
     α = 0 and 1 are grid points, so the ends are L(θ_a) and L(θ_b) exactly. ``threads``: see :func:`slice_2d`."""
     _check_direction(theta_a, theta_b, "theta_b")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+    check_count("n", n, 2)
     if not (extend >= 0):
         raise ValueError(f"extend must be >= 0, got {extend!r}")
     extra = int(np.floor(extend * (n - 1) + 1e-9))

@@ -7,14 +7,15 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from fedlab.analysis._checks import check_count
+
 
 def resolve_chunk(vmap_chunk: int | None, theta: Tensor) -> int:
     """``vmap_chunk=None`` → 16 points per ``vmap`` call on CUDA, 1 (a loop) elsewhere: on CPU, vmap over
     parameters makes grouped convolutions, measured slower than a loop."""
     if vmap_chunk is None:
         return 16 if theta.is_cuda else 1
-    if vmap_chunk < 1:
-        raise ValueError(f"vmap_chunk must be None or >= 1, got {vmap_chunk}")
+    check_count("vmap_chunk", vmap_chunk)
     return int(vmap_chunk)
 
 

@@ -21,7 +21,7 @@ from fedlab.store.atomic import atomic_write_bytes
 # Fashion-MNIST: mean and std of the 60 000 training images' pixels in [0, 1].
 FMNIST_MEAN: tuple[float, ...] = (0.2860,)
 FMNIST_STD: tuple[float, ...] = (0.3530,)
-# CIFAR: FL-Simulator's constants (../shared/docs/ALGORITHMS.md §20).
+# CIFAR: FL-Simulator's constants.
 CIFAR10_MEAN: tuple[float, ...] = (0.491, 0.482, 0.447)
 CIFAR10_STD: tuple[float, ...] = (0.247, 0.243, 0.262)
 CIFAR100_MEAN: tuple[float, ...] = (0.5071, 0.4867, 0.4408)

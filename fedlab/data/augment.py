@@ -7,8 +7,8 @@ offsets ``dy_i, dx_i ~ U{0, …, 2p}`` (with probability ``1 − crop_p`` the ce
     out[i, :, r, c] = P[i, :, dy_i + r, dx_i + c]              if f_i = 0
     out[i, :, r, c] = P[i, :, dy_i + r, dx_i + (W − 1 − c)]    if f_i = 1
 
-as one advanced-indexing gather. Padding comes **after** normalisation, as in FL-Simulator
-(ALGORITHMS.md §20): the border is the mean colour, not black. FL-Simulator crops with probability
+as one advanced-indexing gather. Padding comes **after** normalisation, as in FL-Simulator:
+the border is the mean colour, not black. FL-Simulator crops with probability
 0.5 (``crop_p=0.5``); the default ``crop_p=1`` always crops (Liu, Caldarola, FedACG)."""
 from __future__ import annotations
 

@@ -273,8 +273,7 @@ def load_dataset(
     ``synthetic_*``: Synthetic(α, β) — α shifts all logits of a device equally, so with a
     fixed seed the labels do not depend on α (as in FedProx); heterogeneity comes from β.
 
-    Normalisation: Fashion-MNIST 0.2860 / 0.3530; CIFAR-10 (0.491, 0.482, 0.447) / (0.247, 0.243,
-    0.262); CIFAR-100 (0.5071, 0.4867, 0.4408) / (0.2675, 0.2565, 0.2761) (FL-Simulator's); digits:
+    Normalisation: the constants of :mod:`fedlab.data._files` (FL-Simulator's for CIFAR); digits:
     [0, 1] then the training set's mean/std; synthetic: none."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")

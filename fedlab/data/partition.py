@@ -3,7 +3,7 @@
 Every partitioner is a pure function of ``(labels, n_clients, parameters, seed)`` drawing from one
 generator ``numpy_generator(seed, "partition", scheme)``, so a call gives the same
 :attr:`Partition.fingerprint` in every process. Client indices are listed in ascending order (the
-engine shuffles each client's data itself). The schemes (ALGORITHMS.md §21):
+engine shuffles each client's data itself). The schemes:
 
 ==================  =====================================================================  =========
 scheme              what α / the parameter means                                           disjoint

@@ -429,15 +429,11 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
         stop: threading.Event | None = None, logger: Logger | str | None = None, **overrides: Any) -> RunResult:
     """Run one experiment (or load it from disk if finished, or resume it).
 
-    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``. Your own data and
-    start: ``fedlab.run(Config(dataset="custom", ...), dataset=fedlab.data.from_tensors(...),
-    theta0=flat_initial_model)``; both enter the run key (see :meth:`Simulation.build`).
-
-    The result always carries the final model θ: a run is trained, resumed, or loaded from its run
-    directory under ``runs_dir`` (default: ``$FEDLAB_RUNS``, else ``./runs`` of the current working
-    directory), never from anywhere else. ``stop``: see :meth:`Simulation.run` (set it from another
-    thread or a signal handler to stop at the next round boundary). ``logger``: ``"tensorboard"`` or a
-    :class:`fedlab.tracking.Logger`, handed every round trained (:mod:`fedlab.tracking`).
+    ``fedlab.run(Config(...))`` or ``fedlab.run(algorithm="fedsam", rounds=20)``; ``dataset`` and
+    ``theta0`` (your own data and start) as in :meth:`Simulation.build`. The result always carries the
+    final model θ, trained, resumed, or loaded from its run directory under ``runs_dir`` (default:
+    ``$FEDLAB_RUNS``, else ``./runs`` of the current working directory). ``stop``: see
+    :meth:`Simulation.run`. ``logger``: ``"tensorboard"`` or a :class:`fedlab.tracking.Logger`.
     """
     config = (config or Config()).replace(**overrides) if overrides else (config or Config())
     return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds,

@@ -1,14 +1,9 @@
 """Every fedlab algorithm as a Flower app (Message API): ``pip install 'fedlab-sam[flower]'``.
 
-* :mod:`fedlab.flower.server` — :class:`FedlabStrategy` (a ``flwr.serverapp.strategy.Strategy``)
-  runs ``server_init`` / ``broadcast`` / ``aggregate``; :func:`make_server_app` wraps it in a ServerApp.
-* :mod:`fedlab.flower.client` — :func:`make_client_app`: a ClientApp that runs ``local_step`` and
-  ``upload`` and keeps the client's persistent state in Flower's ``context.state``.
-* :mod:`fedlab.flower.protocol` — what travels (exactly fedlab's broadcast and upload) and how.
-* :mod:`fedlab.flower.simulation` — :func:`run_flower_simulation` with Flower's simulation engine.
-* :mod:`fedlab.flower.app` — module-level apps for ``flwr run`` (config from the run config).
-
-Flower is imported only inside this package; the rest of fedlab never needs it.
+The server rules run in a Flower ``Strategy`` (:mod:`~fedlab.flower.server`), the local steps in a
+ClientApp that keeps the client's state in ``context.state`` (:mod:`~fedlab.flower.client`); what
+travels is exactly fedlab's broadcast and upload (:mod:`~fedlab.flower.protocol`). Flower is imported
+only inside this package; the rest of fedlab never needs it. Usage: the book's guide ``flower.md``.
 """
 from __future__ import annotations
 

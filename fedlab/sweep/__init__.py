@@ -1,10 +1,5 @@
-"""Sweeps: grids of experiments, where their runs execute, grid files, the summary table.
-
-``fedlab.sweep.sweep(base, grid, seeds)`` and ``fedlab.sweep.summary_table(results)`` are the public
-API (re-exported from :mod:`fedlab.sweep.grid`); :mod:`fedlab.sweep.backends` runs the configs
-sequentially, on a local process pool or on Ray (``executed_on(config)``: the host, process and Ray
-node each attempt of a run executed on); :mod:`fedlab.sweep.gridfile` reads the YAML grid
-files of ``python -m fedlab sweep``.
+"""Sweeps: grids of experiments (:mod:`~fedlab.sweep.grid`), where their runs execute
+(:mod:`~fedlab.sweep.backends`), YAML grid files (:mod:`~fedlab.sweep.gridfile`), the summary table.
 """
 from fedlab.sweep.grid import (BACKENDS, MAX_RUNS, MissingExtraError, RunFailure, SweepError, SweepInterrupted,
                                expand_grid, rounds_to_target, summary_table, sweep)

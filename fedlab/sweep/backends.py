@@ -1,19 +1,11 @@
-"""Where the runs of a sweep execute: in this process, on a pool of local processes, or on Ray.
-
-* ``sequential`` — one run after another in the calling process;
-* ``local`` (default) — worker processes on this machine (:mod:`fedlab.sweep.pool`), one per usable
-  core at ``cpus_per_run`` = 1; in-process when only one run or one worker fits;
-* ``ray`` — one Ray task per run holding ``num_cpus`` / ``num_gpus`` (fractions share a GPU); the
-  optional extra ``distributed``, imported only when chosen.
+"""Where the runs of a sweep execute: in this process (``sequential``), on a pool of local
+processes (``local``, :mod:`fedlab.sweep.pool`) or on Ray (``ray``, the optional extra
+``distributed``, imported only when chosen).
 
 The results store is the only meeting point: every worker calls :func:`fedlab.run` on the config's
-``runs_dir``, which loads a finished run, resumes an interrupted one and locks the run directory, so
-a killed sweep on any backend is finished by running it again on any backend. Every run computes at
-``torch.set_num_threads(cpus_per_run)``, so all backends give the same bits (thread counts change
-the last bits and are not hashed). Each run logs to ``<runs_dir>/sweep-logs/``. Ctrl-C starts no
-further run, kills the running ones (they keep their checkpoints) and raises :class:`SweepInterrupted`
-(exit 130 on the command line); if the caller is killed, its pool workers and Ray tasks end with it.
-The user-facing account is the book's guides ``sweeps.md`` and ``cluster.md``."""
+``runs_dir``, so a killed sweep on any backend is finished by running it again on any backend, and
+every run computes at ``torch.set_num_threads(cpus_per_run)``, so all backends give the same bits.
+The user-facing account (logs, Ctrl-C, clusters) is the book's guides ``sweeps.md`` and ``cluster.md``."""
 from __future__ import annotations
 
 import contextlib
