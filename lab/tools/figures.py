@@ -299,7 +299,7 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
 def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str, str]]", name: str, *,
                 notebook: str, profile: str, caption: str, parameters: dict | None = None,
                 suptitle: str | None = None, log_y: bool = False, legend: str = "lower center",
-                decorate: "Callable[[dict[str, Axes]], None] | None" = None,
+                decorate: "Callable[..., None] | None" = None,
                 small_multiples: bool | None = None, reference: str | None = None) -> "Figure":
     """One curve figure in one call: every method of ``runs`` as its mean over the finished seeds (thick)
     with each seed as a thin line and each collapsed or diverged seed on its own
@@ -312,8 +312,9 @@ def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str
     methods (or ``small_multiples=True``) each metric gets one panel per method, shared axes, the
     ``reference`` method (default FedAvg) as a grey line in each
     (:func:`~lab.tools.plots.draw_small_multiples`): eight methods' seeds in one panel hide each other.
-    ``decorate`` draws extras on the axes ({metric: axes}) before the figure is saved; with small
-    multiples it is called once per method's column of panels. Returns the figure."""
+    ``decorate`` draws extras on the axes before the figure is saved: ``decorate({metric: axes})``, and
+    with small multiples ``decorate({metric: axes}, key)`` once per method (``key`` of ``runs``), so that
+    an extra that belongs to one method is drawn in its panels only. Returns the figure."""
     import math
 
     import matplotlib.pyplot as plt
@@ -337,6 +338,9 @@ def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str
         fig, grid = plt.subplots(1, n, figsize=(8, 4.8) if n == 1 else (5.5 * n, 4.6), layout="constrained",
                                  squeeze=False)
         blocks = {m: [ax] for m, ax in zip(panels, grid[0])}
+    # with a shared round axis the ticks must be evaluated rounds of every metric (their common grid)
+    grids = {m: {int(r) for r in curve_data(all_runs(runs), m)["round"]} for m in panels}
+    common = set.intersection(*grids.values())
     for metric, (title, ylabel) in panels.items():
         scale = metric_scale(metric)
         ylabel = f"{ylabel} (%)" if scale == 100.0 and "%" not in ylabel else ylabel
@@ -350,7 +354,7 @@ def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str
         else:
             draw_runs(block[0], runs, metric, scale=scale)
             block[0].set(title=title, ylabel=ylabel)
-        evaluated = curve_data(all_runs(runs), metric)["round"]
+        evaluated = common if multiples and len(common) >= 2 else grids[metric]
         for ax in block:
             if log_y:
                 ax.set_yscale("log")
@@ -362,8 +366,8 @@ def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str
             ax.set_xlabel("round")
     if decorate is not None:
         if multiples:
-            for j in range(len(runs)):
-                decorate({m: blocks[m][j] for m in panels})
+            for j, key in enumerate(runs):
+                decorate({m: blocks[m][j] for m in panels}, key)
         else:
             decorate({m: blocks[m][0] for m in panels})
     handles: dict[str, object] = {}

@@ -326,11 +326,13 @@ def draw_small_multiples(axes: Sequence[plt.Axes], runs: dict[str, Sequence[Any]
     :func:`draw_seeds`, and the ``reference`` method's mean over its finished seeds as a grey line
     behind it in every other panel, so that each method is read against the same baseline without
     six other methods' seeds crossing it. ``reference`` defaults to FedAvg when ``runs`` has it (none
-    otherwise); panels beyond the methods are hidden. Each panel's title is the method's label."""
+    otherwise; a key whose runs are FedAvg's counts, e.g. a label "FedAvg"); panels beyond the methods are
+    hidden. Each panel's title is the method's label."""
     if len(axes) < len(runs):
         raise ValueError(f"axes: {len(axes)} panels for {len(runs)} methods")
-    if reference is None and "fedavg" in runs:
-        reference = "fedavg"
+    if reference is None:
+        reference = next((k for k, rs in runs.items()
+                          if k == "fedavg" or (len(rs) and rs[0].config.algorithm == "fedavg")), None)
     if reference is not None and reference not in runs:
         raise ValueError(f"reference: {reference!r} is not one of the methods drawn ({', '.join(runs)})")
     styles = run_styles(runs)
