@@ -221,3 +221,17 @@ def test_notebooks_draw_a_named_method_in_its_own_colour():
                 if named and not grey and c.lower() not in {METHOD_COLORS[k].lower() for k in named}:
                     found.append(f"{path.name}:{i} {c} for {', '.join(named)}")
     assert not found, found
+
+
+def test_save_curves_labels_the_rounds_under_a_hidden_panel(monkeypatch):
+    import lab.tools.figures as figures
+
+    monkeypatch.setattr(figures, "save_figure", lambda fig, name, **kw: None)
+    runs = {m: [_fake(m, 0, 0.6)] for m in ("fedavg", "fedsam", "scaffold", "fedgamma", "fedspeed")}
+    fig = figures.save_curves(runs, {"test_acc": ("accuracy", "test accuracy")}, "t", notebook="nb", profile="ci",
+                              caption="c")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(shown) == 5 and len(fig.axes) == 8
+    # the bottom panel of every column (the 5th method's, then the 1st row's over the hidden ones) says "round"
+    assert sum(ax.get_xlabel() == "round" for ax in shown) == 4
+    plt.close(fig)

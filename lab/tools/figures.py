@@ -318,6 +318,7 @@ def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str
     import math
 
     import matplotlib.pyplot as plt
+    import numpy as np
     from matplotlib.lines import Line2D
 
     from lab.tools.plots import (
@@ -361,6 +362,11 @@ def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str
             round_ticks(ax, evaluated)
     for ax in grid[-1]:
         ax.set_xlabel("round")
+    if multiples:  # a panel above a hidden one (fewer methods than the last row has panels) is a bottom panel
+        for i, j in np.ndindex(grid.shape[0] - 1, grid.shape[1]):
+            if grid[i, j].get_visible() and not grid[i + 1, j].get_visible():
+                grid[i, j].tick_params(labelbottom=True)
+                grid[i, j].set_xlabel("round")
     if not multiples:
         for ax in grid[0]:
             ax.set_xlabel("round")
