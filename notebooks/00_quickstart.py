@@ -67,7 +67,7 @@ import fedlab
 from lab.evidence.protocol import PARTITION_SEED, profile_federation, run_seeds, tuned_params
 from fedlab.evidence.tuning import DEFAULT_GRIDS
 from fedlab.evidence.uncertainty import mean_interval
-from lab.tools.plots import curve_data, method_color, method_label, status_note, use_house_style
+from lab.tools.plots import curve_data, method_color, method_label, metric_scale, round_ticks, status_note, use_house_style
 from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES, REPO_ROOT
 
@@ -162,7 +162,7 @@ for m, rs in runs.items():
     est = mean_interval(r.final_accuracy for r in ok) if ok else None
     summary_rows.append({"method": method_label(m), "finished": f"{len(ok)}/{len(rs)}",
                          "final test accuracy (mean ± 95 %)": est.format(100.0) if est else "–",
-                         "per seed": ", ".join(f"{r.final_accuracy:.3f} ({r.status})" for r in rs)})
+                         "per seed (%)": ", ".join(f"{100 * r.final_accuracy:.1f} ({r.status})" for r in rs)})
 print(pd.DataFrame(summary_rows).to_string(index=False))
 
 # %%
@@ -185,21 +185,25 @@ all_runs = [r for rs in runs.values() for r in rs]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 curve_frames = {}
 for ax, metric in [(ax1, "test_acc"), (ax2, "train_loss")]:
+    scale = metric_scale(metric)  # accuracy in %
     for m, rs in runs.items():
         mc = mean_curve(rs, metric)
         curve_frames[(m, metric)] = mc.assign(method=m, metric=metric)
         n_ok = int(mc["n"].max()) if len(mc) else 0
         if n_ok:
-            ax.plot(mc["round"], mc["mean"], styles[m], color=method_color(m), lw=1.8,
+            ax.plot(mc["round"], scale * mc["mean"], styles[m], color=method_color(m), lw=1.8,
                     label=f"{method_label(m)} (mean of {n_ok} seeds)" if n_ok > 1 else f"{method_label(m)} (one seed)")
-            ax.fill_between(mc["round"], mc["low"], mc["high"], color=method_color(m), alpha=0.18, lw=0)
         for r in rs:
-            if r.status != "finished":  # drawn on its own, thin dotted, never in the mean
-                d = r.metrics[["round", metric]].dropna()
-                ax.plot(d["round"], d[metric], ":", color=method_color(m), lw=1.0,
+            d = r.metrics[["round", metric]].dropna()
+            if r.status == "finished" and n_ok > 1:
+                # each seed thin: a shaded 95 % interval of two or three seeds would reach below 0 (or 100 %)
+                ax.plot(d["round"], scale * d[metric], "-", color=method_color(m), lw=0.7, alpha=0.45)
+            elif r.status != "finished":  # drawn on its own, thin dotted, never in the mean
+                ax.plot(d["round"], scale * d[metric], ":", color=method_color(m), lw=1.0,
                         label=f"{method_label(m)} seed {r.config.seed} ({r.status})")
     ax.set_xlabel("round")
-ax1.set_ylabel("test accuracy of the global model")
+    round_ticks(ax, curve_data(all_runs, metric)["round"])  # ticks on evaluated rounds only
+ax1.set_ylabel("test accuracy of the global model (%)")
 ax2.set_ylabel("mean local training loss")
 ax1.set_title("test accuracy")
 ax2.set_title("local training loss")
@@ -208,7 +212,7 @@ fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=
 fig.suptitle(f"{dataset}, {n_clients} clients, Dirichlet α={alpha}, {round(participation * 100)} % per round, "
              f"{len(seeds)} seed(s)", y=1.02)
 note = status_note(all_runs)
-interval = "mean ± 95 % interval over the finished seeds (shaded)" if len(seeds) > 1 else "one seed"
+interval = "mean over the finished seeds (thick) and each seed (thin)" if len(seeds) > 1 else "one seed"
 save_figure(fig, "00_quickstart_curves", notebook="00_quickstart", profile=profile,
             caption=f"Test accuracy and local training loss of FedAvg, FedSAM and FedVSSAM on {dataset} "
                     f"(Dirichlet α={alpha}, {n_clients} clients, tuned hyperparameters; {interval})."

@@ -228,7 +228,8 @@ ax1.set_yticks(range(n_clients))
 ax1.set_title(f"clients sampled per round (m = {len(sampled_by_round[0])} of N = {n_clients}); size ∝ n_i")
 rounds_axis = np.arange(1, rounds + 1)
 ax2.plot(rounds_axis, lib_acc, color=method_color("fedavg"), label=f"{method_label('fedavg')}: fedlab.run")
-ax2.plot(rounds_axis, our_acc, ls="none", marker="o", mfc="none", color="#d62728", label="FedAvg: ours (from scratch)")
+ax2.plot(rounds_axis, our_acc, ls="none", marker="o", mfc="none", color=method_color("fedavg"),
+         label="FedAvg: ours (from scratch)")
 ax2.set_xlabel("round t")
 ax2.set_ylabel("test accuracy (%)")
 ax2.set_title("the two implementations give the same model every round")
@@ -333,9 +334,9 @@ for ax in (ax1, ax3):  # the whole federation, then a zoom on FedAvg's fixed poi
     ax.set_ylabel(r"$\theta_2$")
     ax.set_aspect("equal")
 for K in quad_steps:
-    ax3.scatter(*sims[K][-1], s=60, facecolor="none", edgecolor="#1f77b4", zorder=5)
+    ax3.scatter(*sims[K][-1], s=60, facecolor="none", edgecolor=method_color("fedavg"), zorder=5)
     ax3.annotate(f"K = {K}", sims[K][-1], textcoords="offset points", xytext=(7, -3), fontsize=8)
-ax3.scatter([], [], s=60, facecolor="none", edgecolor="#1f77b4", label="fedlab's FedAvg, end of the simulation")
+ax3.scatter([], [], s=60, facecolor="none", edgecolor=method_color("fedavg"), label="fedlab's FedAvg, end of the simulation")
 ends = torch.stack([theta_star, optima.mean(0)])
 centre, half = ends.mean(0).numpy(), 0.75 * float(torch.linalg.vector_norm(ends[1] - ends[0])) + 0.05
 ax3.set_xlim(centre[0] - half, centre[0] + half)
@@ -347,7 +348,7 @@ fig.legend(*ax3.get_legend_handles_labels(), loc="outside lower left", ncol=2, f
 for s, style in zip(quad_spreads, ["--", "-", "-."]):
     ax2.plot(K_grid, drift[s], color=method_color("fedavg"), ls=style, label=f"closed form, spread s = {s:g}")
 ax2.plot(quad_steps, [float(torch.linalg.vector_norm(sims[K][-1] - theta_star)) for K in quad_steps], "o",
-         mfc="none", color="#1f77b4", label="fedlab's FedAvg, s = 1")
+         mfc="none", color=method_color("fedavg"), label="fedlab's FedAvg, s = 1")
 K_small = K_grid[K_grid <= 10]
 ax2.plot(K_small, (K_small - 1) * float(torch.linalg.vector_norm(first_order)), ":", color="#d62728",
          label="first order in η(K − 1), s = 1")

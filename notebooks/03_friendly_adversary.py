@@ -319,12 +319,20 @@ print(vs_alpha[vs_alpha["seed"] == seed][["alpha"] + cols].round(3).to_string(in
 print(vs_batch[vs_batch["seed"] == seed][["batch_size"] + cols].round(3).to_string(index=False))
 
 
+def value_bounds(col):
+    """The range ``col`` can take: a rate or a share lies in [0, 1], a squared distance is ≥ 0."""
+    if col.endswith("_rate") or col.endswith("_share"):
+        return (0.0, 1.0)
+    return (0.0, np.inf) if col.startswith("misalignment") else None
+
+
 def seed_band(ax, table, key, col, fmt, colour, label, axis=None):
-    """Mean over seeds of ``col`` against ``key`` with its 95 % interval as error bars, seeds as dots."""
+    """Mean over seeds of ``col`` against ``key`` with its 95 % interval as error bars, seeds as dots;
+    no bars where an interval would reach past the value's bounds (the seeds show the spread there)."""
     axis = ax if axis is None else axis
     xs = sorted(table[key].unique())
     draw_band(axis, xs, [table[table[key] == x][col] for x in xs], label=label, errorbars=True, fmt=fmt,
-              color=colour, capsize=3)
+              color=colour, capsize=3, bounds=value_bounds(col))
     if table["seed"].nunique() > 1:
         axis.plot(table[key], table[col], ".", color=colour, alpha=0.4, ms=4)
 
@@ -354,7 +362,8 @@ fig.tight_layout()
 save_figure(fig, "03_friendly_rates", notebook="03_friendly_adversary", profile=profile,
             caption=f"Fraction of friendly-adversary pairs within and across clients, and the heterogeneity share "
                     f"of the direction error, against Dirichlet α and against batch size ({dataset}, ρ={rho}); "
-                    f"mean ± 95 % interval over the FedAvg models of {len(models)} seed(s), dots = seeds.",
+                    f"mean ± 95 % interval over the FedAvg models of {len(models)} seed(s), dots = seeds (no bar "
+                    f"where the interval would reach past 0 or 1).",
             parameters=dict(dataset=dataset, alphas=alphas, batch_sizes=batch_sizes, rho=rho,
                             friendly_clients=friendly_clients, friendly_batches=friendly_batches,
                             cross_targets=cross_targets, seed=seed, seeds=seeds),

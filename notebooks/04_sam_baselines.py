@@ -79,7 +79,8 @@ from lab.evidence.collapse import chance_threshold
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
-from lab.tools.plots import all_runs, final_estimate, finished_runs, method_label, run_styles, status_note, use_house_style
+from lab.tools.plots import (all_runs, draw_band, final_estimate, finished_runs, method_color, method_label, run_styles, status_note,
+                             use_house_style)
 
 use_house_style()
 NB = "04_sam_baselines"
@@ -87,8 +88,10 @@ seeds = list(range(seed, seed + n_seeds))
 
 # %% [markdown]
 # Every figure below draws each method in its colour, line style and marker from `lab.style`; a curve
-# is the mean over the seeds whose run finished, with its 95 % interval as a band (none with one
-# seed); a seed whose run collapsed (accuracy at chance over its last quarter,
+# is the mean over the seeds whose run finished (thick), each of those seeds its own thin line (no
+# shaded interval: with a few seeds it would reach below 0 % or above 100 %); with more than three
+# methods each gets its own panel, on shared axes, with FedAvg's mean as a grey line in every panel
+# to read it against. Accuracy is in %, and the round axis is ticked at evaluated rounds. A seed whose run collapsed (accuracy at chance over its last quarter,
 # `lab.evidence.collapse`) or diverged is drawn on its own, thin, dotted, with ✕ markers and its
 # status in the legend, and never averaged in.
 
@@ -161,7 +164,7 @@ for arch, (table, meta) in sweeps.items():
           f"{p['validation_size']} validation samples, seed {p['seed']}")
     for _, row in table.iterrows():
         near = "at or below the collapse threshold" if row["score"] <= threshold else "above the collapse threshold"
-        print(f"   ρ = {row['rho']:<5g} validation score {row['score']:.3f} ({row['status']}; {near})")
+        print(f"   ρ = {row['rho']:<5g} validation score {100 * row['score']:.1f} % ({row['status']}; {near})")
     print(f"   chosen by the sweep: ρ = {meta['best']['rho']:g}")
 missing = [m for m in SAM_FAMILY if m not in grids]
 print(f"tuning grids on dirichlet-0.1 committed for: {', '.join(method_label(m) for m in grids) or 'none'}")
@@ -172,17 +175,18 @@ if missing:
 n_panels = 2 if grids else 1
 fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 3.8), layout="constrained", squeeze=False)
 ax = axes[0, 0]
-for arch, marker in (("cnn", "o"), ("lenet5", "s")):
+for arch, marker, ls in (("cnn", "o", "-"), ("lenet5", "s", "--")):  # one method, one colour: the model is the marker
     table = sweeps[arch][0]
-    ax.plot(table["rho"], table["score"], marker=marker, label=f"FedSAM, {arch}")
+    ax.plot(table["rho"], 100 * table["score"], color=method_color("fedsam"), marker=marker, linestyle=ls,
+            markerfacecolor=method_color("fedsam") if arch == "cnn" else "none", label=f"FedSAM, {arch}")
     for _, row in table.iterrows():
-        ax.annotate(f"{row['score']:.2f}", (row["rho"], row["score"]), textcoords="offset points", xytext=(4, 4),
-                    fontsize=7)
-ax.axhline(0.1, color="0.5", linewidth=0.8, linestyle=":", label="chance (10 classes)")
-ax.axhline(threshold, color="0.3", linewidth=0.8, linestyle="--", label="collapse threshold")
+        ax.annotate(f"{100 * row['score']:.0f}", (row["rho"], 100 * row["score"]), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)
+ax.axhline(10.0, color="0.5", linewidth=0.8, linestyle=":", label="chance (10 classes)")
+ax.axhline(100 * threshold, color="0.3", linewidth=0.8, linestyle="--", label="collapse threshold")
 ax.set_xticks(sorted(sweeps["cnn"][0]["rho"].unique()))
 ax.set_xlabel("SAM radius ρ")
-ax.set_ylabel("validation score (last-quarter mean accuracy)")
+ax.set_ylabel("validation score (last-quarter mean accuracy, %)")
 ax.set_title("measured ρ sweep (one seed)")
 ax.legend(loc="upper right")
 if grids:
@@ -193,11 +197,11 @@ if grids:
         for j, (key, part) in enumerate(table.groupby(others) if others else [((), table)]):
             tag = ", ".join(f"{c}={v}" for c, v in zip(others, np.atleast_1d(key)))
             part = part.sort_values("rho")  # further values of the other hyperparameters: open markers, thinner
-            ax.plot(part["rho"], part["score"], color=color, linestyle=ls, marker=marker, linewidth=1.6 / (1 + j),
+            ax.plot(part["rho"], 100 * part["score"], color=color, linestyle=ls, marker=marker, linewidth=1.6 / (1 + j),
                     markerfacecolor=color if j == 0 else "none", label=method_label(m) + (f" ({tag})" if tag else ""))
             bad = part[part["status"] != "finished"]
-            ax.scatter(bad["rho"], bad["score"], marker="x", color="k", zorder=4)
-    ax.axhline(threshold, color="0.3", linewidth=0.8, linestyle="--")
+            ax.scatter(bad["rho"], 100 * bad["score"], marker="x", color="k", zorder=4)
+    ax.axhline(100 * threshold, color="0.3", linewidth=0.8, linestyle="--")
     ax.set_xlabel("SAM radius ρ")
     ax.set_title("tuning grids, Dirichlet 0.1 (✕: not finished)")
     ax.legend(fontsize=7, loc="upper right")
@@ -262,7 +266,8 @@ print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 # %% [markdown]
 # ## 3. Accuracy and loss
 # Left: test accuracy of the global model; right: the clients' mean local training loss during the
-# round (at the unperturbed iterates); mean over seeds with a 95 % band. The papers' claims
+# round (at the unperturbed iterates); one panel per method, its mean over seeds thick and each seed
+# thin, FedAvg's mean grey. The papers' claims
 # to compare with, at their sizes (CIFAR-10, ResNet-18, 100 clients, 10 %):
 #
 # * FedVSSAM's table (PAPERS.md §1): at Dirichlet 0.5 FedAvg reaches 77.05 % and the best of the
@@ -288,8 +293,9 @@ save_curves(runs, {"test_acc": ("global model, test accuracy", "test accuracy"),
             suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {base.clients_per_round} per round, "
                      f"K={local_steps}, {len(seeds)} seed(s)",
             caption=f"Test accuracy and local training loss of FedAvg, SCAFFOLD, FedDyn and five SAM-based methods "
-                    f"on {dataset} ({split_key(base)}, {n_clients} clients), mean ± 95 % interval over "
-                    f"{len(seeds)} seed(s), tuned hyperparameters.")
+                    f"on {dataset} ({split_key(base)}, {n_clients} clients), one panel per method: mean over "
+                    f"{len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey; tuned "
+                    f"hyperparameters.")
 plt.show()
 
 # %% [markdown]
@@ -342,49 +348,61 @@ print(costs.to_string(float_format=lambda v: f"{v:.2f}"))
 # %%
 table = costs.copy()
 est = {n: final_estimate(rs) for n, rs in runs.items()}
-table.insert(0, "final acc (mean ± 95 %)", [est[n].format(digits=3) if est[n] else "–" for n in runs])
+table.insert(0, "final acc % (mean ± 95 %)", [est[n].format(100.0, digits=1) if est[n] else "–" for n in runs])
 table.insert(1, "finished seeds", [f"{len(finished_runs(rs))}/{len(rs)}" for rs in runs.values()])
 print(table.to_string(float_format=lambda v: f"{v:.2f}"))
 
 # %% [markdown]
 # The same numbers as a picture: final accuracy (mean ± 95 % interval over the finished seeds;
-# small dots: each seed; ✕: a collapsed or diverged seed) against client computation (gradient
-# evaluations per round, K per step times the gradients per step) and against uplink. Up and to the
-# left is better.
+# small dots: each seed; the bar is left out where it would reach past 0 % or 100 %; ✕: a collapsed
+# or diverged seed) against client computation (gradient
+# evaluations per round, K per step times the gradients per step) and against uplink. Each cost takes
+# only two or three values, so each value is a category on the axis (its tick says the value) and the
+# methods that share it stand side by side in it, in a fixed order; their horizontal position within
+# a category carries no number. Up and to the left is better.
 
 # %%
 grads_per_round = {n: costs.loc[method_label(n), "grad evals/step"] * local_steps for n in runs}
-rows = [{"method": n, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy,
+rows = [{"method": n, "seed": r.config.seed, "status": r.status, "final_acc_pct": 100 * r.final_accuracy,
          "grads_per_round": grads_per_round[n], "uplink_x_fedavg": costs.loc[method_label(n), "uplink ×FedAvg"]}
         for n, rs in runs.items() for r in rs]
 per_seed = pd.DataFrame(rows)
-summary = pd.DataFrame([{"method": n, "mean": e.mean, "half_width": e.half_width, "n": e.n,
+summary = pd.DataFrame([{"method": n, "mean_pct": 100 * e.mean, "half_width_pct": 100 * e.half_width, "n": e.n,
                          "grads_per_round": grads_per_round[n],
                          "uplink_x_fedavg": costs.loc[method_label(n), "uplink ×FedAvg"]}
                         for n, e in est.items() if e is not None])
 fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True, layout="constrained")
 for ax, xcol, xlabel in [(axes[0], "grads_per_round", "gradient evaluations per client per round"),
                          (axes[1], "uplink_x_fedavg", "uplink per client per round (× FedAvg)")]:
-    offsets = {}
-    for n, (color, _, marker) in run_styles(runs).items():
-        x0 = float(per_seed.loc[per_seed["method"] == n, xcol].iloc[0])
-        k = offsets[x0] = offsets.get(x0, -1) + 1  # spread methods at the same cost so none hides another
-        x = x0 * (1 + 0.05 * (k - 1.5))
-        mine = per_seed[per_seed["method"] == n]
-        ok = mine[mine["status"] == "finished"]
-        ax.scatter([x] * len(ok), ok["final_acc"], color=color, s=10, alpha=0.5, zorder=2)
-        bad = mine[mine["status"] != "finished"]
-        ax.scatter([x] * len(bad), bad["final_acc"], color=color, marker="x", s=30, zorder=3,
-                   label=f"{method_label(n)} ({', '.join(sorted(set(bad['status'])))})" if len(bad) else None)
-        if est[n] is not None:
-            e = est[n]
-            ax.errorbar(x, e.mean, yerr=0 if np.isnan(e.half_width) else e.half_width, color=color, marker=marker,
-                        markersize=7, capsize=3, linestyle="none", zorder=4, label=method_label(n))
-            ax.annotate(f"{e.mean:.3f}", (x, e.mean), textcoords="offset points", xytext=(5, 3), fontsize=7,
-                        color=color)
+    values = sorted(per_seed[xcol].round(6).unique())  # the categories: every cost value a method has
+    slots = {v: [n for n in runs if round(float(per_seed.loc[per_seed["method"] == n, xcol].iloc[0]), 6) == v]
+             for v in values}
+    for c, v in enumerate(values):
+        width = 0.8 / max(1, len(slots[v]))
+        for k, n in enumerate(slots[v]):
+            color, _, marker = run_styles(runs)[n]
+            x = c - 0.4 + width * (k + 0.5)  # the method's slot inside category c
+            mine = per_seed[per_seed["method"] == n]
+            ok = mine[mine["status"] == "finished"]
+            ax.scatter([x] * len(ok), ok["final_acc_pct"], color=color, s=10, alpha=0.5, zorder=2)
+            bad = mine[mine["status"] != "finished"]
+            ax.scatter([x] * len(bad), bad["final_acc_pct"], color=color, marker="x", s=30, zorder=3,
+                       label=f"{method_label(n)} ({', '.join(sorted(set(bad['status'])))})" if len(bad) else None)
+            if est[n] is not None:
+                e = est[n]
+                # the 95 % interval as a bar only where it stays within 0–100 % (otherwise the seeds alone)
+                draw_band(ax, [x], [ok["final_acc_pct"]], label=method_label(n), errorbars=True, bounds=(0.0, 100.0),
+                          color=color, marker=marker, markersize=7, capsize=3, linestyle="none", zorder=4)
+                ax.annotate(f"{100 * e.mean:.1f}", (x, 100 * e.mean), textcoords="offset points", xytext=(0, -12),
+                            fontsize=7, color=color, ha="center")
+        if c:
+            ax.axvline(c - 0.5, color="0.85", linewidth=0.8)
+    ax.set_xticks(range(len(values)), [f"{v:g}" for v in values])
+    ax.set_xlim(-0.5, len(values) - 0.5)
+    ax.margins(y=0.1)  # room for the value labels under the lowest points
+    ax.grid(False, axis="x")
     ax.set_xlabel(xlabel)
-    ax.margins(x=0.15)
-axes[0].set_ylabel("final test accuracy (mean ± 95 %)")
+axes[0].set_ylabel("final test accuracy (%, mean ± 95 %)")
 fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=5)
 fig.suptitle(f"accuracy against cost, {len(seeds)} seed(s) (✕: collapsed or diverged seed)")
 save_figure(fig, "04_sam_cost_accuracy", notebook=NB, profile=profile,
@@ -414,9 +432,8 @@ save_curves(runs, {"flatness_distance": (
                 f"flatness distance, client end points vs new global model ({len(seeds)} seed(s))",
                 r"$\Delta_D$ = mean $\|\theta_{i,K}-\theta^{t+1}\|^2$")},
             "04_flatness_distance", notebook=NB, profile=profile, parameters=figure_parameters, log_y=True,
-            legend="right",
-            caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({split_key(base)}), mean ± 95 % "
-                    f"interval over {len(seeds)} seed(s).")
+            caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({split_key(base)}), one panel "
+                    f"per method: mean over {len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey.")
 plt.show()
 
 # %%

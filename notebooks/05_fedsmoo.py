@@ -88,7 +88,9 @@ seeds = list(range(seed, seed + n_seeds))
 
 # %% [markdown]
 # Each method is drawn in its colour, line style and marker from `lab.style`; a curve is the mean over
-# the seeds whose run finished with its 95 % interval as a band (none with one seed); a collapsed (at
+# the seeds whose run finished (thick), each of those seeds its own thin line (no shaded interval: with
+# a few seeds it would reach past 0 % or 100 %); with more than three methods each gets its own panel on
+# shared axes, FedAvg's mean grey in every panel. Accuracy is in %; a collapsed (at
 # chance over its last quarter) or diverged seed is drawn on its own — thin, dotted, ✕ markers, its
 # status in the legend — and never averaged in.
 
@@ -252,10 +254,10 @@ print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 ada_hp = fedlab.get_algorithm("fedsmoo_adaptive", algorithm_params["fedsmoo_adaptive"]).hp  # what it ran with
 
 # %% [markdown]
-# Left: test accuracy of the global model; right: the clients' mean training loss (every round);
-# mean over seeds with a 95 % band. FedSMOO (the paper's method) is drawn solid green, the blog's
-# variant brown dash-dotted. The grey band marks the blog variant's warm-up rounds, where it *is*
-# FedAvg; it is drawn only on a panel that has data inside it (the accuracy is evaluated every
+# Top: test accuracy of the global model; bottom: the clients' mean training loss (every round); one
+# panel per method, its mean over seeds thick and each seed thin, FedAvg's mean grey. FedSMOO (the
+# paper's method) is drawn green, the blog's variant dark green. The grey shading in the blog variant's
+# panels marks its warm-up rounds, where it *is* FedAvg; it is drawn only on a panel that has data inside it (the accuracy is evaluated every
 # `eval_every` rounds, so in the larger profiles no evaluation falls in the warm-up).
 #
 # What the literature reports, at the papers' sizes: in FedVSSAM's benchmark (PAPERS.md §1,
@@ -277,7 +279,10 @@ def warmup_band(ax, rounds_with_data):
                 color="0.35")
 
 
-def warmup_bands(axes):
+def warmup_bands(axes, method=None):
+    """The warm-up shading on the blog variant's own panels (one panel per method)."""
+    if method not in (None, "fedsmoo_adaptive"):
+        return
     for metric, ax in axes.items():
         warmup_band(ax, curve_data(runs["fedsmoo_adaptive"], metric)["round"])
 
@@ -288,8 +293,8 @@ save_curves(runs, {"test_acc": ("global model, test accuracy", "test accuracy"),
             suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, K={local_steps}, {len(seeds)} seed(s), "
                      "tuned hyperparameters",
             caption=f"Test accuracy and local training loss of FedSMOO (paper), FedSMOO-adaptive (blog variant), "
-                    f"FedSpeed, FedDyn, FedSAM and FedAvg on {dataset} ({split_key(base)}), mean ± 95 % interval "
-                    f"over {len(seeds)} seed(s).",
+                    f"FedSpeed, FedDyn, FedSAM and FedAvg on {dataset} ({split_key(base)}), one panel per method: "
+                    f"mean over {len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds))
 plt.show()

@@ -87,7 +87,9 @@ seeds = list(range(seed, seed + n_seeds))
 
 # %% [markdown]
 # Each method is drawn in its colour, line style and marker from `lab.style`; a curve is the mean over
-# the seeds whose run finished with its 95 % interval as a band (none with one seed); a collapsed (at
+# the seeds whose run finished (thick), each of those seeds its own thin line (no shaded interval: with
+# a few seeds it would reach past 0 % or 100 %); with more than three methods each gets its own panel on
+# shared axes, the reference method's mean grey in every panel. Accuracy is in %; a collapsed (at
 # chance over its last quarter) or diverged seed is drawn on its own — thin, dotted, ✕ markers, its
 # status in the legend — and never averaged in.
 
@@ -293,8 +295,8 @@ save_curves(first, {"test_acc": ("global model, test accuracy", "test accuracy")
                      f"(ρ={resolved['fedsam'].rho}): {dataset}, {split_key(base)}, {n_clients} clients, "
                      f"K={local_steps}, {len(seeds)} seed(s)",
             caption=f"Test accuracy and local training loss of FedAvg, FedSAM and FedSWA on {dataset} "
-                    f"({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} seed(s), "
-                    "tuned hyperparameters.",
+                    f"({split_key(base)}, {n_clients} clients), mean over {len(seeds)} seed(s) (thick) and each "
+                    "seed (thin), tuned hyperparameters.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, algorithm_params={n: main_params[n] for n in first},
                             seeds=seeds))
@@ -429,15 +431,17 @@ if (1.0, 1.0) in grid:
 # Both add control variates to a local SGD loop and both send two vectors each way; FedMoSWA adds
 # the cyclic learning rate, the server EMA α and the momentum γ on the global variate. In the paper
 # FedMoSWA is the best method in every column (61.9 % on CIFAR-100 Dir-0.1, 11.6 points above FedSWA).
-# Mean over seeds with 95 % bands; FedSWA and FedAvg (no control variates) for reference.
+# One panel per method, its mean over seeds thick and each seed thin, SCAFFOLD's mean grey in every
+# panel; FedSWA and FedAvg (no control variates) for reference.
 
 # %%
 pair = {n: runs[n] for n in ("scaffold", "fedmoswa", "fedswa", "fedavg")}
 save_curves(pair, {"test_acc": (f"FedMoSWA (γ={resolved['fedmoswa'].gamma}) vs SCAFFOLD, {len(seeds)} seed(s)",
                                 "test accuracy")},
-            "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile, legend="right",
+            "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile, reference="scaffold",
             caption=f"Test accuracy of FedMoSWA and SCAFFOLD, with FedSWA and FedAvg for reference, on {dataset} "
-                    f"({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} seed(s).",
+                    f"({split_key(base)}, {n_clients} clients), one panel per method: mean over {len(seeds)} seed(s) "
+                    f"(thick) and each seed (thin), SCAFFOLD's mean in grey.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, algorithm_params={n: main_params[n] for n in pair}, seeds=seeds))
 plt.show()

@@ -114,7 +114,9 @@ toy_rho = 0.05  # the toy federation's radius: the official client's hard-coded 
 # %% [markdown]
 # Every curve figure below draws each method in its colour from `lab.style`; the three FedNSAM
 # variants share FedNSAM's colour and differ in line style and marker. On Fashion-MNIST a curve is the
-# mean over the seeds whose run finished, with its 95 % interval as a band (none with one seed); a
+# mean over the seeds whose run finished (thick), each of those seeds its own thin line (no shaded
+# interval: with a few seeds it would reach past 0 % or 100 %); with more than three methods each gets
+# its own panel on shared axes, FedAvg's mean grey in every panel, accuracy in %; a
 # collapsed (at chance over its last quarter) or diverged seed is drawn on its own — thin, dotted, ✕
 # markers, its status in the legend — and never averaged in.
 
@@ -343,12 +345,12 @@ print(acc_table.to_string())
 save_curves(runs, {"test_acc": ("global model", "test accuracy"),
                    "flatness_distance": ("flatness distance", r"$\Delta_D$ = mean $\|\theta_{i,K} - \theta^{t+1}\|^2$")},
             "07_fednsam_accuracy_flatness", notebook="07_fednsam", profile=profile,
-            decorate=lambda axes: axes["flatness_distance"].set_yscale("log"),
+            decorate=lambda axes, method=None: axes["flatness_distance"].set_yscale("log"),
             suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {int(participation * 100)} % per round, "
                      f"γ={gamma}, tuned ρ, {len(seeds)} seed(s)",
             caption=f"Test accuracy and flatness distance Δ_D of FedAvg, FedSAM and three FedNSAM variants on "
-                    f"{dataset} ({split_key(base)}, {n_clients} clients), mean ± 95 % interval over {len(seeds)} "
-                    "seed(s), tuned radii.",
+                    f"{dataset} ({split_key(base)}, {n_clients} clients), one panel per method: mean over "
+                    f"{len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey; tuned radii.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, methods={k: v for k, v in methods.items()}, gamma=gamma,
                             seeds=seeds))

@@ -88,12 +88,12 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import MaxNLocator
 
 import fedlab
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from fedlab import mean_interval
-from lab.tools.plots import METHOD_ORDER, method_color, method_label, status_note, use_house_style
+from lab.tools.plots import (METHOD_ORDER, draw_small_multiples, method_color, method_label, round_ticks, status_note,
+                             use_house_style)
 from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES, FIGURES_DIR
 from fedlab.sweep import summary_table
@@ -109,15 +109,6 @@ unknown = sorted(set(methods) - set(fedlab.ALGORITHMS))
 assert not unknown, f"unknown methods {unknown}; registered: {fedlab.ALGORITHMS}"
 assert len(models) == len(datasets) == len(targets) == len(pathological_classes), \
     "datasets, models, targets and pathological_classes need one entry per dataset"
-# a line style and marker per method on top of its colour, so that no two curves look alike (dotted is
-# kept for collapsed runs)
-LINESTYLES, MARKERS = ["-", "--", "-.", (0, (3, 1, 1, 1, 1, 1))], ["o", "s", "^", "D", "v", "P", "X", "*"]
-
-
-def line_style(m):
-    i = METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
-    return {"color": method_color(m), "ls": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)]}
-
 
 # %% [markdown]
 # ## 1. The splits
@@ -250,11 +241,13 @@ print("uplink identical on every split:", bool((uplink["min"] == uplink["max"]).
 # %% [markdown]
 # ## 5. The figures
 # **Dot plot** (one panel per split): each method's final accuracy — small dots are the seeds, the
-# large dot and its bar the mean over the finished seeds ± 95 % interval, labelled with its value;
-# FedAvg's mean dashed. The axis spans the finished runs, not 0–100 %, so read the numbers on it. A
-# collapsed seed is a grey ✕ (clipped to the left edge when it lies below the axis) and the row says
-# how many seeds collapsed. **Curves**: test accuracy against round for a few methods (mean over the
-# finished seeds, shaded 95 % interval with ≥ 2 of them; a collapsed seed is its own dotted line).
+# large dot and its bar the mean over the finished seeds ± 95 % interval, labelled with its value (no
+# bar where the interval would reach past 0 % or 100 %: the seeds show the spread there); FedAvg's
+# mean dashed. The axis spans the finished runs, not 0–100 %, so read the numbers on it. A
+# collapsed seed is a grey ✕ (drawn at the left edge when it lies below the axis) and the row says
+# how many seeds collapsed. **Curves**: test accuracy against round, one panel per method and split
+# on shared axes (the mean over the finished seeds thick, each seed thin, FedAvg's mean grey in every
+# panel; a collapsed seed is its own dotted line).
 # What to look at: how much each method loses from Dir 0.5 to the pathological split, and whether the
 # SAM-family methods keep their advantage (if any) when the split gets harder. With the `ci` sizes,
 # differences of a few points are noise; the last section shows what the `cpu` run found.
@@ -281,9 +274,15 @@ for ds in datasets:
     fig, axes = plt.subplots(1, len(split_order), figsize=(5.4 * len(split_order), 0.36 * len(methods) + 1.6),
                              sharey=True)
     axes = np.atleast_1d(axes)
-    # the axis spans the finished seeds and the intervals (clipped to 0–100 %), not 0–100 % itself
-    ends = pd.concat([finished["final_acc"], summary["final_acc_mean"] - summary["final_acc_ci95"].fillna(0.0),
-                      summary["final_acc_mean"] + summary["final_acc_ci95"].fillna(0.0)]).dropna()
+    # an interval that reaches past 0 % or 100 % (a t-interval of few seeds knows no bounds) is not drawn —
+    # not clipped either: the seeds' dots show the spread instead
+    lo_ci = summary["final_acc_mean"] - summary["final_acc_ci95"]
+    hi_ci = summary["final_acc_mean"] + summary["final_acc_ci95"]
+    summary["interval_drawn"] = (lo_ci >= 0.0) & (hi_ci <= 1.0)
+    # the axis spans the finished seeds and the drawn intervals, not 0–100 % itself
+    drawn = summary[summary["interval_drawn"]]
+    ends = pd.concat([finished["final_acc"], drawn["final_acc_mean"] - drawn["final_acc_ci95"],
+                      drawn["final_acc_mean"] + drawn["final_acc_ci95"]]).dropna()
     lo_all = max(0.0, 100 * ends.min()) if len(ends) else 0.0
     hi_all = min(100.0, 100 * ends.max()) if len(ends) else 100.0
     for ax, split in zip(axes, split_order):
@@ -300,9 +299,10 @@ for ds in datasets:
                         mew=1.6, color="#777777")
             mean, hw = 100 * s.loc[m, "final_acc_mean"], 100 * s.loc[m, "final_acc_ci95"]
             if np.isfinite(mean):
-                ax.errorbar(mean, y, xerr=hw if np.isfinite(hw) else None, fmt="o", ms=7, capsize=3,
+                bar = np.isfinite(hw) and bool(s.loc[m, "interval_drawn"])
+                ax.errorbar(mean, y, xerr=hw if bar else None, fmt="o", ms=7, capsize=3,
                             color=method_color(m), mec="black", mew=0.6)
-                text = f"{mean:.1f}" + (f" ± {hw:.1f}" if np.isfinite(hw) else "")
+                text = f"{mean:.1f}" + (f" ± {hw:.1f}" if bar else "")
                 ax.annotate(text, (mean, y), xytext=(0, 4.5), textcoords="offset points", ha="center",
                             va="bottom", fontsize=7)
             if len(bad):
@@ -343,52 +343,41 @@ for ds in datasets:
 # %%
 shown = [m for m in curve_methods if m in methods]
 for ds in datasets:
-    fig, axes = plt.subplots(1, len(split_order), figsize=(5.2 * len(split_order), 3.9), sharey=True)
-    axes = np.atleast_1d(axes)
+    # one panel per (method, split), shared axes: six methods' curves in one panel hide each other
+    fig, axes = plt.subplots(len(shown), len(split_order), figsize=(3.3 * len(split_order) + 0.8, 1.9 * len(shown) + 1.2),
+                             sharex=True, sharey=True, squeeze=False, layout="constrained")
     curve_rows = []
-    for ax, split in zip(axes, split_order):
-        for m in shown:
-            style = line_style(m)
-            runs = results[ds, split, m]
-            for r in runs:
-                acc = r.metrics[["round", "test_acc"]].dropna()
-                curve_rows += [{"split": split, "method": m, "seed": r.config.seed, "status": r.status,
-                                "round": int(a), "test_acc": float(b)} for a, b in zip(acc["round"], acc["test_acc"])]
-            ok = [r for r in runs if r.status == "finished"]
-            bad = [r for r in runs if r.status != "finished"]
-            if ok:
-                curves = pd.concat([r.metrics.set_index("round")["test_acc"].dropna() for r in ok], axis=1)
-                est = [mean_interval(v) for v in curves.to_numpy()]
-                mean = np.array([100 * e.mean for e in est])
-                hw = np.array([100 * e.half_width for e in est])
-                ax.plot(curves.index, mean, markevery=max(1, len(mean) // 6), ms=4, label=method_label(m), **style)
-                if np.isfinite(hw).all():
-                    ax.fill_between(curves.index, np.clip(mean - hw, 0, 100), np.clip(mean + hw, 0, 100),
-                                    color=style["color"], alpha=0.13, lw=0)
-            for j, r in enumerate(bad):
-                acc = r.metrics[["round", "test_acc"]].dropna()
-                ax.plot(acc["round"], 100 * acc["test_acc"], color=style["color"], ls=":", lw=1.0,
-                        label=f"{method_label(m)} ({r.status})" if j == 0 else None)
+    for j, split in enumerate(split_order):
+        split_runs = {m: results[ds, split, m] for m in shown}
+        curve_rows += [{"split": split, "method": m, "seed": r.config.seed, "status": r.status,
+                        "round": int(a), "test_acc": float(b)}
+                       for m, runs in split_runs.items() for r in runs
+                       for a, b in r.metrics[["round", "test_acc"]].dropna().itertuples(index=False)]
+        draw_small_multiples(axes[:, j], split_runs, "test_acc", scale=100.0)  # FedAvg's mean grey in each
         target = next(t for d, s, _, t in benchmarks if d == ds and s == split)
-        ax.axhline(100 * target, ls=":", lw=1, color="#333333")
-        ax.set_title(split)
+        for i, ax in enumerate(axes[:, j]):
+            ax.axhline(100 * target, ls=":", lw=1, color="#333333")
+            ax.set_title(f"{split}: {ax.get_title()}", fontsize=9)
+            round_ticks(ax, [row["round"] for row in curve_rows if row["split"] == split])
+    for ax in axes[-1]:
         ax.set_xlabel("round")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0].set_ylabel("test accuracy (%)")
-    handles, labels = {}, []
-    for ax in axes:
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test accuracy (%)")
+    handles = {}
+    for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.suptitle(f"{ds}: accuracy against round (mean ± 95 % interval over {len(seeds)} seed(s); "
-                 "dotted horizontal: the rounds-to-target level)")
-    fig.tight_layout()
+    handles["one seed (thin line)"] = plt.Line2D([], [], color="#555555", lw=0.7)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=4)
+    fig.suptitle(f"{ds}: accuracy against round (mean over {len(seeds)} seed(s) thick, each seed thin; grey: "
+                 "FedAvg's mean; dotted horizontal: the rounds-to-target level)")
     curve_runs = [r for m in shown for s in split_order for r in results[ds, s, m]]
     note = status_note(curve_runs)
     save_figure(fig, f"10_benchmarks_curves_{ds}", notebook="10_benchmarks", profile=profile,
                 caption=f"Test accuracy against communication round on {ds} for "
                         f"{', '.join(map(method_label, shown))} under {', '.join(split_order)}, tuned "
-                        f"hyperparameters (mean over the finished seeds ± 95 % interval, {len(seeds)} seed(s))."
+                        f"hyperparameters, one panel per method and split (mean over the finished seeds thick, each "
+                        f"of {len(seeds)} seed(s) thin, FedAvg's mean grey)."
                         + (f" {note}" if note else ""),
                 parameters=dict(dataset=ds, n_clients=n_clients, participation=participation, rounds=rounds,
                                 local_steps=local_steps, seed=seed, seeds=seeds, partition_seed=PARTITION_SEED,

@@ -299,35 +299,94 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
 def save_curves(runs: "dict[str, list[RunResult]]", panels: "dict[str, tuple[str, str]]", name: str, *,
                 notebook: str, profile: str, caption: str, parameters: dict | None = None,
                 suptitle: str | None = None, log_y: bool = False, legend: str = "lower center",
-                decorate: "Callable[[dict[str, Axes]], None] | None" = None) -> "Figure":
-    """One curve figure in one call: a panel per metric (``panels``: metric → (title, y label)), every
-    method of ``runs`` as its mean over the finished seeds with a 95 % band and each collapsed or
-    diverged seed on its own (:func:`lab.tools.plots.draw_runs`), one legend; then :func:`save_figure`
-    with the plotted numbers (:func:`~lab.tools.plots.curves_table` per metric), every run as evidence,
-    and the caption completed by :func:`~lab.tools.plots.status_note`. ``decorate`` draws extras on the
-    axes (by metric) before the figure is saved. Returns the figure."""
+                decorate: "Callable[..., None] | None" = None,
+                small_multiples: bool | None = None, reference: str | None = None) -> "Figure":
+    """One curve figure in one call: every method of ``runs`` as its mean over the finished seeds (thick)
+    with each seed as a thin line and each collapsed or diverged seed on its own
+    (:func:`lab.tools.plots.draw_seeds`), one legend; then :func:`save_figure` with the plotted numbers
+    (:func:`~lab.tools.plots.curves_table` per metric), every run as evidence, and the caption completed
+    by :func:`~lab.tools.plots.status_note`. ``panels``: metric → (title, y label).
+
+    An accuracy is drawn in % (:func:`~lab.tools.plots.metric_scale`, the y label says so) and the round
+    axis is ticked at evaluated rounds (:func:`~lab.tools.plots.round_ticks`). With more than three
+    methods (or ``small_multiples=True``) each metric gets one panel per method, shared axes, the
+    ``reference`` method (default FedAvg) as a grey line in each
+    (:func:`~lab.tools.plots.draw_small_multiples`): eight methods' seeds in one panel hide each other.
+    ``decorate`` draws extras on the axes before the figure is saved: ``decorate({metric: axes})``, and
+    with small multiples ``decorate({metric: axes}, key)`` once per method (``key`` of ``runs``), so that
+    an extra that belongs to one method is drawn in its panels only. Returns the figure."""
+    import math
+
     import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.lines import Line2D
 
-    from lab.tools.plots import all_runs, curves_table, draw_runs, status_note
+    from lab.tools.plots import (
+        SEED_LINEWIDTH, all_runs, curve_data, curves_table, draw_runs, draw_small_multiples, metric_scale, round_ticks, status_note)
 
+    multiples = len(runs) > 3 if small_multiples is None else small_multiples
     n = len(panels)
-    fig, axes = plt.subplots(1, n, figsize=(8, 4.8) if n == 1 else (5.5 * n, 4.6), layout="constrained",
-                             squeeze=False)
-    by_metric = dict(zip(panels, axes[0]))
+    if multiples:
+        ncols = min(4, len(runs))
+        rows_per = math.ceil(len(runs) / ncols)
+        fig, grid = plt.subplots(n * rows_per, ncols, figsize=(3.3 * ncols + 1.0, 2.6 * n * rows_per + 1.0),
+                                 layout="constrained", squeeze=False, sharex=True)
+        blocks = {m: grid[k * rows_per:(k + 1) * rows_per].ravel() for k, m in enumerate(panels)}
+        for m, block in blocks.items():  # the y axis shared within a metric's block, not across metrics
+            for ax in block[1:]:
+                ax.sharey(block[0])
+    else:
+        fig, grid = plt.subplots(1, n, figsize=(8, 4.8) if n == 1 else (5.5 * n, 4.6), layout="constrained",
+                                 squeeze=False)
+        blocks = {m: [ax] for m, ax in zip(panels, grid[0])}
+    # with a shared round axis the ticks must be evaluated rounds of every metric (their common grid)
+    grids = {m: {int(r) for r in curve_data(all_runs(runs), m)["round"]} for m in panels}
+    common = set.intersection(*grids.values())
     for metric, (title, ylabel) in panels.items():
-        ax = by_metric[metric]
-        draw_runs(ax, runs, metric)
-        ax.set(title=title, xlabel="round", ylabel=ylabel)
-        if log_y:
-            ax.set_yscale("log")
+        scale = metric_scale(metric)
+        ylabel = f"{ylabel} (%)" if scale == 100.0 and "%" not in ylabel else ylabel
+        block = blocks[metric]
+        if multiples:
+            draw_small_multiples(block, runs, metric, reference=reference, scale=scale)
+            for j, ax in enumerate(block[:len(runs)]):
+                ax.set_title(f"{title}: {ax.get_title()}" if j == 0 else ax.get_title(), fontsize=9)
+                if j % grid.shape[1] == 0:
+                    ax.set_ylabel(ylabel)
+        else:
+            draw_runs(block[0], runs, metric, scale=scale)
+            block[0].set(title=title, ylabel=ylabel)
+        evaluated = common if multiples and len(common) >= 2 else grids[metric]
+        for ax in block:
+            if log_y:
+                ax.set_yscale("log")
+            round_ticks(ax, evaluated)
+    for ax in grid[-1]:
+        ax.set_xlabel("round")
+    if multiples:  # a panel above a hidden one (fewer methods than the last row has panels) is a bottom panel
+        for i, j in np.ndindex(grid.shape[0] - 1, grid.shape[1]):
+            if grid[i, j].get_visible() and not grid[i + 1, j].get_visible():
+                grid[i, j].tick_params(labelbottom=True)
+                grid[i, j].set_xlabel("round")
+    if not multiples:
+        for ax in grid[0]:
+            ax.set_xlabel("round")
     if decorate is not None:
-        decorate(by_metric)
-    where = {"lower center": dict(loc="outside lower center", ncol=min(6, len(runs))),
+        if multiples:
+            for j, key in enumerate(runs):
+                decorate({m: blocks[m][j] for m in panels}, key)
+        else:
+            decorate({m: blocks[m][0] for m in panels})
+    handles: dict[str, object] = {}
+    for ax in grid.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    handles["one seed (thin line)"] = Line2D([], [], color="#555555", linewidth=SEED_LINEWIDTH)
+    where = {"lower center": dict(loc="outside lower center", ncol=min(6, len(handles))),
              "right": dict(loc="outside right center")}[legend]
-    fig.legend(*axes[0, 0].get_legend_handles_labels(), **where)
+    fig.legend(list(handles.values()), list(handles), **where)
     if suptitle:
         fig.suptitle(suptitle)
-    table = {k: v for metric in panels for k, v in curves_table(runs, metric).items()}
+    table = {k: v for metric in panels for k, v in curves_table(runs, metric, metric_scale(metric)).items()}
     note = status_note(all_runs(runs))
     save_figure(fig, name, notebook=notebook, profile=profile, caption=f"{caption} {note}".strip(),
                 parameters=parameters, data=table, runs=all_runs(runs))

@@ -1,7 +1,11 @@
 """The house plot style and a few plotting helpers shared by the notebooks.
 
 One colour per method, fixed across every figure, so a reader can follow FedVSSAM from notebook to
-notebook; light grid, no top/right spines, labelled axes. Collapsed runs (:mod:`lab.evidence.collapse`) are drawn
+notebook; light grid, no top/right spines, labelled axes; accuracy in % (:func:`metric_scale`); round
+axes ticked at evaluated rounds (:func:`round_ticks`); the spread over seeds shown by the seeds
+themselves, or by an interval only where it stays inside the quantity's bounds (:func:`draw_seeds`,
+:func:`draw_band`); many methods as small multiples against a grey reference
+(:func:`draw_small_multiples`). Collapsed runs (:mod:`lab.evidence.collapse`) are drawn
 distinctly — thin dotted line, "(collapsed)" in the legend — and :func:`status_note` names them for
 the caption, so a run at chance never passes for a flat, well-trained model.
 """
@@ -160,48 +164,129 @@ def seed_band(samples: Iterable[Iterable[float]]) -> tuple[np.ndarray, np.ndarra
             np.array([e.half_width if np.isfinite(e.half_width) else 0.0 for e in est], dtype=float))
 
 
-def _shade(ax: plt.Axes, xs: Any, mean: Any, half: Any, color: Any, alpha: float) -> None:
-    ax.fill_between(xs, np.asarray(mean) - half, np.asarray(mean) + half, color=color, alpha=alpha, linewidth=0)
+def _bounds_hold(lo: np.ndarray, hi: np.ndarray, bounds: tuple[float, float] | None) -> bool:
+    """Whether every interval [lo, hi] lies inside ``bounds`` (always, when there are none)."""
+    if bounds is None:
+        return True
+    return bool(np.all(lo >= bounds[0]) and np.all(hi <= bounds[1]))
+
+
+def _draw_samples(ax: plt.Axes, xs: Sequence[float], samples: Sequence[Sequence[float]], color: Any,
+                  alpha: float) -> None:
+    """Every seed's own values, unlabelled: one thin line per seed when every x has the same number of
+    seeds (``samples[j][s]`` is seed ``s`` at ``xs[j]``), a small dot per value otherwise."""
+    if samples and len({len(v) for v in samples}) == 1:
+        arr = np.asarray([list(v) for v in samples], dtype=float)
+        for s in range(arr.shape[1]):
+            ax.plot(xs, arr[:, s], color=color, linewidth=SEED_LINEWIDTH, alpha=alpha, label="_seed")
+        return
+    for x, v in zip(xs, samples):
+        vals = np.asarray(list(v), dtype=float)
+        ax.plot(np.full(len(vals), x), vals, ".", color=color, markersize=3, alpha=alpha, label="_seed")
 
 
 def draw_band(ax: plt.Axes, xs: Sequence[float], samples: Iterable[Iterable[float]], *, label: str | None,
-              errorbars: bool = False, band_alpha: float = 0.15, **style: Any) -> None:
+              errorbars: bool = False, band_alpha: float = 0.15, bounds: tuple[float, float] | None = None,
+              **style: Any) -> None:
     """The mean over seeds at each x with its 95 % interval (:func:`seed_band`; ``samples[j]`` are
     the seeds' values at ``xs[j]``): a line with a shaded band, or points with error bars when
-    ``errorbars``. ``style`` goes to ``ax.plot`` / ``ax.errorbar`` (``color`` also colours the band)."""
-    mean, half = seed_band(samples)
+    ``errorbars``. ``style`` goes to ``ax.plot`` / ``ax.errorbar`` (``color`` also colours the band).
+
+    ``bounds`` = (low, high) is the range the quantity can take (a rate: (0, 1); a loss: (0, inf)).
+    The Student-t interval mean ± t·s/√n is symmetric and knows no bounds, so with few seeds it can
+    reach past them (a rate band below 0): then no interval is drawn at all — not clipped, which
+    would hide that it is meaningless there — and the seeds themselves are drawn instead (thin lines,
+    or dots when the x's have different seeds), the mean still the thick line or marker."""
+    groups = [list(v) for v in samples]
+    mean, half = seed_band(groups)
+    color = style.get("color")
+    if not _bounds_hold(mean - half, mean + half, bounds):
+        # the mean alone, as the caller styled it (errorbar without yerr takes the same keywords)
+        if errorbars:
+            ax.errorbar(xs, mean, label=label, **style)
+        else:
+            ax.plot(xs, mean, label=label, **style)
+        _draw_samples(ax, xs, groups, color, max(band_alpha, 0.35))
+        return
     if errorbars:
         ax.errorbar(xs, mean, yerr=half, label=label, **style)
         return
     ax.plot(xs, mean, label=label, **style)
-    _shade(ax, xs, mean, half, style.get("color"), band_alpha)
+    ax.fill_between(xs, mean - half, mean + half, color=color, alpha=band_alpha, linewidth=0)
+
+
+SEED_LINEWIDTH = 0.7
+"""Line width of one seed's own curve (the mean over seeds is drawn at the house width or more)."""
 
 
 def draw_seeds(ax: plt.Axes, results: Sequence[Any], metric: str, *, label: str,
-               style: tuple[str, Any, str], linewidth: float = 1.8) -> None:
-    """One method on ``ax``: the mean over its finished seeds with a 95 % band (``style`` = colour,
-    line style, marker), and every collapsed or diverged seed as its own thin dotted line with ✕,
-    counted in the legend."""
+               style: tuple[str, Any, str], linewidth: float = 1.8, scale: float = 1.0) -> None:
+    """One method on ``ax``: the mean over its finished seeds as the thick line (``style`` = colour,
+    line style, marker), every finished seed as its own thin line of the same colour, and every
+    collapsed or diverged seed as its own thin dotted line with ✕, counted in the legend.
+
+    No shaded interval: with the few seeds a run has, the Student-t band mean ± t·s/√n is wide and
+    symmetric and crosses the metric's bounds (an accuracy band below 0 %, a loss band below 0); the
+    seeds themselves show the spread and stay inside them. ``scale`` multiplies the values (100 for an
+    accuracy in %, :func:`metric_scale`)."""
     color, ls, marker = style
     curve = mean_curve(results, metric)
     if len(curve):
-        ax.plot(curve["round"], curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
+        for r in finished_runs(results):
+            df = r.metrics[["round", metric]].dropna()
+            ax.plot(df["round"], scale * df[metric], color=color, linewidth=SEED_LINEWIDTH, alpha=0.45,
+                    label="_seed")
+        ax.plot(curve["round"], scale * curve["mean"], color=color, linestyle=ls, marker=marker, markersize=4,
                 markevery=max(1, len(curve) // 8), linewidth=linewidth,
                 label=f"{label} (n={int(curve['n'].max())})")
-        _shade(ax, curve["round"], curve["mean"], curve["half_width"].fillna(0.0), color, 0.15)
     for status in ("collapsed", "diverged"):
         bad = [r for r in results if r.status == status]
         for j, r in enumerate(bad):
             df = r.metrics[["round", metric]].dropna()
-            ax.plot(df["round"], df[metric], color=color, linestyle=":", linewidth=1.0, marker="x",
+            ax.plot(df["round"], scale * df[metric], color=color, linestyle=":", linewidth=1.0, marker="x",
                     markevery=max(1, len(df) // 8), label=f"{label} ({status}, {len(bad)} seed(s))" if j == 0 else None)
 
 
-def curves_table(runs: dict[str, Sequence[Any]], metric: str) -> dict[str, pd.DataFrame]:
-    """The numbers a curve figure plots: every seed's rows (with status) and the per-method means."""
+def metric_scale(metric: str) -> float:
+    """The factor a metric is shown with: 100 for an accuracy (``test_acc``, ``*_acc``, ``*_acc_*``:
+    a fraction in the metrics, a percentage in every figure), 1 otherwise."""
+    return 100.0 if metric == "acc" or metric.endswith("_acc") or "_acc_" in metric else 1.0
+
+
+def round_ticks(ax: plt.Axes, rounds: Iterable[float], max_ticks: int = 7) -> list[int]:
+    """Tick the round axis of ``ax`` at evaluated rounds only, and returns them.
+
+    A curve has points only at the evaluated rounds (every ``eval_every``-th, plus the last), so a
+    tick at a round without an evaluation points at nothing. The ticks are the evaluated rounds that
+    are multiples of the smallest "round" step (1, 2, 5 × 10^k) leaving at most ``max_ticks`` of them;
+    when no step leaves two, evenly spaced evaluated rounds (first and last included)."""
+    grid = np.unique(np.asarray([int(r) for r in rounds], dtype=int))
+    if len(grid) == 0:
+        return []
+    ticks = grid
+    if len(grid) > max_ticks:
+        ticks = np.array([], dtype=int)
+        for step in (m * 10 ** k for k in range(7) for m in (1, 2, 5)):
+            on = grid[grid % step == 0]
+            if len(on) <= max_ticks:
+                ticks = on
+                break
+        if len(ticks) < 2:
+            ticks = grid[np.unique(np.round(np.linspace(0, len(grid) - 1, max_ticks)).astype(int))]
+    out = [int(t) for t in ticks]
+    ax.set_xticks(out, [str(t) for t in out])
+    return out
+
+
+def curves_table(runs: dict[str, Sequence[Any]], metric: str, scale: float = 1.0) -> dict[str, pd.DataFrame]:
+    """The numbers a curve figure plots: every seed's rows (with status) and the per-method means,
+    multiplied by ``scale`` (100: an accuracy in %, the column then named ``<metric>_pct``)."""
+    name = f"{metric}_pct" if scale == 100.0 else metric
     per_seed = pd.concat([curve_data(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
+    per_seed[metric] = scale * per_seed[metric]
     means = pd.concat([mean_curve(rs, metric).assign(method=n) for n, rs in runs.items()], ignore_index=True)
-    return {f"{metric}_per_seed": per_seed, f"{metric}_mean": means}
+    means[["mean", "half_width"]] = scale * means[["mean", "half_width"]]
+    return {f"{name}_per_seed": per_seed.rename(columns={metric: name}), f"{name}_mean": means}
 
 
 def all_runs(runs: dict[str, Sequence[Any]]) -> list[Any]:
@@ -223,9 +308,40 @@ def run_styles(runs: dict[str, Sequence[Any] | str]) -> dict[str, tuple[Any, Any
     return out
 
 
-def draw_runs(ax: plt.Axes, runs: dict[str, Sequence[Any]], metric: str) -> None:
+def draw_runs(ax: plt.Axes, runs: dict[str, Sequence[Any]], metric: str, scale: float = 1.0) -> None:
     """Every method (or labelled variant) of ``runs`` on ``ax`` with :func:`draw_seeds`, in its
     :func:`run_styles` style, labelled :func:`method_label`."""
     styles = run_styles(runs)
     for key, rs in runs.items():
-        draw_seeds(ax, rs, metric, label=method_label(key), style=styles[key])
+        draw_seeds(ax, rs, metric, label=method_label(key), style=styles[key], scale=scale)
+
+
+REFERENCE_COLOR = "#a0a0a0"
+"""The grey of the reference method's mean in every panel of a small-multiples figure."""
+
+
+def draw_small_multiples(axes: Sequence[plt.Axes], runs: dict[str, Sequence[Any]], metric: str, *,
+                         reference: str | None = None, scale: float = 1.0) -> None:
+    """One method (or labelled variant) of ``runs`` per panel of ``axes`` (in order), each with
+    :func:`draw_seeds`, and the ``reference`` method's mean over its finished seeds as a grey line
+    behind it in every other panel, so that each method is read against the same baseline without
+    six other methods' seeds crossing it. ``reference`` defaults to FedAvg when ``runs`` has it (none
+    otherwise; a key whose runs are FedAvg's counts, e.g. a label "FedAvg"); panels beyond the methods are
+    hidden. Each panel's title is the method's label."""
+    if len(axes) < len(runs):
+        raise ValueError(f"axes: {len(axes)} panels for {len(runs)} methods")
+    if reference is None:
+        reference = next((k for k, rs in runs.items()
+                          if k == "fedavg" or (len(rs) and rs[0].config.algorithm == "fedavg")), None)
+    if reference is not None and reference not in runs:
+        raise ValueError(f"reference: {reference!r} is not one of the methods drawn ({', '.join(runs)})")
+    styles = run_styles(runs)
+    ref = mean_curve(runs[reference], metric) if reference is not None else None
+    for ax, (key, rs) in zip(axes, runs.items()):
+        if ref is not None and key != reference and len(ref):
+            ax.plot(ref["round"], scale * ref["mean"], color=REFERENCE_COLOR, linewidth=1.4, zorder=1,
+                    label=f"{method_label(reference)} (reference, mean)")
+        draw_seeds(ax, rs, metric, label=method_label(key), style=styles[key], scale=scale)
+        ax.set_title(method_label(key))
+    for ax in axes[len(runs):]:
+        ax.set_visible(False)
