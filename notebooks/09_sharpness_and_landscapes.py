@@ -106,7 +106,8 @@ from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
 from lab.evidence.records import run_or_load
 from lab.sharpness import track_sharpness
 from fedlab.evidence.uncertainty import mean_interval
-from lab.tools.plots import METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, status_note, use_house_style
+from lab.tools.plots import (METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, round_ticks, status_note,
+                             use_house_style)
 from lab.tools.figures import save_figure
 from fedlab import numpy_generator, torch_generator
 from lab.repro import CITABLE_PROFILES
@@ -475,7 +476,8 @@ run_of = {(name, r.config.seed): r for name, rs in runs.items() for r in rs}
 def seed_mean_line(ax, xs, curves, label, **style):
     """The mean over seeds of equal-grid curves (rows) with its 95 % band, labelled with n."""
     arr = np.asarray(curves, dtype=float)
-    draw_band(ax, xs, arr.T, label=f"{label} (n={len(arr)})", band_alpha=0.12, **style)
+    # losses and λ_max are ≥ 0: a band that would cross 0 is replaced by the seeds themselves
+    draw_band(ax, xs, arr.T, label=f"{label} (n={len(arr)})", band_alpha=0.12, bounds=(0.0, np.inf), **style)
 
 n_panels = 1 + len(families)
 ncols = min(3, n_panels)
@@ -656,16 +658,16 @@ for name in track_methods:
         ax1.plot(bad["round"], bad["lambda_max"], label=f"{styled_label(name, bad['status'].iloc[0])}, seed {k}",
                  **line_style(name, bad["status"].iloc[0]))
     draw_seeds(ax2, results, "test_acc", label=method_label(name),
-               style=(style["color"], style["ls"], style["marker"]))
+               style=(style["color"], style["ls"], style["marker"]), scale=100.0)
 ax1.set_xlabel("round")
 ax1.set_ylabel(r"$\lambda_{max}$ of the global model")
 ax1.set_title(f"sharpness over training ({len(seeds)} seed(s))")
 ax1.legend()
 ax2.set_xlabel("round")
-ax2.set_ylabel("test accuracy")
+ax2.set_ylabel("test accuracy (%)")
 ax2.set_title("accuracy of the same runs")
-for ax in (ax1, ax2):
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+round_ticks(ax1, pd.DataFrame(track_rows)["round"] if track_rows else [])
+round_ticks(ax2, [r for res in track_runs for r in res.metrics.dropna(subset=["test_acc"])["round"]])
 fig.tight_layout()
 save_figure(fig, "09_sharpness_over_training", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"Top Hessian eigenvalue of the global model every {track_every} rounds, and test accuracy, for "
