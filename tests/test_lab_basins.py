@@ -88,6 +88,10 @@ def test_assign_basins_and_shares():
     labels = assign_basins(pts, minima, radius=0.5)
     assert list(labels) == ["flat", "sharp", ELSEWHERE, ELSEWHERE]
     assert list(assign_basins(pts, minima, radius=1.5)) == ["flat", "sharp", "sharp", ELSEWHERE]
+    pair = {**minima, "side": torch.tensor([[-3.0, 3.0], [3.0, 3.0]], dtype=F64)}
+    assert list(assign_basins(torch.cat([pts, -pts[3:]]), pair, radius=0.5)) == ["flat", "sharp", ELSEWHERE, "side",
+                                                                                 ELSEWHERE]
+    assert list(assign_basins(torch.tensor([[-2.9, 3.1]], dtype=F64), pair, radius=0.5)) == ["side"]
     shares = basin_shares({"a": labels, "b": np.array(["flat"] * 4, dtype=object)}, ["flat", "sharp", ELSEWHERE])
     assert shares.loc["a"].tolist() == [0.25, 0.25, 0.5] and shares.loc["b"].tolist() == [1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="radius"):

@@ -74,13 +74,21 @@ def run_from_starts(
 
 
 def assign_basins(points: Tensor, minima: Mapping[str, Tensor], radius: float) -> np.ndarray:
-    """The name of the nearest minimum within ``radius`` of each point (shape (n, d)), else ``ELSEWHERE``."""
+    """The name of the nearest minimum within ``radius`` of each point (shape (n, d)), else ``ELSEWHERE``.
+
+    A name may stand for one minimum (shape (d,)) or for several (shape (k, d), e.g. a symmetric pair).
+    """
     if not minima:
         raise ValueError("minima must name at least one minimum")
     if not radius > 0:
         raise ValueError(f"radius must be positive (got {radius})")
-    names = list(minima)
-    centres = torch.stack([torch.as_tensor(minima[k], dtype=points.dtype) for k in names])
+    names, rows = [], []
+    for name, m in minima.items():
+        m = torch.as_tensor(m, dtype=points.dtype)
+        m = m[None] if m.ndim == 1 else m
+        names += [name] * m.shape[0]
+        rows.append(m)
+    centres = torch.cat(rows)
     if points.ndim != 2 or centres.shape[1] != points.shape[1]:
         raise ValueError(f"points must have shape (n, {centres.shape[1]}) like the minima (got {tuple(points.shape)})")
     dist = torch.cdist(points, centres)  # (n, number of minima)
