@@ -469,8 +469,8 @@ print("last round, FedSAM: each local model is on its own client's side of the o
 # * **FedSAM**'s clients do see the sharpness: from the origin, local SAM leaves the sharp well (the
 #   checked line above). But each client leaves it on its own side, towards *its own* flat well, the two
 #   in opposite directions (within K steps they stay nearer the global model than their own flat
-#   minima), and their average is the origin again. Local SAM finds what is flat for the client; the
-#   mean of the two is sharp for F. This is flatness incompatibility in its plainest form.
+#   minima), and their average is the origin again. Local SAM moves each client towards what is flat for
+#   that client; the mean of the two is sharp for F. This is flatness incompatibility in its plainest form.
 # * **FedVSSAM** anchors its local steps to the server direction $h^t$ (weight 1 − γ_l) and steps the server
 #   along the EMA h; the printed end point and its local models say where that leads from this start.
 #
