@@ -124,11 +124,16 @@ def _cmd_tune_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_regime(args: argparse.Namespace) -> int:
-    """``regime pilot ...`` (train a stage of the regime pilot) and ``regime analyse`` (its table, figure, summary)."""
+    """``regime pilot ...`` (train a stage of the regime pilot), ``regime analyse`` (stage A's table, figure,
+    summary) and ``regime decide`` (stage B's decisions R1–R5 and the selection outcome)."""
     if args.regime_command == "pilot":
         from lab.regime.pilot import main as pilot_main
 
         return pilot_main(args)
+    if args.regime_command == "decide":
+        from lab.regime.decide import main as decide_main
+
+        return decide_main(args)
     from lab.regime.analyse import main as analyse_main
 
     return analyse_main(args)
@@ -179,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     r = sub.add_parser("regime", allow_abbrev=False,
                        help="the regime pilot of issue 28 (lab/regime/criteria.yaml): `regime pilot` trains a "
-                            "stage resumably, `regime analyse` writes figures/regime/pilot.*")
+                            "stage resumably, `regime analyse` writes figures/regime/pilot.*, `regime decide` "
+                            "stage B's decisions figures/regime/stage_b.*")
     rsub = r.add_subparsers(dest="regime_command", required=True)
     from lab.regime.pilot import add_arguments as pilot_arguments
 
@@ -189,6 +195,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="R1-R5 from the records: figures/regime/pilot_table.csv, pilot.png/pdf, pilot.md")
     a.add_argument("--criteria", type=__import__("pathlib").Path, default=None,
                    help="the criteria file (default lab/regime/criteria.yaml)")
+    # the options are declared here, not imported from lab.regime.decide: building the parser of any
+    # command should not import scipy and the plotting stack
+    dc = rsub.add_parser("decide", allow_abbrev=False,
+                         help="stage B's decisions R1-R5 (test set, paired) and the selection outcome: "
+                              "figures/regime/stage_b.md, stage_b.csv, stage_b.png/pdf")
+    dc.add_argument("--candidate", action="append", default=None, metavar="NAME",
+                    help="decide this candidate (repeatable; default: every candidate with stage-B records)")
+    dc.add_argument("--criteria", type=__import__("pathlib").Path, default=None,
+                    help="the criteria file (default lab/regime/criteria.yaml)")
     return parser
 
 

@@ -402,3 +402,173 @@ def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_pa
     assert "6/6 done" in text and "ETA" in text
     with open(log, "w") as out:  # everything recorded: nothing is trained again
         assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 0
+
+
+# --- stage B: the decisions (lab.regime.decide) -------------------------------------------------
+from lab.regime import decide as dc  # noqa: E402
+
+SMALL = (0.03, -0.03, 0.02, -0.02, 0.01, -0.01)  # mean 0: a tight paired interval around the intended mean
+WIDE = (10.0, -10.0, 9.0, -9.0, 8.0, -8.0)  # mean 0: an interval that straddles any small mean
+R3_NOISE = (0.3, -0.3, 0.2, -0.2, 0.1, -0.1)  # R3's half-width ≈ 0.24 (t_{0.975,5} · s / √6)
+
+
+def _stage_b(criteria, stage_a, cand, *, gap=7.0, gap_noise=SMALL, drift=1.0, drift_noise=SMALL, sam=1.0,
+             sam_noise=R3_NOISE, move=0.1, moves=None, drop=(), diverge=()):
+    """Stage-B records of ``cand`` on top of ``stage_a``, per seed s (index i): FedAvg IID b_i = 80 + 0.3 i,
+    FedAvg Dir b_i − gap + gap_noise_i, drift@best Dir FedAvg + drift + drift_noise_i, FedSAM@ρ* IID
+    b_i + sam + sam_noise_i, FedSAM@ρ* Dir FedAvg Dir + 0.5; every run scored ``move`` lower at 0.8 T
+    (``moves``: per (split, arm)). ``drop``/``diverge``: (split, arm, seed) left out / recorded diverged."""
+    moves = moves or {}
+    plan = build_plan(criteria, "B", stage_a, [cand])
+    assert not plan.pending and len(plan.todo) == 30
+    out = []
+    for run in plan.todo:
+        i = criteria.seeds("B").index(run.seed)
+        base = 80.0 + 0.3 * i
+        dir_avg = base - gap + gap_noise[i]
+        v = {("iid", "fedavg"): base, ("iid", "fedsam@rho_star"): base + sam + sam_noise[i],
+             ("dir0.1", "fedavg"): dir_avg, ("dir0.1", "drift@best"): dir_avg + drift + drift_noise[i],
+             ("dir0.1", "fedsam@rho_star"): dir_avg + 0.5}[(run.split, run.arm)]
+        if (run.split, run.arm, run.seed) in drop:
+            continue
+        status = "diverged" if (run.split, run.arm, run.seed) in diverge else "finished"
+        out.append(_record(run, criteria, (v, v, v), early=v - moves.get((run.split, run.arm), move), status=status))
+    return stage_a + out
+
+
+@pytest.fixture(scope="module")
+def stage_a_interior(criteria):
+    return _scenario(criteria, "M10k-K20", sam_peak=0.05)  # ρ* = 0.05 interior, SCAFFOLD the best drift
+
+
+@pytest.fixture(scope="module")
+def stage_a_edge(criteria):
+    return _scenario(criteria, "M10k-K20", sam_peak=0.5)  # ρ* = 0.5, the grid's largest
+
+
+def _decide(criteria, records):
+    return dc.decide(criteria, records, "M10k-K20")
+
+
+def test_stage_b_meets_r1_to_r5_and_names_the_regime(criteria, stage_a_interior):
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20"))
+    assert (d.n_records, d.n_planned, d.rho_star, d.best_drift) == (30, 30, 0.05, "scaffold")
+    assert d.gap.mean == pytest.approx(7.0) and d.gap.n == 6
+    assert d.drift_gain.mean == pytest.approx(1.0) and d.sam_gain.mean == pytest.approx(1.0)
+    assert d.sam_gain_dir.mean == pytest.approx(0.5)
+    assert d.sam_gain.half_width == pytest.approx(
+        2.5706 * np.std(R3_NOISE, ddof=1) / math.sqrt(6), rel=1e-3)
+    assert all(t - e == pytest.approx(0.1) for t, e, _ in d.horizon().values())
+    assert d.hours_rule == pytest.approx(510 * 60.0 / 2 / 3600)  # stage-A seconds of the synthetic records
+    assert {k: v.met for k, v in d.verdicts().items()} == dict.fromkeys(["R1", "R2", "R3", "R4", "R5"], True)
+    out = dc.selection_outcome([d])
+    assert (out.kind, out.regime) == ("regime", "M10k-K20")
+
+
+@pytest.mark.parametrize("gap, noise, met", [(5.1, SMALL, True), (4.9, SMALL, False), (6.0, WIDE, False)])
+def test_r1_needs_a_mean_gap_of_five_and_a_lower_end_above_zero(criteria, stage_a_interior, gap, noise, met):
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", gap=gap, gap_noise=noise))
+    assert d.gap.mean == pytest.approx(gap)
+    assert (d.gap.low > 0) is (noise is SMALL)
+    assert d.r1().met is met
+
+
+@pytest.mark.parametrize("gain, noise, met", [(0.5, SMALL, True), (0.5, WIDE, False), (-0.5, SMALL, False)])
+def test_r2_needs_the_drift_interval_above_zero(criteria, stage_a_interior, gain, noise, met):
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", drift=gain, drift_noise=noise))
+    assert d.drift_gain.mean == pytest.approx(gain) and d.r2().met is met
+
+
+@pytest.mark.parametrize("gain, noise, met", [(0.3, SMALL, True), (0.3, WIDE, False), (-0.3, SMALL, False)])
+def test_r3_needs_the_sam_interval_above_zero(criteria, stage_a_interior, gain, noise, met):
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", sam=gain, sam_noise=noise))
+    assert d.sam_gain.mean == pytest.approx(gain) and d.r3().met is met
+
+
+def test_r3_fails_with_rho_star_on_the_edge_whatever_the_interval_and_if_none_follows(criteria, stage_a_edge):
+    d = _decide(criteria, _stage_b(criteria, stage_a_edge, "M10k-K20", sam=3.0, sam_noise=SMALL))
+    assert d.rho_star == 0.5 and d.rho_star_interior is False
+    assert d.sam_gain.low > 0 and d.r3().met is False and "edge" in d.r3().why
+    assert all(d.verdicts()[k].met for k in ("R1", "R2", "R5"))
+    # R4 against R3's (tight) half-width: every arm moves less
+    d = _decide(criteria, _stage_b(criteria, stage_a_edge, "M10k-K20", sam=3.0, sam_noise=R3_NOISE, move=0.05))
+    assert d.r4().met is True
+    out = dc.selection_outcome([d])
+    assert (out.kind, out.regime) == ("if_none", "M10k-K20")
+    assert "not testable at cpu scale" in out.text and "R1, R2, R4 and R5" in out.text
+
+
+def test_if_none_without_a_candidate_meeting_r1_r2_r4_r5_names_no_rerun_candidate(criteria, stage_a_edge):
+    d = _decide(criteria, _stage_b(criteria, stage_a_edge, "M10k-K20", gap=3.0, move=0.05))
+    assert d.r1().met is False and d.r3().met is False
+    out = dc.selection_outcome([d])
+    assert out.kind == "if_none" and out.regime is None and "fails R1" in out.text
+
+
+def test_r4_detects_a_move_above_r3_half_width_and_a_ranking_change(criteria, stage_a_interior):
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", moves={("dir0.1", "fedavg"): 0.5}))
+    assert d.sam_gain.half_width < 0.5 and d.rankings()[0] == d.rankings()[1]
+    assert d.r4().met is False and "dir0.1 fedavg" in d.r4().why
+    # FedSAM at Dir 0.1 is 0.5 above FedAvg at T; 0.2 below it at 0.8 T (moves 0.7 and 0): the order flips
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", sam_noise=WIDE, sam=20.0,
+                                   moves={("dir0.1", "fedsam@rho_star"): 0.7, ("dir0.1", "fedavg"): 0.0}))
+    rank_t, rank_08 = d.rankings()
+    assert rank_t != rank_08 and max(abs(t - e) for t, e, _ in d.horizon().values()) < d.sam_gain.half_width
+    assert d.r4().met is False and "ranking" in d.r4().why
+
+
+def test_r5_alone_failing_is_said_so(criteria, stage_a_interior):
+    slow = [PilotRecord(r.key, {**r.meta, "wall_seconds": 200.0}, r.config, r.status, r.metrics)
+            for r in stage_a_interior]
+    d = _decide(criteria, _stage_b(criteria, slow, "M10k-K20"))
+    assert d.hours_rule == pytest.approx(510 * 200.0 / 2 / 3600) and d.r5().met is False
+    assert [k for k, v in d.verdicts().items() if not v.met] == ["R5"]
+    out = dc.selection_outcome([d])
+    assert out.kind == "none" and out.regime is None and "R5 alone fails" in out.text
+
+
+def test_missing_or_diverged_stage_b_runs_leave_the_criteria_undecided(criteria, stage_a_interior, stage_a_edge):
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", drop={("iid", "fedavg", 205)}))
+    assert d.n_records == 29 and d.gap.n == 5  # the interval is shown, the verdict waits
+    assert d.r1().word == "undecided (runs missing)" and d.r3().met is None and d.r4().met is None
+    assert d.r2().met is True  # its arms are complete
+    out = dc.selection_outcome([d])
+    assert out.kind == "undecided" and out.text.startswith("undecided (runs missing)") and "29/30" in out.text
+    d = _decide(criteria, _stage_b(criteria, stage_a_interior, "M10k-K20", diverge={("dir0.1", "drift@best", 200)}))
+    assert d.r2().word == "undecided (diverged run)" and d.r1().met is True
+    # an edge ρ* decides R3 before stage B ends: the undecided outcome already says if_none applies
+    d = _decide(criteria, _stage_b(criteria, stage_a_edge, "M10k-K20", drop={("iid", "fedavg", 205)}))
+    out = dc.selection_outcome([d])
+    assert out.kind == "undecided" and "if_none" in out.text and "not testable at cpu scale" in out.text
+
+
+def test_decide_writes_markdown_csv_and_figure_from_records_on_disk(criteria, stage_a_interior, tmp_path,
+                                                                    monkeypatch, capsys):
+    folder = tmp_path / "records"
+    for rec in _stage_b(criteria, stage_a_interior, "M10k-K20", drop={("dir0.1", "fedavg", 203)}):
+        run = PlannedRun(rec.meta["stage"], rec.meta["candidate"], rec.meta["split"], rec.meta["arm"],
+                         int(rec.meta["seed"]), rec.meta["algorithm"], rec.meta["params"], rec.config)
+        _write_synthetic(run, criteria, folder, last=tuple(100 * rec.metrics.test_acc.dropna().to_numpy()[-3:]))
+    monkeypatch.setenv("FEDLAB_REGIME_RECORDS", str(folder))
+    monkeypatch.setattr(dc, "FIGURES_DIR", tmp_path / "figures")
+    from lab.cli import main
+
+    assert main(["regime", "decide", "--candidate", "nope"]) == 2 and "nope" in capsys.readouterr().err
+    assert main(["regime", "decide"]) == 0
+    printed = capsys.readouterr().out
+    assert "M10k-K20: 29/30 stage-B runs recorded" in printed and "outcome: undecided (runs missing)" in printed
+    out = tmp_path / "figures" / "regime"
+    assert {p.name for p in out.iterdir()} >= {"stage_b.md", "stage_b.csv", "stage_b.png", "stage_b.pdf",
+                                               "stage_b.json"}
+    table = pd.read_csv(out / "stage_b.csv")
+    r1 = table[(table.panel == "decision") & (table.criterion == "R1")]
+    kept = [SMALL[i] for i in range(6) if i != 3]  # seed 203 (index 3) of Dir-0.1 FedAvg is missing
+    assert r1.value.item() == pytest.approx(7.0 - np.mean(kept), abs=1e-4)  # the csv keeps 6 digits
+    assert r1.n.item() == 5 and math.isnan(r1.met.item())
+    r2 = table[(table.panel == "decision") & (table.criterion == "R2")]
+    assert math.isnan(r2.met.item()) and r2.arm.item() == "scaffold"  # it pairs with the incomplete arm
+    r3 = table[(table.panel == "decision") & (table.criterion == "R3")]
+    assert r3.met.item() == 1.0 and r3.n.item() == 6 and r3.rho.item() == 0.05  # its IID arms are complete
+    assert len(table[(table.panel == "seeds") & (table.criterion == "R3")]) == 6
+    text = (out / "stage_b.md").read_text()
+    assert "undecided (runs missing)" in text and "Not the rule" in text and "| R5 |" in text
