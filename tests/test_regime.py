@@ -572,3 +572,12 @@ def test_decide_writes_markdown_csv_and_figure_from_records_on_disk(criteria, st
     assert len(table[(table.panel == "seeds") & (table.criterion == "R3")]) == 6
     text = (out / "stage_b.md").read_text()
     assert "undecided (runs missing)" in text and "Not the rule" in text and "| R5 |" in text
+
+
+def test_the_screening_note_names_candidates_stage_a_sent_on_but_stage_b_lacks(criteria, stage_a_interior):
+    records = _stage_b(criteria, stage_a_interior, "M10k-K20")
+    screened = an.analyse(criteria, records)
+    note = dc.screening_note([dc.decide(criteria, records, "M10k-K20")], screened)
+    assert "M10k-K20: meets R1–R3 on its stage-A point estimates; in stage B" in note
+    assert "C10k-K20: stage A incomplete (0/18)" in note
+    assert "M5k-K50: meets" not in note and "M5k-K50: stage A incomplete" in note
