@@ -108,7 +108,7 @@ class Decision:
 
     # --- state of an arm / a comparison --------------------------------------------------------
     def _state(self, *labels: str) -> str:
-        """"" when every seed of every arm is recorded with a finite score, else why not."""
+        """The empty string when every seed of every arm is recorded with a finite score, else why not."""
         for label in labels:
             values = self.arms.get(label, {})
             if any(s not in values for s in self.seeds):
