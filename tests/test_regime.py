@@ -578,6 +578,6 @@ def test_the_screening_note_names_candidates_stage_a_sent_on_but_stage_b_lacks(c
     records = _stage_b(criteria, stage_a_interior, "M10k-K20")
     screened = an.analyse(criteria, records)
     note = dc.screening_note([dc.decide(criteria, records, "M10k-K20")], screened)
-    assert "M10k-K20: meets R1–R3 on its stage-A point estimates; in stage B" in note
+    assert "M10k-K20: meets R1–R3 on its stage-A point estimates; decided here" in note
     assert "C10k-K20: stage A incomplete (0/18)" in note
     assert "M5k-K50: meets" not in note and "M5k-K50: stage A incomplete" in note

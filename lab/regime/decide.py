@@ -356,7 +356,7 @@ def screening_note(decisions: Sequence[Decision], screened: Sequence[an.Candidat
         state = ("meets R1–R3 on its stage-A point estimates" if r.qualifies() else
                  f"stage A incomplete ({r.n_records}/{r.n_planned})" if r.n_records < r.n_planned else
                  "does not meet R1–R3 on its stage-A point estimates")
-        parts.append(f"{r.name}: {state}" + ("; in stage B" if r.name in deciding else ""))
+        parts.append(f"{r.name}: {state}" + ("; decided here" if r.name in deciding else ""))
     return ("Stage A's screening (`python -m lab regime analyse`): " + "; ".join(parts) + ". The outcome counts "
             "the candidates with stage-B records only (R3's rule reads a stage-B interval).")
 
