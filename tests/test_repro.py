@@ -190,6 +190,11 @@ def test_a_citable_figure_from_uncommitted_code_is_refused(tmp_path, monkeypatch
     with pytest.raises(figures.DirtyTreeError, match=figures.ALLOW_DIRTY_ENV):
         figures.save_figure(fig, "t_dirty", notebook="00_quickstart", profile="cpu", caption="c")
     assert not committed.exists()  # refused before anything was written
+    # a sub-folder of the committed figures (the regime pilot's figures/regime/) is committed too
+    with pytest.raises(figures.DirtyTreeError, match=figures.ALLOW_DIRTY_ENV):
+        figures.save_figure(fig, "t_dirty", notebook="00_quickstart", profile="cpu", caption="c",
+                            out_dir=committed / "regime")
+    assert not committed.exists()
     # the ci profile writes to figures/_scratch/ (not committed): never refused
     ci = figures.save_figure(fig, "t_dirty", notebook="00_quickstart", profile="ci", caption="c")
     assert ci["png"].parent == committed / "_scratch"

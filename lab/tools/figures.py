@@ -69,8 +69,12 @@ def figure_metadata(name: str, caption: str, commit: str, version: str = __versi
 
 
 def _check_clean(commit: str, out: Path) -> None:
-    """Refuse to write a figure into the committed ``figures/`` when the code is not a commit."""
-    if out.resolve() != FIGURES_DIR.resolve() or not (commit.endswith("+dirty") or commit == "unknown"):
+    """Refuse to write a figure into the committed ``figures/`` (any folder of it but ``_scratch/``, e.g.
+    ``figures/regime/``) when the code is not a commit."""
+    root, where = FIGURES_DIR.resolve(), out.resolve()
+    scratch = root / "_scratch"
+    committed = (where == root or root in where.parents) and not (where == scratch or scratch in where.parents)
+    if not committed or not (commit.endswith("+dirty") or commit == "unknown"):
         return
     if os.environ.get(ALLOW_DIRTY_ENV) == "1":
         return
@@ -160,7 +164,7 @@ def save_figure(
     says where it came from.
 
     Writing into the committed ``figures/`` from a tree with uncommitted changes outside ``figures/``
-    (or outside a git checkout) raises :class:`DirtyTreeError` before anything is written, unless
+    or its sub-folders (or outside a git checkout) raises :class:`DirtyTreeError` before anything is written, unless
     ``$FEDLAB_ALLOW_DIRTY_FIGURES`` is ``1``; other folders (``figures/_scratch/`` of the ``ci``
     profile, a test's folder) are never refused. ``kind`` says what the figure
     shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
