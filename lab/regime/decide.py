@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lab.evidence.paired import PairedDifference, paired_difference
+from lab.evidence.paired import PairedDifference
 from lab.regime import analyse as an
 from lab.regime.pilot import (Criteria, CriteriaError, PilotRecord, best_drift, best_iid_rho, build_plan, load_criteria,
                               load_records, record_score, records_dir)
@@ -188,13 +188,7 @@ def _scores(frame: pd.DataFrame, split: str, arm: str, column: str) -> dict[int,
     return {int(s): float(v) for s, v in zip(sel.seed, sel[column])}
 
 
-def _paired(left: Mapping[int, float], right: Mapping[int, float]) -> PairedDifference | None:
-    """The paired difference over the seeds both arms have with finite scores (None without a pair)."""
-    left = {s: v for s, v in left.items() if math.isfinite(v)}
-    right = {s: v for s, v in right.items() if math.isfinite(v)}
-    if not set(left) & set(right):
-        return None
-    return paired_difference(left, right)
+_paired = an._paired  # the paired difference over finite pairs, as stage A reads it
 
 
 def _curves(records: Sequence[PilotRecord]) -> pd.DataFrame:
