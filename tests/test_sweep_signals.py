@@ -73,10 +73,18 @@ def _env(hold: Path | None = None) -> dict[str, str]:
     return env
 
 
+def _takes_ctrl_c() -> None:
+    """Run in the child before exec: SIGINT back to its default. A suite started as a background job of a
+    shell inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so the child
+    would sleep through every Ctrl-C below; a terminal's foreground job takes it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str], cwd: Path, hold: Path | None, stdin: str | None = None) -> subprocess.Popen:
     # a session of its own: a signal to its process group is what a terminal's Ctrl-C sends
     proc = subprocess.Popen([sys.executable, *args], cwd=cwd, env=_env(hold), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_takes_ctrl_c)
     assert proc.stdin is not None
     if stdin is not None:
         proc.stdin.write(stdin)
