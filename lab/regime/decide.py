@@ -183,14 +183,6 @@ class Decision:
         return {"R1": self.r1(), "R2": self.r2(), "R3": self.r3(), "R4": self.r4(), "R5": self.r5()}
 
 
-def _scores(frame: pd.DataFrame, split: str, arm: str, column: str) -> dict[int, float]:
-    sel = frame[(frame.split == split) & (frame.arm == arm)]
-    return {int(s): float(v) for s, v in zip(sel.seed, sel[column])}
-
-
-_paired = an._paired  # the paired difference over finite pairs, as stage A reads it
-
-
 def _curves(records: Sequence[PilotRecord]) -> pd.DataFrame:
     """Per stage-B arm, the mean over seeds of the evaluated test accuracy (%) at each evaluated round."""
     rows = []
@@ -231,8 +223,8 @@ def decide(criteria: Criteria, records: Sequence[PilotRecord], candidate: str) -
     frame = an.scores_frame(b_records, criteria)
     for split, arm in an.STAGE_B_ARMS:
         label = f"{split} {arm}"
-        d.arms[label] = _scores(frame, split, arm, "score")
-        d.arms_08[label] = _scores(frame, split, arm, "score_08T")
+        d.arms[label] = an._arm(frame, candidate, split, arm)
+        d.arms_08[label] = an._arm(frame, candidate, split, arm, "score_08T")
         algos = frame[(frame.split == split) & (frame.arm == arm)].algorithm.unique()
         if len(algos):
             d.algorithm[label] = str(algos[0])
@@ -240,10 +232,10 @@ def decide(criteria: Criteria, records: Sequence[PilotRecord], candidate: str) -
             d.algorithm[label] = d.best_drift
         else:
             d.algorithm[label] = "fedsam" if arm.startswith("fedsam") else arm
-    d.gap = _paired(d.arms["iid fedavg"], d.arms["dir0.1 fedavg"])
-    d.drift_gain = _paired(d.arms["dir0.1 drift@best"], d.arms["dir0.1 fedavg"])
-    d.sam_gain = _paired(d.arms["iid fedsam@rho_star"], d.arms["iid fedavg"])
-    d.sam_gain_dir = _paired(d.arms["dir0.1 fedsam@rho_star"], d.arms["dir0.1 fedavg"])
+    d.gap = an._paired(d.arms["iid fedavg"], d.arms["dir0.1 fedavg"])
+    d.drift_gain = an._paired(d.arms["dir0.1 drift@best"], d.arms["dir0.1 fedavg"])
+    d.sam_gain = an._paired(d.arms["iid fedsam@rho_star"], d.arms["iid fedavg"])
+    d.sam_gain_dir = an._paired(d.arms["dir0.1 fedsam@rho_star"], d.arms["dir0.1 fedavg"])
     # R5: the rule's estimate is analyse's (stage-A seconds of this candidate, by method)
     stage_a = next(r for r in an.analyse(criteria, mine) if r.name == candidate)
     d.stage_a_complete = not plan_a.todo and not plan_a.pending
