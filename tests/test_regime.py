@@ -581,3 +581,85 @@ def test_the_screening_note_names_candidates_stage_a_sent_on_but_stage_b_lacks(c
     assert "M10k-K20: meets R1–R3 on its stage-A point estimates; decided here" in note
     assert "C10k-K20: stage A incomplete (0/18)" in note
     assert "M5k-K50: meets" not in note and "M5k-K50: stage A incomplete" in note
+
+
+# --- amendment 1: stage B's order, its fixed fields and the outcome it decides --------------------
+from lab.regime.amendment import AMENDMENT_FILE  # noqa: E402
+
+
+def test_the_amendment_amends_these_criteria_and_changes_stage_b_only(criteria):
+    am = criteria.amendment
+    assert am is not None and am.path == AMENDMENT_FILE
+    assert yaml.safe_load(AMENDMENT_FILE.read_text())["amends"]["sha256"] == criteria.digest
+    assert am.order == ("M10k-K50-lr01", "M5k-K50", "M10k-K20") and am.require == (("R2", "R3"), ("R3",))
+    a = build_plan(criteria, "A", [], ["M10k-K50-lr01"]).todo[0]
+    stage_a = _scenario(criteria, "M10k-K50-lr01", sam_peak=0.05)
+    b = build_plan(criteria, "B", stage_a, ["M10k-K50-lr01"]).todo[0]
+    assert a.config.parallel_clients == "auto" and b.config.parallel_clients == 1
+    assert "amendment_sha256" not in a.meta(criteria) and b.meta(criteria)["amendment_sha256"] == am.digest
+    assert load_criteria(CRITERIA_FILE).amendment.digest == am.digest  # the default file is read by path too
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["amends"].update(sha256="0" * 64), "amends.sha256"),
+    (lambda d: d["stage_b"].update(order=["M10k-K50-lr01", "nope"]), "stage_b.order"),
+    (lambda d: d["stage_b"].update(order=["M5k-K50", "M5k-K50"]), "stage_b.order"),
+    (lambda d: d["stage_b"]["fixed"].update(parallel_clientz=1), "stage_b.fixed"),
+    (lambda d: d["outcome"].update(require=[["R2", "R9"]]), "outcome.require"),
+    (lambda d: d["outcome"].update(require="R3"), "outcome.require"),
+])
+def test_a_bad_amendment_is_refused_naming_the_field(tmp_path, edit, field):
+    raw = yaml.safe_load(AMENDMENT_FILE.read_text())
+    edit(raw)
+    path = tmp_path / "amendment.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(CriteriaError, match=re.escape(field)):
+        load_criteria(CRITERIA_FILE, amendment=path)
+
+
+def _amended(criteria, **per_candidate):
+    """Decisions of the candidates named (each: the stage-B keyword arguments of :func:`_stage_b`) on an
+    interior-ρ* stage A, and the stage-A screen with M60k-K50 (R1 and R2 met, ρ* = 0)."""
+    records = _scenario(criteria, "M60k-K50", sam_peak=0.0)
+    decisions = []
+    for cand, kwargs in per_candidate.items():
+        mine = _stage_b(criteria, _scenario(criteria, cand, sam_peak=0.05), cand, **kwargs)
+        records += mine
+        decisions.append(dc.decide(criteria, mine, cand))
+    return decisions, an.analyse(criteria, records)
+
+
+def test_the_amended_regime_is_the_first_of_the_order_meeting_r2_and_r3_and_says_what_it_misses(criteria):
+    decisions, screened = _amended(criteria, **{"M10k-K50-lr01": {"gap": 3.0}})
+    out = dc.amended_outcome(decisions, criteria.amendment, screened)
+    assert (out.kind, out.regime) == ("regime", "M10k-K50-lr01")  # M5k-K50 need not run
+    assert "meets R2, R3" in out.text and "R1 (not met)" in out.text
+    # the first misses R3: the second decides, and until it has run the outcome waits for it by name
+    decisions, screened = _amended(criteria, **{"M10k-K50-lr01": {"gap": 3.0, "sam": 0.0}})
+    out = dc.amended_outcome(decisions, criteria.amendment, screened)
+    assert out.kind == "undecided" and "M5k-K50" in out.text and "--candidate M5k-K50" in out.text
+    decisions, screened = _amended(criteria, **{"M10k-K50-lr01": {"sam": 0.0}, "M5k-K50": {"gap": 4.0}})
+    out = dc.amended_outcome(decisions, criteria.amendment, screened)
+    assert (out.kind, out.regime) == ("regime", "M5k-K50")
+    # R3 without R2 anywhere: the second tier names the first candidate meeting R3
+    decisions, screened = _amended(criteria, **{"M10k-K50-lr01": {"drift": 0.0, "drift_noise": WIDE},
+                                                "M5k-K50": {"drift": 0.0, "drift_noise": WIDE, "sam": 0.0},
+                                                "M10k-K20": {"drift": 0.0, "drift_noise": WIDE}})
+    out = dc.amended_outcome(decisions, criteria.amendment, screened)
+    assert (out.kind, out.regime) == ("regime", "M10k-K50-lr01") and "meets R3" in out.text \
+        and "R2 (not met)" in out.text
+
+
+def test_no_r3_in_the_amended_order_applies_if_none_in_the_cheapest_r1_r2_candidate(criteria):
+    decisions, screened = _amended(criteria, **{c: {"sam": 0.0} for c in ("M10k-K50-lr01", "M5k-K50", "M10k-K20")})
+    assert all(d.r3().met is False for d in decisions)
+    out = dc.amended_outcome(decisions, criteria.amendment, screened)
+    assert out.kind == "if_none" and "not testable at cpu scale" in out.text
+    assert out.regime == min((r for r in screened if r.r1() and r.r2()), key=lambda r: r.rerun_hours).name
+
+
+def test_stage_b_refuses_a_candidate_outside_the_amended_order(capsys):
+    from lab.cli import main
+
+    assert main(["regime", "pilot", "--stage", "B", "--candidate", "C10k-K20", "--dry-run"]) == 2
+    assert "amendment1.yaml" in capsys.readouterr().err

@@ -478,11 +478,9 @@ def write_outputs(criteria: Criteria | None = None, records_folder: Path | None 
     results = analyse(criteria, records)
     frame = scores_frame(stage_a, criteria)
     table = pilot_table(results, frame)
-    paths = {"table": out / "pilot_table.csv"}
-    table.to_csv(paths["table"], index=False, float_format="%.6g")
     fig, data = draw(results, frame, criteria)
     runs = [load_record(r.key, folder) for r in stage_a]
-    paths.update(save_figure(
+    paths = dict(save_figure(  # first: it refuses a dirty tree before anything is written
         fig, "pilot", notebook="lab/regime/analyse.py", profile="cpu", kind="tuning", out_dir=out,
         command="python -m lab regime analyse",
         caption="Regime pilot, stage A (validation, 2 seeds): FedSAM − FedAvg vs ρ per candidate (IID line and "
@@ -491,6 +489,8 @@ def write_outputs(criteria: Criteria | None = None, records_folder: Path | None 
                     "seed": list(criteria.seeds("A"))},
         data=data, runs=[r for r in runs if r is not None]))
     plt.close(fig)
+    paths["table"] = out / "pilot_table.csv"
+    table.to_csv(paths["table"], index=False, float_format="%.6g")
     paths["md"] = out / "pilot.md"
     paths["md"].write_text(summary_markdown(results, criteria, two_gradient_share()))
     return paths

@@ -56,7 +56,7 @@ from lab.regime.pilot import (Criteria, CriteriaError, PilotRecord, best_drift, 
                               load_records, record_score, records_dir)
 from lab.repro import FIGURES_DIR
 
-__all__ = ["Decision", "Outcome", "Verdict", "decide", "main", "selection_outcome", "stage_b_markdown",
+__all__ = ["Decision", "Outcome", "Verdict", "amended_outcome", "decide", "main", "selection_outcome", "stage_b_markdown",
            "write_outputs"]
 
 HORIZON_FRACTION = 0.8  # R4's acc(0.8 T)
@@ -309,6 +309,51 @@ def selection_outcome(decisions: Sequence[Decision]) -> Outcome:
     return Outcome("none", None, "No candidate is the regime: " + "; ".join(parts) + ".")
 
 
+def amended_outcome(decisions: Sequence[Decision], amendment: Any,
+                    screened: Sequence[an.CandidateResult] = ()) -> Outcome:
+    """The outcome under an amendment (:mod:`lab.regime.amendment`): its ``stage_b.order`` and
+    ``outcome.require`` tiers. The regime is the first candidate of the order meeting every criterion of
+    the first tier; a candidate is judged only once every criterion of the tiers is decided for it, and a
+    later one only after every earlier one fails the tier. If none meets the first tier, the first
+    meeting the next tier, and so on. If no candidate meets R3, the criteria's ``if_none``: the rerun's
+    candidate is the cheapest of ``screened`` (stage A) meeting R1 and R2 by its point estimates."""
+    by_name = {d.name: d for d in decisions}
+    needed = sorted({k for tier in amendment.require for k in tier})
+    for name in amendment.order:
+        d = by_name.get(name)
+        if d is None:
+            return Outcome("undecided", None, f"undecided ({MISSING}): {name}, next in {amendment.path.name}'s "
+                           f"order, has no stage-B records (python -m lab regime pilot --stage B --candidate {name})")
+        v = d.verdicts()
+        open_ = [k for k in needed if v[k].met is None]
+        if open_:
+            return Outcome("undecided", None, f"undecided ({MISSING}): {name} has {d.n_records}/{d.n_planned} "
+                           f"stage-B runs recorded; open: " + ", ".join(f"{k} ({v[k].why})" for k in open_) + ".")
+        if all(v[k].met for k in amendment.require[0]):
+            break  # the first tier is met: no later candidate is needed
+    for tier in amendment.require:
+        for name in amendment.order:
+            d = by_name.get(name)
+            if d is not None and all(d.verdicts()[k].met for k in tier):
+                v = d.verdicts()
+                missed = [f"{k} ({v[k].why or 'not met'})" for k in CRITERIA if v[k].met is not True]
+                return Outcome("regime", name, f"{name} is the regime ({amendment.path.name}): the first candidate "
+                               f"of its order whose stage B meets {', '.join(tier)}"
+                               + (f"; it does not meet {', '.join(missed)}, which every claim and the README "
+                                  "report beside the result" if missed else "; it meets R1–R5") + ".")
+    rerun = sorted((r for r in screened if r.r1() and r.r2()), key=lambda r: r.rerun_hours)
+    why = "; ".join(f"{n}: {by_name[n].r3().why or 'interval not above 0'}" for n in amendment.order)
+    return Outcome("if_none", rerun[0].name if rerun else None,
+                   f"No candidate of {amendment.path.name}'s order meets R3 in stage B ({why}). Per criteria.yaml "
+                   "`if_none`: SAM does not help at this scale; every SAM-specific claim is marked 'not testable at "
+                   "cpu scale' in the rerun, "
+                   + (f"which runs in {rerun[0].name}, the cheapest stage-A candidate meeting R1 and R2."
+                      if rerun else "and no stage-A candidate meets R1 and R2 to run it in."))
+
+
+CRITERIA = ("R1", "R2", "R3", "R4", "R5")
+
+
 # --- outputs ------------------------------------------------------------------------------------
 def _rule(criteria: Criteria, key: str) -> str:
     """The file's rule of criterion ``key``, on one line, its ``|`` escaped for a markdown table."""
@@ -356,7 +401,9 @@ def stage_b_markdown(decisions: Sequence[Decision], criteria: Criteria, outcome:
              f"in % (mean of the last {criteria.last_k} evaluations); differences are paired by seed, "
              "`mean ± 95 % half-width (n = pairs)`, Student t with n − 1 degrees of freedom. A criterion is decided "
              f"only when every stage-B seed ({', '.join(map(str, criteria.seeds('B')))}) of its arms is recorded.",
-             "", "## Outcome (criteria.yaml, `selection` / `if_none`)", "", f"**{outcome.text}**", ""]
+             "", "## Outcome (criteria.yaml, `selection` / `if_none`" + (
+                 f"; amended by `lab/regime/{criteria.amendment.path.name}`, sha256 {criteria.amendment.digest[:12]}…"
+                 if criteria.amendment is not None else "") + ")", "", f"**{outcome.text}**", ""]
     if note:
         lines += [note, ""]
     for d in decisions:
@@ -567,7 +614,9 @@ def write_outputs(criteria: Criteria | None = None, candidates: Sequence[str] | 
     else:
         names = list(candidates)
     decisions = [decide(criteria, records, c) for c in names]
-    outcome = selection_outcome(decisions)
+    screened = an.analyse(criteria, records)
+    outcome = selection_outcome(decisions) if criteria.amendment is None else \
+        amended_outcome(decisions, criteria.amendment, screened)
     out.mkdir(parents=True, exist_ok=True)
     fig = draw(decisions)
     b_runs = [load_record(r.key, folder) for r in records if r.meta["stage"] == "B" and r.meta["candidate"] in names]
@@ -578,12 +627,14 @@ def write_outputs(criteria: Criteria | None = None, candidates: Sequence[str] | 
                 "and 95 % interval; R4's accuracy curves with 0.8 T and T, and each arm's movement against R3's "
                 "half-width",
         parameters={"criteria": "lab/regime/criteria.yaml", "criteria_sha256": criteria.digest, "stage": "B",
+                    **({"amendment": f"lab/regime/{criteria.amendment.path.name}",
+                        "amendment_sha256": criteria.amendment.digest} if criteria.amendment else {}),
                     "seed": list(criteria.seeds("B")), "candidates": names, "outcome": outcome.kind},
         data=_tables(decisions), runs=[r for r in b_runs if r is not None])
     plt.close(fig)
     paths["md"] = out / "stage_b.md"
     paths["md"].write_text(stage_b_markdown(decisions, criteria, outcome,
-                                            screening_note(decisions, an.analyse(criteria, records))))
+                                            screening_note(decisions, screened)))
     return paths, outcome, decisions
 
 

@@ -109,6 +109,12 @@ class Criteria:
     stages: dict[str, dict[str, Any]]
     last_k: int
     raw: dict[str, Any] = field(repr=False)
+    amendment: Any = None  # lab.regime.amendment.Amendment: rules added before the runs they govern
+
+    def stage_fixed(self, stage: str) -> dict[str, Any]:
+        """The ``fixed`` Config fields of ``stage``: the file's, with an amendment's overrides for it."""
+        extra = self.amendment.stage_fixed.get(stage, {}) if self.amendment is not None else {}
+        return {**self.fixed, **extra}
 
     def seeds(self, stage: str) -> tuple[int, ...]:
         return tuple(self.stages[stage]["seeds"])
@@ -130,26 +136,34 @@ def _need(block: Any, name: str, where: str, path: Path, kind: type | tuple[type
     return value
 
 
-def load_criteria(path: str | os.PathLike | None = None) -> Criteria:
-    """Read and check the criteria file (default ``lab/regime/criteria.yaml``).
+def read_mapping(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
+    """The bytes of a YAML file and the mapping they hold (:class:`CriteriaError` naming ``what`` and the
+    file if it cannot be read, is not YAML or is not a mapping)."""
+    import yaml
+
+    try:
+        data = path.read_bytes()
+        raw = yaml.safe_load(data)
+    except OSError as err:
+        raise CriteriaError(f"{what} file {path} cannot be read ({type(err).__name__}: {err})") from None
+    except yaml.YAMLError as err:
+        raise CriteriaError(f"{what} file {path} is not YAML ({err})") from None
+    if not isinstance(raw, dict):
+        raise CriteriaError(f"{path}: the file must be a mapping of blocks, got {type(raw).__name__}")
+    return data, raw
+
+
+def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.PathLike | None = None) -> Criteria:
+    """Read and check the criteria file (default ``lab/regime/criteria.yaml``) and its amendment
+    (:mod:`lab.regime.amendment`; default: ``amendment1.yaml`` with the default criteria, none otherwise).
 
     Refused with a :class:`CriteriaError` that names the file and the field: a file that is not YAML
     or not a mapping, a missing block (fixed, candidates, splits, rho_grid, drift_corrections, stages,
     metric), a candidate without model / train_size / local_steps / lr / rounds, a stage without seeds
     or arms, an arm naming an unknown method or placeholder, a grid that is not a list of numbers ≥ 0.
     """
-    import yaml
-
     path = CRITERIA_FILE if path is None else Path(path)
-    try:
-        data = path.read_bytes()
-        raw = yaml.safe_load(data)
-    except OSError as err:
-        raise CriteriaError(f"criteria file {path} cannot be read ({type(err).__name__}: {err})") from None
-    except yaml.YAMLError as err:
-        raise CriteriaError(f"criteria file {path} is not YAML ({err})") from None
-    if not isinstance(raw, dict):
-        raise CriteriaError(f"{path}: the file must be a mapping of blocks, got {type(raw).__name__}")
+    data, raw = read_mapping(path, "criteria")
     fixed = dict(_need(raw, "fixed", "", path, dict))
     cands: dict[str, Candidate] = {}
     for name, spec in _need(raw, "candidates", "", path, dict).items():
@@ -199,8 +213,13 @@ def load_criteria(path: str | os.PathLike | None = None) -> Criteria:
     for name in drifts:
         if name not in ALGORITHMS:
             raise CriteriaError(f"{path}: drift_corrections names {name!r}, which is not a registered method")
-    return Criteria(path, hashlib.sha256(data).hexdigest(), fixed, cands, splits, rho_grid, drifts, stages,
-                    last_k, raw)
+    digest = hashlib.sha256(data).hexdigest()
+    from lab.regime.amendment import AMENDMENT_FILE, load_amendment
+
+    if amendment is None and path == CRITERIA_FILE and AMENDMENT_FILE.exists():
+        amendment = AMENDMENT_FILE
+    amended = None if amendment is None else load_amendment(amendment, digest, cands)
+    return Criteria(path, digest, fixed, cands, splits, rho_grid, drifts, stages, last_k, raw, amended)
 
 
 PLACEHOLDERS = ("fedsam@rho_grid", "fedsam@best_iid_rho", "fedsam@rho_star", "drift@best")
@@ -325,9 +344,12 @@ class PlannedRun:
         return f"{self.stage} {self.candidate} {self.split} {self.arm} s{self.seed}"
 
     def meta(self, criteria: Criteria) -> dict[str, Any]:
+        amended = criteria.amendment is not None and self.stage in criteria.amendment.stage_fixed
         return {"pilot": PILOT_NAME, "criteria_sha256": criteria.digest, "stage": self.stage,
                 "candidate": self.candidate, "split": self.split, "arm": self.arm, "seed": self.seed,
-                "algorithm": self.algorithm, "params": dict(self.params)}
+                "algorithm": self.algorithm, "params": dict(self.params),
+                **({"amendment": criteria.amendment.path.name, "amendment_sha256": criteria.amendment.digest}
+                   if amended else {})}
 
 
 @dataclass(frozen=True)
@@ -357,7 +379,7 @@ def build_config(criteria: Criteria, stage: str, candidate: str, split: str, alg
                  params: Mapping[str, Any], seed: int) -> Config:
     """The :class:`Config` of one pilot run (see the module docstring for the train_size arithmetic)."""
     cand = criteria.candidates[candidate]
-    fixed = dict(criteria.fixed)
+    fixed = criteria.stage_fixed(stage)
     hold_out = fixed.pop("validation_size", None)
     if stage == "A":
         train_size = None if cand.train_size is None else cand.train_size + int(hold_out or 0)
@@ -779,6 +801,11 @@ def main(args: Any) -> int:
     if args.stage == "B" and not args.candidate:
         print("error: stage B runs only the candidates chosen from stage A (criteria.yaml, selection): name "
               "them with --candidate", file=sys.stderr)
+        return 2
+    order = criteria.amendment.order if criteria.amendment is not None else None
+    if args.stage == "B" and order is not None and any(c not in order for c in args.candidate):
+        print(f"error: --candidate {', '.join(c for c in args.candidate if c not in order)}: stage B runs only the "
+              f"candidates of {criteria.amendment.path.name} (stage_b.order: {', '.join(order)})", file=sys.stderr)
         return 2
     directory = records_dir()
     if args.dry_run:
