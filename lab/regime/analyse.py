@@ -447,6 +447,12 @@ def summary_markdown(results: Sequence[CandidateResult], criteria: Criteria, sha
             lines.append("")
             lines.append("No candidate meets R3: per the file's `if_none`, SAM does not help at this scale, and every "
                          "SAM-specific claim is 'not testable at cpu scale' in the rerun.")
+    if criteria.amendment is not None:
+        am = criteria.amendment
+        lines += ["", f"**Amendment** (`lab/regime/{am.path.name}`, sha256 {am.digest[:12]}…, committed before any "
+                  f"stage-B run): stage B runs {', '.join(am.order)} in that order, and the regime is the first whose "
+                  "stage B meets " + " (else ".join(", ".join(t) for t in am.require) + ")" * (len(am.require) - 1)
+                  + "; its reasons and the outcome rule are in the file, the decisions in `stage_b.md`."]
     lines += ["", "## FedSAM − FedAvg by ρ (IID, validation, points)", "",
               "| candidate | " + " | ".join(f"ρ = {r:g}" for r in criteria.rho_grid) + " |",
               "|---|" + "---|" * len(criteria.rho_grid)]
