@@ -130,6 +130,10 @@ def _cmd_regime(args: argparse.Namespace) -> int:
         from lab.regime.pilot import main as pilot_main
 
         return pilot_main(args)
+    if args.regime_command in ("rerun-plan", "rerun-tune"):
+        from lab.regime import rerun
+
+        return (rerun.main if args.regime_command == "rerun-plan" else rerun.main_tune)(args)
     if args.regime_command == "decide":
         from lab.regime.decide import main as decide_main
 
@@ -185,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("regime", allow_abbrev=False,
                        help="the regime pilot of issue 28 (lab/regime/criteria.yaml): `regime pilot` trains a "
                             "stage resumably, `regime analyse` writes figures/regime/pilot.*, `regime decide` "
-                            "stage B's decisions figures/regime/stage_b.*")
+                            "stage B's decisions figures/regime/stage_b.*, `regime rerun-plan` the rerun's R5")
     rsub = r.add_subparsers(dest="regime_command", required=True)
     from lab.regime.pilot import add_arguments as pilot_arguments
 
@@ -204,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="decide this candidate (repeatable; default: every candidate with stage-B records)")
     dc.add_argument("--criteria", type=__import__("pathlib").Path, default=None,
                     help="the criteria file (default lab/regime/criteria.yaml)")
+    rp = rsub.add_parser("rerun-plan", allow_abbrev=False,
+                         help="R5 for the rerun: every run of lab/regime/rerun.yaml and the claims, costed from "
+                              "the regime's stage-B seconds: figures/regime/rerun_plan.md (exit 1 over budget)")
+    rp.add_argument("--plan", type=__import__("pathlib").Path, default=None,
+                    help="the plan file (default lab/regime/rerun.yaml)")
+    rt = rsub.add_parser("rerun-tune", allow_abbrev=False,
+                         help="tune the rerun's methods on its tuning split, resumably: figures/rerun/tuning, "
+                              "figures/rerun/records")
+    rt.add_argument("--plan", type=__import__("pathlib").Path, default=None,
+                    help="the plan file (default lab/regime/rerun.yaml)")
+    rt.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
+    rt.add_argument("--client-threads", type=int, default=2, help="clients trained at once (same numbers)")
     return parser
 
 

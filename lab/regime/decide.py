@@ -629,7 +629,7 @@ def write_outputs(criteria: Criteria | None = None, candidates: Sequence[str] | 
         parameters={"criteria": "lab/regime/criteria.yaml", "criteria_sha256": criteria.digest, "stage": "B",
                     **({"amendment": f"lab/regime/{criteria.amendment.path.name}",
                         "amendment_sha256": criteria.amendment.digest} if criteria.amendment else {}),
-                    "seed": list(criteria.seeds("B")), "candidates": names, "outcome": outcome.kind},
+                    "seed": list(criteria.seeds("B")), "candidates": names, "outcome": outcome.kind, "regime": outcome.regime},
         data=_tables(decisions), runs=[r for r in b_runs if r is not None])
     plt.close(fig)
     paths["md"] = out / "stage_b.md"

@@ -1,0 +1,301 @@
+"""R5 of the regime pilot for the rerun itself: every run the plan trains, listed and costed.
+
+``lab/regime/rerun.yaml`` declares the plan — the regime, the seeds, the tuning, the families of runs
+the notebooks train — and ``figures/claims.yaml`` adds every claim's arms at the split it is judged on.
+A run is (method, hyperparameters, split); the plan trains each distinct run once per seed (an arm two
+claims share, or a claim and a notebook, is one run). The estimate, as amendment 1 (``reasons.r5``)
+words it:
+
+    hours = [ Σ_runs S · s(m) + Σ_tuning (1 + e) · f · s(m) + Σ_analyses n · a ] / (workers · 3600)
+
+with S the seeds, s(m) the regime's measured stage-B seconds of method m where stage B trained it and
+otherwise of its class (two gradients per local step, the registry's ``grad_evals_per_step``: FedSAM's
+seconds; one: the mean of FedAvg's and the drift correction's), f the tuning horizon's fraction of the
+rounds, e the allowance for grid edges, and a the seconds of one model's analysis
+(:data:`lab.evidence.budget.ANALYSIS_S_PER_MODEL`).
+
+``python -m lab regime rerun-plan`` prints the table and writes ``figures/regime/rerun_plan.md``; it
+exits 1 when the estimate is over the plan's budget.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.regime.pilot import CriteriaError, load_criteria, load_records, read_mapping, records_dir
+from lab.repro import FIGURES_DIR
+
+__all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "federation", "main", "main_tune",
+           "check_outcome", "method_seconds", "plan_runs", "tune", "tuning_protocol"]
+
+RERUN_FILE = Path(__file__).with_name("rerun.yaml")
+CLAIMS_FILE = FIGURES_DIR / "claims.yaml"
+DEFAULT_SPLIT = "dirichlet-0.1"
+"""The split of a claim whose setting selects none (notebooks 04–09 train on Dirichlet 0.1)."""
+
+
+@dataclass(frozen=True, order=True)
+class PlanRun:
+    """One distinct run of the plan (trained once per seed); ``params`` canonical JSON ('{}': tuned)."""
+
+    split: str
+    method: str
+    params: str
+    source: str  # the first family or claim that needs it
+
+
+def split_key(select: Mapping[str, Any] | None) -> str:
+    """``dirichlet-0.5`` / ``pathological-3`` from a claim's ``select`` (none: Dirichlet 0.1)."""
+    if not select:
+        return DEFAULT_SPLIT
+    if select.get("partition") == "dirichlet":
+        return f"dirichlet-{select['alpha']:g}"
+    if select.get("partition") == "pathological":
+        return f"pathological-{select['classes_per_client']}"
+    raise CriteriaError(f"claims: a select of {dict(select)!r} names no split the plan knows")
+
+
+def _canonical(arm: Mapping[str, Any]) -> str:
+    values = {**dict(arm.get("params") or {}), **{f"config.{k}": v for k, v in (arm.get("config") or {}).items()}}
+    return json.dumps(values, sort_keys=True)
+
+
+def claim_arms(claims: Sequence[Mapping[str, Any]]) -> list[PlanRun]:
+    """Every arm of every claim that names a method, at the split its claim is judged on."""
+    out = []
+    for claim in claims:
+        split = split_key(claim.get("setting", {}).get("select"))
+        for side in ("left", "right"):
+            arms = claim.get(side)
+            for arm in arms if isinstance(arms, list) else [arms]:
+                if isinstance(arm, Mapping) and arm.get("algorithm"):
+                    out.append(PlanRun(split, arm["algorithm"], _canonical(arm), f"claim {claim['id']}"))
+    return out
+
+
+def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> list[PlanRun]:
+    """The distinct runs: the families of ``plan`` and the claims' arms, each once (first source kept)."""
+    arms = claim_arms(claims)
+    runs: dict[tuple[str, str, str], PlanRun] = {}
+    for fam in plan["families"]:
+        for split in fam.get("splits", [DEFAULT_SPLIT]):
+            if fam["methods"] == "all":
+                names = list(methods)
+            elif fam["methods"] == "claims":
+                names = sorted({a.method for a in arms if a.split == split})
+            else:
+                names = list(fam["methods"])
+            unknown = [m for m in names if m not in methods]
+            if unknown:
+                raise CriteriaError(f"{RERUN_FILE.name}: family {fam['label']!r} names unregistered method(s) "
+                                    f"{', '.join(unknown)}")
+            for m in names:
+                for params in fam.get("params") or [{}]:
+                    run = PlanRun(split, m, json.dumps(params, sort_keys=True), f"{fam['notebook']}: {fam['label']}")
+                    runs.setdefault((run.split, run.method, run.params), run)
+    for a in arms:
+        runs.setdefault((a.split, a.method, a.params), a)
+    return sorted(runs.values())
+
+
+def method_seconds(criteria: Any, records: Sequence[Any], candidate: str) -> dict[str, float]:
+    """Mean measured seconds per run of each method in the candidate's stage-B records."""
+    by: dict[str, list[float]] = {}
+    for r in records:
+        if r.meta["stage"] == "B" and r.meta["candidate"] == candidate and r.status == "finished":
+            by.setdefault(r.meta["algorithm"], []).append(r.seconds)
+    return {m: sum(v) / len(v) for m, v in by.items()}
+
+
+def _cost(method: str, seconds: Mapping[str, float], two_gradient: Mapping[str, bool]) -> tuple[float, str]:
+    """Seconds of one run of ``method`` and where the number comes from."""
+    if method in seconds:
+        return seconds[method], "measured"
+    if two_gradient[method]:
+        return seconds["fedsam"], "as FedSAM (two gradients per step)"
+    first = [seconds[m] for m in seconds if not two_gradient.get(m, True)]
+    return sum(first) / len(first), "as the first-order methods"
+
+
+def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[str, float],
+             two_gradient: Mapping[str, bool], grids: Mapping[str, Mapping[str, Sequence[Any]]],
+             analysis_seconds: float) -> dict[str, Any]:
+    """The plan's cost by part (seconds of one worker) and the hours on ``plan['workers']``."""
+    if "fedsam" not in seconds or not any(not two_gradient.get(m, True) for m in seconds):
+        raise CriteriaError("the rerun's estimate needs measured stage-B seconds of FedSAM and of a first-order "
+                            f"method; measured: {', '.join(sorted(seconds)) or 'none'}")
+    n_seeds = len(plan["seeds"])
+    parts: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for run in runs:
+        key = run.source.split(":")[0] if not run.source.startswith("claim") else "claim arms"
+        parts[key] = parts.get(key, 0.0) + n_seeds * _cost(run.method, seconds, two_gradient)[0]
+        count[key] = count.get(key, 0) + n_seeds
+    tuning = plan["tuning"]
+    points = {m: math.prod(len(v) for v in g.values()) for m, g in grids.items() if g}
+    tuned = {m: p for m, p in points.items() if p > 1}
+    parts["tuning"] = sum((1 + tuning["edge_allowance"]) * tuning["rounds_fraction"] * tuning["seeds"] * p
+                          * _cost(m, seconds, two_gradient)[0] for m, p in tuned.items())
+    count["tuning"] = round(sum((1 + tuning["edge_allowance"]) * tuning["seeds"] * p for p in tuned.values()))
+    analysed = sum(a["models"] * a["seeds"] for a in plan["analyses"].values())
+    replays = sum(a.get("replay_runs", 0) for a in plan["analyses"].values())
+    parts["analyses"] = analysed * analysis_seconds + replays * seconds["fedsam"]
+    count["analyses"] = analysed
+    total = sum(parts.values())
+    hours = total / plan["workers"] / 3600
+    return {"parts": parts, "count": count, "total_seconds": total, "hours": hours,
+            "budget_hours": float(plan["budget_hours"]), "fits": hours <= float(plan["budget_hours"]),
+            "runs": len(runs) * n_seeds}
+
+
+RERUN_DIR = FIGURES_DIR / "rerun"
+"""The rerun's committed evidence: ``tuning/<split>/<method>.json`` and ``records/`` (kept apart from the
+K = 5 profile's ``figures/records`` until the notebooks switch to the regime)."""
+
+
+def _split_fields(split: str) -> dict[str, Any]:
+    """Config fields of a split key (``dirichlet-0.1``, ``pathological-3``, ``iid``)."""
+    kind, _, value = split.partition("-")
+    if kind == "dirichlet" and value:
+        return {"partition": "dirichlet", "alpha": float(value)}
+    if kind == "pathological" and value:
+        return {"partition": "pathological", "alpha": None, "classes_per_client": int(value)}
+    if split == "iid":
+        return {"partition": "iid", "alpha": None}
+    raise CriteriaError(f"split {split!r} is not dirichlet-<alpha>, pathological-<classes> or iid")
+
+
+def federation(plan: Mapping[str, Any], criteria: Any, split: str, *, tuning: bool = False) -> Any:
+    """The rerun's Config on ``split``: the regime's candidate with the criteria's ``fixed`` fields as
+    amended for stage B (sequential clients), partition seed 0 (a run's seed replaces both). With
+    ``tuning`` the training subset grows by the criteria's ``validation_size``, which tuning holds out, so
+    every client keeps the regime's samples (as the pilot's stage A did)."""
+    from fedlab.config import Config
+
+    cand = criteria.candidates[plan["regime"]]
+    fixed = criteria.stage_fixed("B")
+    hold = int(fixed.pop("validation_size", 0) or 0)
+    size = cand.train_size if cand.train_size is None or not tuning else cand.train_size + hold
+    return Config.from_dict({**fixed, **_split_fields(split), "model": cand.model, "train_size": size,
+                             "local_steps": cand.local_steps, "lr": cand.lr, "rounds": cand.rounds,
+                             "partition_seed": 0, "seed": int(plan["seeds"][0])})
+
+
+def tuning_protocol(plan: Mapping[str, Any], criteria: Any) -> dict[str, Any]:
+    """The rerun's tuning horizon and hold-out (``lab.evidence.protocol.TUNING``'s keys)."""
+    cand = criteria.candidates[plan["regime"]]
+    return {"rounds": max(1, round(cand.rounds * plan["tuning"]["rounds_fraction"])),
+            "eval_every": int(criteria.fixed["eval_every"]), "validation_size": int(criteria.fixed["validation_size"]),
+            "seed": int(plan["seeds"][0])}
+
+
+def tune(plan: Mapping[str, Any], criteria: Any, *, methods: Sequence[str] | None = None,
+         client_threads: int = 2) -> list[Path]:
+    """Tune every method with a grid on the plan's tuning split, resumably (a method × split is written to
+    ``figures/rerun/tuning`` when it finishes, its grid points to ``figures/rerun/records``)."""
+    from lab.evidence.protocol import tune_splits
+
+    split = plan["tuning"]["split"]
+    base = federation(plan, criteria, split, tuning=True).replace(client_threads=client_threads)
+    return tune_splits({split: base}, methods=methods, directory=RERUN_DIR / "tuning",
+                       records_directory=RERUN_DIR / "records", tuning=tuning_protocol(plan, criteria))
+
+
+def load_plan(path: Path | None = None) -> dict[str, Any]:
+    """The plan file, checked for the fields :func:`estimate` reads (a :class:`CriteriaError` names one)."""
+    path = RERUN_FILE if path is None else Path(path)
+    _, raw = read_mapping(path, "rerun plan")
+    for key in ("regime", "seeds", "workers", "budget_hours", "tuning", "families", "analyses"):
+        if key not in raw:
+            raise CriteriaError(f"{path}: {key} is missing")
+    if len(raw["seeds"]) < 6:
+        raise CriteriaError(f"{path}: seeds={raw['seeds']!r}: the paired protocol decides from 6 seeds")
+    return raw
+
+
+def markdown(plan: Mapping[str, Any], runs: Sequence[PlanRun], est: Mapping[str, Any], seconds: Mapping[str, float],
+             two_gradient: Mapping[str, bool], load: float) -> str:
+    """``rerun_plan.md``: the cost table, the per-method seconds and every distinct run."""
+    lines = ["# The rerun plan and R5's estimate", "",
+             "Generated by `python -m lab regime rerun-plan` from `lab/regime/rerun.yaml` and `figures/claims.yaml`, "
+             f"costed from {plan['regime']}'s stage-B seconds (median load at the runs' start {load:.1f} on 2 cores). "
+             f"{len(runs)} distinct runs × {len(plan['seeds'])} seeds, {plan['workers']} workers.", "",
+             "| part | runs | hours (one worker) |", "|---|---|---|"]
+    for key, s in est["parts"].items():
+        lines.append(f"| {key} | {est['count'][key]} | {s / 3600:.2f} |")
+    verdict = "fits" if est["fits"] else "does not fit"
+    lines += ["", f"**Estimate: {est['hours']:.2f} h on {plan['workers']} workers against {est['budget_hours']:g} h: "
+              f"R5 {'met' if est['fits'] else 'not met'} (the plan {verdict}).**", "",
+              "Seconds per run (stage B, mean over its seeds): "
+              + ", ".join(f"{m} {s:.0f}" for m, s in sorted(seconds.items())) + ".", "",
+              "| split | method | hyperparameters | seconds | cost from | first needed by |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        s, how = _cost(r.method, seconds, two_gradient)
+        lines.append(f"| {r.split} | {r.method} | {r.params if r.params != '{}' else 'tuned'} | {s:.0f} | {how} | "
+                     f"{r.source} |")
+    return "\n".join(lines) + "\n"
+
+
+def check_outcome(plan: Mapping[str, Any], sidecar: Path | None = None) -> None:
+    """Refuse to start the rerun unless stage B's committed outcome (``figures/regime/stage_b.json``, written
+    by ``python -m lab regime decide``) names the plan's regime."""
+    sidecar = FIGURES_DIR / "regime" / "stage_b.json" if sidecar is None else Path(sidecar)
+    try:
+        params = json.loads(sidecar.read_text())["parameters"]
+    except (OSError, ValueError, KeyError) as err:
+        raise CriteriaError(f"{sidecar}: no stage-B outcome to check the plan against ({type(err).__name__}); run "
+                            "`python -m lab regime decide` first") from None
+    if params.get("outcome") not in ("regime", "if_none") or params.get("regime") != plan["regime"]:
+        raise CriteriaError(f"{RERUN_FILE.name}: regime {plan['regime']!r}, but stage B's outcome is "
+                            f"{params.get('outcome')!r} naming {params.get('regime')!r} ({sidecar.name}); the rerun "
+                            "runs in the regime the outcome names")
+
+
+def main_tune(args: Any) -> int:
+    """``python -m lab regime rerun-tune [--methods a,b]``."""
+    plan = load_plan(getattr(args, "plan", None))
+    check_outcome(plan)
+    methods = args.methods.split(",") if getattr(args, "methods", None) else None
+    for path in tune(plan, load_criteria(), methods=methods, client_threads=args.client_threads):
+        print(f"tuned: {path}")
+    return 0
+
+
+def main(args: Any) -> int:
+    """``python -m lab regime rerun-plan``."""
+    import yaml
+
+    from fedlab.algorithms import algorithm_class, algorithm_names
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from lab.evidence.budget import ANALYSIS_S_PER_MODEL
+
+    plan = load_plan(getattr(args, "plan", None))
+    criteria = load_criteria()
+    if plan["regime"] not in criteria.candidates:
+        raise CriteriaError(f"{RERUN_FILE.name}: regime {plan['regime']!r} is no candidate of {criteria.path.name}")
+    records = load_records(records_dir(), criteria)
+    seconds = method_seconds(criteria, records, plan["regime"])
+    methods = list(algorithm_names())
+    two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in methods}
+    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
+    runs = plan_runs(plan, claims, methods)
+    est = estimate(plan, runs, seconds, two, DEFAULT_GRIDS, ANALYSIS_S_PER_MODEL)
+    loads = sorted(float(r.meta.get("load_at_start", math.nan)) for r in records
+                   if r.meta["stage"] == "B" and r.meta["candidate"] == plan["regime"])
+    load = loads[len(loads) // 2] if loads else math.nan
+    out = FIGURES_DIR / "regime" / "rerun_plan.md"
+    out.write_text(markdown(plan, runs, est, seconds, two, load))
+    for key, s in est["parts"].items():
+        print(f"{key:32s} {est['count'][key]:5d} runs {s / 3600:6.2f} h (one worker)")
+    print(f"estimate {est['hours']:.2f} h on {plan['workers']} workers (budget {est['budget_hours']:g} h): "
+          f"{'fits' if est['fits'] else 'does NOT fit'}; wrote {out}")
+    return 0 if est["fits"] else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(None))

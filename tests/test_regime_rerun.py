@@ -1,0 +1,119 @@
+"""The rerun plan's R5 estimate (lab/regime/rerun.py): distinct runs from the plan's families and the
+claims' arms, and their cost from measured seconds — on small synthetic plans, then the committed one."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from lab.regime import rerun as rr
+from lab.regime.pilot import CriteriaError
+
+METHODS = ("fedavg", "feddyn", "fedsam", "fedvssam", "scaffold")
+TWO = {"fedavg": False, "feddyn": False, "fedsam": True, "fedvssam": True, "scaffold": False}
+CLAIMS = [
+    {"id": "a", "setting": {"select": {"partition": "dirichlet", "alpha": 0.5}},
+     "left": {"algorithm": "fedvssam"}, "right": [{"algorithm": "fedavg"}, {"algorithm": "scaffold"}]},
+    {"id": "b", "setting": {}, "left": {"algorithm": "fedsam", "params": {"rho": 0.1}},
+     "right": {"algorithm": "fedsam", "config": {"lr": 0.02}}},
+    {"id": "c", "setting": {}, "left": {}, "right": {"algorithm": "fedavg"}},  # a sanity arm without a method
+]
+
+
+def _plan(**extra):
+    plan = {"regime": "X", "seeds": list(range(6)), "workers": 2, "budget_hours": 8.0,
+            "tuning": {"split": "dirichlet-0.1", "rounds_fraction": 0.5, "seeds": 1, "edge_allowance": 0.0},
+            "families": [{"notebook": "10", "label": "all", "methods": "all", "splits": ["dirichlet-0.1"]},
+                         {"notebook": "10", "label": "claimed", "methods": "claims", "splits": ["dirichlet-0.5"]},
+                         {"notebook": "08", "label": "gamma", "methods": ["fedvssam"],
+                          "params": [{"gamma_l": 0.1}, {"gamma_l": 0.4}]}],
+            "analyses": {"09": {"models": 2, "seeds": 3}}}
+    plan.update(extra)
+    return plan
+
+
+def test_claim_arms_are_read_at_their_split_with_params_and_config():
+    arms = rr.claim_arms(CLAIMS)
+    got = {(a.split, a.method, a.params) for a in arms}
+    assert got == {("dirichlet-0.5", "fedvssam", "{}"), ("dirichlet-0.5", "fedavg", "{}"),
+                   ("dirichlet-0.5", "scaffold", "{}"), ("dirichlet-0.1", "fedsam", json.dumps({"rho": 0.1})),
+                   ("dirichlet-0.1", "fedsam", json.dumps({"config.lr": 0.02})), ("dirichlet-0.1", "fedavg", "{}")}
+    assert rr.split_key({"partition": "pathological", "classes_per_client": 3}) == "pathological-3"
+    with pytest.raises(CriteriaError, match="names no split"):
+        rr.split_key({"partition": "shards"})
+
+
+def test_a_run_two_sources_need_is_counted_once():
+    runs = rr.plan_runs(_plan(), CLAIMS, METHODS)
+    keys = [(r.split, r.method, r.params) for r in runs]
+    assert len(keys) == len(set(keys))
+    # Dir 0.1: 5 tuned methods (claim c's FedAvg is one of them) + 2 γ_l variants + 2 FedSAM claim variants;
+    # Dir 0.5: the three methods claim a compares (the family and the claim: once)
+    assert len(runs) == 5 + 2 + 2 + 3
+    assert next(r for r in runs if (r.split, r.method) == ("dirichlet-0.1", "fedavg")).source.startswith("10")
+    with pytest.raises(CriteriaError, match="unregistered"):
+        rr.plan_runs(_plan(families=[{"notebook": "x", "label": "y", "methods": ["nope"]}]), CLAIMS, METHODS)
+
+
+def test_the_estimate_is_the_stated_sum():
+    plan = _plan()
+    runs = rr.plan_runs(plan, CLAIMS, METHODS)
+    seconds = {"fedavg": 100.0, "feddyn": 140.0, "fedsam": 200.0}
+    grids = {"fedavg": {}, "feddyn": {"lam": (0.01, 0.1)}, "fedvssam": {"rho": (0, 1, 2), "preset": ("a", "b")}}
+    est = rr.estimate(plan, runs, seconds, TWO, grids, analysis_seconds=15.0)
+    first = (100.0 + 140.0) / 2  # a first-order method stage B did not train (SCAFFOLD)
+    per_seed = {"fedavg": 100.0, "feddyn": 140.0, "fedsam": 200.0, "fedvssam": 200.0, "scaffold": first}
+    runs_s = 6 * sum(per_seed[r.method] for r in runs)
+    tuning_s = 0.5 * (2 * 140.0 + 6 * 200.0)
+    assert est["total_seconds"] == pytest.approx(runs_s + tuning_s + 2 * 3 * 15.0)
+    assert est["hours"] == pytest.approx(est["total_seconds"] / 2 / 3600) and est["runs"] == 6 * len(runs)
+    assert est["fits"] is (est["hours"] <= 8.0)
+    assert not rr.estimate(_plan(budget_hours=0.1), runs, seconds, TWO, grids, 15.0)["fits"]
+    with pytest.raises(CriteriaError, match="FedSAM"):
+        rr.estimate(plan, runs, {"fedavg": 1.0}, TWO, grids, 15.0)
+
+
+def test_the_committed_plan_names_registered_methods_six_seeds_and_a_candidate():
+    from fedlab.algorithms import algorithm_names
+    from lab.regime.pilot import load_criteria
+
+    plan = rr.load_plan()
+    assert len(plan["seeds"]) >= 6 and plan["regime"] in load_criteria().candidates
+    claims = yaml.safe_load(rr.CLAIMS_FILE.read_text())["claims"]
+    runs = rr.plan_runs(plan, claims, list(algorithm_names()))
+    assert {r.method for r in runs if r.split == "dirichlet-0.1"} == set(algorithm_names())
+
+
+def test_the_rerun_federation_is_the_regime_as_stage_b_ran_it_with_tuning_samples_on_top():
+    from lab.regime.pilot import build_config, load_criteria
+
+    criteria = load_criteria()
+    plan = rr.load_plan()
+    cand = criteria.candidates[plan["regime"]]
+    run = rr.federation(plan, criteria, "dirichlet-0.1")
+    stage_b = build_config(criteria, "B", plan["regime"], "dir0.1", "fedavg", {}, 0)
+    same = {k: v for k, v in stage_b.hashed_fields().items() if k not in ("partition_seed", "name")}
+    assert {k: run.hashed_fields()[k] for k in same} == same  # only the partition seed is the rerun's own
+    tuning = rr.federation(plan, criteria, "dirichlet-0.1", tuning=True)
+    proto = rr.tuning_protocol(plan, criteria)
+    assert tuning.train_size - proto["validation_size"] == cand.train_size == run.train_size
+    assert proto["rounds"] == round(cand.rounds * plan["tuning"]["rounds_fraction"])
+    assert rr.federation(plan, criteria, "pathological-3").classes_per_client == 3
+    with pytest.raises(CriteriaError, match="split 'shards-2'"):
+        rr.federation(plan, criteria, "shards-2")
+
+
+def test_the_rerun_starts_only_in_the_regime_stage_b_named(tmp_path):
+    plan = {"regime": "M10k-K50-lr01"}
+    side = tmp_path / "stage_b.json"
+    with pytest.raises(CriteriaError, match="no stage-B outcome"):
+        rr.check_outcome(plan, side)
+    for outcome, regime, ok in [("regime", "M10k-K50-lr01", True), ("if_none", "M10k-K50-lr01", True),
+                                ("regime", "M5k-K50", False), ("undecided", None, False)]:
+        side.write_text(json.dumps({"parameters": {"outcome": outcome, "regime": regime}}))
+        if ok:
+            rr.check_outcome(plan, side)
+        else:
+            with pytest.raises(CriteriaError, match="runs in the regime the outcome names"):
+                rr.check_outcome(plan, side)
