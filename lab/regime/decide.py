@@ -336,11 +336,14 @@ def amended_outcome(decisions: Sequence[Decision], amendment: Any,
             d = by_name.get(name)
             if d is not None and all(d.verdicts()[k].met for k in tier):
                 v = d.verdicts()
-                missed = [f"{k} ({v[k].why or 'not met'})" for k in CRITERIA if v[k].met is not True]
+                # R5 is the rerun plan's under the amendment (reasons.r5): stage A's estimate is shown, not judged
+                missed = [f"{k} ({v[k].why or 'not met'})" for k in CRITERIA[:4] if v[k].met is not True]
                 return Outcome("regime", name, f"{name} is the regime ({amendment.path.name}): the first candidate "
                                f"of its order whose stage B meets {', '.join(tier)}"
                                + (f"; it does not meet {', '.join(missed)}, which every claim and the README "
-                                  "report beside the result" if missed else "; it meets R1–R5") + ".")
+                                  "report beside the result" if missed else "; it meets R1–R4")
+                               + f". R5 is the rerun plan's (`python -m lab regime rerun-plan`); the file's stage-A "
+                                 f"estimate is {d.hours_rule:.1f} h.")
     rerun = sorted((r for r in screened if r.r1() and r.r2()), key=lambda r: r.rerun_hours)
     why = "; ".join(f"{n}: {by_name[n].r3().why or 'interval not above 0'}" for n in amendment.order)
     return Outcome("if_none", rerun[0].name if rerun else None,
