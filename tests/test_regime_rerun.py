@@ -22,7 +22,8 @@ CLAIMS = [
 
 
 def _plan(**extra):
-    plan = {"regime": "X", "seeds": list(range(6)), "workers": 2, "budget_hours": 8.0,
+    plan = {"regime": "X", "seeds": list(range(6)), "splits": ["dirichlet-0.1", "dirichlet-0.5"], "workers": 2,
+            "budget_hours": 8.0,
             "tuning": {"split": "dirichlet-0.1", "rounds_fraction": 0.5, "seeds": 1, "edge_allowance": 0.0},
             "families": [{"notebook": "10", "label": "all", "methods": "all", "splits": ["dirichlet-0.1"]},
                          {"notebook": "10", "label": "claimed", "methods": "claims", "splits": ["dirichlet-0.5"]},
@@ -51,9 +52,30 @@ def test_a_run_two_sources_need_is_counted_once():
     # Dir 0.1: 5 tuned methods (claim c's FedAvg is one of them) + 2 γ_l variants + 2 FedSAM claim variants;
     # Dir 0.5: the three methods claim a compares (the family and the claim: once)
     assert len(runs) == 5 + 2 + 2 + 3
-    assert next(r for r in runs if (r.split, r.method) == ("dirichlet-0.1", "fedavg")).source.startswith("10")
+    first = next(r for r in runs if (r.split, r.method) == ("dirichlet-0.1", "fedavg"))
+    assert first.source.startswith("10") and first.seeds == 6  # a family's run that a claim also judges
+    assert {r.seeds for r in runs if r.method == "fedvssam" and r.params != "{}"} == {6}  # no descriptive_seeds
+    runs = rr.plan_runs(_plan(descriptive_seeds=3), CLAIMS, METHODS)
+    seeds = {(r.split, r.method, r.params): r.seeds for r in runs}
+    assert seeds[("dirichlet-0.1", "fedavg", "{}")] == 6 and seeds[("dirichlet-0.1", "scaffold", "{}")] == 3
+    assert seeds[("dirichlet-0.1", "fedvssam", json.dumps({"gamma_l": 0.1}))] == 3
+    assert seeds[("dirichlet-0.5", "scaffold", "{}")] == 6
+    fams = _plan(descriptive_seeds=3)["families"]
+    fams[2]["seeds"] = "all"
+    runs = rr.plan_runs(_plan(descriptive_seeds=3, families=fams), CLAIMS, METHODS)
+    assert {r.seeds for r in runs if r.params == json.dumps({"gamma_l": 0.1})} == {6}
     with pytest.raises(CriteriaError, match="unregistered"):
         rr.plan_runs(_plan(families=[{"notebook": "x", "label": "y", "methods": ["nope"]}]), CLAIMS, METHODS)
+    with pytest.raises(CriteriaError, match="not one of the plan's splits"):
+        rr.plan_runs(_plan(families=[{"notebook": "x", "label": "y", "methods": "all", "splits": ["iid"]}]),
+                     CLAIMS, METHODS)
+
+
+def test_claims_at_a_split_the_plan_does_not_train_add_no_runs_and_are_named():
+    plan = _plan(splits=["dirichlet-0.1"], families=[{"notebook": "10", "label": "all", "methods": "all"}])
+    runs = rr.plan_runs(plan, CLAIMS, METHODS)
+    assert {r.split for r in runs} == {"dirichlet-0.1"} and len(runs) == len(METHODS) + 2
+    assert rr.claims_not_run(plan, CLAIMS) == ["a"]
 
 
 def test_the_estimate_is_the_stated_sum():
@@ -64,10 +86,10 @@ def test_the_estimate_is_the_stated_sum():
     est = rr.estimate(plan, runs, seconds, TWO, grids, analysis_seconds=15.0)
     first = (100.0 + 140.0) / 2  # a first-order method stage B did not train (SCAFFOLD)
     per_seed = {"fedavg": 100.0, "feddyn": 140.0, "fedsam": 200.0, "fedvssam": 200.0, "scaffold": first}
-    runs_s = 6 * sum(per_seed[r.method] for r in runs)
+    runs_s = sum(r.seeds * per_seed[r.method] for r in runs)
     tuning_s = 0.5 * (2 * 140.0 + 6 * 200.0)
     assert est["total_seconds"] == pytest.approx(runs_s + tuning_s + 2 * 3 * 15.0)
-    assert est["hours"] == pytest.approx(est["total_seconds"] / 2 / 3600) and est["runs"] == 6 * len(runs)
+    assert est["hours"] == pytest.approx(est["total_seconds"] / 2 / 3600) and est["runs"] == 6 * len(runs)  # no descriptive_seeds
     assert est["fits"] is (est["hours"] <= 8.0)
     assert not rr.estimate(_plan(budget_hours=0.1), runs, seconds, TWO, grids, 15.0)["fits"]
     with pytest.raises(CriteriaError, match="FedSAM"):
@@ -117,3 +139,28 @@ def test_the_rerun_starts_only_in_the_regime_stage_b_named(tmp_path):
         else:
             with pytest.raises(CriteriaError, match="runs in the regime the outcome names"):
                 rr.check_outcome(plan, side)
+
+
+def test_a_claim_arm_at_the_methods_untuned_defaults_is_the_tuned_run():
+    claims = [{"id": "d", "setting": {}, "left": {"algorithm": "fedsam", "params": {"eps": 1e-12}},
+               "right": {"algorithm": "fedsam", "params": {"rho": 0.1}}},
+              {"id": "e", "setting": {}, "left": {"algorithm": "fedvssam", "params": {"lf": True}}, "right": {}}]
+    defaults = {"fedsam": {"rho": 0.1, "eps": 1e-12}, "fedvssam": {"lf": True}}
+    grids = {"fedsam": {"rho": (0.0, 0.1)}, "fedvssam": {"rho": (0.0,), "preset": ("a", "b")}}
+    plan = _plan(families=[{"notebook": "10", "label": "all", "methods": "all"}])
+    runs = {(r.method, r.params) for r in rr.plan_runs(plan, claims, METHODS, defaults, grids)}
+    assert ("fedsam", json.dumps({"eps": 1e-12})) not in runs  # the default of an untuned key: the tuned run
+    assert ("fedsam", json.dumps({"rho": 0.1})) in runs  # a tuned key: its own run, whatever the default
+    assert ("fedvssam", json.dumps({"lf": True})) in runs  # a preset in the grid may move lf: its own run
+    assert len(runs) == len(METHODS) + 2
+
+
+def test_the_small_step_control_runs_fedsam_at_gamma_l_times_the_regimes_lr():
+    from fedlab.algorithms import algorithm_class
+    from lab.regime.pilot import load_criteria
+
+    claims = {c["id"]: c for c in yaml.safe_load(rr.CLAIMS_FILE.read_text())["claims"]}
+    arm = claims["fedvssam_above_fedsam_small_step"]["right"]
+    gamma_l = algorithm_class("fedvssam").resolve_hparams(None, {}).gamma_l
+    lr = load_criteria().candidates[rr.load_plan()["regime"]].lr
+    assert arm["config"]["lr"] == pytest.approx(gamma_l * lr)

@@ -6,9 +6,10 @@ A run is (method, hyperparameters, split); the plan trains each distinct run onc
 claims share, or a claim and a notebook, is one run). The estimate, as amendment 1 (``reasons.r5``)
 words it:
 
-    hours = [ Σ_runs S · s(m) + Σ_tuning (1 + e) · f · s(m) + Σ_analyses n · a ] / (workers · 3600)
+    hours = [ Σ_runs S_r · s(m) + Σ_tuning (1 + e) · f · s(m) + Σ_analyses n · a ] / (workers · 3600)
 
-with S the seeds, s(m) the regime's measured stage-B seconds of method m where stage B trained it and
+with S_r the seeds of run r (every seed for a claim's arm; ``descriptive_seeds`` for a run only a
+figure shows, no claim judges), s(m) the regime's measured stage-B seconds of method m where stage B trained it and
 otherwise of its class (two gradients per local step, the registry's ``grad_evals_per_step``: FedSAM's
 seconds; one: the mean of FedAvg's and the drift correction's), f the tuning horizon's fraction of the
 rounds, e the allowance for grid edges, and a the seconds of one model's analysis
@@ -19,6 +20,7 @@ exits 1 when the estimate is over the plan's budget.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -31,7 +33,7 @@ from lab.regime.pilot import CriteriaError, load_criteria, load_records, read_ma
 from lab.repro import FIGURES_DIR
 
 __all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "federation", "main", "main_tune",
-           "check_outcome", "method_seconds", "plan_runs", "tune", "tuning_protocol"]
+           "check_outcome", "claims_not_run", "is_tuned_run", "method_seconds", "plan_runs", "tune", "tuning_protocol"]
 
 RERUN_FILE = Path(__file__).with_name("rerun.yaml")
 CLAIMS_FILE = FIGURES_DIR / "claims.yaml"
@@ -47,6 +49,7 @@ class PlanRun:
     method: str
     params: str
     source: str  # the first family or claim that needs it
+    seeds: int = 0  # seeds it trains on (plan_runs: all for a claim's arm, descriptive_seeds otherwise)
 
 
 def split_key(select: Mapping[str, Any] | None) -> str:
@@ -78,12 +81,28 @@ def claim_arms(claims: Sequence[Mapping[str, Any]]) -> list[PlanRun]:
     return out
 
 
-def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> list[PlanRun]:
-    """The distinct runs: the families of ``plan`` and the claims' arms, each once (first source kept)."""
-    arms = claim_arms(claims)
+def is_tuned_run(run: PlanRun, defaults: Mapping[str, Any], grid: Mapping[str, Any]) -> bool:
+    """Whether a claim arm's hyperparameters name the tuned run itself: each is the method's default and
+    none is tuned (a grid with a ``preset`` may move any of them, so it never is)."""
+    params = json.loads(run.params)
+    return "preset" not in grid and not any(k.startswith("config.") or k in grid or defaults.get(k, object()) != v
+                                            for k, v in params.items())
+
+
+def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], methods: Sequence[str],
+              defaults: Mapping[str, Mapping[str, Any]] | None = None,
+              grids: Mapping[str, Mapping[str, Any]] | None = None) -> list[PlanRun]:
+    """The distinct runs: the families of ``plan`` and the claims' arms, each once (first source kept); a
+    claim arm that :func:`is_tuned_run` (``defaults``, ``grids``: per method) is the tuned run."""
+    arms = [a if defaults is None or not is_tuned_run(a, defaults.get(a.method, {}), (grids or {}).get(a.method, {}))
+            else PlanRun(a.split, a.method, "{}", a.source) for a in claim_arms(claims)
+            if a.split in plan["splits"]]
     runs: dict[tuple[str, str, str], PlanRun] = {}
     for fam in plan["families"]:
         for split in fam.get("splits", [DEFAULT_SPLIT]):
+            if split not in plan["splits"]:
+                raise CriteriaError(f"{RERUN_FILE.name}: family {fam['label']!r} trains on {split}, which is not one "
+                                    f"of the plan's splits ({', '.join(plan['splits'])})")
             if fam["methods"] == "all":
                 names = list(methods)
             elif fam["methods"] == "claims":
@@ -96,10 +115,13 @@ def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], meth
                                     f"{', '.join(unknown)}")
             for m in names:
                 for params in fam.get("params") or [{}]:
-                    run = PlanRun(split, m, json.dumps(params, sort_keys=True), f"{fam['notebook']}: {fam['label']}")
+                    n = len(plan["seeds"]) if fam.get("seeds") == "all" else plan.get("descriptive_seeds")
+                    run = PlanRun(split, m, json.dumps(params, sort_keys=True), f"{fam['notebook']}: {fam['label']}",
+                                  int(n or len(plan["seeds"])))
                     runs.setdefault((run.split, run.method, run.params), run)
-    for a in arms:
-        runs.setdefault((a.split, a.method, a.params), a)
+    for a in arms:  # a claim's arm trains on every seed, whoever needed the run first
+        key = (a.split, a.method, a.params)
+        runs[key] = dataclasses.replace(runs.get(key, a), seeds=len(plan["seeds"]))
     return sorted(runs.values())
 
 
@@ -129,13 +151,12 @@ def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[
     if "fedsam" not in seconds or not any(not two_gradient.get(m, True) for m in seconds):
         raise CriteriaError("the rerun's estimate needs measured stage-B seconds of FedSAM and of a first-order "
                             f"method; measured: {', '.join(sorted(seconds)) or 'none'}")
-    n_seeds = len(plan["seeds"])
     parts: dict[str, float] = {}
     count: dict[str, int] = {}
     for run in runs:
         key = run.source.split(":")[0] if not run.source.startswith("claim") else "claim arms"
-        parts[key] = parts.get(key, 0.0) + n_seeds * _cost(run.method, seconds, two_gradient)[0]
-        count[key] = count.get(key, 0) + n_seeds
+        parts[key] = parts.get(key, 0.0) + run.seeds * _cost(run.method, seconds, two_gradient)[0]
+        count[key] = count.get(key, 0) + run.seeds
     tuning = plan["tuning"]
     points = {m: math.prod(len(v) for v in g.values()) for m, g in grids.items() if g}
     tuned = {m: p for m, p in points.items() if p > 1}
@@ -150,7 +171,7 @@ def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[
     hours = total / plan["workers"] / 3600
     return {"parts": parts, "count": count, "total_seconds": total, "hours": hours,
             "budget_hours": float(plan["budget_hours"]), "fits": hours <= float(plan["budget_hours"]),
-            "runs": len(runs) * n_seeds}
+            "runs": sum(r.seeds for r in runs)}
 
 
 RERUN_DIR = FIGURES_DIR / "rerun"
@@ -210,7 +231,7 @@ def load_plan(path: Path | None = None) -> dict[str, Any]:
     """The plan file, checked for the fields :func:`estimate` reads (a :class:`CriteriaError` names one)."""
     path = RERUN_FILE if path is None else Path(path)
     _, raw = read_mapping(path, "rerun plan")
-    for key in ("regime", "seeds", "workers", "budget_hours", "tuning", "families", "analyses"):
+    for key in ("regime", "seeds", "splits", "workers", "budget_hours", "tuning", "families", "analyses"):
         if key not in raw:
             raise CriteriaError(f"{path}: {key} is missing")
     if len(raw["seeds"]) < 6:
@@ -218,26 +239,36 @@ def load_plan(path: Path | None = None) -> dict[str, Any]:
     return raw
 
 
+def claims_not_run(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ids of the claims with an arm at a split the plan does not train."""
+    return [c["id"] for c in claims if any(a.split not in plan["splits"] for a in claim_arms([c]))]
+
+
 def markdown(plan: Mapping[str, Any], runs: Sequence[PlanRun], est: Mapping[str, Any], seconds: Mapping[str, float],
-             two_gradient: Mapping[str, bool], load: float) -> str:
+             two_gradient: Mapping[str, bool], load: float, not_run: Sequence[str] = ()) -> str:
     """``rerun_plan.md``: the cost table, the per-method seconds and every distinct run."""
     lines = ["# The rerun plan and R5's estimate", "",
              "Generated by `python -m lab regime rerun-plan` from `lab/regime/rerun.yaml` and `figures/claims.yaml`, "
              f"costed from {plan['regime']}'s stage-B seconds (median load at the runs' start {load:.1f} on 2 cores). "
-             f"{len(runs)} distinct runs × {len(plan['seeds'])} seeds, {plan['workers']} workers.", "",
-             "| part | runs | hours (one worker) |", "|---|---|---|"]
+             f"{len(runs)} distinct runs, {est['runs']} with their seeds (a claim's arm: {len(plan['seeds'])}; a "
+             f"run no claim judges: {plan.get('descriptive_seeds', len(plan['seeds']))}), {plan['workers']} workers.",
+             "", "| part | runs | hours (one worker) |", "|---|---|---|"]
     for key, s in est["parts"].items():
         lines.append(f"| {key} | {est['count'][key]} | {s / 3600:.2f} |")
     verdict = "fits" if est["fits"] else "does not fit"
+    if not_run:
+        lines += ["", "Claims not run (their split is not one of the plan's: "
+                  f"{', '.join(plan['splits'])}; they print 'not run at cpu scale'): " + ", ".join(not_run) + "."]
     lines += ["", f"**Estimate: {est['hours']:.2f} h on {plan['workers']} workers against {est['budget_hours']:g} h: "
               f"R5 {'met' if est['fits'] else 'not met'} (the plan {verdict}).**", "",
               "Seconds per run (stage B, mean over its seeds): "
               + ", ".join(f"{m} {s:.0f}" for m, s in sorted(seconds.items())) + ".", "",
-              "| split | method | hyperparameters | seconds | cost from | first needed by |", "|---|---|---|---|---|---|"]
+              "| split | method | hyperparameters | seeds | seconds | cost from | first needed by |",
+              "|---|---|---|---|---|---|---|"]
     for r in runs:
         s, how = _cost(r.method, seconds, two_gradient)
-        lines.append(f"| {r.split} | {r.method} | {r.params if r.params != '{}' else 'tuned'} | {s:.0f} | {how} | "
-                     f"{r.source} |")
+        lines.append(f"| {r.split} | {r.method} | {r.params if r.params != '{}' else 'tuned'} | {r.seeds} | {s:.0f} | "
+                     f"{how} | {r.source} |")
     return "\n".join(lines) + "\n"
 
 
@@ -283,13 +314,14 @@ def main(args: Any) -> int:
     methods = list(algorithm_names())
     two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in methods}
     claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
-    runs = plan_runs(plan, claims, methods)
+    defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
+    runs = plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS)
     est = estimate(plan, runs, seconds, two, DEFAULT_GRIDS, ANALYSIS_S_PER_MODEL)
     loads = sorted(float(r.meta.get("load_at_start", math.nan)) for r in records
                    if r.meta["stage"] == "B" and r.meta["candidate"] == plan["regime"])
     load = loads[len(loads) // 2] if loads else math.nan
     out = FIGURES_DIR / "regime" / "rerun_plan.md"
-    out.write_text(markdown(plan, runs, est, seconds, two, load))
+    out.write_text(markdown(plan, runs, est, seconds, two, load, claims_not_run(plan, claims)))
     for key, s in est["parts"].items():
         print(f"{key:32s} {est['count'][key]:5d} runs {s / 3600:6.2f} h (one worker)")
     print(f"estimate {est['hours']:.2f} h on {plan['workers']} workers (budget {est['budget_hours']:g} h): "
