@@ -130,10 +130,11 @@ def _cmd_regime(args: argparse.Namespace) -> int:
         from lab.regime.pilot import main as pilot_main
 
         return pilot_main(args)
-    if args.regime_command in ("rerun-plan", "rerun-tune"):
+    if args.regime_command in ("rerun-plan", "rerun-tune", "rerun-train"):
         from lab.regime import rerun
 
-        return (rerun.main if args.regime_command == "rerun-plan" else rerun.main_tune)(args)
+        return {"rerun-plan": rerun.main, "rerun-tune": rerun.main_tune, "rerun-train": rerun.main_train}[
+            args.regime_command](args)
     if args.regime_command == "decide":
         from lab.regime.decide import main as decide_main
 
@@ -220,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the plan file (default lab/regime/rerun.yaml)")
     rt.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
     rt.add_argument("--client-threads", type=int, default=2, help="clients trained at once (same numbers)")
+    rr = rsub.add_parser("rerun-train", allow_abbrev=False,
+                         help="train the rerun plan's runs that have no record, resumably, seed-major: "
+                              "figures/rerun/records (a tuned method waits for its tuning file)")
+    rr.add_argument("--plan", type=__import__("pathlib").Path, default=None,
+                    help="the plan file (default lab/regime/rerun.yaml)")
+    rr.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
+    rr.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     return parser
 
 

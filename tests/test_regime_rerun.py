@@ -164,3 +164,36 @@ def test_the_small_step_control_runs_fedsam_at_gamma_l_times_the_regimes_lr():
     gamma_l = algorithm_class("fedvssam").resolve_hparams(None, {}).gamma_l
     lr = load_criteria().candidates[rr.load_plan()["regime"]].lr
     assert arm["config"]["lr"] == pytest.approx(gamma_l * lr)
+
+
+def test_a_tiny_rerun_waits_for_tuning_then_trains_every_seed_resumably(tmp_path, monkeypatch):
+    from test_regime import TINY_CRITERIA
+
+    from lab.evidence.records import load_record
+    from lab.regime.pilot import load_criteria
+
+    monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
+    path = tmp_path / "criteria.yaml"
+    path.write_text(TINY_CRITERIA)
+    tiny = load_criteria(path)
+    plan = {"regime": "tiny", "seeds": [1, 2], "descriptive_seeds": 1, "splits": ["dirichlet-0.1"], "workers": 2,
+            "tuning": {"split": "dirichlet-0.1", "rounds_fraction": 1.0, "seeds": 1, "edge_allowance": 0.0},
+            "families": [{"notebook": "10", "label": "two", "methods": ["fedavg", "fedsam"], "seeds": "all"}]}
+    root = tmp_path / "rerun"
+    log = tmp_path / "log"
+    with open(log, "w") as out:  # FedSAM has a grid and no tuning file yet: only FedAvg trains
+        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 2
+    assert "waiting for tuning: fedsam" in log.read_text()
+    rr.tune(plan, tiny, methods=["fedsam"], client_threads=1, root=root, progress=False)
+    rho = json.loads((root / "tuning" / "dirichlet-0.1" / "fedsam.json").read_text())["best"]["rho"]
+    with open(log, "w") as out:
+        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 2
+    done = rr.recorded(root / "records")
+    assert sorted(done) == sorted((("dirichlet-0.1", m, "{}", s) for m in ("fedavg", "fedsam") for s in (1, 2)))
+    for (split, method, _, seed), key in done.items():
+        res = load_record(key, root / "records")
+        assert (res.config.seed, res.config.partition_seed, res.config.eval_every) == (seed, seed, 1)
+        assert res.config.train_size == tiny.candidates["tiny"].train_size and res.config.parallel_clients == 1
+        assert method == "fedavg" or res.config.algorithm_params["rho"] == rho
+    with open(log, "w") as out:  # everything recorded: nothing trains again
+        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 0

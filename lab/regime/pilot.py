@@ -29,13 +29,11 @@ where it stopped (a run interrupted mid-way resumes from its checkpoint under ``
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import datetime
 import hashlib
 import math
 import os
 import platform
-import signal
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +45,7 @@ import pandas as pd
 
 from fedlab.config import Config, ConfigError
 from lab.evidence.integrity import EvidenceError
+from lab.regime.workers import clock
 from lab.repro import FIGURES_DIR
 
 __all__ = ["CRITERIA_FILE", "FIRST_GUESS", "Candidate", "Criteria", "CriteriaError", "Pending", "PilotError", "PilotRecord",
@@ -609,30 +608,6 @@ def probe_costs(criteria: Criteria, candidates: Sequence[str], rounds: int = 5,
 
 
 # --- running ------------------------------------------------------------------------------------
-def _worker_init() -> None:
-    """Each worker: one intra-op thread (the machine's cores are shared), Ctrl-C left to the parent
-    (which stops the workers itself, so a record is never half written by one)."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import torch
-
-    import lab  # noqa: F401  (sets $FEDLAB_RUNS to the repository's runs/ and the allocator thresholds)
-
-    torch.set_num_threads(1)
-
-
-def _train(config: Config) -> dict[str, Any]:
-    """Train (or resume, or load from ``runs/``) one run in a worker; what the parent needs for its record."""
-    import fedlab
-
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    res = fedlab.run(config, progress=False)
-    wall = time.perf_counter() - t0
-    return {"config": res.config, "metrics": res.metrics, "status": res.status, "run_dir": str(res.run_dir),
-            "summary": res.summary, "wall_seconds": wall, "load_at_start": load}
-
-
 def _write(run: PlannedRun, criteria: Criteria, out: dict[str, Any], directory: Path) -> PilotRecord:
     from fedlab.results import RunResult
     from lab.evidence.records import write_record
@@ -646,16 +621,6 @@ def _write(run: PlannedRun, criteria: Criteria, out: dict[str, Any], directory: 
     result = RunResult(out["config"], metrics, None, out["status"], Path(out["run_dir"]), out["summary"], None)
     path = write_record(result, directory, meta=meta)
     return PilotRecord(path.name.removesuffix(".json.gz"), meta, out["config"], out["status"], metrics)
-
-
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _bar(done: int, total: int, width: int = 24) -> str:
-    filled = 0 if total == 0 else int(width * done / total)
-    return "#" * filled + "." * (width - filled)
 
 
 def remaining_seconds(criteria: Criteria, plan: Plan, records: Sequence[PilotRecord], workers: int,
@@ -691,89 +656,49 @@ def dry_run(criteria: Criteria, stage: str, candidates: Sequence[str] | None, wo
         print(f"  {p.candidate:14s} {p.split:6s} {p.arm:20s} seeds {','.join(map(str, p.seeds)):9s} waits for "
               f"{p.needs} ~{sec:6.0f} s each ({source})", file=out)
     wall = remaining_seconds(criteria, plan, records, workers, probe)
-    print(f"estimated wall time: {_clock(wall)} on {workers} worker(s) (cost sources: "
+    print(f"estimated wall time: {clock(wall)} on {workers} worker(s) (cost sources: "
           + ", ".join(f"{n} {s}" for s, n in sorted(sources.items())) + ")", file=out)
     return wall
 
 
 def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | None = None, workers: int = 2,
               directory: Path | None = None, out: TextIO | None = None, max_runs: int | None = None) -> int:
-    """Train every run of ``stage`` that has no record, ``workers`` at a time, writing each record as
-    it finishes; return the number of records written.
+    """Train every run of ``stage`` that has no record, ``workers`` at a time (:func:`lab.regime.workers.
+    train_many`), writing each record as it finishes; return the number of records written.
 
     Re-planned after every finished run, so an arm that waits for the IID FedSAM runs (ρ*) starts as
     soon as they are recorded. Ctrl-C (or SIGTERM) stops the workers at once and keeps every record
-    already written (records are written by this process only, never by a worker being stopped); run
-    it again to continue. A run that fails is reported and not retried in this session."""
+    already written; run it again to continue."""
+    from lab.regime.workers import Progress, train_many
+
     out = sys.stdout if out is None else out
     directory = records_dir() if directory is None else Path(directory)
-    stop = {"asked": False}
+    state = {"records": load_records(directory, criteria)}
+    state["plan"] = build_plan(criteria, stage, state["records"], candidates)
+    n_at_start = len(state["plan"].done)
 
-    def ask_stop(signum: int, frame: Any) -> None:
-        if stop["asked"]:
-            raise KeyboardInterrupt
-        stop["asked"] = True
-        print(f"\nstopping ({signal.Signals(signum).name}): workers are ended, finished records kept", file=out,
-              flush=True)
+    def write(run: PlannedRun, result: dict[str, Any]) -> str:
+        rec = _write(run, criteria, result, directory)
+        state["records"] = [*state["records"], rec]
+        state["plan"] = build_plan(criteria, stage, state["records"], candidates)
+        return f"{record_score(rec, criteria.last_k):5.2f} % ({rec.seconds:.0f} s, {rec.status})"
 
-    old = {s: signal.signal(s, ask_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    import multiprocessing
+    def done_total() -> tuple[int, int]:
+        plan = state["plan"]
+        return len(plan.done), len(plan.done) + len(plan.todo) + sum(len(p.seeds) for p in plan.pending)
 
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                  initializer=_worker_init)
-    running: dict[cf.Future[dict[str, Any]], tuple[PlannedRun, float]] = {}
-    failed: set[tuple[str, str, str, str, int]] = set()
-    written = 0
-    t_start = time.perf_counter()
-    records = load_records(directory, criteria)
-    n_at_start = len(build_plan(criteria, stage, records, candidates).done)
-    plan = build_plan(criteria, stage, records, candidates)
-    try:
-        while not stop["asked"]:
-            busy = {r.run_id for r, _ in running.values()}
-            queue = [r for r in plan.todo if r.run_id not in busy and r.run_id not in failed]
-            while len(running) < workers and queue and (max_runs is None or written + len(running) < max_runs):
-                run = queue.pop(0)
-                running[pool.submit(_train, run.config)] = (run, time.perf_counter())
-                print(f"start  {run.label()}", file=out, flush=True)
-            if not running:
-                if plan.pending and not failed:
-                    raise PilotError(f"stage {stage}: {len(plan.pending)} arm(s) wait for runs that are not "
-                                     "planned: " + "; ".join(f"{p.candidate} {p.split} {p.arm}" for p in plan.pending))
-                break
-            # a short wait, so that a stop request is seen within a second; the plan changes only when a
-            # run finishes (and its record may unlock an arm that waits for ρ*)
-            finished, _ = cf.wait(list(running), timeout=1.0, return_when=cf.FIRST_COMPLETED)
-            for fut in finished:
-                run, t0 = running.pop(fut)
-                try:
-                    rec = _write(run, criteria, fut.result(), directory)
-                except Exception as err:  # one failed run must not stop the others
-                    failed.add(run.run_id)
-                    plan = build_plan(criteria, stage, records, candidates)
-                    print(f"FAILED {run.label()}: {type(err).__name__}: {err}", file=out, flush=True)
-                    continue
-                records = [*records, rec]
-                written += 1
-                plan = build_plan(criteria, stage, records, candidates)
-                total = len(plan.done) + len(plan.todo) + sum(len(p.seeds) for p in plan.pending)
-                n_done = len(plan.done)
-                eta = remaining_seconds(criteria, plan, records, workers, running=[r for r, _ in running.values()])
-                score = record_score(rec, criteria.last_k)
-                print(f"[{_bar(n_done, total)}] {n_done:3d}/{total} done  {run.label()}: {score:5.2f} % "
-                      f"({rec.seconds:.0f} s, {rec.status}) | elapsed {_clock(time.perf_counter() - t_start)} "
-                      f"| ETA {_clock(eta)}", file=out, flush=True)
-    finally:
-        if stop["asked"] or sys.exc_info()[0] is not None:
-            for proc in list(getattr(pool, "_processes", {}).values()):  # our own workers, by handle
-                if proc.is_alive():
-                    proc.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
-        for s, handler in old.items():
-            signal.signal(s, handler)
+    progress = Progress(todo=lambda: state["plan"].todo, done_total=done_total,
+                        eta=lambda running: remaining_seconds(criteria, state["plan"], state["records"], workers,
+                                                              running=running))
+    written, failed, stopped = train_many(progress, config_of=lambda r: r.config, key_of=lambda r: r.run_id,
+                                          label_of=PlannedRun.label, write=write, workers=workers, out=out,
+                                          max_runs=max_runs)
+    plan = state["plan"]
+    if not stopped and not failed and plan.pending and not plan.todo:
+        raise PilotError(f"stage {stage}: {len(plan.pending)} arm(s) wait for runs that are not planned: "
+                         + "; ".join(f"{p.candidate} {p.split} {p.arm}" for p in plan.pending))
     print(f"stage {stage}: {written} record(s) written this session, {n_at_start + written} in all"
-          + (f", {len(failed)} failed" if failed else "") + (" (stopped)" if stop["asked"] else ""), file=out,
-          flush=True)
+          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
     return written
 
 

@@ -33,7 +33,8 @@ from lab.regime.pilot import CriteriaError, load_criteria, load_records, read_ma
 from lab.repro import FIGURES_DIR
 
 __all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "federation", "main", "main_tune",
-           "check_outcome", "claims_not_run", "is_tuned_run", "method_seconds", "plan_runs", "tune", "tuning_protocol"]
+           "SeedRun", "check_outcome", "claims_not_run", "is_tuned_run", "main_train", "method_seconds",
+           "plan_runs", "recorded", "run_config", "seed_runs", "train", "tune", "tuning_protocol"]
 
 RERUN_FILE = Path(__file__).with_name("rerun.yaml")
 CLAIMS_FILE = FIGURES_DIR / "claims.yaml"
@@ -216,15 +217,142 @@ def tuning_protocol(plan: Mapping[str, Any], criteria: Any) -> dict[str, Any]:
 
 
 def tune(plan: Mapping[str, Any], criteria: Any, *, methods: Sequence[str] | None = None,
-         client_threads: int = 2) -> list[Path]:
+         client_threads: int = 2, root: Path | None = None, progress: bool = True) -> list[Path]:
     """Tune every method with a grid on the plan's tuning split, resumably (a method × split is written to
-    ``figures/rerun/tuning`` when it finishes, its grid points to ``figures/rerun/records``)."""
+    ``<root>/tuning`` when it finishes, its grid points to ``<root>/records``; root: ``figures/rerun``)."""
     from lab.evidence.protocol import tune_splits
 
+    root = RERUN_DIR if root is None else Path(root)
     split = plan["tuning"]["split"]
     base = federation(plan, criteria, split, tuning=True).replace(client_threads=client_threads)
-    return tune_splits({split: base}, methods=methods, directory=RERUN_DIR / "tuning",
-                       records_directory=RERUN_DIR / "records", tuning=tuning_protocol(plan, criteria))
+    return tune_splits({split: base}, methods=methods, directory=root / "tuning", records_directory=root / "records",
+                       tuning=tuning_protocol(plan, criteria), progress=progress)
+
+
+RERUN_NAME = "regime-rerun-issue28"
+"""``meta.rerun`` of every record :func:`train` writes (tuning's grid-point records in the folder have none)."""
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One run of the plan at one seed."""
+
+    run: PlanRun
+    seed: int
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.run.split, self.run.method, self.run.params, self.seed)
+
+    def label(self) -> str:
+        params = "" if self.run.params == "{}" else f" {self.run.params}"
+        return f"{self.run.split} {self.run.method}{params} s{self.seed}"
+
+
+def seed_runs(plan: Mapping[str, Any], runs: Sequence[PlanRun]) -> list[SeedRun]:
+    """Every (run, seed) of the plan, seed-major (all methods of seed 0 first: a session that stops early
+    leaves complete pairs, not one method on many seeds)."""
+    return [SeedRun(r, s) for i, s in enumerate(plan["seeds"]) for r in runs if i < r.seeds]
+
+
+def run_config(plan: Mapping[str, Any], criteria: Any, item: SeedRun, tuned: Mapping[str, Any]) -> Any:
+    """The Config of one rerun run: the regime on its split, the method's tuned choice under the run's own
+    hyperparameters (``config.*`` keys set Config fields), the seed drawing its own partition
+    (``RERUN_PROTOCOL``) and the final metric's evaluation grid (``FINAL_METRIC``: every round, full test
+    set)."""
+    from lab.evidence.protocol import FINAL_METRIC
+
+    values = json.loads(item.run.params)
+    config = {k.removeprefix("config."): v for k, v in values.items() if k.startswith("config.")}
+    params = {**tuned, **{k: v for k, v in values.items() if not k.startswith("config.")}}
+    return federation(plan, criteria, item.run.split).replace(
+        algorithm=item.run.method, algorithm_params=params, seed=item.seed, partition_seed=item.seed,
+        eval_every=FINAL_METRIC["eval_every"], eval_subsample=FINAL_METRIC["eval_subsample"], **config)
+
+
+def recorded(directory: Path) -> dict[tuple[str, str, str, int], str]:
+    """The rerun's records in ``directory``: run key → record key (each checked by ``load_record``)."""
+    from lab.evidence.records import SUFFIX, record_meta
+
+    out = {}
+    for path in sorted(directory.glob(f"*{SUFFIX}")) if directory.is_dir() else []:
+        key = path.name.removesuffix(SUFFIX)
+        meta = record_meta(key, directory)
+        if meta.get("rerun") == RERUN_NAME:
+            out[(meta["split"], meta["method"], meta["params"], int(meta["seed"]))] = key
+    return out
+
+
+def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Path | None = None,
+          claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
+          max_runs: int | None = None, out: Any = None) -> int:
+    """Train every run of the plan that has no record, ``workers`` at a time, writing each record to
+    ``<root>/records`` (root: ``figures/rerun``) as it finishes, so it resumes from what is committed. A tuned
+    method waits until ``<root>/tuning`` has its file. ``claims`` (default ``figures/claims.yaml``) add their
+    arms; ``seconds`` (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
+    import datetime
+    import os
+    import platform
+
+    import yaml
+
+    from fedlab.algorithms import algorithm_class, algorithm_names
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.results import RunResult
+    from lab.evidence.protocol import tuned_params
+    from lab.evidence.records import write_record
+    from lab.regime.workers import Progress, clock, train_many
+
+    out = sys.stdout if out is None else out
+    root = RERUN_DIR if root is None else Path(root)
+    directory, tuning = root / "records", root / "tuning"
+    methods = list(algorithm_names())
+    defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
+    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"] if claims is None else claims
+    items = seed_runs(plan, plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS))
+    on_tuning_split = federation(plan, criteria, plan["tuning"]["split"])
+    if seconds is None:
+        seconds = method_seconds(criteria, load_records(records_dir(), criteria), plan["regime"])
+    two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in methods}
+    state = {"done": recorded(directory)}
+
+    def choice(method: str) -> dict[str, Any] | None:
+        t = tuned_params(method, on_tuning_split, tuning)
+        return dict(t.params) if t.tuned or not DEFAULT_GRIDS.get(method) else None
+
+    def todo() -> list[SeedRun]:
+        return [i for i in items if i.key not in state["done"] and choice(i.run.method) is not None]
+
+    def write(item: SeedRun, result: dict[str, Any]) -> str:
+        metrics = result["metrics"]
+        meta = {"rerun": RERUN_NAME, "regime": plan["regime"], "split": item.run.split, "method": item.run.method,
+                "params": item.run.params, "seed": item.seed, "source": item.run.source,
+                "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
+                "host": platform.node(), "cpu_count": os.cpu_count(),
+                "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        res = RunResult(result["config"], metrics, None, result["status"], Path(result["run_dir"]), result["summary"],
+                        None)
+        state["done"][item.key] = write_record(res, directory, meta=meta).name
+        acc = metrics["test_acc"].dropna()
+        return f"{100 * float(acc.iloc[-1]) if len(acc) else math.nan:5.2f} % ({result['wall_seconds']:.0f} s)"
+
+    def eta(running: Sequence[SeedRun]) -> float:
+        if "fedsam" not in seconds or not any(not two.get(m, True) for m in seconds):
+            return math.nan  # nothing measured to cost it from
+        left = [i for i in items if i.key not in state["done"]]
+        return sum(_cost(i.run.method, seconds, two)[0] for i in left) / max(1, workers)
+
+    waiting = sorted({i.run.method for i in items if i.key not in state["done"] and choice(i.run.method) is None})
+    print(f"rerun: {len(state['done'])}/{len(items)} recorded, {len(todo())} to train now"
+          + (f", waiting for tuning: {', '.join(waiting)}" if waiting else "") + f" (ETA {clock(eta([]))} for all)",
+          file=out, flush=True)
+    progress = Progress(todo=todo, done_total=lambda: (len(state["done"]), len(items)), eta=eta)
+    written, failed, stopped = train_many(
+        progress, config_of=lambda i: run_config(plan, criteria, i, choice(i.run.method) or {}),
+        key_of=lambda i: i.key, label_of=SeedRun.label, write=write, workers=workers, out=out, max_runs=max_runs)
+    print(f"rerun: {written} record(s) written this session, {len(state['done'])}/{len(items)} in all"
+          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
+    return written
 
 
 def load_plan(path: Path | None = None) -> dict[str, Any]:
@@ -294,6 +422,14 @@ def main_tune(args: Any) -> int:
     methods = args.methods.split(",") if getattr(args, "methods", None) else None
     for path in tune(plan, load_criteria(), methods=methods, client_threads=args.client_threads):
         print(f"tuned: {path}")
+    return 0
+
+
+def main_train(args: Any) -> int:
+    """``python -m lab regime rerun-train [--workers N] [--max-runs N]``."""
+    plan = load_plan(getattr(args, "plan", None))
+    check_outcome(plan)
+    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs)
     return 0
 
 
