@@ -104,7 +104,9 @@ def test_the_committed_plan_names_registered_methods_six_seeds_and_a_candidate()
     assert len(plan["seeds"]) >= 6 and plan["regime"] in load_criteria().candidates
     claims = yaml.safe_load(rr.CLAIMS_FILE.read_text())["claims"]
     runs = rr.plan_runs(plan, claims, list(algorithm_names()))
-    assert {r.method for r in runs if r.split == "dirichlet-0.1"} == set(algorithm_names())
+    excluded = {m for fam in plan["families"] for m in fam.get("exclude", ())}
+    assert excluded <= set(algorithm_names())
+    assert {r.method for r in runs if r.split == "dirichlet-0.1"} == set(algorithm_names()) - excluded
 
 
 def test_the_rerun_federation_is_the_regime_as_stage_b_ran_it_with_tuning_samples_on_top():
@@ -197,3 +199,31 @@ def test_a_tiny_rerun_waits_for_tuning_then_trains_every_seed_resumably(tmp_path
         assert method == "fedavg" or res.config.algorithm_params["rho"] == rho
     with open(log, "w") as out:  # everything recorded: nothing trains again
         assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 0
+
+
+def test_evaluations_beyond_stage_bs_are_costed_per_run_and_seed():
+    plan = _plan()
+    runs = rr.plan_runs(plan, CLAIMS, METHODS)
+    seconds = {"fedavg": 100.0, "fedsam": 200.0}
+    base = rr.estimate(plan, runs, seconds, TWO, {}, 15.0)
+    more = rr.estimate(plan, runs, seconds, TWO, {}, 15.0, extra_eval_seconds=7.0)
+    assert more["total_seconds"] - base["total_seconds"] == pytest.approx(7.0 * sum(r.seeds for r in runs))
+
+
+def test_an_evaluation_costs_what_stage_bs_evaluated_rounds_took_beyond_the_others():
+    import pandas as pd
+
+    from lab.regime.pilot import PilotRecord, load_criteria
+
+    def rec(extra: float, stage: str = "B") -> PilotRecord:
+        rounds = range(1, 11)
+        metrics = pd.DataFrame({"round": rounds, "test_acc": [0.5 if r % 5 == 0 else None for r in rounds],
+                                "wall_seconds": [1.0 + (extra if r % 5 == 0 else 0.0) for r in rounds]})
+        return PilotRecord("k", {"stage": stage, "candidate": "X"}, None, "finished", metrics)
+
+    assert rr.evaluation_seconds([rec(0.1), rec(0.3), rec(0.2), rec(9.0, "A")], "X") == pytest.approx(0.2)
+    assert rr.evaluation_seconds([], "X") != rr.evaluation_seconds([], "X")  # NaN: nothing to read
+    criteria = load_criteria()
+    plan = rr.load_plan()
+    rounds = criteria.candidates[plan["regime"]].rounds
+    assert rr.extra_evaluations(plan, criteria) == rounds - rounds // criteria.fixed["eval_every"]  # every round

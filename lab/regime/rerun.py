@@ -105,7 +105,7 @@ def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], meth
                 raise CriteriaError(f"{RERUN_FILE.name}: family {fam['label']!r} trains on {split}, which is not one "
                                     f"of the plan's splits ({', '.join(plan['splits'])})")
             if fam["methods"] == "all":
-                names = list(methods)
+                names = [m for m in methods if m not in fam.get("exclude", ())]
             elif fam["methods"] == "claims":
                 names = sorted({a.method for a in arms if a.split == split})
             else:
@@ -147,8 +147,9 @@ def _cost(method: str, seconds: Mapping[str, float], two_gradient: Mapping[str, 
 
 def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[str, float],
              two_gradient: Mapping[str, bool], grids: Mapping[str, Mapping[str, Sequence[Any]]],
-             analysis_seconds: float) -> dict[str, Any]:
-    """The plan's cost by part (seconds of one worker) and the hours on ``plan['workers']``."""
+             analysis_seconds: float, extra_eval_seconds: float = 0.0) -> dict[str, Any]:
+    """The plan's cost by part (seconds of one worker) and the hours on ``plan['workers']``;
+    ``extra_eval_seconds``: what one run's evaluations cost beyond those stage B's seconds include."""
     if "fedsam" not in seconds or not any(not two_gradient.get(m, True) for m in seconds):
         raise CriteriaError("the rerun's estimate needs measured stage-B seconds of FedSAM and of a first-order "
                             f"method; measured: {', '.join(sorted(seconds)) or 'none'}")
@@ -160,7 +161,8 @@ def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[
         count[key] = count.get(key, 0) + run.seeds
     tuning = plan["tuning"]
     points = {m: math.prod(len(v) for v in g.values()) for m, g in grids.items() if g}
-    tuned = {m: p for m, p in points.items() if p > 1}
+    planned = {r.method for r in runs}
+    tuned = {m: p for m, p in points.items() if p > 1 and m in planned}
     parts["tuning"] = sum((1 + tuning["edge_allowance"]) * tuning["rounds_fraction"] * tuning["seeds"] * p
                           * _cost(m, seconds, two_gradient)[0] for m, p in tuned.items())
     count["tuning"] = round(sum((1 + tuning["edge_allowance"]) * tuning["seeds"] * p for p in tuned.values()))
@@ -168,6 +170,8 @@ def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[
     replays = sum(a.get("replay_runs", 0) for a in plan["analyses"].values())
     parts["analyses"] = analysed * analysis_seconds + replays * seconds["fedsam"]
     count["analyses"] = analysed
+    parts["evaluations beyond stage B's"] = sum(r.seeds for r in runs) * extra_eval_seconds
+    count["evaluations beyond stage B's"] = sum(r.seeds for r in runs)
     total = sum(parts.values())
     hours = total / plan["workers"] / 3600
     return {"parts": parts, "count": count, "total_seconds": total, "hours": hours,
@@ -355,6 +359,40 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     return written
 
 
+def evaluation_seconds(records: Sequence[Any], candidate: str) -> float:
+    """Seconds of one test-set evaluation, read from the candidate's stage-B records under the conditions
+    their seconds were measured in: per record, the mean wall time of its evaluated rounds minus that of the
+    others (a round's wall time includes its evaluation); the median over the records."""
+    diffs = []
+    for r in records:
+        if r.meta["stage"] == "B" and r.meta["candidate"] == candidate and "wall_seconds" in r.metrics:
+            evaluated = r.metrics["test_acc"].notna()
+            if evaluated.any() and (~evaluated).any():
+                diffs.append(float(r.metrics.loc[evaluated, "wall_seconds"].mean()
+                                   - r.metrics.loc[~evaluated, "wall_seconds"].mean()))
+    return float(sorted(diffs)[len(diffs) // 2]) if diffs else math.nan
+
+
+def extra_evaluations(plan: Mapping[str, Any], criteria: Any) -> int:
+    """Evaluations one rerun run makes beyond stage B's: it evaluates every ``FINAL_METRIC['eval_every']``
+    rounds where stage B evaluated every ``eval_every``."""
+    from lab.evidence.protocol import FINAL_METRIC
+
+    rounds = criteria.candidates[plan["regime"]].rounds
+    return rounds // FINAL_METRIC["eval_every"] - rounds // int(criteria.fixed["eval_every"])
+
+
+def analysis_seconds(model: str) -> float:
+    """Seconds of one model's analyses: :data:`lab.evidence.budget.ANALYSIS_S_PER_MODEL` (stated for the
+    cpu profile's ``cnn``) scaled by the measured cost of one sample-gradient of ``model`` over the cnn's
+    (:func:`lab.evidence.budget.measure_costs`: the fastest of repetitions, so load does not inflate it) —
+    the analyses are Hessian-vector products and forward passes, each a few gradients' worth."""
+    from lab.evidence.budget import ANALYSIS_S_PER_MODEL, measure_costs
+
+    ratio = measure_costs(model)["grad_per_sample"] / measure_costs("cnn")["grad_per_sample"]
+    return ANALYSIS_S_PER_MODEL * ratio
+
+
 def load_plan(path: Path | None = None) -> dict[str, Any]:
     """The plan file, checked for the fields :func:`estimate` reads (a :class:`CriteriaError` names one)."""
     path = RERUN_FILE if path is None else Path(path)
@@ -439,8 +477,6 @@ def main(args: Any) -> int:
 
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
-    from lab.evidence.budget import ANALYSIS_S_PER_MODEL
-
     plan = load_plan(getattr(args, "plan", None))
     criteria = load_criteria()
     if plan["regime"] not in criteria.candidates:
@@ -452,12 +488,18 @@ def main(args: Any) -> int:
     claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
     defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
     runs = plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS)
-    est = estimate(plan, runs, seconds, two, DEFAULT_GRIDS, ANALYSIS_S_PER_MODEL)
+    one_eval = evaluation_seconds(records, plan["regime"])
+    per_model = analysis_seconds(criteria.candidates[plan["regime"]].model)
+    est = estimate(plan, runs, seconds, two, DEFAULT_GRIDS, per_model, extra_evaluations(plan, criteria) * one_eval)
     loads = sorted(float(r.meta.get("load_at_start", math.nan)) for r in records
                    if r.meta["stage"] == "B" and r.meta["candidate"] == plan["regime"])
     load = loads[len(loads) // 2] if loads else math.nan
     out = FIGURES_DIR / "regime" / "rerun_plan.md"
-    out.write_text(markdown(plan, runs, est, seconds, two, load, claims_not_run(plan, claims)))
+    text = markdown(plan, runs, est, seconds, two, load, claims_not_run(plan, claims))
+    out.write_text(text.replace("Seconds per run (stage B", f"One test-set evaluation: {one_eval:.3f} s (from the "
+                                f"stage-B records' round times); the rerun makes {extra_evaluations(plan, criteria)} "
+                                f"more per run than stage B. One model's analyses: {per_model:.1f} s (scaled from the "
+                                f"cnn's by the measured gradient cost). Seconds per run (stage B", 1))
     for key, s in est["parts"].items():
         print(f"{key:32s} {est['count'][key]:5d} runs {s / 3600:6.2f} h (one worker)")
     print(f"estimate {est['hours']:.2f} h on {plan['workers']} workers (budget {est['budget_hours']:g} h): "
