@@ -126,7 +126,7 @@ def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], meth
     return sorted(runs.values())
 
 
-def method_seconds(criteria: Any, records: Sequence[Any], candidate: str) -> dict[str, float]:
+def method_seconds(records: Sequence[Any], candidate: str) -> dict[str, float]:
     """Mean measured seconds per run of each method in the candidate's stage-B records."""
     by: dict[str, list[float]] = {}
     for r in records:
@@ -316,7 +316,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     items = seed_runs(plan, plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS))
     on_tuning_split = federation(plan, criteria, plan["tuning"]["split"])
     if seconds is None:
-        seconds = method_seconds(criteria, load_records(records_dir(), criteria), plan["regime"])
+        seconds = method_seconds(load_records(records_dir(), criteria), plan["regime"])
     two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in methods}
     state = {"done": recorded(directory)}
 
@@ -482,7 +482,7 @@ def main(args: Any) -> int:
     if plan["regime"] not in criteria.candidates:
         raise CriteriaError(f"{RERUN_FILE.name}: regime {plan['regime']!r} is no candidate of {criteria.path.name}")
     records = load_records(records_dir(), criteria)
-    seconds = method_seconds(criteria, records, plan["regime"])
+    seconds = method_seconds(records, plan["regime"])
     methods = list(algorithm_names())
     two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in methods}
     claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
