@@ -394,7 +394,6 @@ for ds in datasets:
 # often said to help the worst clients; the table shows whether they do here.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 per_client = []
 for (ds, split, method), runs in results.items():
     ok = [r for r in runs if r.status == "finished" and "final_client_acc_mean" in r.summary]
@@ -407,10 +406,19 @@ per_client = pd.DataFrame(per_client)
 if len(per_client):
     print("global model on each client's own test split (% , mean over seeds):")
     print(per_client.round(1).to_string(index=False))
-    print("worst 10 % at most the client mean for every method:",
-          bool((per_client["worst10"] <= per_client["mean"] + 1e-9).all()))
 else:
     print("no run has per-client evaluation (client_eval = False)")
+
+# %% [markdown]
+# The accuracies above come from short runs that a different CPU rounds differently (a chaotic
+# method such as FedSOL moves by points at the `ci` size), so the check below keeps only what holds
+# on every machine: which runs were scored per client, and that no worst-10 % exceeds its mean.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("configurations scored per client:", len(per_client), "of", len(results))
+print("worst 10 % at most the client mean for every method:",
+      bool(len(per_client) == 0 or (per_client["worst10"] <= per_client["mean"] + 1e-9).all()))
 
 # %% [markdown]
 # Per round, SAM-type methods cost two gradients a step and SCAFFOLD, FedGAMMA or FedVSSAM send
