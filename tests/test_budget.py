@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from lab.evidence.budget import (ANALYSIS_S_PER_MODEL, PARALLEL_EFFICIENCY, PLAN, Family, _params, estimate,
+from lab.evidence.budget import (ANALYSIS_S_PER_MODEL, PARALLEL_EFFICIENCY, PLAN, Family, estimate,
                                     measure_costs)
+from lab.evidence.protocol import notebook_params
 
 COSTS = {"cnn": {"grad_per_sample": 1e-3, "forward_per_sample": 2e-4}}
 
@@ -26,7 +27,7 @@ def _per_round(p, grads):
 def test_shared_runs_are_counted_once_and_committed_ones_subtracted(tmp_path):
     plan = {"10_benchmarks": [Family("all", ("fedavg", "fedsam"), splits=("dirichlet-0.1", "dirichlet-0.5"))],
             "09_sharpness_and_landscapes": [Family("curv", ("fedavg", "fedsam"), analysed=True)]}
-    p10, p09 = _params("10_benchmarks"), _params("09_sharpness_and_landscapes")
+    p10, p09 = notebook_params("10_benchmarks"), notebook_params("09_sharpness_and_landscapes")
     same = all(p09.get(k) == p10.get(k) for k in ("rounds", "local_steps"))
     _record(tmp_path / "records", "fedavg-x", algorithm="fedavg", partition="dirichlet", alpha=0.1, seed=0,
             rounds=p10["rounds"], local_steps=p10["local_steps"])

@@ -227,3 +227,28 @@ def test_an_evaluation_costs_what_stage_bs_evaluated_rounds_took_beyond_the_othe
     plan = rr.load_plan()
     rounds = criteria.candidates[plan["regime"]].rounds
     assert rr.extra_evaluations(plan, criteria) == rounds - rounds // criteria.fixed["eval_every"]  # every round
+
+
+def test_the_runs_an_analysis_reads_train_after_every_other_run():
+    plan = _plan(analyses={"09": {"models": 2, "seeds": 3, "methods": ["fedavg", "fedsam"]},
+                           "02": {"models": 1, "seeds": 6, "methods": ["fedavg"], "splits": ["dirichlet-0.5"]}})
+    assert rr.analysed(plan) == {("dirichlet-0.1", "fedavg"), ("dirichlet-0.1", "fedsam"), ("dirichlet-0.5", "fedavg")}
+    runs = rr.plan_runs(plan, CLAIMS, METHODS)
+    items = rr.seed_runs(plan, runs)
+    assert len(items) == sum(r.seeds for r in runs)  # reordered, nothing dropped
+    late = [i.run.params == "{}" and (i.run.split, i.run.method) in rr.analysed(plan) for i in items]
+    assert any(late) and late == sorted(late)  # every analysed run after every other one
+    first = items[:late.index(True)]
+    assert [i.seed for i in first] == sorted(i.seed for i in first)  # the others stay seed-major
+    assert not late[next(n for n, i in enumerate(items) if i.run.method == "fedsam" and i.run.params != "{}")]
+    with pytest.raises(CriteriaError, match="lists no methods"):
+        rr.analysed(_plan(analyses={"10_benchmarks": {"models": 1, "seeds": 1, "methods": "notebook"}}))
+
+
+def test_the_committed_plan_defers_notebook_09s_methods():
+    plan = rr.load_plan()
+    from lab.evidence.protocol import notebook_params
+
+    late = rr.analysed(plan)
+    assert {("dirichlet-0.1", m) for m in notebook_params("09_sharpness_and_landscapes")["methods"]} <= late
+    assert ("dirichlet-1", "fedsam") in late and ("dirichlet-0.5", "scaffold") not in late

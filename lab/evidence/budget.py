@@ -40,7 +40,8 @@ import torch
 
 from fedlab.algorithms import algorithm_names
 
-from lab.repro import FIGURES_DIR, REPO_ROOT
+from lab.evidence.protocol import notebook_params
+from lab.repro import FIGURES_DIR
 from lab.style import METHOD_ORDER
 
 ANALYSIS_S_PER_MODEL = 15.0
@@ -141,13 +142,6 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
-def _params(nb: str) -> dict[str, Any]:
-    import yaml
-
-    path = REPO_ROOT / "notebooks" / "params" / f"{nb}.cpu.yaml"
-    return yaml.safe_load(path.read_text()) or {}
-
-
 def _grads(method: str) -> int:
     from fedlab.algorithms import algorithm_class
 
@@ -194,7 +188,7 @@ def estimate(seeds: int = 3, cores: int = 2, figures_dir: Path | None = None,
     seen: set[tuple[str, str, str, int, int, int]] = set()
     rows = []
     for nb in [n for n in RUN_ORDER if n in plan] + [n for n in plan if n not in RUN_ORDER]:
-        p = _params(nb)
+        p = notebook_params(nb)
         model = (p.get("models") or [p.get("model", "cnn")])[0]
         if model not in costs:
             costs[model] = measure_costs(model)
@@ -227,7 +221,7 @@ def estimate(seeds: int = 3, cores: int = 2, figures_dir: Path | None = None,
     # tuning: every declared grid with more than one point, on each split, at the tuning horizon
     t_runs, t_done, t_sec = 0, 0, 0.0
     if tune:
-        p10 = {**_params("10_benchmarks"), "eval_every": TUNING["eval_every"]}
+        p10 = {**notebook_params("10_benchmarks"), "eval_every": TUNING["eval_every"]}
         model = str((p10.get("models") or ["cnn"])[0])
         costs.setdefault(model, measure_costs(model))
         n_eval = min(int(p10.get("eval_subsample") or TUNING["validation_size"]), TUNING["validation_size"])

@@ -43,7 +43,7 @@ from fedlab.config import Config
 from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["EDGE_RULE", "FINAL_METRIC", "PARTITION_SEED", "RERUN_PROTOCOL", "SEEDS", "TUNING", "EdgeRule", "FinalValue",
-           "Tuned", "edge_extension", "extend_edges", "final_metric", "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
+           "Tuned", "edge_extension", "notebook_params", "extend_edges", "final_metric", "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_profile", "tune_splits", "tuned_params", "tuning_dir", "UNTUNED_PROFILES"]
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
@@ -203,7 +203,8 @@ def tuning_dir() -> Path:
     return FIGURES_DIR / "tuning"
 
 
-def _params(notebook: str = "10_benchmarks", profile: str = "cpu") -> dict[str, Any]:
+def notebook_params(notebook: str = "10_benchmarks", profile: str = "cpu") -> dict[str, Any]:
+    """``notebooks/params/<notebook>.<profile>.yaml``: the parameters papermill gives the notebook in that profile."""
     import yaml
 
     path = REPO_ROOT / "notebooks" / "params" / f"{notebook}.{profile}.yaml"
@@ -212,7 +213,7 @@ def _params(notebook: str = "10_benchmarks", profile: str = "cpu") -> dict[str, 
 
 def profile_federation(profile: str = "cpu") -> Config:
     """Notebook 10's federation of ``profile`` (Dirichlet 0.1, algorithm FedAvg, partition seed fixed)."""
-    p = _params("10_benchmarks", profile)
+    p = notebook_params("10_benchmarks", profile)
     values = {"dataset": (p.get("datasets") or ["fmnist"])[0], "model": (p.get("models") or ["cnn"])[0]}
     values |= {k: p[k] for k in _FEDERATION_FIELDS if k in p and k not in ("dataset", "model")}
     return Config(partition=p.get("partition", "dirichlet"), alpha=0.1, partition_seed=PARTITION_SEED, **values)
@@ -220,7 +221,7 @@ def profile_federation(profile: str = "cpu") -> Config:
 
 def profile_splits(profile: str = "cpu") -> dict[str, Config]:
     """The splits of ``profile``'s benchmark, by :func:`split_key`: each a Config of the federation."""
-    p = _params("10_benchmarks", profile)
+    p = notebook_params("10_benchmarks", profile)
     base = profile_federation(profile)
     splits = [base.replace(partition=p.get("partition", "dirichlet"), alpha=float(a))
               for a in p.get("dirichlet_alphas", [0.1])]

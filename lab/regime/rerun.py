@@ -33,7 +33,7 @@ from lab.regime.pilot import CriteriaError, load_criteria, load_records, read_ma
 from lab.repro import FIGURES_DIR
 
 __all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "federation", "main", "main_tune",
-           "SeedRun", "check_outcome", "claims_not_run", "is_tuned_run", "main_train", "method_seconds",
+           "SeedRun", "analysed", "check_outcome", "claims_not_run", "is_tuned_run", "main_train", "method_seconds",
            "plan_runs", "recorded", "run_config", "seed_runs", "train", "tune", "tuning_protocol"]
 
 RERUN_FILE = Path(__file__).with_name("rerun.yaml")
@@ -253,10 +253,30 @@ class SeedRun:
         return f"{self.run.split} {self.run.method}{params} s{self.seed}"
 
 
+def analysed(plan: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """The (split, method) pairs whose tuned run's model an analysis of ``plan['analyses']`` reads (``methods:
+    notebook`` is that notebook's cpu parameters' ``methods``; no ``splits``: the default split)."""
+    from lab.evidence.protocol import notebook_params
+
+    out = set()
+    for notebook, spec in plan.get("analyses", {}).items():
+        methods = spec.get("methods", ())
+        if methods == "notebook":
+            methods = notebook_params(notebook, "cpu").get("methods")
+            if not methods:
+                raise CriteriaError(f"{RERUN_FILE.name}: analyses.{notebook}.methods is 'notebook', but "
+                                    f"notebooks/params/{notebook}.cpu.yaml lists no methods")
+        out |= {(split, m) for split in spec.get("splits", [DEFAULT_SPLIT]) for m in methods}
+    return out
+
+
 def seed_runs(plan: Mapping[str, Any], runs: Sequence[PlanRun]) -> list[SeedRun]:
     """Every (run, seed) of the plan, seed-major (all methods of seed 0 first: a session that stops early
-    leaves complete pairs, not one method on many seeds)."""
-    return [SeedRun(r, s) for i, s in enumerate(plan["seeds"]) for r in runs if i < r.seeds]
+    leaves complete pairs, not one method on many seeds), the tuned runs an analysis reads after all others
+    (:func:`analysed`; their models must be trained in the session that analyses them)."""
+    late = analysed(plan)
+    items = [SeedRun(r, s) for i, s in enumerate(plan["seeds"]) for r in runs if i < r.seeds]
+    return sorted(items, key=lambda i: i.run.params == "{}" and (i.run.split, i.run.method) in late)
 
 
 def run_config(plan: Mapping[str, Any], criteria: Any, item: SeedRun, tuned: Mapping[str, Any]) -> Any:
