@@ -161,6 +161,8 @@ def test_02_the_paragraph_shows_the_committed_numbers():
     for text in (f"FedSAM ends at F's sharp minimum from {per_k['fedsam', 'sharp']}",
                  f"FedAvg from {per_k['fedavg', 'sharp']}", f"FedAvg {per_k['fedavg', 'flat']}",
                  f"λ_max {lessons['lambda_flat']:.2f}", f"within {lessons['reach'][str(p['toy_local_steps'])]:.3f}",
+                 f"The sharp minimum is also the lower one (F = {lessons['F_sharp']:.2f} against "
+                 f"{lessons['F_flat']:.2f})",
                  f"Of the {lessons['starts']} start points"):
         assert text in nb.markdown, text
 
