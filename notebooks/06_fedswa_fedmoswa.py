@@ -72,6 +72,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from IPython.display import Markdown, display
 
 import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
@@ -79,6 +80,7 @@ from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
+from lab.tools.lessons import lessons_line
 from lab.tools.plots import final_estimate, finished_runs, method_label, run_styles, status_note, use_house_style
 
 use_house_style()
@@ -165,11 +167,12 @@ print("ρ = 1 gives exactly η at every step:", all(swa_learning_rate(0.1, k, 5,
 # model-sized vectors each way per round, and one gradient per step.
 
 # %% [markdown]
-# ## 4. Control variates remove client drift: a closed-form federation
+# ## 4. Control variates and client drift: a closed-form federation
 # Ten clients with quadratic losses $f_i(\theta) = \tfrac12(\theta-b_i)^\top A_i(\theta-b_i)$ in 5
-# dimensions (distinct $A_i$, spread-out $b_i$), $K = 10$ noiseless local steps, η = 0.05. The global
-# minimiser $\theta^\star$ is known in closed form, and `fedlab.engine.toy.run_functional` runs the
-# same algorithm objects as the engine. FedSWA and FedMoSWA use ρ = 0.1 and α = 1 here, so that only
+# dimensions (distinct $A_i$, spread-out $b_i$), $K = 10$ noiseless local steps, η = 0.05; the federation
+# and the clients sampled each round are one fixed draw (`toy_seed`), whatever the run's `seed`. The
+# global minimiser $\theta^\star$ is known in closed form, and `fedlab.engine.toy.run_functional` runs
+# the same algorithm objects as the engine. FedSWA and FedMoSWA use ρ = 0.1 and α = 1 here, so that only
 # the local rule differs from FedAvg and SCAFFOLD.
 #
 # What to look for. **Left, every client in every round:** FedAvg stalls at a fixed distance — its
@@ -183,16 +186,22 @@ print("ρ = 1 gives exactly η at every step:", all(swa_learning_rate(0.1, k, 5,
 # variate from many rounds ago describes a model that no longer exists.
 
 # %%
-grad_fn, batch_fn, theta_star, _ = quadratic_federation(10, 5, seed=seed, heterogeneity=2.0, noise=0.0)
-theta0_toy = torch.zeros(5, dtype=torch.float64)
+# the federation's and the client sampling's seed, not the run's: the toy illustrates a mechanism, and its
+# conclusions (the checked lines below and "What we learned") are stated for this fixed instance
+toy_seed = 0
+toy_clients, toy_dim, toy_heterogeneity, toy_rounds, toy_K, toy_lr = 10, 5, 2.0, 150, 10, 0.05
+grad_fn, batch_fn, theta_star, _ = quadratic_federation(toy_clients, toy_dim, seed=toy_seed,
+                                                        heterogeneity=toy_heterogeneity, noise=0.0)
+theta0_toy = torch.zeros(toy_dim, dtype=torch.float64)
 toy_methods = [("fedavg", {}), ("fedswa", {"rho": 0.1, "alpha": 1.0}), ("scaffold", {}),
                ("fedmoswa", {"rho": 0.1, "alpha": 1.0, "gamma": 0.2})]
 toy_part = (1.0, 0.3)
 toy_dist = {}
 for part in toy_part:
     for name, params in toy_methods:
-        toy = run_functional(fedlab.get_algorithm(name, params), theta0_toy, grad_fn, batch_fn, n_clients=10,
-                             rounds=150, local_steps=10, lr=0.05, participation=part, seed=seed)
+        toy = run_functional(fedlab.get_algorithm(name, params), theta0_toy, grad_fn, batch_fn, n_clients=toy_clients,
+                             rounds=toy_rounds, local_steps=toy_K, lr=toy_lr, participation=part,
+                             seed=toy_seed)
         toy_dist[part, name] = torch.linalg.vector_norm(toy.trajectory - theta_star, dim=1).numpy()
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
@@ -202,7 +211,7 @@ for ax, part in zip(axes, toy_part):
         color, ls, marker = styles[name]
         ax.semilogy(toy_dist[part, name], label=method_label(name), color=color, linestyle=ls, marker=marker,
                     markevery=15, markersize=4)
-    ax.set_title(f"{int(part * 10)} of 10 clients per round")
+    ax.set_title(f"{round(part * toy_clients)} of {toy_clients} clients per round")
     ax.set_xlabel("round")
 axes[0].set_ylabel(r"$\|\theta^t-\theta^\star\|$")
 axes[0].legend()
@@ -211,7 +220,8 @@ fig.tight_layout()
 save_figure(fig, "06_quadratic_drift", notebook=NB, profile=profile,
             caption="Distance to θ* on a 10-client quadratic federation for FedAvg, FedSWA, SCAFFOLD and FedMoSWA, "
                     "with full and 30 % participation.",
-            parameters=dict(n_clients=10, dim=5, heterogeneity=2.0, local_steps=10, lr=0.05, seed=seed),
+            parameters=dict(n_clients=toy_clients, dim=toy_dim, heterogeneity=toy_heterogeneity, local_steps=toy_K,
+                            lr=toy_lr, seed=toy_seed),
             data=pd.DataFrame([{"participation": part, "method": name, "round": t, "distance": float(d)}
                                for (part, name), dist in toy_dist.items() for t, d in enumerate(dist)]))
 plt.show()
@@ -459,15 +469,58 @@ for n, rs in runs.items():
           f"grad evals/step {fedlab.algorithms.algorithm_class(n).grad_evals_per_step}")
 
 # %% [markdown]
-# ## What to take away (the methods)
-# * FedSWA gets its flatness from *where* the local steps end (small steps at the end of each
-#   round, averaged across clients), not from a second gradient: FedAvg's cost, one gradient per step.
-# * ρ = 1, α = 1 is FedAvg exactly; ρ < 1 shrinks the late local steps, α > 1 extrapolates on the server.
-# * The control variates of FedMoSWA remove client drift like SCAFFOLD's. Its momentum variate trades
-#   SCAFFOLD's exact but possibly stale average for a fresher, noisier one: on the noiseless quadratic
-#   with partial participation that trade loses; the paper reports it wins on deep networks.
-# * At the `ci` size no ranking is reliable; rerun with
-#   `papermill 06_fedswa_fedmoswa.ipynb out.ipynb -f params/06_fedswa_fedmoswa.cpu.yaml`.
+# ## What we learned
+#
+# The paragraph below is written once and filled with this notebook's numbers: the closed-form federation
+# of §4 and the exact check of §6, which depend neither on the profile nor on the run's `seed` (the
+# federation has its own, `toy_seed`; the identity of §6 holds bit for bit at every seed). The cell
+# checks every direction it states (an `AssertionError` stops the notebook if one fails);
+# `tests/test_lessons.py` recomputes FedAvg's fixed point another way and checks the committed numbers.
+# How FedSWA and FedMoSWA compare with FedSAM and SCAFFOLD on Fashion-MNIST is in the last section, from
+# the committed cpu runs.
+
+# %%
+last = 50  # rounds over which a method counts as stalled if its distance changes by less than 1e-9 of ‖θ*‖
+swa_toy = dict(toy_methods)["fedswa"]
+lessons = {
+    "rounds": toy_rounds, "K": toy_K, "norm_theta_star": scale, "swa_rho": swa_toy["rho"],
+    "final": {f"{part:g}": {name: float(rel[part, name]) for name, _ in toy_methods} for part in toy_part},
+    "moved_last": {name: float(abs(toy_dist[1.0, name][-1] - toy_dist[1.0, name][-1 - last]) / scale)
+                   for name in ("fedavg", "fedswa")},
+    "swa_rho1_alpha1_vs_fedavg": float((tiny_swa.theta - tiny_avg.theta).abs().max()),
+    "grad_evals": {n: fedlab.algorithm_class(n).grad_evals_per_step for n in ("fedavg", "fedswa", "fedmoswa")},
+}
+full, partial = lessons["final"]["1"], lessons["final"][f"{toy_part[1]:g}"]
+assert all(full[n] > 0.05 and lessons["moved_last"][n] < 1e-9 for n in ("fedavg", "fedswa")), "stall"
+assert full["fedswa"] < full["fedavg"], "FedSWA stalls closer than FedAvg"
+assert full["scaffold"] < 1e-4 and full["fedmoswa"] < 1e-4, "control variates reach θ*"
+assert partial["scaffold"] < 1e-4 < 0.05 < partial["fedmoswa"] < partial["fedavg"], "partial participation"
+assert lessons["swa_rho1_alpha1_vs_fedavg"] == 0.0, "FedSWA(ρ=1, α=1) is FedAvg"
+assert len(set(lessons["grad_evals"].values())) == 1, "FedSWA and FedMoSWA cost FedAvg's gradients"
+display(Markdown(
+    f"* **Smaller late steps shrink client drift; with every client in every round, control variates remove "
+    f"it.** On the quadratic federation with every client in every round, FedAvg stops "
+    f"{100 * full['fedavg']:.1f} % of ‖θ*‖ away from θ*, "
+    f"FedSWA (ρ = {lessons['swa_rho']}) {100 * full['fedswa']:.1f} %; over the last {last} of {toy_rounds} "
+    f"rounds the distance of neither changes by as much as 10⁻⁹ of ‖θ*‖. SCAFFOLD ends "
+    f"{full['scaffold']:.0e} and FedMoSWA {full['fedmoswa']:.0e} of ‖θ*‖ from θ*.\n"
+    f"* **FedMoSWA removes drift only with every client in every round: with partial participation its "
+    f"momentum variate loses to SCAFFOLD's average on this problem.** With "
+    f"{round(toy_part[1] * toy_clients)} of {toy_clients} clients per round ({100 * toy_part[1]:.0f} % "
+    f"participation) SCAFFOLD still ends {partial['scaffold']:.0e} of ‖θ*‖ from θ*, while FedMoSWA stays "
+    f"{100 * partial['fedmoswa']:.1f} % away (FedAvg, without variates, {100 * partial['fedavg']:.1f} %). "
+    f"Its global variate follows only the clients sampled lately; SCAFFOLD's average over all clients is "
+    f"stale but, on a noiseless problem, still exact. The paper's case for the momentum is stochastic, "
+    f"non-convex training, which this toy does not test.\n"
+    f"* **FedSWA adds no cost.** With ρ = 1 and α = 1 it is FedAvg to the last bit (largest difference "
+    f"{lessons['swa_rho1_alpha1_vs_fedavg']:g}), and FedSWA and FedMoSWA take "
+    f"{lessons['grad_evals']['fedswa']} gradient per step, as FedAvg does. Its flatness comes from where the "
+    f"local steps end (small steps at the end of each round), not from a second gradient."))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# float64 closed form: 6 decimals are the same on every CPU
+print(lessons_line(lessons))
 
 # %% [markdown]
 # ## Exercises

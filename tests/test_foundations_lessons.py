@@ -9,33 +9,20 @@ matches its data fails here.
 """
 from __future__ import annotations
 
-import ast
-import json
 import re
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 
+from _notebook_outputs import committed as read_committed
 from fedlab.engine.toy import quadratic_federation
-
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "01b_foundations.ipynb"
 
 
 @pytest.fixture(scope="module")
 def committed() -> tuple[dict, dict, str, str]:
     """(parameters, lessons, the paragraph's markdown, all stdout) of the committed notebook."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    params = {t.id: ast.literal_eval(node.value) for node in ast.parse(cell.source).body
-              if isinstance(node, ast.Assign) for t in node.targets}
-    stdout = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                     if o.output_type == "stream" and o.name == "stdout")
-    line = next(line for line in stdout.splitlines() if line.startswith("lessons: "))
-    markdown = "".join(o.data["text/markdown"] for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                       if o.output_type == "display_data" and "text/markdown" in o.get("data", {}))
-    return params, json.loads(line.removeprefix("lessons: ")), markdown, stdout
+    nb = read_committed("01b_foundations")
+    return nb.params, nb.lessons, nb.markdown, nb.stdout
 
 
 def _fixed_point(A: torch.Tensor, optima: torch.Tensor, lr: float, K: int) -> torch.Tensor:
