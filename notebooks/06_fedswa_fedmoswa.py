@@ -525,12 +525,68 @@ print(lessons_line(lessons))
 # %% [markdown]
 # ## Exercises
 #
-# 1. Set `swa_rho = 1.0` and `swa_alpha = 1.0` in the parameters. FedSWA should now be FedAvg exactly; confirm with the
-#    identity check, then try `swa_alpha = 1.0` alone and predict the sign of the accuracy change.
-# 2. Draw, on paper, FedSWA's in-round learning rate for K = 4 and ρ = 0.5 and compare with the
-#    cyclic-lr figure.
-# 3. Lower `participation` to 0.1. Which of SCAFFOLD and FedMoSWA should suffer more from stale control
-#    variates, and why?
+# Predict first, then run. Each runs in seconds to a couple of minutes at the `ci` size.
+#
+# 1. **FedAvg inside FedSWA.** Set `swa_rho = 1.0` and `swa_alpha = 1.0` in the parameters and rerun. Which rows of
+#    §5's table now coincide, and which other row changes with them? Then keep ρ = 1 and take α = 1.5: which
+#    known method is FedSWA then? Check it on §6's small federation:
+#    `with tempfile.TemporaryDirectory() as s: a, b = (fedlab.run(tiny.replace(algorithm=n, algorithm_params=p, runs_dir=s), progress=False) for n, p in [("fedswa", {"rho": 1.0, "alpha": 1.5}), ("fedavg", {"server_lr": 1.5})])`,
+#    then `torch.equal(a.theta, b.theta)`.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# FedSWA's row equals FedAvg's, its curves lie on FedAvg's, and the comparison after §6's ablation prints a
+# largest difference of 0 (both runs computed here). With ρ = 1 every $\eta_k$ is exactly $\eta_t$
+# (`swa_learning_rate` is one product, so that ρ = 1 returns the learning rate itself), and α = 1 multiplies
+# the mean update by exactly one. The bit-for-bit check of §6 passes whatever the parameters, since it sets
+# ρ and α itself. FedMoSWA's row changes as well: `swa_rho` and `swa_alpha` set FedMoSWA's ρ and α too (the
+# `overrides` of §5), so it now runs its control variates at a constant in-round learning rate.
+#
+# With ρ = 1 and α = 1.5 FedSWA is FedAvg with a server learning rate $\eta_g = 1.5$: `torch.equal` prints
+# `True`. The local steps are FedAvg's, and the server rules are the same operation, θ + α · mean Δ in
+# `fedswa` and θ + `server_lr` · mean Δ in `fedavg`. An α above 1 extrapolates past the clients' average; it
+# does not average anything. The flatness FedSWA claims comes from ρ < 1, where its clients' end points are
+# reached with small steps.
+#
+# </details>
+#
+# 2. **The schedule by hand.** Write down FedSWA's in-round learning rates for K = 4 and ρ = 0.5, and their sum,
+#    before looking at the cyclic-lr figure; then check with `[swa_learning_rate(lr, k, 4, 0.5) for k in range(4)]`
+#    and `swa_learning_rate_sum(lr, 4, 0.5)`.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# $\eta_k = \eta(1 - 0.5\,k/4)$: $\eta,\ 0.875\,\eta,\ 0.75\,\eta,\ 0.625\,\eta$ for k = 0, …, 3, then back to η
+# at the next round. The rate falls by η/8 per step and never reaches ρη = 0.5 η, which would be step
+# k = K, one after the last. The sum is $\eta\,(K - (1-\rho)\tfrac{K-1}{2}) = 3.25\,\eta$ instead of FedAvg's
+# 4η: the round's total step length is about a fifth shorter at the same η, and FedMoSWA's variate divides
+# by this sum. With this notebook's `ci` sizes (η = 0.05, K = 4) the list is 0.05, 0.04375, 0.0375, 0.03125
+# (up to the float's last digit) and the sum 0.1625: the figure's ρ = 0.5 line.
+#
+# </details>
+#
+# 3. **Stale or incomplete variates.** On §4's quadratic federation, let only one client of ten take part per
+#    round. Which of SCAFFOLD and FedMoSWA should suffer more, and why? Run
+#    `for name, p in toy_methods: print(name, float(torch.linalg.vector_norm(run_functional(fedlab.get_algorithm(name, p), theta0_toy, grad_fn, batch_fn, n_clients=toy_clients, rounds=toy_rounds, local_steps=toy_K, lr=toy_lr, participation=0.1, seed=toy_seed).trajectory[-1] - theta_star)) / scale)`,
+#    then again with `rounds=4 * toy_rounds`.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# FedMoSWA suffers more. SCAFFOLD's variates are the stale ones: a client's $c_i$ was last refreshed about
+# ten rounds ago. On a noiseless problem a stale variate is still exact at the fixed point, so staleness
+# only slows SCAFFOLD down: after `toy_rounds` rounds it is still a few thousandths of ‖θ*‖ away, after four
+# times as many about 10⁻¹². FedMoSWA's global variate is fresh but incomplete.
+# $c \leftarrow c + \gamma\,(\tfrac1m\sum_{S_t} c_i^+ - c)$ is an exponential average of the few clients
+# sampled lately, not the mean of all N variates, so the correction $c - c_i$ carries an error that
+# changes with every draw and does not shrink with more rounds. FedMoSWA stays at a distance of the order of
+# ‖θ*‖, like FedAvg and FedSWA without variates. This is the right panel of §4's figure with one client per
+# round instead of three. The paper's case for the momentum, stochastic and non-convex training, is not
+# tested by this toy.
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows

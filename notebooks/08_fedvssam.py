@@ -832,12 +832,72 @@ print("FedVSSAM uplink == FedGAMMA uplink / 2:", 2 * up["FedVSSAM"] == up["FedGA
 # %% [markdown]
 # ## Exercises
 #
-# 1. Change γ_l and predict the variance ratio before running: with `gammas_l = [0.2, 0.6]`, what
-#    should Var[u] / Var[g̃] be? Compare with the γ_l² line of the variance figure.
-# 2. Set `fedvssam_params = {"gamma_l": 1.0, "gamma_g": 1.0}`. Which method is FedVSSAM now, and which
-#    check in §6 confirms it bit for bit?
-# 3. Run `ablation = "all"` and rank the eight switch combinations. Which switch matters most at this
-#    size?
+# Predict first, then run. Each runs in seconds to a few minutes at the `ci` size.
+#
+# 1. **The variance identity.** Set `gammas_l = [0.2, 0.6]`. Before running, say what Var[u] / Var[g̃] should be
+#    for each, and compare with the check printed in §4. Then predict the right panel of §5's figure,
+#    Var[g̃(γ_l)] / Var[g̃(1)]: does perturbing along $h_i$ make the perturbed gradient itself steadier?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# $\gamma_l^2$, up to rounding: 0.04 and 0.36, and 1 for the γ_l = 1 that §4 always adds. The check prints
+# `equal: True` for each. Within a step $h$ is fixed, so $u - \mathbb E u = \gamma_l(\tilde g - \mathbb E\tilde g)$
+# and $\mathrm{Var}[u] = \gamma_l^2\,\mathrm{Var}[\tilde g]$, an identity that holds at any model, client and set
+# of minibatches.
+#
+# The right panel is a measurement, not an identity. Perturbing along $h_i$ instead of $g$ moves the point
+# where $\tilde g$ is taken by at most 2ρ, so at a small radius (the ρ printed at the top) the perturbed
+# gradient's variance hardly changes. In the `ci` run both ratios were within a fraction of a percent of 1,
+# their bootstrap intervals containing 1. The step's variance is then about $\gamma_l^2$ times FedSAM's, the
+# rescaling that §4 shows a FedSAM step of length γ_l·η shares.
+#
+# </details>
+#
+# 2. **γ_l = γ_g = 1.** Which method is FedVSSAM with both weights at 1, and which check in §6 confirms it bit for
+#    bit? Try it on §6's short federation:
+#    `x = fedlab.run(short.replace(algorithm="fedvssam", algorithm_params={**full_params, "gamma_l": 1.0, "gamma_g": 1.0}), progress=False)`,
+#    then `torch.equal(x.theta, comm_runs["FedSAM"].theta)` and `x.run_dir == comm_runs["FedVSSAM base"].run_dir`.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# FedSAM at FedVSSAM's radius. With γ_l = 1, $h_i = g$ and $u = \tilde g$ (the `mix` of `fedvssam` returns its
+# second argument itself at weight 1, so not even a multiplication by 1 is left). With γ_g = 1 the server
+# takes FedAvg's step θ + Δ̄, written without the division by $\eta_t K$ for exactly this reason. §6's first
+# line confirms it: FedVSSAM with the preset `base`, the same two values, against FedSAM gives a largest
+# difference of 0. Both snippet lines print `True`. The second is because `fedlab.run` finds the run already
+# trained: a run's key hashes the *resolved* hyperparameters, and the explicit weights override those of the
+# tuned preset, so they resolve to those of `base`. The downlink falls to 1·d as well, since clients that
+# never mix $h$ in are not sent it.
+#
+# Setting `fedvssam_params` to these values in the parameters turns every row of §1's ablation into this
+# same run, whichever switches are off. §1's table then stops with an error, because it expects one run
+# per row.
+#
+# </details>
+#
+# 3. **All eight switches.** Set `ablation = "all"`. Before running, predict which of the eight rows is exactly
+#    FedSAM, and each row's downlink (1·d or 2·d) in the table of §1. Then set `n_seeds = 3` as well: does the
+#    effect of any one switch keep its sign from seed to seed, so that "the switch that matters most" has an
+#    answer at this size?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# Only "none" is FedSAM: with LF, LU and GU off, $h$ enters nothing, and the code path is FedSAM's (the row
+# is labelled so). Every other row keeps the tuned $\gamma_l < 1$ or $\gamma_g < 1$ somewhere. The uplink is
+# 1·d in every row. The downlink is 2·d exactly where LF or LU is on, because clients that mix $h$ into
+# their perturbation or step need it. For "none" and "GU" it is 1·d: with GU alone $h$ lives on the server
+# and never travels (`_clients_need_h` in `fedvssam`).
+#
+# The ranking has no answer at this size. In our three-seed `ci` run, switching LU on changed the final
+# accuracy by ten points or more, in one direction at one seed and in the other at another, and GU's and
+# LF's effects also changed sign between seeds or between settings of the other switches. One seed of eight
+# rounds on 2 000 images ranks these rows by noise, and the start-up cost of $h^0 = 0$ (§1) adds to it. The
+# paper's ablation claims are tested over seeds on the cpu runs in "What the cpu run shows".
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows

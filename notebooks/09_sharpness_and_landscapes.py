@@ -699,12 +699,69 @@ plt.show()
 # %% [markdown]
 # ## Exercises
 #
-# 1. Add `"fednsam"` and `"fedsmoo"` to `methods`, predict which of them ends with the smaller λ_max,
-#    and check with the curvature figure.
-# 2. Double `eig_iters`, and quadruple `trace_samples`. How much do the λ_max estimates change, and by
-#    how much does the trace's probe standard error shrink (1/√probes predicts a half)?
-# 3. In the 1-D interpolation between FedAvg's and FedVSSAM's final models, is there a barrier? Guess
-#    first from the 2-D landscapes.
+# Predict first, then run. Each runs in a few minutes at the `ci` size.
+#
+# 1. **Two more methods.** Add `"fednsam"` and `"fedsmoo"` to `methods`. Before running, predict whether the
+#    λ_max, trace and F of the five methods already there change. Then, which of the two new models has the
+#    smaller λ_max, and can the curvature table settle it (look at its `converged` column)?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# The five rows stay exactly as they were. Each run depends only on its own configuration (it is loaded from
+# `runs/` when already trained), F is fixed by `seed`, the same samples for every model, and every model is
+# probed with the same generator seeds (`"09-eig"`, `"09-trace"`). Only the rank correlations of
+# §3 change, because they now have more points.
+#
+# The table cannot always settle the second question. A power iteration that stopped at `eig_iters` before
+# reaching its tolerance gives only a lower estimate of the top eigenvalue. In the `ci` run one of the two
+# new estimates was unconverged, and it was the smaller one, so the comparison is open until more iterations
+# converge it (exercise 2). Even converged, one seed after a few rounds ranks two models, not two methods.
+# The cpu figure in the last section measures all the methods over several seeds, and its claim leaves the
+# unconverged estimates out.
+#
+# </details>
+#
+# 2. **Longer estimates.** Double `eig_iters` and quadruple `trace_samples`. Which λ_max estimates can change,
+#    and in which direction? By how much does each trace's probe standard error shrink (1/√probes predicts a
+#    half)?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# A λ_max that had converged does not move at all: the power iteration starts from the same vector and
+# stops at the same iteration. The unconverged ones move. In the `ci` run all of them rose, one by about
+# half its value, and one of them now converged; the others are still lower estimates. This is why the
+# flatness-against-accuracy figure draws them hollow and leaves them out of the correlation.
+#
+# The probe standard error is the sample standard deviation of the $v^\top H v$ over √probes. Four times the
+# probes halves the √probes part, but the standard deviation is itself estimated, from 8 probes at first. In
+# the `ci` run the standard errors shrank to between about a half and two thirds of their values. The
+# trace estimates moved too, each by up to about one and a half of its old standard error: that is what the
+# standard error of 8 probes says about them. The 32 probes begin with the same 8, since `hessian_trace` draws
+# them one at a time from the same generator on a CPU, so the new estimate is the old one with 24 more probes.
+#
+# </details>
+#
+# 3. **A barrier?** In the 1-D interpolation between FedAvg's and FedVSSAM's final models (§4), is there a
+#    barrier, a point on the line above both ends? Guess first. Can the 2-D landscapes of §6 tell you?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# No barrier at this size. The printed "highest point in between" is the higher of the two ends: the loss
+# goes from one model to the other without a bump, so they sit in the same basin. We checked it at
+# `seed` = 0, 1 and 2. Both runs start from the same initial weights and see the same data in the same
+# order, and a few rounds of small steps take them only a short way apart. Small networks trained for a short
+# time from one initialisation are typically linearly connected (Frankle et al., ICML'20, "linear mode
+# connectivity"). A barrier needs models that have drifted into different basins, as runs from different
+# initialisations can.
+#
+# The 2-D landscapes cannot settle it. Each is a slice through one model along two random filter-normalised
+# directions, and the other model does not lie in that plane; a wide bowl around both models is compatible
+# with a ridge between them. Only the straight line, or a path, between the two models answers the question.
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows
