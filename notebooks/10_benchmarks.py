@@ -41,8 +41,8 @@
 # over the seeds with a **95 % Student-t interval**; a run that stays at chance is `collapsed`: it is
 # drawn and counted, never averaged into its method's mean. `method_params` overrides the tuned values.
 #
-# **Sizes.** The `ci` defaults train 16 × 3 small runs on a Fashion-MNIST subset with the fast 2-layer
-# MLP, one seed, in about a minute: they check that the whole pipeline works, not which method wins.
+# **Sizes.** The `ci` defaults train one small run per registered method and split on a Fashion-MNIST
+# subset with the fast 2-layer MLP, one seed, in about a minute: they check that the whole pipeline works, not which method wins.
 # The `cpu` profile (`params/10_benchmarks.cpu.yaml`: all of Fashion-MNIST, the GroupNorm CNN, 100
 # clients, 10 % per round, 30 rounds of K = 5, three seeds) makes the committed figures,
 # `figures/10_benchmarks_cpu.csv` and one committed record per run (`figures/records/`), written as
