@@ -265,12 +265,57 @@ print("same split after a JSON round trip:", again.fingerprint == splits["dirich
 # %% [markdown]
 # ## Exercises
 #
-# 1. For α = 0.1, predict the median number of effective classes per client under the per-class
-#    convention and under `dirichlet_client` with `concentration="total"`; then read them off the table.
-# 2. Change `n_clients` from 100 to 20. Which summaries move (effective classes, TV distance, Gini of the
-#    sizes) and which stay, and why does the per-class convention react more?
-# 3. Save one of the splits to JSON, edit one client's index list by hand, and load it with
-#    `from_file`: what happens to the fingerprint?
+# Predict first, then run. Every number here is an exact function of the seed, so your run prints the same.
+#
+# 1. For α = 0.1, predict the mean number of effective classes per client under `dirichlet_client` with the
+#    per-class convention (a = α) and with `concentration="total"` (a = α/C); then read them off the table
+#    of §3. Which other entry of that table repeats the `total` convention's number at α = 1, and why?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# Per class, a = 0.1: between two and three effective classes (the table prints 2.38). Total, a = 0.01: barely
+# more than one (1.18); more than half of the clients hold a single class outright. The `total` entry at α = 1
+# repeats the per-class entry at α = 0.1 digit for digit: `dirichlet_client` draws each client's prior
+# $p_i \sim \mathrm{Dir}(a\cdot 1_C)$ with $a = \alpha/C$ under `total`, so `total` at α = 1 is a = 0.1, drawn
+# from the same generator stream, hence the very same split (the two have one fingerprint).
+#
+# </details>
+#
+# 2. Change `n_clients` from 100 to 20 (`papermill 01_heterogeneity.ipynb out.ipynb -p n_clients 20`). Which
+#    summaries move (effective classes, TV distance, Gini of the sizes, empty clients) and which stay, and
+#    why does the per-class convention react more?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# The label-mix summaries of the Dirichlet splits stay: effective classes and TV distance move only by
+# draw-to-draw noise, larger with 20 clients to average over (at seed 0 the α = 0.05 row drops; over ten seeds
+# neither convention moved by more than the seed-to-seed spread). A client's mix is a draw whose law does not
+# involve N: $p_i \sim \mathrm{Dir}(a\cdot 1_C)$ under `dirichlet_client`, and nearly the same prior under the
+# per-class split (why the curves of §3 overlap). What moves is what the client *sizes* carry. The per-class split
+# draws each class's shares over the N clients, $q_c \sim \mathrm{Dir}(\alpha\cdot 1_N)$, so N enters its draw:
+# with 20 clients its size Gini falls at small α, and fewer clients are empty at α = 0.05 (one instead of three).
+# `dirichlet_client` gives every client exactly n/N images at any N (Gini 0). The iid TV distance, pure sampling
+# noise of n/N images, shrinks like $1/\sqrt{n/N}$: about √5 smaller.
+#
+# </details>
+#
+# 3. Save one of the splits to JSON, edit one client's index list by hand, and load it with `from_file`:
+#    what happens to the fingerprint? Try three edits: reverse one client's list; move one index to another
+#    client; append to a client an index it already holds.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# Every edit that loads gives a new fingerprint, even the reversal, which leaves every statistic as it was:
+# `Partition.fingerprint` hashes each client's indices *in their order*, and `from_file` keeps the order (so that
+# an unedited `to_json` file gives back the original fingerprint). Moving an index changes two lists; the split
+# stays disjoint. An index listed twice by one client is refused with a `ValueError` unless you pass
+# `allow_duplicates=True` (a `dirichlet_client` file, which repeats images by design, allows it by default); an
+# index given to two *different* clients loads, and `is_disjoint()` then says `False`.
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows

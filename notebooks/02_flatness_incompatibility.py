@@ -1130,15 +1130,78 @@ print(lessons_line(lessons))
 # %% [markdown]
 # ## Exercises
 #
+# Predict first, then run (`papermill 02_flatness_incompatibility.ipynb out.ipynb -p NAME VALUE`). Part 1
+# is the same at every profile; the "What we learned" cell checks statements made for the default toy, so
+# with a changed toy it may stop on one of its checks: read the tables above it.
+#
 # 1. In the toy federation, set `toy_rho = 0.0`: FedSAM becomes FedAvg, FedVSSAM its own ρ = 0 control.
 #    Predict how the FedSAM column of the basin map changes, then run.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# FedSAM's rows become FedAvg's, share for share at every K, and FedVSSAM's become its ρ = 0 control's. With ρ = 0
+# the SAM perturbation $0\cdot g/(\lVert g\rVert + \epsilon)$ is the exact zero vector (the `fedsam` docstring),
+# and the toy has no randomness, so every run is FedAvg's bit for bit. FedSAM's sharp share drops to FedAvg's and
+# its split points ("elsewhere", grey) come back: the checked lines "FedSAM ends at F's sharp minimum from more
+# start points than FedAvg" turn `False`, and "What we learned" stops on FedSAM's mechanism. So the whole
+# difference between the two columns at ρ = `toy_rho` is the perturbation: it lifts the clients out of the sharp
+# well, and averaging brings the server back into it.
+#
+# </details>
+#
 # 2. Set `toy_lr = 0.25`, so that η times the curvature of the sharp well exceeds 2 (the minima cell
-#    prints it): plain gradient steps can no longer settle in that well. Predict FedAvg's row of the
-#    basin map at the long K before you run.
+#    prints it): a client's plain gradient steps can no longer *converge* to its sharp minimum. Predict
+#    FedAvg's row of the basin map at the long K before you run.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# It does not change: FedAvg still ends at F's sharp minimum from about two thirds of the start points, at split
+# points from the rest, and at the flat minimum from none. η·λ > 2 makes the minimum *point* unstable, not the
+# well: a Gaussian well curves less away from its centre, so the iterates settle on a 2-cycle, two points that
+# straddle the sharp minimum, each about 0.13 from it, inside the well (iterate `toy_grad_fn` from there and print
+# the last steps). The server averages the two clients' mirror-image points back to the origin. What changes is
+# visible elsewhere: the checked line "both local models sit at the sharp minimum of their own loss (within 0.1)"
+# turns `False`, and the one-round table has no (start, client) pair at the sharp minimum at the long K, but some
+# "still on the way": those are the bouncing ones.
+#
+# </details>
+#
 # 3. Sweep `gammas` finer near 0 (e.g. `[0.0, 0.05, 0.1, 0.2]`). Is the misalignment of FedVSSAM's mixed
 #    perturbation linear in γ_l? Compare with what the decomposition h_i − ∇F = γ_l(g − ∇F) predicts.
-# 4. Add `10.0` to `alphas`. Guess the sign of the change in λ_max of FedSAM's final model,
-#    then check it against the figure.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# No: near 0 it grows like $\gamma_l^2$; doubling γ_l from 0.05 to 0.1 multiplies it by about four, and from 0.1
+# to 0.2 by a bit less. The decomposition is linear in γ_l, so the *unnormalised* error
+# $\lVert h_i - \nabla F\rVert^2 = \gamma_l^2\lVert g - \nabla F\rVert^2$ is exactly quadratic (notebook 03 checks
+# this identity). The misalignment compares the *normalised* perturbations: with $e = g - \nabla F$, the direction
+# of $\nabla F + \gamma_l e$ turns away from $\nabla F$ by an angle
+# $\varphi \approx \gamma_l\lVert e_\perp\rVert/\lVert\nabla F\rVert$ (only the part of e orthogonal to ∇F turns
+# it), and $\lVert\varepsilon_i - \varepsilon^\star\rVert^2 = 2\rho^2(1-\cos\varphi) \approx \rho^2\varphi^2$. So
+# it is quadratic at small γ_l; further out the approximation fails (here the growth slows down, and it can never
+# exceed $4\rho^2$).
+#
+# </details>
+#
+# 4. Add `10.0` to `alphas`. From α = 1 to α = 10, guess the sign of the change in FedSAM's λ_max and in its
+#    flatness distance Δ_D, then check against the figure, and again with `-p n_seeds 3`. Which of the two
+#    would you trust at the `ci` size?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# Δ_D falls, for FedSAM and FedAvg alike, in each of the three seeds. With nearly IID clients the K local steps of
+# different clients point in nearly the same direction, so the local models stay close to their average: Δ_D
+# measures the clients' disagreement, which is what α controls. λ_max has no reliable sign here: over three seeds
+# it went up in two and down in one, for both methods. One short run per seed and λ_max on `sharpness_sample`
+# images with `eig_iters` power iterations move it by more than α does. Whether FedSAM's global model is flatter
+# than FedAvg's is a claim about the long cpu runs: the claims table in "What the cpu run shows" gives its
+# verdict.
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows

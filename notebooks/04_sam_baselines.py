@@ -508,12 +508,56 @@ for name, params, ref, diff, moved in identity:
 # %% [markdown]
 # ## Exercises
 #
+# Predict first, then run (`papermill 04_sam_baselines.ipynb out.ipynb -p NAME VALUE`). At the `ci` size a
+# single seed decides little; `-p n_seeds 3` runs three.
+#
 # 1. Set `rho = 0.0` in the parameters. Which methods become which baseline (FedSAM → ?, FedGAMMA → ?, FedSpeed → ?)?
-#    Check your answers against §6.
+#    Check your answers against §6, and against the accuracy table of §4.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# FedSAM → FedAvg, FedGAMMA → SCAFFOLD, FedSpeed → FedDyn; also FedLESAM → FedAvg, and MoFedSAM → FedAvg with
+# MoFedSAM's server momentum, which has no baseline here. With ρ = 0 every perturbation is the exact zero vector,
+# so each method takes its base method's step, bit for bit (§6 prints `identical: True`). In the tables of §4 and
+# §5 FedSAM and FedLESAM then repeat FedAvg's accuracy and Δ_D digit for digit, and FedGAMMA SCAFFOLD's. FedSpeed
+# need not repeat FedDyn: it becomes FedDyn *with FedSpeed's own λ*, and the two tuned λ can differ (the table of
+# §1c prints them). What ρ = 0 does not change is the cost: FedSAM, FedGAMMA and FedSpeed still evaluate two
+# gradients per step, the second one at an unperturbed point.
+#
+# </details>
+#
 # 2. Without running anything, fill in the cost table for a new method "SCAFFOLD + SAM": gradient
 #    evaluations per step, uplink and downlink floats. Then compare with FedGAMMA's row.
-# 3. Rerun with `rho = 0.1` (FL-Simulator's default). Predict which methods collapse on this small
-#    GroupNorm CNN, and look at the flatness distance of those that do.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# Two gradients per step (the minibatch gradient for the ascent, then the gradient at θ + ε̂); 2× FedAvg's uplink
+# ($\Delta_i$ and the change of $c_i$) and 2× its downlink (θ and c); one model of client state ($c_i$). That is
+# FedGAMMA's row exactly, because FedGAMMA *is* SCAFFOLD + SAM (the table of §1; §6 checks that FedGAMMA with ρ =
+# 0 is SCAFFOLD). SAM changes what a client computes, never what it sends: compare FedSAM's row with FedAvg's.
+#
+# </details>
+#
+# 3. Rerun with `rho = 0.1` (FL-Simulator's default) for every SAM method. Predict which methods collapse
+#    on this small GroupNorm CNN, then look at the flatness distance Δ_D of those that do: in §5's figure
+#    (the table there averages finished runs only, so it prints "–" for a collapsed one).
+#
+# <details>
+# <summary>Solution</summary>
+#
+# Every method whose ascent follows the minibatch gradient (FedSAM, MoFedSAM, FedGAMMA, FedSpeed) breaks down: in
+# our three seeds each of them collapsed (accuracy at chance) in some seeds and finished far below FedAvg in the
+# others, so *which* ones the table marks "collapsed" changes with the seed. That is §1b's ρ sweep again: ρ = 0.1
+# was chosen for ResNet-18, and on a network of a fifth of a million weights it pushes the local steps to an
+# almost input-independent model. FedLESAM does not collapse: it stayed close to FedAvg. Its perturbation is one
+# direction per round, along the global model's past movement, and zero at a client's first participation, not an
+# ascent along every minibatch's own gradient. Δ_D raises no alarm: a collapsed run's Δ_D is mostly *below*
+# FedAvg's in the late rounds (its clients sit near a nearly constant network and move little; MoFedSAM's is tiny
+# at any ρ). A small Δ_D is no sign of a good model.
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows

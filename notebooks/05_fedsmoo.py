@@ -517,12 +517,64 @@ print(lessons_line(lessons))
 # %% [markdown]
 # ## Exercises
 #
-# 1. With `rho = 0.0` in the parameters, FedSMOO and FedSpeed should reduce to one of the other methods. Which one? Check
-#    it on the quadratic federation of §4.
+# Predict first, then run. §4's federation has its own settings in its cell (`toy_names`, `toy_rho`,
+# `toy_rounds`); the parameters `rho` and `lam` set only the network runs of §5. With a changed toy,
+# "What we learned" may stop on one of its checks (they are stated for the default toy): read the figure
+# and the checked lines of §4 instead.
+#
+# 1. With ρ = 0, FedSMOO and FedSpeed should reduce to one of the other methods. Which one? Check it on the
+#    quadratic federation of §4: set `toy_rho = 0.0` in its cell and compare the distance curves, e.g.
+#    `np.array_equal(toy_dist["fedsmoo"], toy_dist["feddyn"])`, and the same for FedSpeed.
+#
+# <details>
+# <summary>Solution</summary>
+#
+# FedDyn, with the same λ, bit for bit: both comparisons print `True`, and FedSAM's curve is FedAvg's. With ρ = 0
+# the perturbation is the exact zero vector, so the SAM gradient is the gradient at θ; FedSMOO's
+# $\mu_i \leftarrow \mu_i + (\hat\varepsilon - s)$ stays 0 and so does
+# $s = \rho\,\bar\mu/(\lVert\bar\mu\rVert + \epsilon)$; what is left is FedDyn's local step and server rule (the
+# `fedsmoo` docstring; §7 checks it on the network). FedSpeed and FedSMOO then reach θ* as FedDyn does: their
+# floor in the figure was SAM's, and "What we learned" stops on its "SAM floor" check. In §5, `rho = 0.0` makes
+# FedSAM's curve FedAvg's, but FedSpeed's and FedSMOO's are FedDyn's only where their λ is FedDyn's: the table of
+# §5 prints each method's tuned λ. FedSMOO also keeps sending its (now zero) $\mu_i$ and $s$: twice FedAvg's
+# traffic for nothing.
+#
+# </details>
+#
 # 2. Set `adaptive_warmup = 0` for the blog variant. Predict how λ_k behaves in the first rounds, then
 #    look at the λ_k/ρ_k figure.
-# 3. Set `lam = 0.01` (FL-Simulator's default is 0.1). Which of FedDyn, FedSpeed and FedSMOO should move most on the
-#    quadratic, and in which direction?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# No warm-up and no history: in round 1 every client is on its first visit, so its consistency is $\gamma_k = 1$
+# (the code's value without a previous gradient) and its instability $\tau_k = 0$, and
+# $\lambda_k = \mathrm{clip}(0.5\,\sigma_k)$ comes from the sharpness probe alone. It does *not* start at its
+# floor 0.01: at initialisation the loss is steep, the probe's rise $\sigma_k \approx \rho_{\max}\lVert g\rVert$
+# is large, and λ_k is well above the floor from round 1 on, in most rounds near its ceiling 0.3 (in every seed we
+# ran), and $\rho_k$ correspondingly near $\rho_{\max}e^{-0.3}$: the figure loses its grey band and starts about
+# where the default run is right after its warm-up. The warm-up is a stretch of plain FedAvg, not a way to let λ_k
+# grow from small values. §7's warm-up check then has no warm-up to check: it prints `identical: False`, and "What
+# we learned" stops on its "identities" check.
+#
+# </details>
+#
+# 3. FL-Simulator's default λ is 0.1; §4 uses λ = 1. Set `"lam": 0.01` for FedDyn, FedSpeed and FedSMOO in
+#    `toy_names`. Which of the three moves most at round 150, and in which direction? Do they still
+#    converge if you raise `toy_rounds` to 3000?
+#
+# <details>
+# <summary>Solution</summary>
+#
+# All three end farther from θ*, at about a tenth of ‖θ*‖: still on their way, a little over half as far as
+# FedAvg's stall. FedDyn moves most, by some fourteen orders of magnitude from machine precision; FedSpeed and
+# FedSMOO by about one, from their SAM floor near a per cent of ‖θ*‖. They do converge: λ does not enter FedDyn's
+# fixed point (the argument of §1 holds for any λ > 0), only its speed. The correction $\lambda h_i$ grows by λ
+# times one displacement per round, and the proximal pull $\tfrac{\lambda}{2}\lVert\theta - \theta^t\rVert^2$ that
+# keeps each round's steps short is weak. With 3000 rounds FedDyn is again close to θ* and still getting closer,
+# while FedSpeed and FedSMOO sit on the same floors as with λ = 1: the floor is SAM's, not FedDyn's.
+#
+# </details>
 
 # %% [markdown]
 # ## What the cpu run shows
