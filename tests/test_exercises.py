@@ -16,9 +16,6 @@ import pytest
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 SCRIPTS = sorted(NB_DIR.glob("[0-9][0-9]*_*.py"))
 SUMMARY = "<summary>Solution</summary>"
-# notebooks whose solutions are still being written on another branch (issue 29); empty this list once they
-# are merged (the marks are strict: a notebook that passes while listed here fails the run)
-PENDING = {"06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam", "09_sharpness_and_landscapes", "10_benchmarks"}
 
 
 def exercises_cell(script: Path) -> str | None:
@@ -71,17 +68,7 @@ def solution_problems(text: str) -> list[str]:
     return problems
 
 
-def _params():
-    for script in SCRIPTS:
-        marks = [pytest.mark.xfail(reason="solutions pending (issue 29)", strict=True)] if script.stem in PENDING else []
-        yield pytest.param(script, id=script.stem, marks=marks)
-
-
-def test_pending_names_exist():
-    assert PENDING <= {p.stem for p in SCRIPTS}, PENDING - {p.stem for p in SCRIPTS}
-
-
-@pytest.mark.parametrize("script", list(_params()))
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_every_exercise_has_one_solution(script):
     text = exercises_cell(script)
     if text is None:
