@@ -56,6 +56,28 @@ def test_tune_splits_writes_choices_records_and_skips_what_is_done(tiny, tmp_pat
     assert paths[0].read_text() == before
 
 
+def test_a_grid_point_is_recorded_as_it_finishes(tiny, tmp_path, one_thread, monkeypatch):
+    import lab.evidence.records as records
+
+    calls = []
+    real = records.run_or_load
+
+    def second_fails(config, **kwargs):  # the session stops during the grid's second point
+        calls.append(config.algorithm_params["mu"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(records, "run_or_load", second_fails)
+    recs = tmp_path / "records"
+    with pytest.raises(KeyboardInterrupt):
+        tune_splits({"iid": tiny(partition="iid", alpha=None)}, methods=["fedprox"], grids=GRIDS,
+                    directory=tmp_path / "tuning", records_directory=recs, tuning=TINY_TUNING, progress=False,
+                    edges=None)
+    assert calls == [0.01, 0.1] and len(list(recs.glob("fedprox-*"))) == 1  # the first point is committed
+    assert not (tmp_path / "tuning" / "iid" / "fedprox.json").exists()
+
+
 def test_unknown_methods_are_refused_before_training(tiny, tmp_path):
     with pytest.raises(ValueError, match="no declared grid"):
         tune_splits({"iid": tiny(partition="iid", alpha=None)}, methods=["nosuch"], directory=tmp_path,

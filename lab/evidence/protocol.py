@@ -346,9 +346,17 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
             _check_done(path, base, protocol, grid)
             out.append(path)
             continue
+        def run_and_record(config: Config, **kwargs: Any) -> Any:
+            # each grid point's record is written as the point finishes, so a session that stops in the middle of
+            # a large grid resumes from the committed points on any machine (run_or_load reads them back)
+            res = run_or_load(config, **kwargs)
+            if record:
+                write_record(res, records_directory)
+            return res
+
         def tune_once(points: dict[str, list[Any]], base: Config = base) -> Any:
             return tune(base, points, rounds=t["rounds"], seed=t["seed"], validation_size=t["validation_size"],
-                        progress=False, runner=run_or_load)
+                        progress=False, runner=run_and_record)
 
         if edges is None:
             result = tune_once(grid)
@@ -356,9 +364,6 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
             result, ext = extend_edges(tune_once, grid, edges)
             result.protocol = {**result.protocol, "edge_rule": ext["rule"], "declared_grid": ext["declared_grid"],
                                "edge_added": ext["added"], "on_edge": ext["on_edge"]}
-        if record:
-            for res in result.runs:
-                write_record(res, records_directory)
         record_tuning(result.save(root / split / method))
         out.append(path)
     return out
