@@ -334,6 +334,15 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     protocol: dict[str, Any] = {"rounds": t["rounds"], "seed": t["seed"], "validation_size": t["validation_size"]}
     if edges is not None:
         protocol["edge_rule"] = edges.to_dict()
+
+    def run_and_record(config: Config, **kwargs: Any) -> Any:
+        # each grid point's record is written as the point finishes, so a session that stops in the middle of
+        # a large grid resumes from the committed points on any machine (run_or_load reads them back)
+        res = run_or_load(config, **kwargs)
+        if record:
+            write_record(res, records_directory)
+        return res
+
     jobs = [(s, m) for s in splits for m in names]
     out: list[Path] = []
     bar = tqdm(jobs, desc="tune", disable=not progress)
@@ -346,14 +355,6 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
             _check_done(path, base, protocol, grid)
             out.append(path)
             continue
-        def run_and_record(config: Config, **kwargs: Any) -> Any:
-            # each grid point's record is written as the point finishes, so a session that stops in the middle of
-            # a large grid resumes from the committed points on any machine (run_or_load reads them back)
-            res = run_or_load(config, **kwargs)
-            if record:
-                write_record(res, records_directory)
-            return res
-
         def tune_once(points: dict[str, list[Any]], base: Config = base) -> Any:
             return tune(base, points, rounds=t["rounds"], seed=t["seed"], validation_size=t["validation_size"],
                         progress=False, runner=run_and_record)
