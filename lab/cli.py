@@ -135,6 +135,10 @@ def _cmd_regime(args: argparse.Namespace) -> int:
 
         return {"rerun-plan": rerun.main, "rerun-tune": rerun.main_tune, "rerun-train": rerun.main_train}[
             args.regime_command](args)
+    if args.regime_command == "rerun-params":
+        from lab.regime.params import main as params_main
+
+        return params_main(args)
     if args.regime_command == "decide":
         from lab.regime.decide import main as decide_main
 
@@ -228,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the plan file (default lab/regime/rerun.yaml)")
     rr.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
     rr.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    rq = rsub.add_parser("rerun-params", allow_abbrev=False,
+                         help="write the rerun's federation into notebooks/params/*.cpu.yaml (between marker lines)")
+    rq.add_argument("--plan", type=__import__("pathlib").Path, default=None,
+                    help="the plan file (default lab/regime/rerun.yaml)")
+    rq.add_argument("--check", action="store_true", help="only list the stale files (exit 1 if any)")
     return parser
 
 

@@ -10,7 +10,7 @@ from lab.evidence.budget import (ANALYSIS_S_PER_MODEL, PARALLEL_EFFICIENCY, PLAN
                                     measure_costs)
 from lab.evidence.protocol import notebook_params
 
-COSTS = {"cnn": {"grad_per_sample": 1e-3, "forward_per_sample": 2e-4}}
+COSTS = {m: {"grad_per_sample": 1e-3, "forward_per_sample": 2e-4} for m in ("cnn", "mlp")}  # no timing in a test
 
 
 def _record(d, name, **cfg):
@@ -21,7 +21,7 @@ def _record(d, name, **cfg):
 
 def _per_round(p, grads):
     m = round(p["participation"] * p["n_clients"])
-    return m * p["local_steps"] * p["batch_size"] * grads * 1e-3 + p["eval_subsample"] * 2e-4 / p["eval_every"]
+    return m * p["local_steps"] * p["batch_size"] * grads * 1e-3 + (p["eval_subsample"] or 10000) * 2e-4 / p["eval_every"]
 
 
 def test_shared_runs_are_counted_once_and_committed_ones_subtracted(tmp_path):
@@ -29,6 +29,7 @@ def test_shared_runs_are_counted_once_and_committed_ones_subtracted(tmp_path):
             "09_sharpness_and_landscapes": [Family("curv", ("fedavg", "fedsam"), analysed=True)]}
     p10, p09 = notebook_params("10_benchmarks"), notebook_params("09_sharpness_and_landscapes")
     same = all(p09.get(k) == p10.get(k) for k in ("rounds", "local_steps"))
+    n = max(3, int(p10.get("n_seeds", 1)))  # the seeds each run trains on
     _record(tmp_path / "records", "fedavg-x", algorithm="fedavg", partition="dirichlet", alpha=0.1, seed=0,
             rounds=p10["rounds"], local_steps=p10["local_steps"])
     _record(tmp_path / "records", "fedavg-t", algorithm="fedavg", partition="dirichlet", alpha=0.1, seed=1,
@@ -37,14 +38,14 @@ def test_shared_runs_are_counted_once_and_committed_ones_subtracted(tmp_path):
     rows = {r.notebook: r for r in est["notebooks"]}
     assert list(rows) == ["10_benchmarks", "09_sharpness_and_landscapes"]  # 10 runs first
     r10 = rows["10_benchmarks"]
-    assert (r10.runs, r10.committed, r10.shared) == (12, 1, 0)
-    expect = sum(p10["rounds"] * _per_round(p10, g) for g in (1, 2)) * 6 - p10["rounds"] * _per_round(p10, 1)
+    assert (r10.runs, r10.committed, r10.shared) == (2 * 2 * n, 1, 0)
+    expect = sum(p10["rounds"] * _per_round(p10, g) for g in (1, 2)) * 2 * n - p10["rounds"] * _per_round(p10, 1)
     assert r10.seconds == pytest.approx(expect)
     r09 = rows["09_sharpness_and_landscapes"]
-    if same:  # 09 trains on 10's federation: its six runs are 10's, only the analysis is its own
-        assert (r09.runs, r09.shared) == (0, 6) and r09.seconds == pytest.approx(6 * ANALYSIS_S_PER_MODEL)
+    if same:  # 09 trains on 10's federation: its runs are 10's, only the analysis is its own
+        assert (r09.runs, r09.shared) == (0, 2 * n) and r09.seconds == pytest.approx(2 * n * ANALYSIS_S_PER_MODEL)
     else:
-        assert (r09.runs, r09.shared) == (6, 0)
+        assert (r09.runs, r09.shared) == (2 * n, 0)
     two = estimate(seeds=3, cores=2, figures_dir=tmp_path, costs=COSTS, plan=plan, tune=False)
     assert two["notebooks"][0].seconds == pytest.approx(r10.seconds / (2 * PARALLEL_EFFICIENCY))
 

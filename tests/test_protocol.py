@@ -100,6 +100,22 @@ def test_run_seeds_fixes_the_partition_and_records_each_run(tiny, tmp_path, monk
         run_seeds(tiny(), seeds=[0, 0])
 
 
+
+def test_paired_run_seeds_draws_one_partition_per_seed_with_the_rerun_keys(tiny, tmp_path, monkeypatch, one_thread):
+    from lab.evidence.protocol import FINAL_METRIC, rerun_config, run_seeds
+
+    monkeypatch.setenv("FEDLAB_RECORDS", str(tmp_path / "records"))
+    base = tiny(rounds=2, partition_seed=PARTITION_SEED, eval_every=2)
+    runs = run_seeds(base, seeds=[1, 2], record=True, paired=True)
+    assert [(r.config.seed, r.config.partition_seed) for r in runs] == [(1, 1), (2, 2)]
+    assert {r.config.eval_every for r in runs} == {FINAL_METRIC["eval_every"]}
+    assert [c.tolist() for c in runs[0].partition.client_indices] != [c.tolist() for c in runs[1].partition.client_indices]
+    # the configs (so the run keys) are rerun_config's: a record the regime rerun wrote is what a notebook reads
+    assert all(r.config == rerun_config(base, s) for s, r in zip([1, 2], runs))
+    # a second call reads the committed records back, the same numbers
+    again = run_seeds(base, seeds=[1, 2], paired=True)
+    assert all(a.metrics.equals(b.metrics) for a, b in zip(runs, again))
+
 # --- issue 26: the final metric, the rerun's partition per seed, grids extended at their edges -------------
 def test_final_metric_averages_the_last_k_full_test_evaluations_or_says_it_could_not(tiny):
     import pandas as pd

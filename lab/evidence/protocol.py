@@ -397,11 +397,14 @@ def _check_done(path: Path, base: Config, protocol: dict[str, Any], grid: dict[s
 
 
 def run_seeds(config: Config, seeds: Sequence[int] | None = None, *, record: bool = False,
-              need_theta: bool = False, dataset: Any = None) -> list[Any]:
-    """``config`` once per training seed (default :data:`SEEDS`), the partition fixed across them.
+              need_theta: bool = False, dataset: Any = None, paired: bool = False) -> list[Any]:
+    """``config`` once per training seed (default :data:`SEEDS`).
 
-    The partition seed is ``config.partition_seed`` if set, else :data:`PARTITION_SEED`, so the seeds
-    vary initialisation, client sampling and batch order only. Runs go through
+    Without ``paired`` the partition is fixed across seeds: its seed is ``config.partition_seed`` if set,
+    else :data:`PARTITION_SEED`, so the seeds vary initialisation, client sampling and batch order only.
+    With ``paired`` each seed runs :func:`rerun_config` (:data:`RERUN_PROTOCOL`): the seed draws its own
+    partition, shared by every method run at that seed, and the evaluation grid is :data:`FINAL_METRIC`'s —
+    the configs, and so the run keys, that the regime rerun (``lab.regime.rerun``) trains. Runs go through
     :func:`~lab.evidence.records.run_or_load` (cached under ``runs/``, or loaded from committed
     records unless ``need_theta``); with ``record``
     each finished run's record is written at once (``figures/records/``), so an interrupted profile
@@ -415,7 +418,8 @@ def run_seeds(config: Config, seeds: Sequence[int] | None = None, *, record: boo
     fixed = config if config.partition_seed is not None else config.replace(partition_seed=PARTITION_SEED)
     out = []
     for s in seeds:
-        res = run_or_load(fixed.replace(seed=int(s)), need_theta=need_theta, dataset=dataset)
+        run = rerun_config(config, s) if paired else fixed.replace(seed=int(s))
+        res = run_or_load(run, need_theta=need_theta, dataset=dataset)
         if record:
             write_record(res)
         out.append(res)

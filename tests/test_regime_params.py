@@ -1,0 +1,60 @@
+"""The cpu profile's notebook parameters generated from the rerun plan (lab/regime/params.py): the committed
+files are up to date, a notebook built from them trains the plan's own configs, and the plan's seeds per run."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from fedlab.config import Config
+from lab.evidence.protocol import notebook_params, rerun_config
+from lab.regime import params as rp
+from lab.regime import rerun as rr
+from lab.regime.pilot import load_criteria
+
+
+@pytest.fixture(scope="module")
+def plan_and_criteria():
+    return rr.load_plan(), load_criteria()
+
+
+def test_every_cpu_parameter_file_holds_the_plans_federation(plan_and_criteria):
+    assert rp.stale(*plan_and_criteria) == {}, "run `python -m lab regime rerun-params`"
+
+
+def test_render_replaces_the_block_and_drops_the_files_own_copies_of_its_keys():
+    values = {"model": "mlp", "rounds": 100, "eval_subsample": None}
+    text = "# header\nprofile: cpu\nmodel: cnn\nrounds: 30\nalpha: 0.1\n"
+    once = rp.render(text, values)
+    assert yaml.safe_load(once) == {"profile": "cpu", "model": "mlp", "rounds": 100, "eval_subsample": None,
+                                    "alpha": 0.1}
+    assert once.index("profile:") < once.index(rp.BEGIN) < once.index("alpha:")
+    assert rp.render(once, values) == once
+    changed = rp.render(once, {**values, "rounds": 50})
+    assert yaml.safe_load(changed)["rounds"] == 50 and changed.count(rp.BEGIN) == 1
+
+
+@pytest.mark.parametrize("notebook", rp.NOTEBOOKS)
+def test_a_notebook_built_from_its_cpu_parameters_trains_the_plans_configs(notebook, plan_and_criteria):
+    """What the notebooks do with these parameters (Config from the federation fields, the split's alpha,
+    partition seed fixed, then run_seeds(paired=True) → rerun_config) is the config rerun-train records."""
+    plan, criteria = plan_and_criteria
+    p = notebook_params(notebook, "cpu")
+    one = {k.removesuffix("s"): v[0] for k, v in p.items() if k in ("datasets", "models")}
+    fields = {k: p[k] for k in ("dataset", "model", "train_size", "test_size", "n_clients", "participation",
+                                "rounds", "local_steps", "batch_size", "lr", "lr_schedule", "eval_every",
+                                "eval_subsample") if k in p} | one
+    assert p["paired_partitions"] is True and p["rerun_plan"] is True and p["n_seeds"] == len(plan["seeds"])
+    base = Config(algorithm="fedsam", algorithm_params={"rho": 0.05}, partition="dirichlet", alpha=0.1,
+                  partition_seed=0, **fields)
+    item = rr.SeedRun(rr.PlanRun("dirichlet-0.1", "fedsam", "{}", "test"), 3)
+    want = rr.run_config(plan, criteria, item, {"rho": 0.05})
+    assert rerun_config(base, 3).hashed_fields() == want.hashed_fields()
+
+
+def test_planned_seeds_follow_the_plan():
+    seeds = list(range(6))
+    assert rp.planned_seeds("dirichlet-0.1", "fedavg", {}, seeds) == seeds  # a claim's arm: every seed
+    assert rp.planned_seeds("dirichlet-0.1", "fedvssam", {"gamma_l": 0.4}, seeds) == seeds[:3]  # a figure only
+    assert rp.planned_seeds("pathological-3", "fedavg", None, seeds) == []  # a split the plan does not train
+    assert rp.planned_seeds("dirichlet-0.1", "fedvssam", {"gamma_l": 0.123}, seeds) == []
+    assert rp.planned_seeds("dirichlet-0.1", "fedavg", {}, [4, 5]) == [4, 5]
