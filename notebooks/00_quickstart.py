@@ -44,11 +44,14 @@ rounds = 12  # communication rounds
 local_steps = 5  # K
 batch_size = 32  # B
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 eval_every = 1  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 seed = 0  # first training seed (init, sampling, batches); the partition is fixed across seeds
 n_seeds = 1  # training seeds seed, seed + 1, ... (cpu: 3, mean ± 95 % interval)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: these runs must be runs the regime rerun's plan trains on every seed (lab/regime/rerun.yaml)
 
 # %% [markdown]
 # ## 1. Is this the right `fedlab`?
@@ -64,7 +67,8 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from lab.evidence.protocol import PARTITION_SEED, profile_federation, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, profile_federation, run_seeds, split_key, tuned_params
+from lab.regime.params import planned_seeds
 from fedlab.evidence.tuning import DEFAULT_GRIDS
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import curve_data, method_color, method_label, metric_scale, round_ticks, status_note, use_house_style
@@ -87,7 +91,8 @@ print("registered algorithms:", len(fedlab.ALGORITHMS))
 # %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, eval_every=eval_every,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
+                     eval_every=eval_every,
                      eval_subsample=eval_subsample, seed=seed, partition_seed=PARTITION_SEED,
                      client_threads=client_threads)
 data = fedlab.engine.build_dataset(base)
@@ -136,8 +141,11 @@ print(pd.DataFrame([{"method": method_label(m), "hyperparameters": resolved(m, t
                     for m, t in tuned.items()]).to_string(index=False))
 
 # %%
+if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
+    missing = [m for m in methods if planned_seeds(split_key(base), m, {}, seeds) != seeds]
+    assert not missing, f"the rerun plan does not train {missing} on seeds {seeds} (lab/regime/rerun.yaml)"
 runs = {m: run_seeds(base.replace(algorithm=m, algorithm_params=dict(tuned[m].params)), seeds,
-                     record=profile in CITABLE_PROFILES)
+                     record=profile in CITABLE_PROFILES, paired=paired_partitions)
         for m in methods}
 
 # %% [markdown]

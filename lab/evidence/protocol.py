@@ -69,7 +69,7 @@ and the pairing holds), 6 seeds (:data:`lab.evidence.paired.MIN_SEEDS_TO_DECIDE`
 :data:`FINAL_METRIC`."""
 
 _FEDERATION_FIELDS = ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds",
-                      "local_steps", "batch_size", "lr", "eval_every", "eval_subsample")
+                      "local_steps", "batch_size", "lr", "lr_schedule", "eval_every", "eval_subsample")
 
 
 @dataclass(frozen=True)
