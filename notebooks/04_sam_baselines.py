@@ -56,6 +56,7 @@ rounds = 10  # communication rounds
 local_steps = 4  # K
 batch_size = 16  # B
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 rho = None  # SAM radius ρ of every SAM method; None: each method's tuned radius (tuned_params)
 lam = None  # λ of FedDyn and FedSpeed; None: the tuned value (tuned_params)
 mofedsam_alpha = 0.1  # MoFedSAM: weight α of the fresh SAM gradient against the server momentum
@@ -63,9 +64,11 @@ eval_every = 2  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a fixed class-balanced subset of the test set (None: all of it)
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" measures the best chunk on a GPU)
-seed = 0  # first training seed: init, sampling, batches (the partition is fixed: PARTITION_SEED)
+seed = 0  # first training seed: init, sampling, batches (the partition: PARTITION_SEED unless paired)
 n_seeds = 1  # training seeds seed, seed+1, ... of every comparison (cpu profile: 3)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train each run on the seeds the regime rerun's plan gives it (lab/regime/rerun.yaml)
 
 # %%
 import json
@@ -77,6 +80,7 @@ import pandas as pd
 import fedlab
 from lab.evidence.collapse import chance_threshold
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
+from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
 from lab.tools.plots import (all_runs, draw_band, final_estimate, finished_runs, method_color, method_label, run_styles, status_note,
@@ -225,20 +229,21 @@ plt.show()
 # %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition=partition, alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
                      parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
                      client_threads=client_threads)
 structural = {"mofedsam": {"alpha": mofedsam_alpha}}
 overrides = {"rho": rho, "lam": lam}
 methods = ["fedavg", "scaffold", "feddyn", "fedsam", "mofedsam", "fedgamma", "fedspeed", "fedlesam"]
-algorithm_params, sources = {}, {}
+algorithm_params, sources, own_params = {}, {}, {}
 for name in methods:
     tuned = tuned_params(name, base, profile=profile)
     params = {**structural.get(name, {}), **tuned.params}
     declared = fedlab.get_algorithm(name).hp.to_dict()
     forced = {k: v for k, v in overrides.items() if v is not None and k in declared}
     algorithm_params[name] = {**params, **forced}
+    own_params[name] = {k: v for k, v in algorithm_params[name].items() if k not in tuned.params}  # on top of the tuning
     sources[name] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
 hp_table = pd.DataFrame({"params": {method_label(n): algorithm_params[n] or "defaults" for n in methods},
                          "source": {method_label(n): sources[n] for n in methods}})
@@ -258,9 +263,11 @@ print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} 
 # `runs/` (and, in the `cpu` profile, committed as records): a second execution loads them.
 
 # %%
-runs = {name: run_seeds(base.replace(algorithm=name, algorithm_params=params), seeds,
-                        record=profile in CITABLE_PROFILES)
-        for name, params in algorithm_params.items()}
+runs = {}
+for name, params in algorithm_params.items():
+    cfg = base.replace(algorithm=name, algorithm_params=params)
+    runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
+                           record=profile in CITABLE_PROFILES, paired=paired_partitions)
 print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 
 # %% [markdown]

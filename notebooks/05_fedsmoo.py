@@ -55,6 +55,7 @@ rounds = 10  # communication rounds
 local_steps = 4  # K
 batch_size = 16  # B
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 rho = None  # SAM radius ρ of FedSAM, FedSpeed and FedSMOO; None: each method's tuned radius (tuned_params)
 lam = None  # λ of FedDyn, FedSpeed and FedSMOO; None: each method's tuned value (tuned_params)
 adaptive_rho_max = None  # blog variant: ρ_max, the largest per-client radius; None: tuned (blog: 0.05)
@@ -63,9 +64,11 @@ eval_every = 2  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a fixed class-balanced subset of the test set (None: all of it)
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" measures the best chunk on a GPU)
-seed = 0  # first training seed: init, sampling, batches (the partition is fixed: PARTITION_SEED)
+seed = 0  # first training seed: init, sampling, batches (the partition: PARTITION_SEED unless paired)
 n_seeds = 1  # training seeds seed, seed+1, ... of every comparison (cpu profile: 3)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train each run on the seeds the regime rerun's plan gives it (lab/regime/rerun.yaml)
 
 # %%
 import math
@@ -79,6 +82,7 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
 from lab.tools.lessons import lessons_line
@@ -236,19 +240,20 @@ print("FedSpeed and FedSMOO get 10x closer than FedAvg:",
 # %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition=partition, alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
                      parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
                      client_threads=client_threads)
 structural = {"fedsmoo_adaptive": {"warmup_rounds": adaptive_warmup}}
 overrides = {"rho": rho, "lam": lam, "rho_max": adaptive_rho_max}
 methods = ["fedavg", "fedsam", "feddyn", "fedspeed", "fedsmoo", "fedsmoo_adaptive"]
-algorithm_params, sources = {}, {}
+algorithm_params, sources, own_params = {}, {}, {}
 for name in methods:
     tuned = tuned_params(name, base, profile=profile)
     declared = fedlab.get_algorithm(name).hp.to_dict()
     forced = {k: v for k, v in overrides.items() if v is not None and k in declared}
     algorithm_params[name] = {**structural.get(name, {}), **tuned.params, **forced}
+    own_params[name] = {k: v for k, v in algorithm_params[name].items() if k not in tuned.params}  # on top of the tuning
     sources[name] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
 print(pd.DataFrame({"params": {method_label(n): algorithm_params[n] or "defaults" for n in methods},
                     "source": {method_label(n): sources[n] for n in methods}}).to_string())
@@ -257,9 +262,11 @@ split = fedlab.engine.build_partition(base, data)
 print(data.describe())
 print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} per round; mean effective "
       f"classes per client {split.stats.summary()['mean_effective_classes']:.2f} of {data.n_classes}")
-runs = {name: run_seeds(base.replace(algorithm=name, algorithm_params=params), seeds,
-                        record=profile in CITABLE_PROFILES)
-        for name, params in algorithm_params.items()}
+runs = {}
+for name, params in algorithm_params.items():
+    cfg = base.replace(algorithm=name, algorithm_params=params)
+    runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
+                           record=profile in CITABLE_PROFILES, paired=paired_partitions)
 print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 ada_hp = fedlab.get_algorithm("fedsmoo_adaptive", algorithm_params["fedsmoo_adaptive"]).hp  # what it ran with
 

@@ -63,9 +63,11 @@ eval_every = 2  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a fixed class-balanced subset of the test set (None: all of it)
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" measures the best chunk on a GPU)
-seed = 0  # first training seed: init, sampling, batches (the partition is fixed: PARTITION_SEED)
+seed = 0  # first training seed: init, sampling, batches (the partition: PARTITION_SEED unless paired)
 n_seeds = 1  # training seeds seed, seed+1, ... of every comparison (cpu profile: 3)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train each run on the seeds the regime rerun's plan gives it (lab/regime/rerun.yaml)
 
 # %%
 import matplotlib.pyplot as plt
@@ -78,6 +80,7 @@ import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
 from lab.tools.lessons import lessons_line
@@ -282,18 +285,21 @@ print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} 
 overrides = {"fedsam": {"rho": sam_rho}, "fedswa": {"rho": swa_rho, "alpha": swa_alpha},
              "fedmoswa": {"rho": swa_rho, "alpha": swa_alpha, "gamma": moswa_gamma}}
 methods = ["fedavg", "fedsam", "fedswa", "scaffold", "fedmoswa"]
-main_params, sources = {}, {}
+main_params, sources, own_params = {}, {}, {}
 for name in methods:
     tuned = tuned_params(name, base, profile=profile)
     forced = {k: v for k, v in overrides.get(name, {}).items() if v is not None}
     main_params[name] = {**tuned.params, **forced}
+    own_params[name] = {k: v for k, v in forced.items() if tuned.params.get(k, object()) != v}  # on top of the tuning
     sources[name] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
 print(pd.DataFrame({"params": {method_label(n): main_params[n] or "defaults" for n in methods},
                     "source": {method_label(n): sources[n] for n in methods}}).to_string())
 resolved = {n: fedlab.get_algorithm(n, p).hp for n, p in main_params.items()}
-runs = {name: run_seeds(base.replace(algorithm=name, algorithm_params=params), seeds,
-                        record=profile in CITABLE_PROFILES)
-        for name, params in main_params.items()}
+runs = {}
+for name, params in main_params.items():
+    cfg = base.replace(algorithm=name, algorithm_params=params)
+    runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
+                           record=profile in CITABLE_PROFILES, paired=paired_partitions)
 print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
 
 # %%
@@ -339,9 +345,13 @@ print(ours.to_string(float_format=lambda v: f"{v:.1f}", na_rep="–"))
 # to differ by noise.
 
 # %%
-grid = {(r_, a_): run_seeds(base.replace(algorithm="fedswa", algorithm_params={"rho": r_, "alpha": a_}), seeds,
-                            record=profile in CITABLE_PROFILES)
-        for r_ in grid_swa_rho for a_ in grid_swa_alpha}
+grid = {}
+for r_ in grid_swa_rho:
+    for a_ in grid_swa_alpha:
+        cell = {"rho": r_, "alpha": a_}
+        cfg = base.replace(algorithm="fedswa", algorithm_params=cell)
+        grid[r_, a_] = run_seeds(cfg, plan_seeds(cfg, cell, seeds, use_plan=rerun_plan),
+                                 record=profile in CITABLE_PROFILES, paired=paired_partitions)
 cells = pd.DataFrame([{"rho": r_, "alpha": a_, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy}
                       for (r_, a_), rs in grid.items() for r in rs])
 cell_means = pd.DataFrame([{"rho": r_, "alpha": a_, "mean": e.mean, "half_width": e.half_width, "n": e.n}

@@ -88,9 +88,11 @@ eval_subsample = None  # evaluate on a class-balanced subset of the test set (No
 check_rounds = 2  # rounds of the exact check that FedNSAM with γ 0 is FedSAM
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
-seed = 0  # first training seed: init, sampling, batches (the partition is fixed: PARTITION_SEED)
+seed = 0  # first training seed: init, sampling, batches (the partition: PARTITION_SEED unless paired)
 n_seeds = 1  # training seeds seed, seed+1, ... of every comparison (cpu profile: 3)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train each run on the seeds the regime rerun's plan gives it (lab/regime/rerun.yaml)
 
 # %%
 import matplotlib.pyplot as plt
@@ -103,6 +105,7 @@ import fedlab
 from fedlab.engine import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.regime.params import plan_seeds
 from lab.evidence.records import run_or_load
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
@@ -276,11 +279,12 @@ structural = {"FedAvg": ("fedavg", {}), "FedSAM": ("fedsam", {}),
               "FedNSAM (code)": ("fednsam", {"gamma": gamma}),
               "FedNSAM (paper)": ("fednsam", {"gamma": gamma, "variant": "paper"}),
               "FedNSAM (official bug)": ("fednsam", {"gamma": gamma, "momentum_overwrite_bug": True})}
-methods, sources = {}, {}
+methods, sources, own_params = {}, {}, {}
 for label, (alg, fixed) in structural.items():
     tuned = tuned_params(alg, base, profile=profile)
     forced = {"rho": rho} if rho is not None and alg != "fedavg" else {}
     methods[label] = (alg, {**fixed, **tuned.params, **forced})
+    own_params[label] = {k: v for k, v in methods[label][1].items() if k not in tuned.params or k in forced}
     sources[label] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
 print(pd.DataFrame({"algorithm": {k: a for k, (a, _) in methods.items()},
                     "params": {k: p or "defaults" for k, (_, p) in methods.items()},
@@ -304,9 +308,11 @@ print("same test accuracy in every round:",
 # with the official momentum bug, at the hyperparameters printed above.
 
 # %%
-runs = {label: run_seeds(base.replace(algorithm=alg, algorithm_params=params), seeds,
-                         record=profile in CITABLE_PROFILES)
-        for label, (alg, params) in methods.items()}
+runs = {}
+for label, (alg, params) in methods.items():
+    cfg = base.replace(algorithm=alg, algorithm_params=params)
+    runs[label] = run_seeds(cfg, plan_seeds(cfg, own_params[label], seeds, use_plan=rerun_plan),
+                            record=profile in CITABLE_PROFILES, paired=paired_partitions)
 
 # %% [markdown]
 # Communication and cost are exact properties of the methods, read from the logged metrics

@@ -57,7 +57,7 @@ profile = "ci"  # ci | cpu | paper: where figures and the CSV table go (ci → f
 datasets = ["fmnist"]  # one benchmark per entry (paper: cifar10 and cifar100)
 models = ["mlp"]  # model for each dataset (ci: the fast 2NN MLP; cpu: cnn; paper: resnet18_gn, wrn28_4_gn)
 targets = [0.6]  # rounds-to-target accuracy for each dataset (papers: 0.75 CIFAR-10, 0.40 CIFAR-100)
-pathological_classes = [3]  # c classes per client for each dataset (papers' hardest: 3 of 10, 10 of 100)
+pathological_classes = [3]  # c classes per client for each dataset (papers' hardest: 3 of 10, 10 of 100; None: none)
 dirichlet_alphas = [0.5, 0.1]  # Dirichlet concentrations (smaller: more heterogeneous)
 partition = "dirichlet"  # Dirichlet convention: dirichlet (per class over clients) | dirichlet_client (FL-Simulator)
 train_size = 3000  # class-balanced training subset (None: all)
@@ -79,6 +79,8 @@ device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
 seed = 0  # first training seed (init, sampling, batches; the partition has its own fixed seed)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train each run on the seeds the regime rerun's plan gives it, none if it trains none
 client_eval = True  # also evaluate the global model on each client's own test split (per-client accuracy)
 client_eval_size = 50  # test samples per client, drawn with the client's own label proportions
 
@@ -91,6 +93,7 @@ import pandas as pd
 
 import fedlab
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.regime.params import plan_seeds
 from fedlab import mean_interval
 from lab.tools.plots import (METHOD_ORDER, draw_small_multiples, method_color, method_label, round_ticks, status_note,
                              use_house_style)
@@ -127,8 +130,9 @@ for ds, mdl, target, c in zip(datasets, models, targets, pathological_classes):
                   client_eval_size=client_eval_size)
     for a in dirichlet_alphas:
         benchmarks.append((ds, f"Dir {a}", fedlab.Config(partition=partition, alpha=a, **common), target))
-    benchmarks.append((ds, f"Path c={c}", fedlab.Config(partition="pathological", classes_per_client=c,
-                                                        alpha=None, **common), target))
+    if c is not None:
+        benchmarks.append((ds, f"Path c={c}", fedlab.Config(partition="pathological", classes_per_client=c,
+                                                            alpha=None, **common), target))
 for ds, split, cfg, _ in benchmarks:
     part = fedlab.engine.build_partition(cfg, fedlab.engine.build_dataset(cfg))
     s = part.stats.summary()
@@ -163,10 +167,18 @@ print(params_table.to_string(index=False))
 
 # %%
 results = {}  # (dataset, split, method) -> list of RunResult over seeds
+not_run = []  # (dataset, split, method) the rerun plan does not train (rerun_plan)
 for ds, split, cfg, _ in benchmarks:
     for method in methods:
         run_cfg = cfg.replace(algorithm=method, algorithm_params=choices[ds, split, method][0])
-        results[ds, split, method] = run_seeds(run_cfg, seeds, record=record)
+        run_on = plan_seeds(run_cfg, method_params.get(method), seeds, use_plan=rerun_plan, required=False)
+        if run_on:
+            results[ds, split, method] = run_seeds(run_cfg, run_on, record=record, paired=paired_partitions)
+        else:
+            not_run.append((ds, split, method))
+if not_run:
+    print(f"not run at this scale ({len(not_run)}; the rerun plan trains only the methods a claim compares off "
+          "Dirichlet 0.1):", "; ".join(f"{ds} {split} {method_label(m)}" for ds, split, m in not_run))
 
 rows = []
 for (ds, split, method), runs in results.items():
@@ -180,9 +192,9 @@ table = pd.DataFrame(rows).drop(columns=["algorithm", "sec_per_round"])
 print("methods:", ", ".join(method_label(m) for m in methods))
 print("splits:", "; ".join(f"{ds} {split}" for ds, split, _, _ in benchmarks))
 print("seeds per configuration:", len(seeds), "| runs:", sum(len(r) for r in results.values()))
-print("one partition per split, shared by every method and seed:",
-      all(len({r.summary["partition_fingerprint"] for m in methods
-               for r in results[ds, split, m]}) == 1 for ds, split, _, _ in benchmarks))
+print("one partition per split and seed, shared by every method:",
+      all(len({r.summary["partition_fingerprint"] for (d, sp, _), rs in results.items() if (d, sp) == (ds, split)
+               for r in rs if r.config.seed == s}) <= 1 for ds, split, _, _ in benchmarks for s in seeds))
 print("every run trained all its rounds (or stopped at divergence):",
       all(len(r.metrics) == r.config.rounds or r.status == "diverged" for rs in results.values() for r in rs))
 
@@ -348,12 +360,15 @@ for ds in datasets:
                              sharex=True, sharey=True, squeeze=False, layout="constrained")
     curve_rows = []
     for j, split in enumerate(split_order):
-        split_runs = {m: results[ds, split, m] for m in shown}
+        split_runs = {m: results.get((ds, split, m), []) for m in shown}
         curve_rows += [{"split": split, "method": m, "seed": r.config.seed, "status": r.status,
                         "round": int(a), "test_acc": float(b)}
                        for m, runs in split_runs.items() for r in runs
                        for a, b in r.metrics[["round", "test_acc"]].dropna().itertuples(index=False)]
         draw_small_multiples(axes[:, j], split_runs, "test_acc", scale=100.0)  # FedAvg's mean grey in each
+        for i, m in enumerate(shown):
+            if not split_runs[m]:
+                axes[i, j].text(0.5, 0.5, "not run at this scale", transform=axes[i, j].transAxes, ha="center")
         target = next(t for d, s, _, t in benchmarks if d == ds and s == split)
         for i, ax in enumerate(axes[:, j]):
             ax.axhline(100 * target, ls=":", lw=1, color="#333333")
@@ -371,7 +386,7 @@ for ds in datasets:
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=4)
     fig.suptitle(f"{ds}: accuracy against round (mean over {len(seeds)} seed(s) thick, each seed thin; grey: "
                  "FedAvg's mean; dotted horizontal: the rounds-to-target level)")
-    curve_runs = [r for m in shown for s in split_order for r in results[ds, s, m]]
+    curve_runs = [r for m in shown for s in split_order for r in results.get((ds, s, m), [])]
     note = status_note(curve_runs)
     save_figure(fig, f"10_benchmarks_curves_{ds}", notebook="10_benchmarks", profile=profile,
                 caption=f"Test accuracy against communication round on {ds} for "
@@ -431,7 +446,7 @@ from lab.tools.costs import cost_curves, plot_cost_accuracy
 
 for ds in datasets:
     split = split_order[-1] if "Dir 0.1" not in split_order else "Dir 0.1"
-    runs = [r for m in shown for r in results[ds, split, m] if r.status == "finished"]
+    runs = [r for m in shown for r in results.get((ds, split, m), []) if r.status == "finished"]
     target = next(t for d, s, _, t in benchmarks if d == ds and s == split)
     fig = plot_cost_accuracy(runs, target_pct=100 * target,
                              title=f"{ds}, {split}: accuracy against cumulative cost")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+import fedlab
 from fedlab.config import Config
 from lab.evidence.protocol import notebook_params, rerun_config
 from lab.regime import params as rp
@@ -58,3 +59,17 @@ def test_planned_seeds_follow_the_plan():
     assert rp.planned_seeds("pathological-3", "fedavg", None, seeds) == []  # a split the plan does not train
     assert rp.planned_seeds("dirichlet-0.1", "fedvssam", {"gamma_l": 0.123}, seeds) == []
     assert rp.planned_seeds("dirichlet-0.1", "fedavg", {}, [4, 5]) == [4, 5]
+    # the plan spells FedNSAM's paper arm with momentum_overwrite_bug: false, the method's default: the same run
+    assert rp.planned_seeds("dirichlet-0.1", "fednsam", {"variant": "paper"}, seeds) == seeds
+    default_alpha = fedlab.get_algorithm("mofedsam").hp.alpha  # not tuned: at its default it is the tuned run
+    assert rp.planned_seeds("dirichlet-0.1", "mofedsam", {"alpha": default_alpha}, seeds) == seeds
+    assert rp.planned_seeds("dirichlet-0.1", "mofedsam", {"alpha": default_alpha + 0.3}, seeds) == []
+
+
+def test_plan_seeds_uses_the_plan_only_when_asked_and_refuses_an_unplanned_required_run():
+    cfg = Config(algorithm="fedvssam", partition="dirichlet", alpha=0.1)
+    assert rp.plan_seeds(cfg, {"gamma_l": 0.123}, [0, 1], use_plan=False) == [0, 1]
+    assert rp.plan_seeds(cfg, {"gamma_l": 0.4}, range(6), use_plan=True) == [0, 1, 2]
+    assert rp.plan_seeds(cfg, {"gamma_l": 0.123}, range(6), use_plan=True, required=False) == []
+    with pytest.raises(ValueError, match="does not train fedvssam"):
+        rp.plan_seeds(cfg, {"gamma_l": 0.123}, range(6), use_plan=True)

@@ -39,7 +39,8 @@ def test_the_section_reports_verdict_numbers_and_the_reason_only_when_it_fails(t
     assert "08_toy: no federated training" in text and "under the protocol" in text
     assert f"in short, the claims that do not hold here: {CLAIM['claim']}" in text
     assert "claims that hold on" not in text
-    assert "setting: fmnist with the cnn model" in text and "seeds 0, 1, 2" in text
+    # the setting is the committed records' (digits, 4 rounds), not the parameter files' next run
+    assert "setting: digits with the cnn model" in text and " 4 rounds of " in text and "seeds 0, 1, 2" in text
 
     other = tmp_path / "holds"  # its own folder: a committed record is never replaced
     other.mkdir()

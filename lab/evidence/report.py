@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.claims import Verdict, evaluate_claims, load_claims
-from lab.evidence.protocol import SEEDS, profile_federation
+from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
 __all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
@@ -61,6 +61,7 @@ class CpuReport:
     notebook: str
     figures: list[CpuFigure] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
+    setting: str = "no committed cpu run behind its figures"  # the federation of the evidence (evidence_setting)
 
     def text(self) -> str:
         """The evidence and the claims rows as plain text (deterministic: from committed files only)."""
@@ -79,7 +80,7 @@ class CpuReport:
         counts = {v: sum(x.verdict == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run")}
         lines.append(f"claims tested here: {len(self.verdicts)} (" + ", ".join(f"{n} {v}" for v, n in counts.items()
                                                                            if n) + ")")
-        lines.append(f"  setting: {setting_text()}")
+        lines.append(f"  setting: {self.setting}")
         for v in self.verdicts:
             c = v.claim
             lines.append(f"- {c.claim} [{c.paper}; {c.where}]")
@@ -107,12 +108,20 @@ class CpuReport:
             display(Image(filename=str(f.png), width=720))
 
 
-def setting_text(profile: str = "cpu") -> str:
-    """The federation the cpu claims are tested on, in words, from the protocol (not typed by hand)."""
-    c = profile_federation(profile)
-    return (f"{c.dataset} with the {c.model} model, {c.n_clients} clients, {c.participation:.0%} per round, "
-            f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
-            + ", ".join(str(s) for s in SEEDS) + "; the papers used CIFAR and ResNets over hundreds of rounds")
+def evidence_setting(keys: list[str], seeds: list[Any], records: Path) -> str | None:
+    """The federation of the committed evidence, in words, read from the first of its run records ``keys`` in
+    ``records`` (not from the parameter files, which describe the next run, not the one committed), and the
+    ``seeds`` its figures state; None when no record is there."""
+    from lab.evidence.records import load_record
+
+    for key in keys:
+        res = load_record(key, records)
+        if res is not None:
+            c = res.config
+            return (f"{c.dataset} with the {c.model} model, {c.n_clients} clients, {c.participation:.0%} per round, "
+                    f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
+                    + ", ".join(str(s) for s in seeds) + "; the papers used CIFAR and ResNets over hundreds of rounds")
+    return None
 
 
 def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> CpuFigure:
@@ -141,4 +150,14 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
     """The committed cpu evidence of ``notebook`` (a stem such as ``04_sam_baselines``)."""
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     claims = [c for c in load_claims(figures_dir / "claims.yaml") if c.notebook == notebook]
-    return CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir))
+    keys, seeds = [], set()
+    for sidecar in sorted(figures_dir.glob(f"{notebook.split('_')[0]}_*.json")):
+        meta = json.loads(sidecar.read_text())
+        if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
+            keys += list(meta.get("records") or [])
+            seeds |= {json.dumps(s) for s in (meta.get("parameters") or {}).get("seeds") or []}
+    report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir))
+    setting = evidence_setting(keys, sorted((json.loads(s) for s in seeds), key=str), figures_dir / "records")
+    if setting is not None:
+        report.setting = setting
+    return report

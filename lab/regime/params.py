@@ -10,6 +10,7 @@ the plan trains for one of its runs (all, the first ``descriptive_seeds``, or no
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -19,7 +20,8 @@ from typing import Any
 
 from lab.repro import REPO_ROOT
 
-__all__ = ["BEGIN", "END", "NOTEBOOKS", "federation_params", "main", "planned_seeds", "render", "stale"]
+__all__ = ["BEGIN", "END", "NOTEBOOKS", "federation_params", "main", "plan_seeds", "planned_seeds", "render",
+           "stale"]
 
 NOTEBOOKS: tuple[str, ...] = ("00_quickstart", "02_flatness_incompatibility", "03_friendly_adversary",
                               "04_sam_baselines", "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
@@ -83,8 +85,6 @@ def stale(plan: Mapping[str, Any], criteria: Any) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def _planned() -> dict[tuple[str, str, str], int]:
-    import dataclasses
-
     import yaml
 
     from fedlab.algorithms import algorithm_class, algorithm_names
@@ -94,18 +94,52 @@ def _planned() -> dict[tuple[str, str, str], int]:
     methods = list(algorithm_names())
     defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
     claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
-    return {(r.split, r.method, r.params): r.seeds
-            for r in plan_runs(load_plan(), claims, methods, defaults, DEFAULT_GRIDS)}
+    out: dict[tuple[str, str, str], int] = {}
+    for r in plan_runs(load_plan(), claims, methods, defaults, DEFAULT_GRIDS):
+        key = (r.split, r.method, _variant(r.method, json.loads(r.params)))
+        out[key] = max(out.get(key, 0), r.seeds)  # two spellings of one run: it trains on the seeds of either
+    return out
+
+
+def _variant(method: str, params: Mapping[str, Any] | None) -> str:
+    """Canonical JSON of a run's hyperparameters on top of the tuned choice, without those that name no variant:
+    a value the method has by default, of a key no grid tunes (as ``rerun.is_tuned_run`` reads a claim's arm);
+    with a ``preset`` in the grid any key may have been moved by the tuning, so every one counts."""
+    from fedlab.algorithms import algorithm_class
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+
+    defaults = dataclasses.asdict(algorithm_class(method).resolve_hparams(None, {}))
+    grid = DEFAULT_GRIDS.get(method) or {}
+    own = {k: v for k, v in dict(params or {}).items()
+           if "preset" in grid or k in grid or k.startswith("config.") or defaults.get(k, object()) != v}
+    return json.dumps(own, sort_keys=True)
 
 
 def planned_seeds(split: str, method: str, params: Mapping[str, Any] | None, seeds: Sequence[int]) -> list[int]:
     """The seeds among ``seeds`` the rerun plan trains ``method`` with ``params`` on ``split`` (a split key:
     ``dirichlet-0.1``): the first S of them, S being the run's seeds in the plan (every seed for a claim's arm,
     ``descriptive_seeds`` for a run only a figure shows), or none when the plan does not train that run.
-    ``params`` are the run's own hyperparameters on top of the tuned choice (none or {}: the tuned run)."""
-    n = _planned().get((split, method, json.dumps(dict(params or {}), sort_keys=True)), 0)
+    ``params`` are the run's own hyperparameters on top of the tuned choice (none or {}: the tuned run), compared
+    as :func:`_variant` spells them."""
+    n = _planned().get((split, method, _variant(method, params)), 0)
     return list(seeds)[:n]
 
+
+def plan_seeds(config: Any, params: Mapping[str, Any] | None, seeds: Sequence[int], *, use_plan: bool,
+               required: bool = True) -> list[int]:
+    """The seeds a notebook trains ``config`` (its split and algorithm, ``params`` on top of the tuned choice)
+    on: ``seeds`` itself, or with ``use_plan`` (the cpu profile's ``rerun_plan``) :func:`planned_seeds`. A run the
+    plan does not train is refused when ``required`` (it would be trained on the spot, outside the plan's budget)
+    and gets no seeds otherwise."""
+    from lab.evidence.protocol import split_key
+
+    if not use_plan:
+        return list(seeds)
+    out = planned_seeds(split_key(config), config.algorithm, params, seeds)
+    if required and not out:
+        raise ValueError(f"the rerun plan (lab/regime/rerun.yaml) does not train {config.algorithm} with "
+                         f"{dict(params or {})} on {split_key(config)}; add it to the plan or leave rerun_plan off")
+    return out
 
 def main(args: Any) -> int:
     """``python -m lab regime rerun-params [--check]``: write (or check) the generated blocks."""
