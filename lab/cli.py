@@ -220,14 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the plan file (default lab/regime/rerun.yaml)")
     rt = rsub.add_parser("rerun-tune", allow_abbrev=False,
                          help="tune the rerun's methods on its tuning split, resumably: figures/rerun/tuning, "
-                              "figures/rerun/records")
+                              "figures/records")
     rt.add_argument("--plan", type=__import__("pathlib").Path, default=None,
                     help="the plan file (default lab/regime/rerun.yaml)")
     rt.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
     rt.add_argument("--client-threads", type=int, default=2, help="clients trained at once (same numbers)")
     rr = rsub.add_parser("rerun-train", allow_abbrev=False,
                          help="train the rerun plan's runs that have no record, resumably, seed-major: "
-                              "figures/rerun/records (a tuned method waits for its tuning file)")
+                              "figures/records (a tuned method waits for its tuning file)")
     rr.add_argument("--plan", type=__import__("pathlib").Path, default=None,
                     help="the plan file (default lab/regime/rerun.yaml)")
     rr.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")

@@ -252,3 +252,12 @@ def test_the_committed_plan_defers_notebook_09s_methods():
     late = rr.analysed(plan)
     assert {("dirichlet-0.1", m) for m in notebook_params("09_sharpness_and_landscapes")["methods"]} <= late
     assert ("dirichlet-1", "fedsam") in late and ("dirichlet-0.5", "scaffold") not in late
+
+
+def test_the_rerun_records_are_where_the_notebooks_read_records():
+    """A notebook's cpu run is a rerun run (tests/test_regime_params.py): its record must be in records_dir(),
+    which run_or_load reads, not in a folder of the rerun's own."""
+    from lab.evidence.records import records_dir
+
+    assert rr._records(None) == records_dir()
+    assert len(rr.recorded(records_dir())) > 0 and not (rr.RERUN_DIR / "records").exists()

@@ -180,8 +180,16 @@ def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[
 
 
 RERUN_DIR = FIGURES_DIR / "rerun"
-"""The rerun's committed evidence: ``tuning/<split>/<method>.json`` and ``records/`` (kept apart from the
-K = 5 profile's ``figures/records`` until the notebooks switch to the regime)."""
+"""The rerun's tuning, ``tuning/<split>/<method>.json`` (kept apart from the K = 5 profile's ``figures/tuning``,
+which its committed figures cite). Its run records go where the notebooks read records,
+:func:`lab.evidence.records.records_dir` (``figures/records``): a notebook's cpu run is a rerun run (same config,
+same key), so it is loaded, not trained again."""
+
+
+def _records(root: Path | None) -> Path:
+    from lab.evidence.records import records_dir
+
+    return records_dir() if root is None else Path(root) / "records"
 
 
 def _split_fields(split: str) -> dict[str, Any]:
@@ -223,13 +231,14 @@ def tuning_protocol(plan: Mapping[str, Any], criteria: Any) -> dict[str, Any]:
 def tune(plan: Mapping[str, Any], criteria: Any, *, methods: Sequence[str] | None = None,
          client_threads: int = 2, root: Path | None = None, progress: bool = True) -> list[Path]:
     """Tune every method with a grid on the plan's tuning split, resumably (a method × split is written to
-    ``<root>/tuning`` when it finishes, its grid points to ``<root>/records``; root: ``figures/rerun``)."""
+    ``<root>/tuning`` when it finishes, its grid points to ``<root>/records``; no root: :data:`RERUN_DIR` and
+    ``records_dir()``)."""
     from lab.evidence.protocol import tune_splits
 
-    root = RERUN_DIR if root is None else Path(root)
     split = plan["tuning"]["split"]
     base = federation(plan, criteria, split, tuning=True).replace(client_threads=client_threads)
-    return tune_splits({split: base}, methods=methods, directory=root / "tuning", records_directory=root / "records",
+    return tune_splits({split: base}, methods=methods, directory=(RERUN_DIR if root is None else Path(root)) / "tuning",
+                       records_directory=_records(root),
                        tuning=tuning_protocol(plan, criteria), progress=progress)
 
 
@@ -311,8 +320,8 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
           claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
           max_runs: int | None = None, out: Any = None) -> int:
     """Train every run of the plan that has no record, ``workers`` at a time, writing each record to
-    ``<root>/records`` (root: ``figures/rerun``) as it finishes, so it resumes from what is committed. A tuned
-    method waits until ``<root>/tuning`` has its file. ``claims`` (default ``figures/claims.yaml``) add their
+    ``<root>/records`` (no root: ``records_dir()``) as it finishes, so it resumes from what is committed. A tuned
+    method waits until ``<root>/tuning`` (no root: :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their
     arms; ``seconds`` (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
     import datetime
     import os
@@ -328,8 +337,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     from lab.regime.workers import Progress, clock, train_many
 
     out = sys.stdout if out is None else out
-    root = RERUN_DIR if root is None else Path(root)
-    directory, tuning = root / "records", root / "tuning"
+    directory, tuning = _records(root), (RERUN_DIR if root is None else Path(root)) / "tuning"
     methods = list(algorithm_names())
     defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
     claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"] if claims is None else claims
