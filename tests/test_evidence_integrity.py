@@ -215,14 +215,17 @@ def test_a_bad_tuning_file_is_refused_naming_it(figs: Path, fault: str) -> None:
 
 def test_tune_profile_does_not_skip_a_bad_tuning_file_as_done(figs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fedlab.evidence.tuning as tuning_module
-    from lab.evidence.protocol import TUNING as PROTOCOL, profile_splits, tune_splits
+    from fedlab.config import Config
+    from lab.evidence.protocol import TUNING as PROTOCOL, tune_splits
 
     def no_training(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a committed tuning file must be checked, not retrained")
 
     monkeypatch.setattr(tuning_module, "tune", no_training)
-    grid = {"fedsam": json.loads((figs / TUNING).read_text())["grid"]}
-    splits = {"dirichlet-0.5": profile_splits("cpu")["dirichlet-0.5"]}
+    committed = json.loads((figs / TUNING).read_text())
+    grid = {"fedsam": committed["grid"]}
+    # the K = 5 federation it was tuned on (the cpu parameter files now name the rerun's regime)
+    splits = {"dirichlet-0.5": Config.from_dict({**committed["base"], "algorithm": "fedavg", "algorithm_params": {}})}
     kwargs = dict(methods=["fedsam"], grids=grid, directory=figs / "tuning", tuning=PROTOCOL, progress=False,
                   edges=None)  # the committed cpu tuning's protocol: no edge extension
     assert tune_splits(splits, **kwargs) == [figs / TUNING]  # intact: skipped as done

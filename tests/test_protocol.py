@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from lab.evidence.protocol import (PARTITION_SEED, profile_federation, profile_splits, split_key, tune_splits,
-                                      tuned_params)
+from lab.evidence.protocol import (PARTITION_SEED, notebook_params, profile_federation, profile_splits, split_key,
+                                      tune_splits, tuned_params)
 from lab.evidence.records import load_record
 
 TINY_TUNING = {"rounds": 4, "eval_every": 2, "validation_size": 200, "seed": 0}
@@ -16,7 +16,10 @@ GRIDS = {"fedsam": {"rho": [0.01, 1.0]}, "fedprox": {"mu": [0.01, 0.1]}}
 
 def test_profile_splits_follow_notebook_10_and_fix_the_partition():
     splits = profile_splits("cpu")
-    assert set(splits) == {"dirichlet-0.5", "dirichlet-0.1", "pathological-3"}
+    p = notebook_params("10_benchmarks", "cpu")
+    assert set(splits) == {f"dirichlet-{a:g}" for a in p["dirichlet_alphas"]} | {
+        f"pathological-{c}" for c in p["pathological_classes"] if c is not None}
+    assert "dirichlet-0.1" in splits and "pathological-3" not in splits  # the rerun trains no pathological split
     for key, cfg in splits.items():
         assert split_key(cfg) == key
         assert cfg.partition_seed == PARTITION_SEED and cfg.n_clients == 100 and cfg.dataset == "fmnist"

@@ -226,7 +226,7 @@ def profile_splits(profile: str = "cpu") -> dict[str, Config]:
     splits = [base.replace(partition=p.get("partition", "dirichlet"), alpha=float(a))
               for a in p.get("dirichlet_alphas", [0.1])]
     splits += [base.replace(partition="pathological", alpha=None, classes_per_client=int(c))
-               for c in p.get("pathological_classes", [])]
+               for c in p.get("pathological_classes", []) if c is not None]  # None: no pathological split
     return {split_key(c): c for c in splits}
 
 
