@@ -1,11 +1,10 @@
 """The closing part of ``make run``: three methods on the cpu profile's federation, with tuned settings.
 
 ``python -m lab.tools.summary`` trains (or loads) FedAvg, FedSAM and FedVSSAM on the Dirichlet-0.1
-split the committed evidence was measured on (:func:`evidence_federation`: the config of notebook 10's
-committed seed-0 FedAvg record; the same rounds and local steps for all three), each
-with the hyperparameters tuned for that split on held-out validation data
-(:func:`~lab.evidence.protocol.tuned_params`), at seed 0. These are exactly notebook 10's seed-0 runs
-of that split, so where their records are committed they are loaded instead of trained. It prints
+split at seed 0 as the committed evidence ran them (:func:`evidence_runs`: the configs of notebook 10's
+committed seed-0 records, hyperparameters tuned for that split on held-out validation data), so they are
+loaded instead of trained; a method without such a record runs on the cpu profile's federation with its
+tuned hyperparameters (:func:`~lab.evidence.protocol.tuned_params`). It prints
 each method's settings and where they come from, its final test accuracy and status, then the verdict
 counts of the claims table and where the figures and executed notebooks are. One seed is a
 demonstration, not evidence: the seeds and intervals are in the claims table.
@@ -20,26 +19,26 @@ BENCHMARK_FIGURE = "10_benchmarks_bars_fmnist"
 """The committed figure whose run records name the federation the committed evidence was measured on."""
 
 
-def evidence_federation(figures_dir=None):  # type: ignore[no-untyped-def]
-    """The federation of the committed evidence: the config of notebook 10's seed-0 FedAvg record on Dirichlet
-    0.1 (behind :data:`BENCHMARK_FIGURE`), so ``make run`` loads committed runs whichever federation the cpu
-    parameter files name for the next run; the cpu profile's (:func:`~lab.evidence.protocol.profile_federation`)
-    when no such record is committed."""
+def evidence_runs(figures_dir=None):  # type: ignore[no-untyped-def]
+    """The committed evidence's seed-0 Dirichlet-0.1 run of each of :data:`METHODS`: ``{method: (config, record
+    key)}``, read from the records behind :data:`BENCHMARK_FIGURE` (their settings are the ones the committed
+    figures were measured with, whichever federation and tuning the cpu parameter files name for the next run)."""
     import json
     from pathlib import Path
 
-    from lab.evidence.protocol import profile_federation, split_key
+    from lab.evidence.protocol import split_key
     from lab.evidence.records import load_record
     from lab.repro import FIGURES_DIR
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     sidecar = figures_dir / f"{BENCHMARK_FIGURE}.json"
-    keys = json.loads(sidecar.read_text()).get("records") or [] if sidecar.exists() else []
-    for key in (k for k in keys if k.startswith("fedavg-")):
+    keys = (json.loads(sidecar.read_text()).get("records") or []) if sidecar.exists() else []
+    out = {}
+    for key in (k for k in keys if k.split("-", 1)[0] in METHODS):
         res = load_record(key, figures_dir / "records")
         if res is not None and res.config.seed == 0 and split_key(res.config) == "dirichlet-0.1":
-            return res.config.replace(algorithm="fedavg", algorithm_params={})
-    return profile_federation("cpu")
+            out.setdefault(res.config.algorithm, (res.config, key))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import fedlab
     from lab.evidence.claims import evaluate_claims_paired, verdict_counts
     from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
-    from lab.evidence.protocol import split_key, tuned_params
+    from lab.evidence.protocol import profile_federation, split_key, tuned_params
     from lab.evidence.records import run_or_load
     from lab.tools.plots import method_label
 
@@ -58,20 +57,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default=None, help="where the runs live (default: <repo>/runs)")
     args = p.parse_args(argv)
 
-    base = evidence_federation().replace(client_threads=args.client_threads, runs_dir=args.runs_dir)
-    if args.rounds is not None:
-        base = base.replace(rounds=args.rounds)
+    committed = evidence_runs()
+    configs, sources = {}, {}
+    for method in METHODS:
+        if method in committed:  # the evidence's own run: loaded, not trained
+            configs[method], sources[method] = committed[method][0], f"committed record {committed[method][1]}"
+        else:
+            tuned = tuned_params(method, profile_federation("cpu"))
+            configs[method] = profile_federation("cpu").replace(algorithm=method, algorithm_params=dict(tuned.params))
+            sources[method] = tuned.source
+    configs = {m: c.replace(client_threads=args.client_threads, runs_dir=args.runs_dir,
+                            **({} if args.rounds is None else {"rounds": args.rounds})) for m, c in configs.items()}
+    base = configs[METHODS[0]]
     print(f"Three methods on one federation: {base.dataset}, {base.model}, {base.n_clients} clients, "
           f"{split_key(base)}, {base.participation:.0%} per round, {base.rounds} rounds of K={base.local_steps}, "
           f"seed {base.seed}:")
     rows = []
-    for method in METHODS:
-        tuned = tuned_params(method, base)
-        cfg = base.replace(algorithm=method, algorithm_params=dict(tuned.params))
+    for method, cfg in configs.items():
         res = run_or_load(cfg)
         rows.append({"method": method_label(method), "settings": ", ".join(f"{k}={v}" for k, v in
                                                                          cfg.algorithm_params.items()) or "defaults",
-                     "from": tuned.source, "final test acc": round(100 * res.final_accuracy, 2),
+                     "from": sources[method], "final test acc": round(100 * res.final_accuracy, 2),
                      "status": res.status})
     table = pd.DataFrame(rows)
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
