@@ -105,15 +105,17 @@ lab: venv
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-# Regenerate the committed figures with the `cpu` profile (Fashion-MNIST, 100 clients): first the
-# tuning of every method on every split (validation data held out; resumable), then the notebooks in
-# the order of lab.evidence.budget.RUN_ORDER (10 first: the others reuse its runs), training one
-# client per core where a notebook trains (client_threads: same numbers as one client at a time).
-# Every finished run is written to figures/records/ at once: commit them as they come (a rerun, here
-# or on another machine, skips every committed run). `make figures-dry-run` estimates the time.
+# Regenerate the committed figures with the `cpu` profile, the regime rerun of issue 28
+# (lab/regime/rerun.yaml, figures/regime/rerun_plan.md): first the tuning of every method on the plan's
+# tuning split (held-out samples; resumable), then every run of the plan, two at a time, the runs whose
+# models an analysis reads last (keep runs/ for the notebooks: they read those models), then the
+# notebooks in the order of lab.evidence.budget.RUN_ORDER, which read the runs' records (one client per
+# core where a notebook still trains). Every finished run is written to figures/records/ at once: commit
+# them as they come (a rerun, here or on another machine, skips every committed run).
 CORES ?= $(shell nproc 2>/dev/null || echo 1)
 figures: venv data
-	OMP_NUM_THREADS=1 $(PY) -m lab tune-profile --client-threads $(CORES)
+	OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m lab regime rerun-tune --client-threads $(CORES)
+	OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m lab regime rerun-train --workers $(CORES)
 	@for base in $$($(PY) -c "from lab.evidence.budget import RUN_ORDER; print(' '.join(RUN_ORDER))"); do \
 	  params=notebooks/params/$$base.cpu.yaml; \
 	  threads=$$(grep -q '^client_threads = ' notebooks/$$base.py && echo "-p client_threads $(CORES)"); \

@@ -1,4 +1,4 @@
-"""The lab's command line: ``python -m lab bench | claims | figures --dry-run | tune-profile | regime``.
+"""The lab's command line: ``python -m lab bench | claims | figures --dry-run | regime``.
 
 These commands serve this repository's evidence (the committed records, the claims of
 ``figures/claims.yaml``, the cpu profile's budget and tuning) and its benchmarks; the library's own
@@ -110,19 +110,6 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0 if print_estimate(est, args.budget_hours) else 1
 
 
-def _cmd_tune_profile(args: argparse.Namespace) -> int:
-    from lab.evidence.protocol import tune_profile
-
-    split_list = [s for s in (args.splits or "").split(",") if s] or None
-    method_list = [m for m in (args.methods or "").split(",") if m] or None
-    paths = tune_profile(args.profile, methods=method_list, splits=split_list, client_threads=args.client_threads,
-                         record=not args.no_record, progress=not args.no_progress)
-    for path in paths:
-        best = __import__("json").loads(path.read_text())["best"]
-        print(f"{path.parent.name:18s} {path.stem:18s} {best}")
-    return 0
-
-
 def _cmd_regime(args: argparse.Namespace) -> int:
     """``regime pilot ...`` (train a stage of the regime pilot), ``regime analyse`` (stage A's table, figure,
     summary) and ``regime decide`` (stage B's decisions R1–R5 and the selection outcome)."""
@@ -149,7 +136,7 @@ def _cmd_regime(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m lab`` parser (bench, claims, figures, tune-profile, regime)."""
+    """The ``python -m lab`` parser (bench, claims, figures, regime)."""
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -182,15 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "2-core machine: 2145 ms per FedAvg round / 3200 sample-gradients = 0.67)")
     f.add_argument("--forward-ms", type=float, default=None, help="ms per sample-forward (default: grad-ms / 3)")
     f.add_argument("--budget-hours", type=float, default=4.0, help="exit 1 if the estimate exceeds this")
-    t = sub.add_parser("tune-profile", allow_abbrev=False,
-                       help="tune every method on every split of a profile on held-out validation data "
-                            "(resumable; writes figures/tuning/<split>/<method>.csv/json and run records)")
-    t.add_argument("--profile", default="cpu", help="the profile whose federation and splits are tuned")
-    t.add_argument("--splits", default=None, help="comma-separated split keys (default: all), e.g. dirichlet-0.1")
-    t.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
-    t.add_argument("--client-threads", type=int, default=1, help="clients trained at once (same numbers)")
-    t.add_argument("--no-record", action="store_true", help="do not write the grid points' run records")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
     r = sub.add_parser("regime", allow_abbrev=False,
                        help="the regime pilot of issue 28 (lab/regime/criteria.yaml): `regime pilot` trains a "
                             "stage resumably, `regime analyse` writes figures/regime/pilot.*, `regime decide` "
@@ -245,6 +223,5 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
     args = build_parser().parse_args(argv)
-    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "regime": _cmd_regime,
-                "tune-profile": _cmd_tune_profile}
+    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "regime": _cmd_regime}
     return dispatch(commands[args.command], args, errors=((EvidenceError, 4),))

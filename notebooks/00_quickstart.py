@@ -119,7 +119,7 @@ if profile == "cpu":
 # ## 3. Train FedAvg, FedSAM and FedVSSAM
 # Each method runs with the hyperparameters **tuned for this split** on a validation set held out from
 # the training data (`lab.evidence.protocol.tuned_params`, the committed choice in
-# `figures/tuning/<split>/`; notebook 04 measures what a SAM radius too large for this small CNN does to
+# `figures/rerun/tuning/<split>/`; notebook 04 measures what a SAM radius too large for this small CNN does to
 # it, and why the radius must be chosen per model). Where no tuning is committed yet the
 # method runs at its defaults and the table says "untuned". Each run is stored under `runs/` (a second
 # call with the same configuration loads it instead of training again), once per training seed.
@@ -256,7 +256,7 @@ plt.show()
 # <details>
 # <summary>Solution</summary>
 #
-# The table says "untuned": the tuning is stored per split (`figures/tuning/<split>/`), there is none for
+# The table says "untuned": the tuning is stored per split (`figures/rerun/tuning/<split>/`), there is none for
 # Dirichlet 10, so FedSAM and FedVSSAM run at their defaults. FedSAM's default radius, FL-Simulator's ρ = 0.1
 # (chosen for ResNet-18), is far too large for this small CNN (notebook 04, §1b): its curve stays near chance, in
 # each of the three seeds we ran. FedAvg ends far above its α = 0.1 accuracy: the clients hold almost the same

@@ -79,7 +79,7 @@ import pandas as pd
 
 import fedlab
 from lab.evidence.collapse import chance_threshold
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
+from lab.evidence.protocol import K5_TUNING_DIR, PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
@@ -145,15 +145,15 @@ seeds = list(range(seed, seed + n_seeds))
 # validation accuracy over the last quarter of a short horizon (its protocol is printed below, read
 # from the sweep's JSON). The dashed line is the collapse threshold of `lab.evidence.collapse`
 # (chance + 5 points). When they are committed, the right panel shows the protocol's tuning grid of
-# every SAM-family method on the Dirichlet-0.1 split (`figures/tuning/dirichlet-0.1/<method>.csv`,
-# written by `python -m lab tune-profile`) — the grids from which this notebook's radii come.
+# every SAM-family method on the Dirichlet-0.1 split (`figures/rerun/tuning/dirichlet-0.1/<method>.csv`,
+# written by `python -m lab regime rerun-tune`) — the grids from which this notebook's radii come.
 # These are committed files: the figure is the same whatever profile runs the notebook.
 
 # %%
 SAM_FAMILY = ("fedsam", "mofedsam", "fedgamma", "fedspeed", "fedlesam")
 sweeps = {}
 for arch in ("cnn", "lenet5"):
-    stem = tuning_dir() / f"04_rho_sweep_fedsam_{arch}"
+    stem = K5_TUNING_DIR / f"04_rho_sweep_fedsam_{arch}"  # the K = 5 profile's committed sweeps
     sweeps[arch] = (pd.read_csv(stem.with_suffix(".csv")), json.loads(stem.with_suffix(".json").read_text()))
 grid_dir = tuning_dir() / "dirichlet-0.1"
 grids = {m: pd.read_csv(grid_dir / f"{m}.csv") for m in SAM_FAMILY if (grid_dir / f"{m}.csv").exists()}
@@ -173,7 +173,7 @@ for arch, (table, meta) in sweeps.items():
 missing = [m for m in SAM_FAMILY if m not in grids]
 print(f"tuning grids on dirichlet-0.1 committed for: {', '.join(method_label(m) for m in grids) or 'none'}")
 if missing:
-    print(f"not committed yet (run `python -m lab tune-profile`): {', '.join(method_label(m) for m in missing)}")
+    print(f"not committed yet (run `python -m lab regime rerun-tune`): {', '.join(method_label(m) for m in missing)}")
 
 # %%
 n_panels = 2 if grids else 1

@@ -34,7 +34,7 @@
 #
 # **The evidence protocol** (`lab.evidence.protocol`, issue 14). Each method runs with the
 # hyperparameters **tuned for that split** on a validation set held out from the training data
-# (`tuned_params(method, split)`, the committed choice in `figures/tuning/<split>/<method>.json`; a
+# (`tuned_params(method, split)`, the committed choice in `figures/rerun/tuning/<split>/<method>.json`; a
 # method without a committed choice runs at its registered defaults and the table below says so).
 # The partition of each split is drawn once, from a fixed seed, and shared by every method and seed,
 # so the seeds vary only initialisation, client sampling and batch order. Accuracies are the mean
@@ -142,7 +142,7 @@ for ds, split, cfg, _ in benchmarks:
 # %% [markdown]
 # ## 2. The hyperparameters, per split
 # Each method's hyperparameters on each split and where they come from: the tuning file (the grid,
-# every validation score and the choice are in `figures/tuning/<split>/`), "defaults" when the method
+# every validation score and the choice are in `figures/rerun/tuning/<split>/`), "defaults" when the method
 # declares nothing to tune or the split is not tuned yet, or "override" for `method_params`.
 
 # %%

@@ -45,6 +45,10 @@ def test_tune_splits_writes_choices_records_and_skips_what_is_done(tiny, tmp_pat
     assert t.tuned and t.params == done["best"]
     assert not tuned_params("fedsam", tiny(alpha=0.1), directory=out).tuned
     assert tuned_params("fedavg", tiny(alpha=0.5), directory=out).params == {}
+    # the default folder (the rerun's tuning) reuses the tuning split's choice on a split without its own file
+    reused = tuned_params("fedsam", tiny(alpha=0.7))
+    assert reused.tuned and "(tuned on dirichlet-0.1, reused on dirichlet-0.7)" in reused.source
+    assert reused.params == tuned_params("fedsam", tiny(alpha=0.1)).params
     # a second call trains nothing: the records are not rewritten and the files stay
     stamps = {p: p.stat().st_mtime_ns for p in recs.iterdir()}
     again = tune_splits(splits, grids=GRIDS, directory=out, records_directory=recs, tuning=TINY_TUNING,

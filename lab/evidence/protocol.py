@@ -14,9 +14,13 @@ Every real-data comparison of the cpu profile follows the same rules (issue 14):
   (:func:`fedlab.tune`, the test set is never read), over each method's declared grid
   (:data:`fedlab.evidence.tuning.DEFAULT_GRIDS`), at the horizon :data:`TUNING` (shorter than the runs: a
   radius that collapses the model, or a weight that stalls it, shows within 15 rounds — notebook 04's
-  ρ sweep), one seed. :func:`tune_profile` does all of it, resumably: each method × split writes
-  ``figures/tuning/<split>/<method>.csv/json`` when it finishes and every grid point's run as a
-  committed record, so a rerun on another machine skips what is committed.
+  ρ sweep), one seed. That was the K = 5 profile's tuning (``figures/tuning/<split>/``, :data:`K5_TUNING_DIR`,
+  cited by its committed figures). The cpu profile's tuning is now the regime rerun's (``python -m lab regime
+  rerun-tune``, :func:`lab.regime.rerun.tune` through :func:`tune_splits`): each method once, on
+  :func:`tuning_split`, at half the run's horizon on held-out samples, its grid extended at an edge
+  (:data:`EDGE_RULE`), written to :func:`tuning_dir` with every grid point's run as a committed record (so a
+  rerun on another machine skips what is committed); :func:`tuned_params` reuses that choice on the other
+  splits.
 * **The rerun protocol** (issue 26, declared here once, applied by the next rerun, never to the committed
   records): the final metric is the mean over the last :data:`FINAL_METRIC` ``k`` evaluations on the full
   test set (:func:`final_metric`; a record without them falls back, labelled, to its last evaluation);
@@ -44,7 +48,8 @@ from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["EDGE_RULE", "FINAL_METRIC", "PARTITION_SEED", "RERUN_PROTOCOL", "SEEDS", "TUNING", "EdgeRule", "FinalValue",
            "Tuned", "edge_extension", "notebook_params", "extend_edges", "final_metric", "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
-           "tune_profile", "tune_splits", "tuned_params", "tuning_dir", "UNTUNED_PROFILES"]
+           "tune_splits", "tuned_params", "tuning_dir", "tuning_split", "K5_TUNING_DIR",
+           "UNTUNED_PROFILES"]
 
 SEEDS: tuple[int, ...] = (0, 1, 2)
 """Training seeds of every real-data comparison in the cpu profile."""
@@ -198,9 +203,23 @@ def extend_edges(tune_once: Any, grid: Mapping[str, Sequence[Any]],
                     "rule": rule.to_dict()}
 
 
+K5_TUNING_DIR = FIGURES_DIR / "tuning"
+"""The K = 5 profile's tuning, one folder per split: its committed figures cite it (and notebook 04 shows its
+FedSAM ρ sweeps); the cpu profile no longer reads it."""
+
+
 def tuning_dir() -> Path:
-    """``figures/tuning``: committed tuning results, one folder per split."""
-    return FIGURES_DIR / "tuning"
+    """``figures/rerun/tuning``: the cpu profile's tuning, the regime rerun's (``lab/regime/rerun.yaml``): every
+    method tuned once, on the plan's tuning split, one folder per split (:func:`tuning_split`)."""
+    return FIGURES_DIR / "rerun" / "tuning"
+
+
+def tuning_split() -> str:
+    """The split the cpu profile's methods are tuned on (the rerun plan's ``tuning.split``); its choice is reused
+    on every other split (``rerun.yaml`` reasons.tuning_split)."""
+    from lab.regime.rerun import load_plan
+
+    return str(load_plan()["tuning"]["split"])
 
 
 def notebook_params(notebook: str = "10_benchmarks", profile: str = "cpu") -> dict[str, Any]:
@@ -248,7 +267,7 @@ class Tuned:
 
     @property
     def tuned(self) -> bool:
-        return self.source.endswith(".json")
+        return self.source.endswith(".json") or ".json (tuned on " in self.source  # its own split's file, or reused
 
 
 UNTUNED_PROFILES = ("paper",)
@@ -258,10 +277,12 @@ UNTUNED_PROFILES = ("paper",)
 def tuned_params(algorithm: str, config: Config, directory: Path | None = None, *, profile: str = "cpu") -> Tuned:
     """The committed tuning choice of ``algorithm`` on ``config``'s split.
 
-    Reads ``<directory>/<split_key>/<algorithm>.json`` (default ``figures/tuning``) written by
-    :func:`tune_profile`, checked by :func:`~lab.evidence.tuning_files.load_tuning` (a TuningError naming
-    the file if it is corrupt, edited, or its choice is not its grid's best finished point). Without one — a method with nothing to tune, or a split not tuned yet —
-    the method runs at its defaults and ``source`` says so. The choice is the grid point only
+    Reads ``<directory>/<split_key>/<algorithm>.json`` (default :func:`tuning_dir`, written by ``python -m lab
+    regime rerun-tune``), checked by :func:`~lab.evidence.tuning_files.load_tuning` (a TuningError naming the
+    file if it is corrupt, edited, or its choice is not its grid's best finished point). A split without its own
+    file takes the choice made on :func:`tuning_split` (with the default directory; ``source`` says so). Without
+    either — a method with nothing to tune, or not tuned yet — the method runs at its defaults and ``source``
+    says so. The choice is the grid point only
     (e.g. ``{"rho": 0.02}``); merge it into ``algorithm_params``. The ``ci`` profile takes the cpu
     profile's choices (so the quick run exercises them); a profile in :data:`UNTUNED_PROFILES` gets
     the method's defaults (its parameter file sets the paper's values).
@@ -273,10 +294,15 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
         return Tuned({}, f"{profile} profile: the paper's settings, not tuned here")
 
     root = tuning_dir() if directory is None else Path(directory)
-    path = root / split_key(config) / f"{algorithm}.json"
+    split = split_key(config)
+    path = root / split / f"{algorithm}.json"
+    reused = ""
+    if not path.exists() and directory is None and (root / tuning_split() / path.name).exists():
+        path, reused = root / tuning_split() / path.name, f" (tuned on {tuning_split()}, reused on {split})"
     if path.exists():
         best = load_tuning(path)["best"]  # checked: digest, a finished best point of its own grid
-        return Tuned(dict(best), str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path))
+        shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        return Tuned(dict(best), f"{shown}{reused}")
     if not DEFAULT_GRIDS.get(algorithm):
         return Tuned({}, "defaults (nothing declared to tune)")
     return Tuned({}, f"defaults (untuned: no {path.name} for split {split_key(config)})")
@@ -284,18 +310,6 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
 
 def _grid_size(grid: dict[str, Sequence[Any]]) -> int:
     return math.prod(len(v) for v in grid.values()) if grid else 1
-
-
-def tune_profile(profile: str = "cpu", *, methods: Iterable[str] | None = None, splits: Iterable[str] | None = None,
-                 client_threads: int = 1, **kwargs: Any) -> list[Path]:
-    """:func:`tune_splits` over the splits of ``profile`` (:func:`profile_splits`; ``splits`` picks some by key)."""
-    all_splits = profile_splits(profile)
-    chosen = list(all_splits) if splits is None else list(splits)
-    unknown = sorted(set(chosen) - set(all_splits))
-    if unknown:
-        raise ValueError(f"unknown split(s) {unknown}; the {profile} profile has {', '.join(all_splits)}")
-    return tune_splits({k: all_splits[k].replace(client_threads=client_threads) for k in chosen},
-                       methods=methods, **kwargs)
 
 
 def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None = None,

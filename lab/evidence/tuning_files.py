@@ -47,7 +47,7 @@ def load_tuning(json_path: str | Path) -> dict[str, Any]:
     json_path = Path(json_path)
     csv_path = json_path.with_suffix(".csv")
     what = f"tuning file {json_path}"
-    fix = "restore it from git, or move it away and rerun `python -m lab tune-profile`"
+    fix = "restore it from git, or move it away and rerun `python -m lab regime rerun-tune`"
     try:
         json_bytes = json_path.read_bytes()
         done = json.loads(json_bytes.decode("utf-8"))
