@@ -120,7 +120,7 @@ figures: venv data
 	  params=notebooks/params/$$base.cpu.yaml; \
 	  threads=$$(grep -q '^client_threads = ' notebooks/$$base.py && echo "-p client_threads $(CORES)"); \
 	  echo "== $$base ($$params $$threads)"; \
-	  OMP_NUM_THREADS=1 $(PY) -m papermill notebooks/$$base.ipynb runs/figures/$$base.ipynb -f $$params $$threads \
+	  OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m papermill notebooks/$$base.ipynb runs/figures/$$base.ipynb -f $$params $$threads \
 	    -k python3 --cwd notebooks --execution-timeout 7200 --no-progress-bar --log-level WARNING || exit 1; \
 	done
 	$(PY) -m lab claims --write
