@@ -98,6 +98,15 @@ def test_summary_table_never_splits_on_unhashed_fields(tiny):
     assert "client_threads" not in table.columns
 
 
+def test_summary_table_paired_counts_the_partition_seed_as_part_of_the_seed(tiny):
+    # the paired protocol: each seed draws its own partition (partition_seed = seed)
+    runs = [fedlab_run(tiny(rounds=2, seed=s, partition_seed=s)) for s in (0, 1)]
+    assert summary_table(runs)["n_seeds"].tolist() == [1, 1]  # two partitions: two groups unless paired
+    table = summary_table(runs, paired=True)
+    assert len(table) == 1 and table["n_seeds"].iloc[0] == 2
+    assert "partition_seed" not in table.columns
+
+
 def test_repeated_configs_run_once_and_keep_their_own_fields(tiny, capsys):
     runs = sweep(tiny(rounds=2), {"client_threads": [1, 2]}, seeds=[0], backend="local", progress=False)
     assert runs[0].run_dir == runs[1].run_dir  # one run directory, trained once (in-process: one to do)

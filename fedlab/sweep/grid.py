@@ -148,8 +148,9 @@ def rounds_to_target(metrics: pd.DataFrame, target: float, *, exact: bool = Fals
     return first if len(hit) else float("nan")
 
 
-def _group_key(config: Config) -> str:
-    values = {k: v for k, v in config.to_dict().items() if k not in _NOT_GROUPED}
+def _group_key(config: Config, paired: bool = False) -> str:
+    values = {k: v for k, v in config.to_dict().items()
+              if k not in _NOT_GROUPED and not (paired and k == "partition_seed")}
     return json.dumps(values, sort_keys=True, default=str)
 
 
@@ -168,8 +169,10 @@ def _uplink_per_client(res: RunResult, column: str) -> float:
     return float((m[column] / (m["n_sampled"] * d)).mean())
 
 
-def summary_table(results: Iterable[RunResult], target: float | None = None) -> pd.DataFrame:
-    """One row per group of runs that differ only in their seed, in order of first appearance.
+def summary_table(results: Iterable[RunResult], target: float | None = None, *, paired: bool = False) -> pd.DataFrame:
+    """One row per group of runs that differ only in their seed, in order of first appearance; with
+    ``paired`` the partition seed counts as part of the seed (each seed drew its own partition, as the
+    paired protocol's runs do: ``partition_seed = seed``).
 
     Columns: the config fields that vary between groups (always ``algorithm``); ``n_seeds``,
     ``n_collapsed``, ``n_diverged`` (collapsed and diverged seeds are never averaged in);
@@ -190,9 +193,9 @@ def summary_table(results: Iterable[RunResult], target: float | None = None) -> 
         if run_key in seen:
             continue
         seen.add(run_key)
-        groups.setdefault(_group_key(res.config), []).append(res)
+        groups.setdefault(_group_key(res.config, paired), []).append(res)
     configs = [grp[0].config.to_dict() for grp in groups.values()]
-    varying = [name for name in _field_names() if name not in _NOT_GROUPED
+    varying = [name for name in _field_names() if name not in _NOT_GROUPED and not (paired and name == "partition_seed")
                and len({json.dumps(c[name], sort_keys=True, default=str) for c in configs}) > 1]
     if "algorithm" not in varying:
         varying.insert(0, "algorithm")
