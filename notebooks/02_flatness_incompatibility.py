@@ -51,6 +51,8 @@
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 seed = 0  # first training seed (init, sampling, batches) and the analysis samples; the partition is fixed
 n_seeds = 1  # training seeds seed, seed + 1, ... of the FedAvg analyses and the λ_max sweep (cpu: 3, mean ± 95 % interval)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: these runs must be runs the regime rerun's plan trains on every seed (lab/regime/rerun.yaml)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 # --- part 1: the 2-D toy federation (closed form; the same at every profile) ---
 toy_rounds = 60  # communication rounds in the toy
@@ -76,6 +78,7 @@ rounds = 8  # communication rounds of every training run
 local_steps = 5  # K
 batch_size = 32  # B
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 eval_every = 4  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 rho = 0.05  # radius of the measured perturbations (part 2); FedSAM *trains* with its tuned ρ
@@ -116,6 +119,7 @@ from matplotlib.ticker import MaxNLocator
 from fedlab.engine.toy import run_functional
 from lab.tools.basins import ELSEWHERE, assign_basins, basin_shares, run_from_starts, start_grid
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.regime.params import planned_seeds
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
@@ -768,19 +772,31 @@ print("every K: FedACG (either β) ends at F's flat minimum from no more start p
 # %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, partition_seed=PARTITION_SEED,
                      device=device, client_threads=client_threads)
+if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
+    assert planned_seeds(split_key(base), "fedavg", {}, seeds) == seeds, \
+        f"the rerun plan does not train FedAvg on {split_key(base)} on seeds {seeds} (lab/regime/rerun.yaml)"
 # every seed's FedAvg run (in the cpu profile: notebook 10's FedAvg runs on Dir 0.1; section 3 reuses them), trained
 # here if only its record is committed, because the analysis needs the model itself; the first is analysed in detail
-fedavg_runs = run_seeds(base.replace(algorithm="fedavg"), seeds, record=record, need_theta=True)
+fedavg_runs = run_seeds(base.replace(algorithm="fedavg"), seeds, record=record, need_theta=True,
+                        paired=paired_partitions)
 fedavg_run = fedavg_runs[0]
 theta = fedavg_run.theta
-net, all_clients, _ = federation_from_config(base, max_per_client=max_per_client, seed=seed)
-# clients holding at least one minibatch, in id order (tiny clients would only repeat one image)
-clients = [c for c in all_clients if c[1].shape[0] >= batch_size][:analysis_clients]
+
+
+def analysis_clients_of(run):
+    """The model and the analysis clients of the partition ``run`` was trained on (its own config: with paired
+    partitions each seed draws its own): clients holding at least one minibatch, in id order (tiny clients
+    would only repeat one image), and how many clients hold data at all."""
+    model_, held, _ = federation_from_config(run.config, max_per_client=max_per_client, seed=seed)
+    return model_, [c for c in held if c[1].shape[0] >= batch_size][:analysis_clients], len(held)
+
+
+net, clients, n_holding = analysis_clients_of(fedavg_run)
 print(f"FedAvg after {rounds} rounds: test accuracy {fedavg_run.final_accuracy:.3f}")
-print(f"{len(all_clients)} of {n_clients} clients hold data; analysis on {len(clients)} of them, "
+print(f"{n_holding} of {n_clients} clients hold data; analysis on {len(clients)} of them, "
       f"{[int(c[1].shape[0]) for c in clients]} samples each")
 
 # %%
@@ -836,18 +852,19 @@ print("misalignment grows with γ_l:", bool(np.all(np.diff(mis.to_numpy()) > 0))
 print("clients under-estimate F's sharpness (missed sharpness > 0):", summary["missed_sharpness"] > 0)
 
 # %% [markdown]
-# The same measurements at the FedAvg models of the other training seeds (same clients and samples), so
-# that the federation-level numbers carry an interval over seeds; the per-client bars below are the
-# first seed's.
+# The same measurements at the FedAvg models of the other training seeds (each on the clients of the
+# partition it was trained on: the same clients and samples when the partition is fixed), so that the
+# federation-level numbers carry an interval over seeds; the per-client bars below are the first seed's.
 
 # %%
 seed_summaries = [report.summary().assign(seed=seed)]
 seed_sweeps = [sweep_table.assign(seed=seed)]
 for r in fedavg_runs[1:]:
-    g = client_gradients(net, clients, r.theta, batches=analysis_batches, batch_size=batch_size, seed=seed)
-    seed_summaries.append(flatness_incompatibility(net, clients, r.theta, rho, grads=g, eval_batches=eval_batches)
+    r_clients = analysis_clients_of(r)[1]
+    g = client_gradients(net, r_clients, r.theta, batches=analysis_batches, batch_size=batch_size, seed=seed)
+    seed_summaries.append(flatness_incompatibility(net, r_clients, r.theta, rho, grads=g, eval_batches=eval_batches)
                           .summary().assign(seed=r.config.seed))
-    seed_sweeps.append(mixing_sweep(net, clients, r.theta, rho, gammas=gammas, grads=g, missed_sharpness=False)
+    seed_sweeps.append(mixing_sweep(net, r_clients, r.theta, rho, gammas=gammas, grads=g, missed_sharpness=False)
                        .summary().assign(seed=r.config.seed))
 seed_summaries = pd.concat(seed_summaries, ignore_index=True)
 seed_sweeps = pd.concat(seed_sweeps, ignore_index=True)
@@ -921,13 +938,16 @@ plt.show()
 
 # %%
 def fedsam_tuning(cfg):
-    """FedSAM's tuned params on cfg's split, else the main split's choice (labelled), else the defaults."""
+    """FedSAM's tuned params on cfg's split, else the main split's choice (labelled), else the defaults. With
+    ``rerun_plan`` always the main split's: the rerun tunes each method once, on Dirichlet 0.1, and reuses
+    that choice on the other splits (lab/regime/rerun.yaml reasons.tuning_split)."""
     own = tuned_params("fedsam", cfg, profile=profile)
-    if own.tuned:
+    reuse = rerun_plan and split_key(cfg) != split_key(base)
+    if own.tuned and not reuse:
         return own.params, own.source
     main = tuned_params("fedsam", base, profile=profile)
-    return main.params, (f"{main.source} (the choice of {split_key(base)}; {split_key(cfg)} is not tuned)"
-                         if main.tuned else own.source)
+    return main.params, (f"{main.source} (the choice of {split_key(base)}; {split_key(cfg)} is not tuned"
+                         + (" in the rerun)" if reuse else ")") if main.tuned else own.source)
 
 
 sweep_params = {a: fedsam_tuning(base.replace(alpha=a)) for a in alphas}
@@ -948,12 +968,16 @@ def last_quarter(res, column):
     return float((tail if len(tail) else m)[column].mean())
 
 
+if rerun_plan:
+    missing = [(split_key(base.replace(alpha=a)), m) for a in alphas for m in ["fedavg", "fedsam"]
+               if planned_seeds(split_key(base.replace(alpha=a)), m, {}, seeds) != seeds]
+    assert not missing, f"the rerun plan does not train {missing} on seeds {seeds} (lab/regime/rerun.yaml)"
 sweep_runs, rows = [], []
 for a in alphas:
     for name in ["fedavg", "fedsam"]:
         params = dict(sweep_params[a][0]) if name == "fedsam" else {}
         for res in run_seeds(base.replace(algorithm=name, algorithm_params=params, alpha=a), seeds, record=record,
-                             need_theta=True):
+                             need_theta=True, paired=paired_partitions):
             sweep_runs.append(res)
             eig = top_eigenvalues(sharpness_loss, res.theta, iters=eig_iters, tol=1e-3,
                                   generator=torch_generator(seed, "02-eig"))
