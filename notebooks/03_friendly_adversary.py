@@ -52,6 +52,8 @@
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
 seed = 0  # training seed of the FedAvg run we measure at, and the analysis samples; the partition is fixed
 n_seeds = 1  # FedAvg models (training seeds seed, seed + 1, ...) at which the δ/ζ decomposition is repeated (cpu: 3)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: these runs must be runs the regime rerun's plan trains on every seed (lab/regime/rerun.yaml)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 dataset = "fmnist"  # any of fedlab.DATASETS
 model = "cnn"  # any of fedlab.MODELS
@@ -64,6 +66,7 @@ rounds = 8  # FedAvg rounds before we stand at θ and measure
 local_steps = 5  # K
 batch_size = 32  # B: the minibatch size of the measured perturbations, as in training
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 eval_every = 4  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 rho = 0.05  # SAM radius of the measured perturbations
@@ -103,7 +106,8 @@ from fedlab.analysis import (
     gradient_decomposition,
     mixing_sweep,
 )
-from lab.evidence.protocol import PARTITION_SEED, run_seeds
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key
+from lab.regime.params import planned_seeds
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import draw_band, method_color, use_house_style
 from lab.tools.figures import save_figure
@@ -124,14 +128,20 @@ warnings.filterwarnings("ignore", message="client_data: left out", category=User
 # %%
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, partition_seed=PARTITION_SEED,
                      device=device, client_threads=client_threads)
+seeds = list(range(seed, seed + n_seeds))
+if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
+    assert planned_seeds(split_key(base), "fedavg", {}, seeds) == seeds, \
+        f"the rerun plan does not train FedAvg on {split_key(base)} on seeds {seeds} (lab/regime/rerun.yaml)"
 # need_theta: the analyses need the model itself (a committed record holds only its metrics)
 fedavg_run = run_seeds(base.replace(algorithm="fedavg"), [seed], record=profile in CITABLE_PROFILES,
-                       need_theta=True)[0]
+                       need_theta=True, paired=paired_partitions)[0]
 theta = fedavg_run.theta
-net, clients, _ = federation_from_config(base, max_per_client=max_per_client, seed=seed)
+# a model is measured on the clients of the partition it was trained on (its run's config: with paired
+# partitions each seed draws its own)
+net, clients, _ = federation_from_config(fedavg_run.config, max_per_client=max_per_client, seed=seed)
 print(f"FedAvg after {rounds} rounds: test accuracy {fedavg_run.final_accuracy:.3f}")
 sizes = np.array([int(c[1].shape[0]) for c in clients])
 print(f"{len(clients)} of {n_clients} clients hold data; samples used per client: "
@@ -155,18 +165,21 @@ print(f"share of heterogeneity in the direction error: {dec_summary['heterogenei
 print(dec.to_frame().round(4).head(20).to_string(index=False))  # the first 20 clients
 
 # %% [markdown]
-# The decomposition is repeated at the FedAvg models of the other training seeds (same partition, same
-# analysis samples), so that its numbers carry an interval over seeds; the later sections repeat their
-# measurements at every seed's model too (the tables print the first seed; the figures show all).
+# The decomposition is repeated at the FedAvg models of the other training seeds (each on the clients of the
+# partition it was trained on: the same partition and analysis samples when the partition is fixed), so that
+# its numbers carry an interval over seeds; the later sections repeat their measurements at every seed's
+# model too (the tables print the first seed; the figures show all).
 
 # %%
-seeds = list(range(seed, seed + n_seeds))
 dec_runs = [fedavg_run] + (run_seeds(base.replace(algorithm="fedavg"), seeds[1:], record=profile in CITABLE_PROFILES,
-                                     need_theta=True) if len(seeds) > 1 else [])
-decs, dec_grads_by_seed = {seed: dec}, {seed: dec_grads}
+                                     need_theta=True, paired=paired_partitions) if len(seeds) > 1 else [])
+decs, dec_grads_by_seed, clients_by_seed = {seed: dec}, {seed: dec_grads}, {seed: clients}
 for r in dec_runs[1:]:
-    g = client_gradients(net, clients, r.theta, batches=decomposition_batches, batch_size=batch_size, seed=seed)
-    decs[r.config.seed], dec_grads_by_seed[r.config.seed] = gradient_decomposition(net, clients, r.theta, grads=g), g
+    k = r.config.seed
+    clients_by_seed[k] = federation_from_config(r.config, max_per_client=max_per_client, seed=seed)[1]
+    g = client_gradients(net, clients_by_seed[k], r.theta, batches=decomposition_batches, batch_size=batch_size,
+                         seed=seed)
+    decs[k], dec_grads_by_seed[k] = gradient_decomposition(net, clients_by_seed[k], r.theta, grads=g), g
 per_seed = pd.concat([d.summary().assign(seed=k) for k, d in decs.items()], ignore_index=True)
 print(per_seed[["seed", "delta_sq", "zeta_sq", "cross", "cross_normalized", "heterogeneity_share"]].round(4)
       .to_string(index=False))
@@ -250,11 +263,14 @@ plt.show()
 # and **cross client** (different clients: heterogeneity and noise).
 
 # %%
-f_clients = [c for c in clients if c[1].shape[0] >= batch_size][:friendly_clients]
+f_clients_by_seed = {k: [c for c in cl if c[1].shape[0] >= batch_size][:friendly_clients]
+                     for k, cl in clients_by_seed.items()}
+f_clients = f_clients_by_seed[seed]
 models = {r.config.seed: r.theta for r in dec_runs}  # every seed's FedAvg model, the first one first
-f_grads_by_seed = {k: client_gradients(net, f_clients, th, batches=friendly_batches, batch_size=batch_size, seed=seed)
-                   for k, th in models.items()}
-friendly_by_seed = {k: friendly_adversary(net, f_clients, models[k], rho, grads=g, cross_targets=cross_targets, seed=seed)
+f_grads_by_seed = {k: client_gradients(net, f_clients_by_seed[k], th, batches=friendly_batches, batch_size=batch_size,
+                                       seed=seed) for k, th in models.items()}
+friendly_by_seed = {k: friendly_adversary(net, f_clients_by_seed[k], models[k], rho, grads=g,
+                                          cross_targets=cross_targets, seed=seed)
                     for k, g in f_grads_by_seed.items()}
 f_grads, friendly = f_grads_by_seed[seed], friendly_by_seed[seed]
 print(friendly.summary().round(4).T.to_string(header=False))
@@ -314,12 +330,14 @@ plt.show()
 # report the decomposition, so we can see which error source drives the rate.
 
 # %%
-vs_alpha = pd.concat([friendly_vs_alpha(base, alphas, theta=th, rho=rho, batches=friendly_batches,
+run_configs = {r.config.seed: r.config for r in dec_runs}  # each model's own partition seed, re-split at every α
+vs_alpha = pd.concat([friendly_vs_alpha(run_configs[k], alphas, theta=th, rho=rho, batches=friendly_batches,
                                          batch_size=batch_size, max_clients=friendly_clients,
                                          max_per_client=max_per_client, cross_targets=cross_targets,
                                          seed=seed).assign(seed=k) for k, th in models.items()], ignore_index=True)
-vs_batch = pd.concat([friendly_vs_batch_size(net, f_clients, th, batch_sizes, rho=rho, batches=friendly_batches,
-                                             cross_targets=cross_targets, seed=seed).assign(seed=k)
+vs_batch = pd.concat([friendly_vs_batch_size(net, f_clients_by_seed[k], th, batch_sizes, rho=rho,
+                                             batches=friendly_batches, cross_targets=cross_targets,
+                                             seed=seed).assign(seed=k)
                       for k, th in models.items()], ignore_index=True)
 cols = ["within_client_rate", "cross_client_rate", "delta_sq", "zeta_sq", "heterogeneity_share"]
 print(vs_alpha[vs_alpha["seed"] == seed][["alpha"] + cols].round(3).to_string(index=False))
@@ -456,15 +474,16 @@ def descend(loss, theta, factors, lr, momentum, max_steps):
     return out
 
 
-def near_minimum_row(theta_p):
-    """The decomposition (all clients), the clients' noise-to-signal ratio and the friendly-adversary
-    rates (section 3's clients) at one point, with F and the largest client loss F_i."""
-    g_all = client_gradients(net, clients, theta_p, batches=decomposition_batches, batch_size=batch_size, seed=seed)
-    d = gradient_decomposition(net, clients, theta_p, grads=g_all).summary().iloc[0]
+def near_minimum_row(theta_p, a_clients, a_f_clients):
+    """The decomposition (all clients ``a_clients``), the clients' noise-to-signal ratio and the
+    friendly-adversary rates (section 3's clients ``a_f_clients``) at one point, with F and the largest
+    client loss F_i. With one batch per client there are no within-client pairs: their columns are NaN."""
+    g_all = client_gradients(net, a_clients, theta_p, batches=decomposition_batches, batch_size=batch_size, seed=seed)
+    d = gradient_decomposition(net, a_clients, theta_p, grads=g_all).summary().iloc[0]
     full = g_all.full.double()
     noise = (g_all.batch.double() - full[:, None]).pow(2).sum(-1).mean(1)
-    g_f = client_gradients(net, f_clients, theta_p, batches=decomposition_batches, batch_size=batch_size, seed=seed)
-    rep = friendly_adversary(net, f_clients, theta_p, rho, grads=g_f, cross_targets=cross_targets, seed=seed)
+    g_f = client_gradients(net, a_f_clients, theta_p, batches=decomposition_batches, batch_size=batch_size, seed=seed)
+    rep = friendly_adversary(net, a_f_clients, theta_p, rho, grads=g_f, cross_targets=cross_targets, seed=seed)
     fr = rep.summary().iloc[0]
     off = ~np.eye(rep.within.shape[1], dtype=bool)
     return {"F": g_all.global_loss, "max_F_i": float(g_all.full_losses.max()), "grad_F_sq": d["global_grad_sq"],
@@ -472,14 +491,14 @@ def near_minimum_row(theta_p):
             "noise_to_signal": float((noise / full.pow(2).sum(-1)).median()),
             "within_client_rate": fr["within_client_rate"], "cross_client_rate": fr["cross_client_rate"],
             "within_client_change": fr["within_client_change"], "cross_client_change": fr["cross_client_change"],
-            "min_within_change": float(rep.within[:, off].min())}
+            "min_within_change": float(rep.within[:, off].min()) if off.any() else float("nan")}
 
 
-F_analysis = global_loss_fn(net, clients)  # F on the clients' analysis samples, weight 1/N each
 stops = sorted(set(trajectory_rounds))
 near_rows, replay_same, grad_agree = [], [], []
 for r in dec_runs:
     k = r.config.seed
+    F_analysis = global_loss_fn(net, clients_by_seed[k])  # F on the clients' analysis samples, weight 1/N each
     thetas, same = replay_fedavg(r, stops)
     replay_same.append(same)
     points = [(f"FedAvg round {t}", t, 0, True, th) for t, th in thetas.items()]
@@ -487,7 +506,7 @@ for r in dec_runs:
                                            descent_momentum, descent_max_steps).items():
         points.append((f"descent to ‖∇F‖ ÷ {f:g}", stops[-1], steps, reached, th))
     for progress, (label, t, steps, reached, th) in enumerate(points):
-        row = near_minimum_row(th)
+        row = near_minimum_row(th, clients_by_seed[k], f_clients_by_seed[k])
         if progress == 0:  # the descent's F and the decomposition's ∇F = mean_i ∇F_i are one objective
             _, g_check = F_analysis.value_and_grad(th)
             grad_agree.append(abs(float(g_check.double().pow(2).sum()) - row["grad_F_sq"]) / row["grad_F_sq"])
@@ -607,7 +626,7 @@ for g in gammas:
     mixed = (1 - g) * dec_grads.global_grad.double() + g * dec_grads.batch.double()
     mixed_sq = float(((mixed - dec_grads.global_grad.double()) ** 2).sum(-1).mean())
     worst = max(worst, abs(mixed_sq - g**2 * err_sq) / err_sq)
-sweep_by_seed = pd.concat([mixing_sweep(net, clients, models[k], rho, gammas=gammas, grads=g,
+sweep_by_seed = pd.concat([mixing_sweep(net, clients_by_seed[k], models[k], rho, gammas=gammas, grads=g,
                                         missed_sharpness=False).summary().assign(seed=k)
                            for k, g in dec_grads_by_seed.items()], ignore_index=True)
 sweep_table = sweep_by_seed[sweep_by_seed["seed"] == seed].reset_index(drop=True)  # the checks: first seed
@@ -624,7 +643,8 @@ rows = []
 for k, fg in f_grads_by_seed.items():
     for g in friendly_gammas:
         mixed = dataclasses.replace(fg, batch=(1 - g) * fg.global_grad + g * fg.batch)
-        rep = friendly_adversary(net, f_clients, models[k], rho, grads=mixed, cross_targets=cross_targets, seed=seed)
+        rep = friendly_adversary(net, f_clients_by_seed[k], models[k], rho, grads=mixed, cross_targets=cross_targets,
+                                 seed=seed)
         rows.append({"seed": k, "gamma": g, **rep.summary().iloc[0].to_dict()})
 mixed_rates = pd.DataFrame(rows)
 print(mixed_rates[mixed_rates["seed"] == seed][["gamma", "within_client_rate", "cross_client_rate",
@@ -755,8 +775,8 @@ plt.show()
 #    §2's decomposition with one minibatch per client, in a new cell after §2:
 #    `d1 = gradient_decomposition(net, clients, theta, grads=client_gradients(net, clients, theta, batches=1, batch_size=batch_size, seed=seed))`,
 #    then print `d1.summary()[["cross", "cross_normalized"]]` and `d1.identity_residual`. Which number
-#    should grow, and which stay at rounding level? (Setting `decomposition_batches = 1` does the same, but
-#    §5 then stops: its within-client test needs two batches of one client.)
+#    should grow, and which stay at rounding level? (Setting `decomposition_batches = 1` does the same; §5
+#    then has no within-client pairs, which need two batches of one client, and prints NaN for them.)
 #
 # <details>
 # <summary>Solution</summary>
