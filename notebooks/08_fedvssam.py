@@ -68,6 +68,7 @@ rounds = 8  # communication rounds
 local_steps = 4  # K
 batch_size = 32  # B
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 fedvssam_params = {}  # overrides of the tuned FedVSSAM hyperparameters, e.g. {"rho": 0.05, "preset": "high"}
 ablation = "paper"  # "paper": base, GU, LU+GU, LF+LU, full | "all": the 8 LF/LU/GU switch combinations
 gammas_l = [0.1, 0.4, 1.0]  # γ_l values of the sweep (the rest of the tuned point fixed)
@@ -79,6 +80,8 @@ eval_every = 2  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 check_rounds = 2  # rounds of the exact identity and communication checks
 n_seeds = 1  # training seeds per configuration: seed, seed + 1, ... (cpu: 3; intervals need ≥ 2)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train only the runs the regime rerun's plan trains, on its seeds (lab/regime/rerun.yaml)
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
 seed = 0  # first training seed (init, sampling, batches, the variance sample; the partition has its own)
@@ -97,7 +100,8 @@ import fedlab
 from fedlab.analysis import client_data, global_loss_fn
 from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.regime.params import planned_seeds
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import method_color, status_note, use_house_style
 from lab.tools.figures import save_figure
@@ -110,10 +114,11 @@ seeds = list(range(seed, seed + n_seeds))
 record = profile in CITABLE_PROFILES  # commit each run's record as soon as it finishes
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, device=device,
                      parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
                      client_threads=client_threads)
+partition_seed_note = "seed" if paired_partitions else PARTITION_SEED  # figure provenance: whose partition
 tuned = tuned_params("fedvssam", base, profile=profile)
 full_params = {**tuned.params, **fedvssam_params}  # exactly notebook 10's FedVSSAM on this split
 hp = fedlab.get_algorithm("fedvssam", full_params).hp  # the resolved values (preset expanded)
@@ -134,20 +139,40 @@ print(pd.DataFrame([{"method": "FedVSSAM (full)", "params": ", ".join(f"{k}={v}"
 # instead; all switches off is FedSAM again.) Every row runs over the same seeds.
 
 # %%
+# each row's hyperparameters, and the same run as the rerun plan names it: its hyperparameters on top of the
+# tuned point, as the claims' arms in figures/claims.yaml give them (the tuned run itself: {})
 if ablation == "paper":
     rows = {"base (= FedSAM)": {"rho": rho, "preset": "base"},
             "GU only": {**full_params, "lf": False, "lu": False},
             "LU + GU": {**full_params, "lf": False},
             "LF + LU": {**full_params, "gu": False},
             "full (LF + LU + GU)": full_params}
+    plan_names = {"base (= FedSAM)": {"gamma_l": 1.0, "gamma_g": 1.0},
+                  "GU only": {"lf": False, "lu": False, "gu": True}, "LU + GU": {"lf": False, "lu": True, "gu": True},
+                  "LF + LU": {"lf": True, "lu": True, "gu": False}, "full (LF + LU + GU)": {}}
 else:
-    rows = {"+".join(n for n, on in zip(("LF", "LU", "GU"), switches) if on) or "none (= FedSAM)":
-            {**full_params, "lf": switches[0], "lu": switches[1], "gu": switches[2]}
-            for switches in itertools.product([False, True], repeat=3)}
-runs = {"FedAvg": run_seeds(base.replace(algorithm="fedavg", name="FedAvg"), seeds, record=record)}
+    rows, plan_names = {}, {}
+    for switches in itertools.product([False, True], repeat=3):
+        label = "+".join(n for n, on in zip(("LF", "LU", "GU"), switches) if on) or "none (= FedSAM)"
+        rows[label] = {**full_params, "lf": switches[0], "lu": switches[1], "gu": switches[2]}
+        plan_names[label] = {} if all(switches) else dict(zip(("lf", "lu", "gu"), switches))
+if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
+    assert planned_seeds(split_key(base), "fedavg", {}, seeds) == seeds, "the rerun plan does not train FedAvg"
+    for label, params in rows.items():  # the plan's name of a row must be the row's run (resolved hyperparameters)
+        named = {**tuned.params, **fedvssam_params, **plan_names[label]}
+        assert fedlab.get_algorithm("fedvssam", named).hp.to_dict() == \
+            fedlab.get_algorithm("fedvssam", params).hp.to_dict(), f"{label}: {plan_names[label]} is another run"
+    unplanned = [label for label in rows if planned_seeds(split_key(base), "fedvssam",
+                                                          {**fedvssam_params, **plan_names[label]}, seeds) != seeds]
+    assert ablation != "paper" or not unplanned, f"the rerun plan does not train {unplanned} on seeds {seeds}"
+    for label in unplanned:  # ablation="all": the switch combinations no claim compares
+        print(f"{label}: not in the rerun plan (lab/regime/rerun.yaml), skipped")
+        del rows[label]
+runs = {"FedAvg": run_seeds(base.replace(algorithm="fedavg", name="FedAvg"), seeds, record=record,
+                            paired=paired_partitions)}
 for label, params in rows.items():
     runs[label] = run_seeds(base.replace(algorithm="fedvssam", algorithm_params=params, name=label), seeds,
-                            record=record)
+                            record=record, paired=paired_partitions)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -170,7 +195,8 @@ print("full row is the tuned FedVSSAM:", runs[list(rows)[-1]][0].config.algorith
 # are counted, not averaged.
 
 # %%
-ablation_table = summary_table([r for rs in runs.values() for r in rs])
+# one table per row, so that rows naming the same run (e.g. fedvssam_params with γ_l = γ_g = 1) each keep theirs
+ablation_table = pd.concat([summary_table(rs, paired=paired_partitions) for rs in runs.values()], ignore_index=True)
 ablation_table.insert(0, "row", list(runs))
 print(ablation_table[["row", "n_seeds", "n_collapsed", "final_acc_mean", "final_acc_ci95", "best_acc",
                       "uplink_x_d", "downlink_x_d"]].round(4).to_string(index=False))
@@ -238,12 +264,13 @@ all_ablation = [r for rs in runs.values() for r in rs]
 note = status_note(all_ablation)
 save_figure(fig, "08_fedvssam_ablation", notebook="08_fedvssam", profile=profile,
             caption=f"FedVSSAM ablation (LF/LU/GU switched off from the tuned point) against FedAvg on {dataset} "
-                    f"(Dirichlet α={alpha}, {n_clients} clients, {len(seeds)} seed(s), partition fixed): accuracy "
+                    f"(Dirichlet α={alpha}, {n_clients} clients, {len(seeds)} seed(s), partition "
+                    f"{'drawn per seed' if paired_partitions else 'fixed'}): accuracy "
                     "curves and final accuracy (mean over the finished seeds ± 95 % interval, seeds as dots)."
                     + (f" {note}" if note else ""),
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, rho=rho, gamma_l=gamma_l, gamma_g=gamma_g, seed=seed,
-                            seeds=seeds, partition_seed=PARTITION_SEED, tuning=tuned.source),
+                            seeds=seeds, partition_seed=partition_seed_note, tuning=tuned.source),
             data={"per_seed": per_seed, "summary": ablation_summary}, runs=all_ablation)
 plt.show()
 
@@ -421,7 +448,7 @@ save_figure(fig, "08_fedvssam_h_tracking", notebook="08_fedvssam", profile=profi
                     "(the clients' mean perturbed gradient that the EMA mixes in) and ‖∇F‖² (the error of h = 0).",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds, rho=rho,
                             gamma_l=gamma_l, gamma_g=gamma_g, h_track_every=h_track_every,
-                            h_grad_per_client=h_grad_per_client, seed=seed, partition_seed=PARTITION_SEED,
+                            h_grad_per_client=h_grad_per_client, seed=seed, partition_seed=partition_seed_note,
                             tuning=tuned.source),
             data={"h_tracking": h_track}, runs=[full_run])
 plt.show()
@@ -645,7 +672,7 @@ save_figure(fig, "08_fedvssam_step_mse", notebook="08_fedvssam", profile=profile
                     "FedSAM at step γ_l·η plus (1−γ_l)·h, and FedVSSAM.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             gammas_l=gammas_l, gamma_g=gamma_g, rho=rho, variance_batches=variance_batches,
-                            bootstrap=bootstrap, client=client, seed=seed, partition_seed=PARTITION_SEED,
+                            bootstrap=bootstrap, client=client, seed=seed, partition_seed=partition_seed_note,
                             tuning=tuned.source),
             data={"step_error": mse_table, "ratios": mse_verdicts}, runs=[full_run])
 plt.show()
@@ -681,8 +708,18 @@ print(f"Of plain FedSAM's error at this client, the variance is {100 * fedsam_ro
 # row). The paper picks 0.4 for moderate and 0.1 for high heterogeneity.
 
 # %%
+sweep_seeds, gammas_swept = seeds, list(gammas_l)
+if rerun_plan:  # the plan trains the sweep's other γ_l values on its first seeds (a figure, no claim), not every value
+    trained = {gl: planned_seeds(split_key(base), "fedvssam", {**fedvssam_params, "gamma_l": gl}, seeds)
+               for gl in gammas_l if gl not in (1.0, gamma_l)}
+    for gl in [gl for gl, planned in trained.items() if not planned]:
+        print(f"γ_l = {gl:g}: not in the rerun plan (lab/regime/rerun.yaml), skipped")
+    counts = {len(planned) for planned in trained.values() if planned}
+    assert len(counts) <= 1, f"the plan trains the γ_l values on different seeds: {trained}"
+    sweep_seeds = seeds[:counts.pop()] if counts else seeds  # the reused rows (γ_l = 1, tuned) on the same seeds
+    gammas_swept = [gl for gl in gammas_l if trained.get(gl, True)]
 sweep_runs = {}
-for gl in gammas_l:
+for gl in gammas_swept:
     if gl == 1.0:
         params = {**full_params, "lf": False, "lu": False}  # = GU only
     elif gl == gamma_l:
@@ -690,7 +727,7 @@ for gl in gammas_l:
     else:
         params = {**full_params, "gamma_l": gl}
     sweep_runs[gl] = run_seeds(base.replace(algorithm="fedvssam", algorithm_params=params, name=f"γ_l={gl}"),
-                               seeds, record=record)
+                               sweep_seeds, record=record, paired=paired_partitions)
 sweep_seed = pd.DataFrame([{"gamma_l": gl, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy}
                            for gl, rs in sweep_runs.items() for r in rs])
 sweep_summary = []
@@ -730,18 +767,18 @@ for _, r in sweep_summary.dropna(subset=["final_acc_mean"]).iterrows():
                                                  if np.isfinite(r["final_acc_ci95"]) else "")
     ax1.annotate(text, (r["gamma_l"], 100 * r["final_acc_mean"]), xytext=(6, 4), textcoords="offset points",
                  fontsize=7)
-fedavg_ok = [r.final_accuracy for r in runs["FedAvg"] if r.status == "finished"]
+fedavg_ok = [r.final_accuracy for r in runs["FedAvg"][:len(sweep_seeds)] if r.status == "finished"]
 if fedavg_ok:
     fedavg_est = mean_interval(fedavg_ok)
     ax1.axhline(100 * fedavg_est.mean, ls="--", color=method_color("fedavg"), label="FedAvg, mean")
     if np.isfinite(fedavg_est.half_width):
         ax1.axhspan(100 * fedavg_est.low, 100 * fedavg_est.high, color=method_color("fedavg"), alpha=0.12, lw=0)
 ax1.set_xscale("log")
-ax1.set_xticks(gammas_l, [f"{g:g}" for g in gammas_l])
+ax1.set_xticks(gammas_swept, [f"{g:g}" for g in gammas_swept])
 ax1.minorticks_off()
 ax1.set_xlabel(r"$\gamma_l$")
 ax1.set_ylabel("final test accuracy (%)")
-ax1.set_title(rf"$\gamma_l$ sweep ($\rho$ = {rho}, $\gamma_g$ = {gamma_g}; {len(seeds)} seed(s))")
+ax1.set_title(rf"$\gamma_l$ sweep ($\rho$ = {rho}, $\gamma_g$ = {gamma_g}; {len(sweep_seeds)} seed(s))")
 ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below the points
 ratio = variance_table["Var[g~]/Var[g~]_FedSAM"].to_numpy()
 ax2.errorbar(variance_table["gamma_l"], ratio,
@@ -760,17 +797,17 @@ ax2.set_title(f"perturbed-gradient variance, fixed θ, h, client {client}\n"
               f"({variance_batches} minibatches, 95 % bootstrap interval)")
 ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16))
 fig.tight_layout()
-sweep_all = [r for rs in sweep_runs.values() for r in rs] + runs["FedAvg"]
+sweep_all = [r for rs in sweep_runs.values() for r in rs] + runs["FedAvg"][:len(sweep_seeds)]
 note = status_note(sweep_all)
 save_figure(fig, "08_fedvssam_gamma_variance", notebook="08_fedvssam", profile=profile,
             caption=f"Left: FedVSSAM final accuracy against γ_l on {dataset} (Dirichlet α={alpha}, tuned ρ and γ_g, "
-                    f"mean over the finished seeds ± 95 % interval, {len(seeds)} seed(s)), FedAvg dashed. Right: "
+                    f"mean over the finished seeds ± 95 % interval, {len(sweep_seeds)} seed(s)), FedAvg dashed. Right: "
                     "variance of the perturbed gradient g̃ relative to FedSAM's at a fixed model and client (the "
                     "part of the step's variance not fixed by Var[u] = γ_l² Var[g̃]), with a 95 % bootstrap "
                     "interval over the minibatches." + (f" {note}" if note else ""),
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             gammas_l=gammas_l, gamma_g=gamma_g, rho=rho, variance_batches=variance_batches,
-                            bootstrap=bootstrap, seed=seed, seeds=seeds, partition_seed=PARTITION_SEED,
+                            bootstrap=bootstrap, seed=seed, seeds=sweep_seeds, partition_seed=partition_seed_note,
                             tuning=tuned.source),
             data={"sweep_per_seed": sweep_seed, "sweep_summary": sweep_summary, "variance": variance_table},
             runs=sweep_all + [full_run])
