@@ -61,11 +61,14 @@ rounds = 8  # communication rounds
 local_steps = 5  # K
 batch_size = 32  # B
 lr = 0.05  # local learning rate η_l
+lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 eval_every = 4  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 methods = ["fedavg", "fedsam", "fedvssam", "scaffold", "fedswa"]  # methods to train and analyse
 method_params = {}  # per-method overrides of the tuned hyperparameters, e.g. {"fedvssam": {"preset": "high"}}
 n_seeds = 1  # training seeds per method: seed, seed + 1, ... (cpu: 3; intervals need ≥ 2)
+paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
+rerun_plan = False  # cpu: train only the runs the regime rerun's plan trains, on its seeds (lab/regime/rerun.yaml)
 measure_clients = 5  # clients whose data define the measured F (a seeded random subset)
 measure_batches = 1  # minibatches per client in the measured F
 measure_batch_size = 32  # samples per minibatch there
@@ -102,7 +105,8 @@ from fedlab.analysis import (
     slice_2d,
     top_eigenvalues,
 )
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.protocol import PARTITION_SEED, rerun_config, run_seeds, split_key, tuned_params
+from lab.regime.params import planned_seeds
 from lab.evidence.records import run_or_load
 from lab.sharpness import track_sharpness
 from fedlab.evidence.uncertainty import mean_interval
@@ -120,15 +124,35 @@ seeds = list(range(seed, seed + n_seeds))
 record = profile in CITABLE_PROFILES  # commit each run's record as soon as it finishes
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, device=device,
                      client_threads=client_threads, partition_seed=PARTITION_SEED)
-choices = {name: (tuned_params(name, base, profile=profile), method_params.get(name, {})) for name in methods}
+partition_seed_note = "seed" if paired_partitions else PARTITION_SEED  # figure provenance: whose partition
+choices = {name: (tuned_params(name, base, profile=profile), method_params.get(name, {}))
+           for name in dict.fromkeys(methods + track_methods)}
 
 
 def method_config(name):
     tuned, override = choices[name]
     return base.replace(algorithm=name, algorithm_params={**tuned.params, **override})
+
+
+def seed_config(name, s_):
+    """``name``'s run at training seed ``s_``: the partition fixed, or (paired) drawn by the seed itself."""
+    return rerun_config(method_config(name), s_) if paired_partitions else method_config(name).replace(seed=s_)
+
+
+# the seeds each method trains on: all of them, or in the cpu profile those the rerun plan trains it on
+method_seeds = {name: planned_seeds(split_key(base), name, choices[name][1], seeds) if rerun_plan else seeds
+                for name in choices}
+if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
+    for name, planned in method_seeds.items():
+        if planned != seeds:
+            print(f"{method_label(name)}: " + (f"the rerun plan trains it on seeds {planned} only: analysed on those"
+                                               if planned else "not in the rerun plan (lab/regime/rerun.yaml), skipped"))
+    assert all(method_seeds[name] == seeds for name in ["fedavg"] + track_methods if name in method_seeds), \
+        "the rerun plan does not train FedAvg or a tracked method on every seed"
+    methods = [name for name in methods if method_seeds[name]]
 
 
 print(pd.DataFrame([{"method": method_label(n), "params": ", ".join(f"{k}={v}" for k, v in
@@ -162,11 +186,12 @@ def styled_label(name, status="finished"):
 # committed records do not keep, so the runs come from `runs/` (trained here if they are not there).
 
 # %%
-tracked = {(name, s): track_sharpness(method_config(name).replace(seed=s), every=track_every, batches=measure_batches,
+tracked = {(name, s): track_sharpness(seed_config(name, s), every=track_every, batches=measure_batches,
                                       batch_size=measure_batch_size, max_clients=measure_clients, iters=eig_iters,
                                       seed=seed, progress=False)
            for name in track_methods for s in seeds}
-runs = {name: run_seeds(method_config(name), seeds, record=record, need_theta=True) for name in methods}
+runs = {name: run_seeds(method_config(name), method_seeds[name], record=record, need_theta=True,
+                        paired=paired_partitions) for name in methods}
 print(pd.DataFrame({
     "statuses": [" ".join(r.status for r in rs) for rs in runs.values()],
     "final test acc (per seed)": [" ".join(f"{r.final_accuracy:.3f}" for r in rs) for rs in runs.values()],
@@ -179,15 +204,32 @@ print(pd.DataFrame({
 # All measurements use one fixed function: F on `measure_batches` seeded minibatches of
 # `measure_batch_size` samples from each of `measure_clients` clients drawn at random (the same samples
 # for every model, every seed and every point of a landscape, so F is a deterministic function of θ).
+# With paired partitions each seed's models were trained on that seed's own partition, so F is fixed per
+# seed instead: drawn the same way from that partition's clients, the same for every model of the seed.
 
 # %%
-net, clients, _ = federation_from_config(base, seed=seed)
-pick = np.sort(numpy_generator(seed, "09-measure-clients").choice(len(clients), min(measure_clients, len(clients)),
-                                                                  replace=False))
-F = global_loss_fn(net, [clients[int(i)] for i in pick], batches=measure_batches, batch_size=measure_batch_size,
-                   seed=seed)
+def measured_function(config):
+    """(model, clients holding data, measured clients, F) of the partition ``config`` trains on."""
+    model_, held, _ = federation_from_config(config, seed=seed)
+    chosen = np.sort(numpy_generator(seed, "09-measure-clients").choice(len(held), min(measure_clients, len(held)),
+                                                                        replace=False))
+    return model_, held, chosen, global_loss_fn(model_, [held[int(i)] for i in chosen], batches=measure_batches,
+                                                batch_size=measure_batch_size, seed=seed)
+
+
+partition_of = {}  # training seed -> the config of one of its runs (every run of a seed has its partition)
+for rs in runs.values():
+    for r in rs:
+        partition_of.setdefault(r.config.seed, r.config)
+built = {}  # partition seed -> measured_function's answer (one for every seed when the partition is fixed)
+for cfg in partition_of.values():
+    if cfg.partition_seed not in built:
+        built[cfg.partition_seed] = measured_function(cfg)
+F_of = {s_: built[cfg.partition_seed][3] for s_, cfg in partition_of.items()}  # training seed -> its models' F
+net, clients, pick, F = built[partition_of[seeds[0]].partition_seed]  # the first seed's, printed
 print(f"{len(clients)} of {n_clients} clients hold data; F is measured on {len(pick)} of them, "
-      f"{F.n_samples} samples in all")
+      f"{F.n_samples} samples in all" + (" (first seed's partition; each seed's F is its own)"
+                                         if paired_partitions and len(seeds) > 1 else ""))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -210,11 +252,12 @@ for name, rs in runs.items():
     for res in rs:
         theta = res.theta.to(net.theta0())
         finite = bool(torch.isfinite(theta).all())
-        eig = top_eigenvalues(F, theta, iters=eig_iters, tol=1e-3, generator=torch_generator(seed, "09-eig")) \
+        F_s = F_of[res.config.seed]
+        eig = top_eigenvalues(F_s, theta, iters=eig_iters, tol=1e-3, generator=torch_generator(seed, "09-eig")) \
             if finite else None
-        tr = hessian_trace(F, theta, trace_samples, generator=torch_generator(seed, "09-trace")) if finite else None
+        tr = hessian_trace(F_s, theta, trace_samples, generator=torch_generator(seed, "09-trace")) if finite else None
         rows.append({"method": name, "label": method_label(name), "seed": res.config.seed, "status": res.status,
-                     "F": float(F(theta)) if finite else float("nan"),
+                     "F": float(F_s(theta)) if finite else float("nan"),
                      "lambda_max": float(eig.values[0]) if eig else float("nan"),
                      "converged": bool(eig.converged[0]) if eig else False,
                      "trace": tr.mean if tr else float("nan"), "trace_stderr": tr.stderr if tr else float("nan"),
@@ -302,7 +345,7 @@ save_figure(fig, "09_curvature", notebook="09_sharpness_and_landscapes", profile
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, methods=methods,
                             measure_clients=measure_clients, measure_batches=measure_batches,
                             eig_iters=eig_iters, trace_samples=trace_samples, seed=seed, seeds=seeds,
-                            partition_seed=PARTITION_SEED),
+                            partition_seed=partition_seed_note),
             data={"per_seed": curv, "summary": curv_summary}, runs=all_runs)
 plt.show()
 
@@ -391,7 +434,7 @@ save_figure(fig, "09_flatness_vs_accuracy", notebook="09_sharpness_and_landscape
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, methods=methods,
                             measure_clients=measure_clients, measure_batches=measure_batches, eig_iters=eig_iters,
                             trace_samples=trace_samples, spearman_permutations=spearman_permutations, seed=seed,
-                            seeds=seeds, partition_seed=PARTITION_SEED),
+                            seeds=seeds, partition_seed=partition_seed_note),
             data={"per_seed": curv, "rank_correlation": rank_table}, runs=all_runs)
 plt.show()
 
@@ -426,7 +469,7 @@ for _, rr in rank_table.iterrows():
 theta_a = runs["fedavg"][0].theta.to(net.theta0())
 name_b = "fedvssam" if "fedvssam" in runs else methods[-1]
 theta_b = runs[name_b][0].theta.to(theta_a)
-lines = [interpolate(F, ra.theta.to(theta_a), rb.theta.to(theta_a), n=slice_points, extend=0.25)
+lines = [interpolate(F_of[ra.config.seed], ra.theta.to(theta_a), rb.theta.to(theta_a), n=slice_points, extend=0.25)
          for ra, rb in zip(runs["fedavg"], runs[name_b])]  # one line per seed: the same seed's two models
 line = lines[0]
 end_a = float(line.losses[np.argmin(np.abs(line.alphas))])
@@ -469,7 +512,7 @@ for name, rs in runs.items():
             continue
         key = (name, res.config.seed)
         directions[key] = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-1"))
-        slices[key] = slice_1d(F, theta, directions[key], span=slice_span, n=slice_points)
+        slices[key] = slice_1d(F_of[key[1]], theta, directions[key], span=slice_span, n=slice_points)
 run_of = {(name, r.config.seed): r for name, rs in runs.items() for r in rs}
 
 
@@ -538,7 +581,7 @@ save_figure(fig, "09_slices_1d", notebook="09_sharpness_and_landscapes", profile
                     "collapsed models dotted with ✕, never averaged." + (f" {note}" if note else ""),
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, methods=methods,
                             slice_points=slice_points, slice_span=slice_span, seed=seed, seeds=seeds,
-                            partition_seed=PARTITION_SEED),
+                            partition_seed=partition_seed_note),
             data=pd.DataFrame(slice_rows), runs=all_slice_runs)
 plt.show()
 
@@ -550,7 +593,7 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 with torch.no_grad():
-    centre_ok = all(float(sl.losses[slice_points // 2]) == float(F(run_of[k].theta.to(net.theta0())))
+    centre_ok = all(float(sl.losses[slice_points // 2]) == float(F_of[k[1]](run_of[k].theta.to(net.theta0())))
                     for k, sl in slices.items())
 print("the slice centre equals the loss at θ:", centre_ok)
 worst = 0.0
@@ -582,7 +625,8 @@ for name in pair:
             continue
         d1 = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-1"))
         d2 = filter_normalized_direction(net, theta, torch_generator(seed, "09-direction-2"))
-        landscapes[(name, res.config.seed)] = slice_2d(F, theta, d1, d2, span=slice_span, n=grid_points, progress=False)
+        landscapes[(name, res.config.seed)] = slice_2d(F_of[res.config.seed], theta, d1, d2, span=slice_span,
+                                                       n=grid_points, progress=False)
 low = min(float(s.losses.min()) for s in landscapes.values())
 high = max(float(s.losses.max()) for s in landscapes.values())
 levels = MaxNLocator(nbins=14).tick_values(np.log10(low), np.log10(high))  # round log10 levels
@@ -624,7 +668,7 @@ save_figure(fig, "09_landscape_2d", notebook="09_sharpness_and_landscapes", prof
                     f"colour scale, and the first seed's as a surface ({dataset}, Dirichlet α={alpha}, tuned "
                     "hyperparameters).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, grid_points=grid_points,
-                            slice_span=slice_span, seed=seed, seeds=seeds, partition_seed=PARTITION_SEED),
+                            slice_span=slice_span, seed=seed, seeds=seeds, partition_seed=partition_seed_note),
             data=pd.DataFrame(grid_rows), runs=[r for n in pair for r in runs[n]])
 plt.show()
 
@@ -641,7 +685,7 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 track_rows, track_runs = [], []
 for name in track_methods:
     results = [run_of[(name, s_)] if (name, s_) in run_of else
-               run_or_load(method_config(name).replace(seed=s_)) for s_ in seeds]
+               run_or_load(seed_config(name, s_)) for s_ in seeds]
     track_runs += results
     for res in results:
         m = tracked[(name, res.config.seed)].dropna(subset=["lambda_1"])
@@ -675,7 +719,7 @@ save_figure(fig, "09_sharpness_over_training", notebook="09_sharpness_and_landsc
                     f"hyperparameters; mean over the finished of {len(seeds)} seed(s) with a 95 % band).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             track_methods=track_methods, track_every=track_every, eig_iters=eig_iters, seed=seed,
-                            seeds=seeds, partition_seed=PARTITION_SEED),
+                            seeds=seeds, partition_seed=partition_seed_note),
             data=pd.DataFrame(track_rows), runs=track_runs)
 plt.show()
 
