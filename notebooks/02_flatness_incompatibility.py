@@ -119,7 +119,7 @@ from matplotlib.ticker import MaxNLocator
 from fedlab.engine.toy import run_functional
 from lab.tools.basins import ELSEWHERE, assign_basins, basin_shares, run_from_starts, start_grid
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
-from lab.regime.params import planned_seeds
+from lab.regime.params import plan_seeds
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
@@ -775,13 +775,11 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, partition_seed=PARTITION_SEED,
                      device=device, client_threads=client_threads)
-if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
-    assert planned_seeds(split_key(base), "fedavg", {}, seeds) == seeds, \
-        f"the rerun plan does not train FedAvg on {split_key(base)} on seeds {seeds} (lab/regime/rerun.yaml)"
 # every seed's FedAvg run (in the cpu profile: notebook 10's FedAvg runs on Dir 0.1; section 3 reuses them), trained
 # here if only its record is committed, because the analysis needs the model itself; the first is analysed in detail
-fedavg_runs = run_seeds(base.replace(algorithm="fedavg"), seeds, record=record, need_theta=True,
-                        paired=paired_partitions)
+fedavg_cfg = base.replace(algorithm="fedavg")
+fedavg_runs = run_seeds(fedavg_cfg, plan_seeds(fedavg_cfg, {}, seeds, use_plan=rerun_plan), record=record,
+                        need_theta=True, paired=paired_partitions)
 fedavg_run = fedavg_runs[0]
 theta = fedavg_run.theta
 
@@ -968,16 +966,13 @@ def last_quarter(res, column):
     return float((tail if len(tail) else m)[column].mean())
 
 
-if rerun_plan:
-    missing = [(split_key(base.replace(alpha=a)), m) for a in alphas for m in ["fedavg", "fedsam"]
-               if planned_seeds(split_key(base.replace(alpha=a)), m, {}, seeds) != seeds]
-    assert not missing, f"the rerun plan does not train {missing} on seeds {seeds} (lab/regime/rerun.yaml)"
 sweep_runs, rows = [], []
 for a in alphas:
     for name in ["fedavg", "fedsam"]:
         params = dict(sweep_params[a][0]) if name == "fedsam" else {}
-        for res in run_seeds(base.replace(algorithm=name, algorithm_params=params, alpha=a), seeds, record=record,
-                             need_theta=True, paired=paired_partitions):
+        cfg = base.replace(algorithm=name, algorithm_params=params, alpha=a)
+        for res in run_seeds(cfg, plan_seeds(cfg, {}, seeds, use_plan=rerun_plan), record=record, need_theta=True,
+                             paired=paired_partitions):
             sweep_runs.append(res)
             eig = top_eigenvalues(sharpness_loss, res.theta, iters=eig_iters, tol=1e-3,
                                   generator=torch_generator(seed, "02-eig"))

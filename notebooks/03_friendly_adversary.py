@@ -106,8 +106,8 @@ from fedlab.analysis import (
     gradient_decomposition,
     mixing_sweep,
 )
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key
-from lab.regime.params import planned_seeds
+from lab.evidence.protocol import PARTITION_SEED, run_seeds
+from lab.regime.params import plan_seeds
 from fedlab.evidence.uncertainty import mean_interval
 from lab.tools.plots import draw_band, method_color, use_house_style
 from lab.tools.figures import save_figure
@@ -131,10 +131,8 @@ base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_s
                      rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr, lr_schedule=lr_schedule,
                      eval_every=eval_every, eval_subsample=eval_subsample, seed=seed, partition_seed=PARTITION_SEED,
                      device=device, client_threads=client_threads)
-seeds = list(range(seed, seed + n_seeds))
-if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
-    assert planned_seeds(split_key(base), "fedavg", {}, seeds) == seeds, \
-        f"the rerun plan does not train FedAvg on {split_key(base)} on seeds {seeds} (lab/regime/rerun.yaml)"
+# the training seeds (with rerun_plan: those the regime rerun's plan trains FedAvg on)
+seeds = plan_seeds(base.replace(algorithm="fedavg"), {}, list(range(seed, seed + n_seeds)), use_plan=rerun_plan)
 # need_theta: the analyses need the model itself (a committed record holds only its metrics)
 fedavg_run = run_seeds(base.replace(algorithm="fedavg"), [seed], record=profile in CITABLE_PROFILES,
                        need_theta=True, paired=paired_partitions)[0]
@@ -356,6 +354,9 @@ def seed_band(ax, table, key, col, fmt, colour, label, axis=None):
     """Mean over seeds of ``col`` against ``key`` with its 95 % interval as error bars, seeds as dots;
     no bars where an interval would reach past the value's bounds (the seeds show the spread there)."""
     axis = ax if axis is None else axis
+    table = table[np.isfinite(table[col])]  # no value, no point: within-client pairs need two batches per client
+    if not len(table):
+        return
     xs = sorted(table[key].unique())
     draw_band(axis, xs, [table[table[key] == x][col] for x in xs], label=label, errorbars=True, fmt=fmt,
               color=colour, capsize=3, bounds=value_bounds(col))

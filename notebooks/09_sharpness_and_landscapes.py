@@ -105,8 +105,8 @@ from fedlab.analysis import (
     slice_2d,
     top_eigenvalues,
 )
-from lab.evidence.protocol import PARTITION_SEED, rerun_config, run_seeds, split_key, tuned_params
-from lab.regime.params import planned_seeds
+from lab.evidence.protocol import PARTITION_SEED, rerun_config, run_seeds, tuned_params
+from lab.regime.params import plan_seeds
 from lab.evidence.records import run_or_load
 from lab.sharpness import track_sharpness
 from fedlab.evidence.uncertainty import mean_interval
@@ -143,7 +143,7 @@ def seed_config(name, s_):
 
 
 # the seeds each method trains on: all of them, or in the cpu profile those the rerun plan trains it on
-method_seeds = {name: planned_seeds(split_key(base), name, choices[name][1], seeds) if rerun_plan else seeds
+method_seeds = {name: plan_seeds(method_config(name), choices[name][1], seeds, use_plan=rerun_plan, required=False)
                 for name in choices}
 if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does not train would train here
     for name, planned in method_seeds.items():
