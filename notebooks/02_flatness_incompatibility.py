@@ -936,16 +936,13 @@ plt.show()
 
 # %%
 def fedsam_tuning(cfg):
-    """FedSAM's tuned params on cfg's split, else the main split's choice (labelled), else the defaults. With
-    ``rerun_plan`` always the main split's: the rerun tunes each method once, on Dirichlet 0.1, and reuses
-    that choice on the other splits (lab/regime/rerun.yaml reasons.tuning_split)."""
+    """FedSAM's tuned params on cfg's split, else the main split's choice (labelled), else the defaults."""
     own = tuned_params("fedsam", cfg, profile=profile)
-    reuse = rerun_plan and split_key(cfg) != split_key(base)
-    if own.tuned and not reuse:
+    if own.tuned:
         return own.params, own.source
     main = tuned_params("fedsam", base, profile=profile)
-    return main.params, (f"{main.source} (the choice of {split_key(base)}; {split_key(cfg)} is not tuned"
-                         + (" in the rerun)" if reuse else ")") if main.tuned else own.source)
+    return main.params, (f"{main.source} (the choice of {split_key(base)}; {split_key(cfg)} is not tuned)"
+                         if main.tuned else own.source)
 
 
 sweep_params = {a: fedsam_tuning(base.replace(alpha=a)) for a in alphas}
