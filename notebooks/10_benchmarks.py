@@ -183,7 +183,7 @@ if not_run:
 rows = []
 for (ds, split, method), runs in results.items():
     target = next(t for d, s, _, t in benchmarks if d == ds and s == split)
-    row = summary_table(runs, target=target).iloc[0].to_dict()
+    row = summary_table(runs, target=target, paired=paired_partitions).iloc[0].to_dict()  # one group over the seeds
     rows.append({"dataset": ds, "split": split, "method": method, "target": target, **row})
 table = pd.DataFrame(rows).drop(columns=["algorithm", "sec_per_round"])
 
