@@ -80,6 +80,7 @@ slice_span = 1.0  # 1-D and 2-D slices cover [−span, span] in units of the fil
 grid_points = 9  # the 2-D slices are grid_points × grid_points (odd)
 track_methods = ["fedavg", "fedsam"]  # methods whose sharpness is tracked during training (every seed)
 track_every = 4  # measure λ_max every this many rounds
+track_seeds = None  # how many of the seeds are tracked (None: every seed; a run trained untracked is replayed)
 device = "cpu"  # cpu | cuda (the paper profile needs a GPU)
 
 # %%
@@ -189,7 +190,7 @@ def styled_label(name, status="finished"):
 tracked = {(name, s): track_sharpness(seed_config(name, s), every=track_every, batches=measure_batches,
                                       batch_size=measure_batch_size, max_clients=measure_clients, iters=eig_iters,
                                       seed=seed, progress=False)
-           for name in track_methods for s in seeds}
+           for name in track_methods for s in seeds[:track_seeds]}
 runs = {name: run_seeds(method_config(name), method_seeds[name], record=record, need_theta=True,
                         paired=paired_partitions) for name in methods}
 print(pd.DataFrame({
@@ -685,7 +686,7 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 track_rows, track_runs = [], []
 for name in track_methods:
     results = [run_of[(name, s_)] if (name, s_) in run_of else
-               run_or_load(seed_config(name, s_)) for s_ in seeds]
+               run_or_load(seed_config(name, s_)) for s_ in seeds[:track_seeds]]
     track_runs += results
     for res in results:
         m = tracked[(name, res.config.seed)].dropna(subset=["lambda_1"])
@@ -705,7 +706,7 @@ for name in track_methods:
                style=(style["color"], style["ls"], style["marker"]), scale=100.0)
 ax1.set_xlabel("round")
 ax1.set_ylabel(r"$\lambda_{max}$ of the global model")
-ax1.set_title(f"sharpness over training ({len(seeds)} seed(s))")
+ax1.set_title(f"sharpness over training ({len(seeds[:track_seeds])} seed(s))")
 ax1.legend()
 ax2.set_xlabel("round")
 ax2.set_ylabel("test accuracy (%)")
@@ -716,10 +717,10 @@ fig.tight_layout()
 save_figure(fig, "09_sharpness_over_training", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"Top Hessian eigenvalue of the global model every {track_every} rounds, and test accuracy, for "
                     f"{', '.join(method_label(n) for n in track_methods)} ({dataset}, Dirichlet α={alpha}, tuned "
-                    f"hyperparameters; mean over the finished of {len(seeds)} seed(s) with a 95 % band).",
+                    f"hyperparameters; mean over the finished of {len(seeds[:track_seeds])} seed(s) with a 95 % band).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             track_methods=track_methods, track_every=track_every, eig_iters=eig_iters, seed=seed,
-                            seeds=seeds, partition_seed=partition_seed_note),
+                            seeds=seeds[:track_seeds], partition_seed=partition_seed_note),
             data=pd.DataFrame(track_rows), runs=track_runs)
 plt.show()
 
