@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the plan file (default lab/regime/rerun.yaml)")
     rr.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
     rr.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    rr.add_argument("--only", default=None, metavar="NOTEBOOKS",
+                    help="comma-separated notebooks of the plan's analyses: train only the models they read "
+                         "(then run those notebooks in the same session)")
     rq = rsub.add_parser("rerun-params", allow_abbrev=False,
                          help="write the rerun's federation into notebooks/params/*.cpu.yaml (between marker lines)")
     rq.add_argument("--plan", type=__import__("pathlib").Path, default=None,

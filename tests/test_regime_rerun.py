@@ -243,6 +243,11 @@ def test_the_runs_an_analysis_reads_train_after_every_other_run():
     assert not late[next(n for n, i in enumerate(items) if i.run.method == "fedsam" and i.run.params != "{}")]
     with pytest.raises(CriteriaError, match="lists no methods"):
         rr.analysed(_plan(analyses={"10_benchmarks": {"models": 1, "seeds": 1, "methods": "notebook"}}))
+    only = rr.seed_runs(plan, runs, only=["02"])
+    assert only and {(i.run.split, i.run.method, i.run.params) for i in only} == {("dirichlet-0.5", "fedavg", "{}")}
+    assert len(only) == next(r.seeds for r in runs if (r.split, r.method, r.params) == ("dirichlet-0.5", "fedavg", "{}"))
+    with pytest.raises(CriteriaError, match="--only: 03 is no notebook"):
+        rr.seed_runs(plan, runs, only=["03"])
 
 
 def test_the_committed_plan_defers_notebook_09s_methods():

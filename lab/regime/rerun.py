@@ -279,12 +279,22 @@ def analysed(plan: Mapping[str, Any]) -> set[tuple[str, str]]:
     return out
 
 
-def seed_runs(plan: Mapping[str, Any], runs: Sequence[PlanRun]) -> list[SeedRun]:
+def seed_runs(plan: Mapping[str, Any], runs: Sequence[PlanRun], *,
+              only: Sequence[str] | None = None) -> list[SeedRun]:
     """Every (run, seed) of the plan, seed-major (all methods of seed 0 first: a session that stops early
     leaves complete pairs, not one method on many seeds), the tuned runs an analysis reads after all others
-    (:func:`analysed`; their models must be trained in the session that analyses them)."""
+    (:func:`analysed`; their models must be trained in the session that analyses them). ``only`` names
+    notebooks of ``plan['analyses']``: then just the runs their analyses read, so one session can train a
+    notebook's models and run that notebook."""
     late = analysed(plan)
     items = [SeedRun(r, s) for i, s in enumerate(plan["seeds"]) for r in runs if i < r.seeds]
+    if only is not None:
+        unknown = sorted(set(only) - set(plan.get("analyses", {})))
+        if unknown:
+            raise CriteriaError(f"--only: {', '.join(unknown)} is no notebook of {RERUN_FILE.name}'s analyses "
+                                f"(allowed: {', '.join(sorted(plan.get('analyses', {})))})")
+        wanted = analysed({"analyses": {k: plan["analyses"][k] for k in only}})
+        return [i for i in items if i.run.params == "{}" and (i.run.split, i.run.method) in wanted]
     return sorted(items, key=lambda i: i.run.params == "{}" and (i.run.split, i.run.method) in late)
 
 
@@ -318,8 +328,8 @@ def recorded(directory: Path) -> dict[tuple[str, str, str, int], str]:
 
 def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Path | None = None,
           claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
-          max_runs: int | None = None, out: Any = None) -> int:
-    """Train every run of the plan that has no record, ``workers`` at a time, writing each record to
+          max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None) -> int:
+    """Train every run of the plan (``only``: of those notebooks' analyses, :func:`seed_runs`) that has no record, ``workers`` at a time, writing each record to
     ``<root>/records`` (no root: ``records_dir()``) as it finishes, so it resumes from what is committed. A tuned
     method waits until ``<root>/tuning`` (no root: :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their
     arms; ``seconds`` (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
@@ -341,7 +351,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     methods = list(algorithm_names())
     defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
     claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"] if claims is None else claims
-    items = seed_runs(plan, plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS))
+    items = seed_runs(plan, plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS), only=only)
     on_tuning_split = federation(plan, criteria, plan["tuning"]["split"])
     if seconds is None:
         seconds = method_seconds(load_records(records_dir(), criteria), plan["regime"])
@@ -374,15 +384,18 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
         left = [i for i in items if i.key not in state["done"]]
         return sum(_cost(i.run.method, seconds, two)[0] for i in left) / max(1, workers)
 
+    def n_done() -> int:  # the plan's (or --only's) runs recorded; the folder also holds others
+        return sum(i.key in state["done"] for i in items)
+
     waiting = sorted({i.run.method for i in items if i.key not in state["done"] and choice(i.run.method) is None})
-    print(f"rerun: {len(state['done'])}/{len(items)} recorded, {len(todo())} to train now"
+    print(f"rerun: {n_done()}/{len(items)} recorded, {len(todo())} to train now"
           + (f", waiting for tuning: {', '.join(waiting)}" if waiting else "") + f" (ETA {clock(eta([]))} for all)",
           file=out, flush=True)
-    progress = Progress(todo=todo, done_total=lambda: (len(state["done"]), len(items)), eta=eta)
+    progress = Progress(todo=todo, done_total=lambda: (n_done(), len(items)), eta=eta)
     written, failed, stopped = train_many(
         progress, config_of=lambda i: run_config(plan, criteria, i, choice(i.run.method) or {}),
         key_of=lambda i: i.key, label_of=SeedRun.label, write=write, workers=workers, out=out, max_runs=max_runs)
-    print(f"rerun: {written} record(s) written this session, {len(state['done'])}/{len(items)} in all"
+    print(f"rerun: {written} record(s) written this session, {n_done()}/{len(items)} in all"
           + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
     return written
 
@@ -492,10 +505,12 @@ def main_tune(args: Any) -> int:
 
 
 def main_train(args: Any) -> int:
-    """``python -m lab regime rerun-train [--workers N] [--max-runs N]``."""
+    """``python -m lab regime rerun-train [--workers N] [--max-runs N] [--only NB,NB]``."""
     plan = load_plan(getattr(args, "plan", None))
     check_outcome(plan)
-    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs)
+    only = getattr(args, "only", None)
+    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs,
+          only=None if only is None else [n.strip() for n in only.split(",") if n.strip()])
     return 0
 
 
