@@ -26,10 +26,12 @@
 # FedVSSAM anchors the perturbation and the update to a server-side direction.
 #
 # Sizes: the defaults below are the `ci` profile (seconds on a laptop CPU, one seed). The `cpu` profile
-# (`params/00_quickstart.cpu.yaml`) is notebook 10's Dirichlet-0.1 federation — all 60 000 images, 100
-# clients, 10 % participation, 30 rounds, three seeds — so its runs are the very runs of notebook 10's
-# benchmark, trained once. Re-run at any size with papermill, e.g.
-# `papermill 00_quickstart.ipynb out.ipynb -f params/00_quickstart.cpu.yaml`.
+# (`params/00_quickstart.cpu.yaml`) is the rerun's regime (chosen by the pilot of `figures/regime/`, planned
+# in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100
+# clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no claim
+# judges), each seed drawing its own partition — so its runs are the very runs of notebook 10's Dirichlet-0.1
+# benchmark, trained once. Re-run at any size with papermill, e.g. `papermill 00_quickstart.ipynb out.ipynb -f
+# params/00_quickstart.cpu.yaml`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -47,8 +49,8 @@ lr = 0.05  # local learning rate η_l
 lr_schedule = "exponential"  # across rounds: exponential (×0.998 per round) | cosine | constant (the cpu regime)
 eval_every = 1  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
-seed = 0  # first training seed (init, sampling, batches); the partition is fixed across seeds
-n_seeds = 1  # training seeds seed, seed + 1, ... (cpu: 3, mean ± 95 % interval)
+seed = 0  # first training seed (init, sampling, batches); the partition too when paired_partitions
+n_seeds = 1  # training seeds seed, seed + 1, ... (cpu: 6, mean ± 95 % interval)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)
 paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
 rerun_plan = False  # cpu: train each run on the seeds the regime rerun's plan gives it (lab/regime/rerun.yaml)

@@ -42,16 +42,18 @@
 # $h_i - \nabla F = \gamma_l(\delta_i + \zeta_{i,b})$: the squared error of the direction shrinks by $\gamma_l^2$, for both
 # sources at once (the paper uses γ_l = 0.4 for moderate and 0.1 for high heterogeneity).
 #
-# The measurements below use `fedlab.analysis.friendly`; the paper's own measurement protocol is not
-# public, so these are fedlab's operational definitions (see `shared/docs/PAPERS.md`).
-# Sizes: the defaults are the `ci` profile (a few clients and batches, so every number is noisy);
-# `params/03_friendly_adversary.cpu.yaml` is notebook 10's federation (all of Fashion-MNIST, 100 clients,
-# 10 % per round, 30 rounds), and the models measured are its FedAvg runs on Dirichlet 0.1 (three seeds).
+# The measurements below use `fedlab.analysis.friendly`; the paper's own measurement protocol is not public,
+# so these are fedlab's operational definitions (see `shared/docs/PAPERS.md`). Sizes: the defaults are the
+# `ci` profile (a few clients and batches, so every number is noisy); `params/03_friendly_adversary.cpu.yaml`
+# is the rerun's regime (chosen by the pilot of `figures/regime/`, planned in `lab/regime/rerun.yaml`): the
+# MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds
+# of K = 50 local steps at η = 0.1, six seeds (three for a run no claim judges), each seed drawing its own
+# partition; the models measured are its FedAvg runs on Dirichlet 0.1.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
-seed = 0  # training seed of the FedAvg run we measure at, and the analysis samples; the partition is fixed
-n_seeds = 1  # FedAvg models (training seeds seed, seed + 1, ...) at which the δ/ζ decomposition is repeated (cpu: 3)
+seed = 0  # training seed of the FedAvg run we measure at, and the analysis samples (and the partition when paired)
+n_seeds = 1  # FedAvg models (training seeds seed, seed + 1, ...) at which the δ/ζ decomposition is repeated (cpu: 6)
 paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
 rerun_plan = False  # cpu: these runs must be runs the regime rerun's plan trains on every seed (lab/regime/rerun.yaml)
 client_threads = 1  # CPU: clients trained at once, one core each (same numbers as 1, not hashed)

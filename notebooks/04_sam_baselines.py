@@ -34,13 +34,15 @@
 # method sends per round and how many gradients it evaluates per local step — and the *flatness
 # distance* Δ_D (§5), the spread of the clients' end points around the new global model.
 #
-# Sizes: the defaults are the `ci` profile (seconds on two CPU cores: 10 clients, 10 rounds of 4
-# steps, one seed). At that size the curves are noisy and the ranking of the methods is *not*
-# meaningful — the point is to see the machinery run and the cost table, which does not depend on
-# the size. The `cpu` profile (`params/04_sam_baselines.cpu.yaml`: notebook 10's federation — all of
-# Fashion-MNIST, 100 clients, 10 % participation, Dirichlet 0.1, 30 rounds of K = 5 — over 3 seeds)
-# and the `paper` profile (CIFAR-10, ResNet-18-GN, GPU) produce the citable figures; what the
-# committed cpu run shows is generated in the last section.
+# Sizes: the defaults are the `ci` profile (seconds on two CPU cores: 10 clients, 10 rounds of 4 steps, one
+# seed). At that size the curves are noisy and the ranking of the methods is *not* meaningful — the point is
+# to see the machinery run and the cost table, which does not depend on the size. The `cpu` profile
+# (`params/04_sam_baselines.cpu.yaml`: the rerun's regime (chosen by the pilot of `figures/regime/`, planned
+# in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100
+# clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no claim
+# judges), each seed drawing its own partition; Dirichlet 0.1) and the `paper` profile (CIFAR-10,
+# ResNet-18-GN, GPU) produce the citable figures; what the committed cpu run shows is generated in the last
+# section.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -33,13 +33,15 @@
 # | `fedsmoo` | **the paper's method**: FedDyn duals $h_i$ + global perturbation correction ($\mu_i$, $s$) | the authors' code (FL-Simulator, after the Oct-2024 fix of issue #13) |
 # | `fedsmoo_adaptive` | **a blog's adaptive variant**: FedAvg + a proximal term and a SAM radius that each client tunes every round ($\lambda_k$, $\rho_k$) | a practitioner's blog post about the paper (PAPERS.md §4); *not* the paper's algorithm |
 #
-# Both are trained below next to FedDyn, FedSpeed (FedDyn + local SAM, Sun et al., ICLR'23), FedSAM
-# and FedAvg. Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed). At that
-# size the accuracy curves are noisy and do not rank the methods reliably; the closed-form federation
-# of §4 and the checks of §7 hold at any size. `params/05_fedsmoo.cpu.yaml` (notebook 10's federation:
-# all of Fashion-MNIST, 100 clients, Dirichlet 0.1, 30 rounds of K = 5, 3 seeds, tuned
-# hyperparameters) and `params/05_fedsmoo.paper.yaml` (CIFAR-10, ResNet-18-GN, GPU) give the citable
-# figures; what the committed cpu run shows is generated in the last section.
+# Both are trained below next to FedDyn, FedSpeed (FedDyn + local SAM, Sun et al., ICLR'23), FedSAM and
+# FedAvg. Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed). At that size the
+# accuracy curves are noisy and do not rank the methods reliably; the closed-form federation of §4 and the
+# checks of §7 hold at any size. `params/05_fedsmoo.cpu.yaml` (the rerun's regime (chosen by the pilot of
+# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
+# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
+# six seeds (three for a run no claim judges), each seed drawing its own partition; Dirichlet 0.1, tuned
+# hyperparameters) and `params/05_fedsmoo.paper.yaml` (CIFAR-10, ResNet-18-GN, GPU) give the citable figures;
+# what the committed cpu run shows is generated in the last section.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -29,14 +29,16 @@
 # * **FedMoSWA**: FedSWA plus SCAFFOLD-style control variates, where the server's global variate is
 #   a *momentum* (an EMA over rounds) of the sampled clients' variates.
 #
-# This notebook takes the pieces one at a time (the schedule, the server EMA, the control variates
-# on a closed-form federation), then tests the paper's central claim — FedSWA beats FedSAM under
-# high heterogeneity — on Fashion-MNIST, with a small ablation of ρ and α and FedMoSWA against
-# SCAFFOLD. Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed; too small to
-# rank methods reliably). `params/06_fedswa_fedmoswa.cpu.yaml` (notebook 10's federation: all of
-# Fashion-MNIST, 100 clients, Dirichlet 0.1, 30 rounds of K = 5, 3 seeds, tuned hyperparameters) and
-# `params/06_fedswa_fedmoswa.paper.yaml` (the paper's CIFAR-100 Dirichlet-0.1 setting, GPU) produce
-# the citable figures; what the committed cpu run shows is generated in the last section.
+# This notebook takes the pieces one at a time (the schedule, the server EMA, the control variates on a
+# closed-form federation), then tests the paper's central claim — FedSWA beats FedSAM under high heterogeneity
+# — on Fashion-MNIST, with a small ablation of ρ and α and FedMoSWA against SCAFFOLD. Sizes: the defaults are
+# the `ci` profile (seconds on two CPU cores, one seed; too small to rank methods reliably).
+# `params/06_fedswa_fedmoswa.cpu.yaml` (the rerun's regime (chosen by the pilot of `figures/regime/`, planned
+# in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100
+# clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no claim
+# judges), each seed drawing its own partition; Dirichlet 0.1, tuned hyperparameters) and
+# `params/06_fedswa_fedmoswa.paper.yaml` (the paper's CIFAR-100 Dirichlet-0.1 setting, GPU) produce the
+# citable figures; what the committed cpu run shows is generated in the last section.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -61,11 +61,12 @@
 # Defaults as hard-coded in the official client: γ = 0.85, ρ = 0.05. The toy federation below uses
 # them; on Fashion-MNIST every radius is the protocol's tuned one (`tuned_params`), γ stays 0.85.
 #
-# Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed).
-# `params/07_fednsam.cpu.yaml` (notebook 10's federation: all of Fashion-MNIST, 100 clients,
-# Dirichlet 0.1, 30 rounds of K = 5, 3 seeds) and `params/07_fednsam.paper.yaml` (CIFAR-100,
-# ResNet-18-GN, GPU) give the citable figures; what the committed cpu run shows is generated in the
-# last section.
+# Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed). `params/07_fednsam.cpu.yaml`
+# (the rerun's regime (chosen by the pilot of `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP
+# on a class-balanced 10 000 of Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K
+# = 50 local steps at η = 0.1, six seeds (three for a run no claim judges), each seed drawing its own
+# partition; Dirichlet 0.1) and `params/07_fednsam.paper.yaml` (CIFAR-100, ResNet-18-GN, GPU) give the citable
+# figures; what the committed cpu run shows is generated in the last section.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -48,12 +48,15 @@
 # GU off → $\gamma_g = 1$.
 #
 #
-# **The evidence protocol.** The full method runs with the ρ and preset **tuned** for this split on a
-# held-out validation set (`tuned_params("fedvssam", split)`, `figures/tuning/`); each ablation switches
-# one part off from that tuned point, and every comparison is trained over several seeds with the
-# partition fixed, reported as mean ± 95 % interval. In the `cpu` profile this is notebook 10's
-# federation (Fashion-MNIST, the GroupNorm CNN, 100 clients, 10 % per round, Dirichlet 0.1, 30 rounds of
-# K = 5, three seeds), so the full FedVSSAM and FedAvg runs here *are* notebook 10's Dir-0.1 runs.
+# **The evidence protocol.** The full method runs with the ρ and preset **tuned** for this split on a held-out
+# validation set (`tuned_params("fedvssam", split)`; at the `cpu` profile `figures/rerun/tuning/`); each
+# ablation switches one part off from that tuned point, and every comparison is trained over several seeds,
+# compared seed by seed (paired) and reported as mean ± 95 % interval. In the `cpu` profile
+# (`params/08_fedvssam.cpu.yaml`) this is the rerun's regime (chosen by the pilot of `figures/regime/`,
+# planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images,
+# 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no
+# claim judges), each seed drawing its own partition; Dirichlet 0.1 — so the full FedVSSAM and FedAvg runs
+# here *are* notebook 10's Dir-0.1 runs.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -79,7 +82,7 @@ bootstrap = 200  # bootstrap resamples of those minibatches for the variance int
 eval_every = 2  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 check_rounds = 2  # rounds of the exact identity and communication checks
-n_seeds = 1  # training seeds per configuration: seed, seed + 1, ... (cpu: 3; intervals need ≥ 2)
+n_seeds = 1  # training seeds per configuration: seed, seed + 1, ... (cpu: 6; intervals need ≥ 2)
 paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
 rerun_plan = False  # cpu: train only the runs the regime rerun's plan trains, on its seeds (lab/regime/rerun.yaml)
 device = "cpu"  # cpu | cuda

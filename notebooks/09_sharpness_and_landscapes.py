@@ -34,17 +34,18 @@
 # * **sharpness over training** with `track_sharpness` (λ_max of the global model every few rounds).
 #
 # The methods and their update rules are the subject of notebooks 04–08; here each runs with the
-# hyperparameters **tuned** for this split on a held-out validation set (`tuned_params`, the committed
-# choice in `figures/tuning/`; `method_params` overrides it), on the Dirichlet-0.1 split of
-# Fashion-MNIST with the partition fixed. The curvature numbers are measured on the final model of
-# every training seed and reported as mean ± 95 % interval over the seeds; the 1-D slices and the
-# sharpness over training are means over the seeds, and the 2-D landscapes are drawn for every seed side
-# by side. A model that **collapsed** (stayed at chance) is marked on every figure and never
-# averaged in: a network that learned nothing can look very flat. In the `ci` size a representative
-# subset of methods is trained for a few rounds; `params/09_sharpness_and_landscapes.cpu.yaml` trains
-# all 16 on notebook 10's federation (all 60 000 images, 100 clients, 10 % per round, 30 rounds of
-# K = 5, three seeds) — the same runs as notebook 10's Dir-0.1 benchmark — and writes the citable
-# figures to `figures/`.
+# hyperparameters **tuned** for this split on a held-out validation set (`tuned_params`, the committed choice
+# in `figures/tuning/`; `method_params` overrides it), on the Dirichlet-0.1 split of Fashion-MNIST with the
+# partition fixed. The curvature numbers are measured on the final model of every training seed and reported
+# as mean ± 95 % interval over the seeds; the 1-D slices and the sharpness over training are means over the
+# seeds, and the 2-D landscapes are drawn for every seed side by side. A model that **collapsed** (stayed at
+# chance) is marked on every figure and never averaged in: a network that learned nothing can look very flat.
+# In the `ci` size a representative subset of methods is trained for a few rounds;
+# `params/09_sharpness_and_landscapes.cpu.yaml` trains all 16 in the rerun's regime (chosen by the pilot of
+# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
+# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
+# six seeds (three for a run no claim judges), each seed drawing its own partition — the same runs as notebook
+# 10's Dir-0.1 benchmark — and writes the citable figures to `figures/`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -66,7 +67,7 @@ eval_every = 4  # evaluate the global model every this many rounds
 eval_subsample = None  # evaluate on a class-balanced subset of the test set (None: all of it)
 methods = ["fedavg", "fedsam", "fedvssam", "scaffold", "fedswa"]  # methods to train and analyse
 method_params = {}  # per-method overrides of the tuned hyperparameters, e.g. {"fedvssam": {"preset": "high"}}
-n_seeds = 1  # training seeds per method: seed, seed + 1, ... (cpu: 3; intervals need ≥ 2)
+n_seeds = 1  # training seeds per method: seed, seed + 1, ... (cpu: 6; intervals need ≥ 2)
 paired_partitions = False  # cpu: each training seed draws its own partition, shared by every method of that seed
 rerun_plan = False  # cpu: train only the runs the regime rerun's plan trains, on its seeds (lab/regime/rerun.yaml)
 measure_clients = 5  # clients whose data define the measured F (a seeded random subset)

@@ -41,16 +41,17 @@
 # over the seeds with a **95 % Student-t interval**; a run that stays at chance is `collapsed`: it is
 # drawn and counted, never averaged into its method's mean. `method_params` overrides the tuned values.
 #
-# **Sizes.** The `ci` defaults train one small run per registered method and split on a Fashion-MNIST
-# subset with the fast 2-layer MLP, one seed, in about a minute: they check that the whole pipeline works, not which method wins.
-# The `cpu` profile (`params/10_benchmarks.cpu.yaml`: all of Fashion-MNIST, the GroupNorm CNN, 100
-# clients, 10 % per round, 30 rounds of K = 5, three seeds) makes the committed figures,
-# `figures/10_benchmarks_cpu.csv` and one committed record per run (`figures/records/`), written as
-# each run finishes, so an interrupted benchmark resumes where it stopped, on this machine or another.
-# The `paper` profile (`params/10_benchmarks.paper.yaml`) carries the papers' settings — CIFAR-10 with
-# ResNet-18 and CIFAR-100 with WRN-28-4, 100 clients, 10 %, K = 50, B = 50, lr 0.1, 800 rounds,
-# three seeds — which is many GPU-days for all methods; restrict `methods` and `n_seeds` to what your
-# budget allows.
+# **Sizes.** The `ci` defaults train one small run per registered method and split on a Fashion-MNIST subset
+# with the fast 2-layer MLP, one seed, in about a minute: they check that the whole pipeline works, not which
+# method wins. The `cpu` profile (`params/10_benchmarks.cpu.yaml`: the rerun's regime (chosen by the pilot of
+# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
+# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
+# six seeds (three for a run no claim judges), each seed drawing its own partition) makes the committed
+# figures, `figures/10_benchmarks_cpu.csv` and one committed record per run (`figures/records/`), written as
+# each run finishes, so an interrupted benchmark resumes where it stopped, on this machine or another. The
+# `paper` profile (`params/10_benchmarks.paper.yaml`) carries the papers' settings — CIFAR-10 with ResNet-18
+# and CIFAR-100 with WRN-28-4, 100 clients, 10 %, K = 50, B = 50, lr 0.1, 800 rounds, three seeds — which is
+# many GPU-days for all methods; restrict `methods` and `n_seeds` to what your budget allows.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures and the CSV table go (ci → figures/_scratch)
@@ -74,7 +75,7 @@ eval_subsample = None  # evaluate on a class-balanced subset of the test set (No
 methods = None  # list of algorithm names, or None for every registered method
 method_params = {}  # per-method overrides of the tuned hyperparameters, e.g. {"fedsam": {"rho": 0.05}}
 curve_methods = ["fedavg", "fedsam", "scaffold", "fedswa", "fednsam", "fedvssam"]  # methods in the curve plots
-n_seeds = 1  # training seeds per configuration: seed, seed + 1, ... (cpu: 3; intervals need ≥ 2)
+n_seeds = 1  # training seeds per configuration: seed, seed + 1, ... (cpu: 6; intervals need ≥ 2)
 device = "cpu"  # cpu | cuda
 parallel_clients = 1  # clients vmapped together (1: sequential; "auto" on a GPU)
 seed = 0  # first training seed (init, sampling, batches; the partition has its own fixed seed)

@@ -2,6 +2,8 @@
 files are up to date, a notebook built from them trains the plan's own configs, and the plan's seeds per run."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -73,3 +75,27 @@ def test_plan_seeds_uses_the_plan_only_when_asked_and_refuses_an_unplanned_requi
     assert rp.plan_seeds(cfg, {"gamma_l": 0.123}, range(6), use_plan=True, required=False) == []
     with pytest.raises(ValueError, match="does not train fedvssam"):
         rp.plan_seeds(cfg, {"gamma_l": 0.123}, range(6), use_plan=True)
+
+
+_WORDS = {3: "three", 6: "six"}
+
+
+@pytest.mark.parametrize("notebook", rp.NOTEBOOKS)
+def test_a_notebooks_introduction_states_the_regime_its_cpu_parameters_hold(notebook):
+    """The sentence that introduces ``params/<notebook>.cpu.yaml`` (in the committed .ipynb, which the book shows)
+    gives that file's rounds, K, η, clients and seeds, and none of the K = 5 profile's, which the generated
+    federation block replaced."""
+    import nbformat
+
+    p = notebook_params(notebook, "cpu")
+    nb = nbformat.read(f"notebooks/{notebook}.ipynb", as_version=4)
+    name = f"params/{notebook}.cpu.yaml"
+    paragraphs = [para for c in nb.cells if c.cell_type == "markdown" for para in c.source.split("\n\n")
+                  if name in para]
+    assert paragraphs, f"{notebook}: no paragraph introduces {name}"
+    text = " ".join(paragraphs[0].split())
+    for want in (f"{p['rounds']} rounds of K = {p['local_steps']}", f"η = {p['lr']:g}", f"{p['n_clients']} clients",
+                 f"{100 * p['participation']:.0f} % per round", f"{_WORDS[p['n_seeds']]} seeds"):
+        assert want in text, f"{notebook}: the introduction of {name} does not say {want!r}: {text}"
+    for stale in (r"K = 5\b", r"\b30 rounds", "60 000", "all of Fashion-MNIST", "GroupNorm CNN"):
+        assert not re.search(stale, text), f"{notebook}: the introduction of {name} still says {stale!r}"
