@@ -66,3 +66,13 @@ def test_an_undecided_claim_says_which_way_the_means_point(tmp_path):
     other.mkdir()
     _setup(other, [0.70, 0.76, 0.82], [0.70, 0.72, 0.74])
     assert "the means point the claimed way" in cpu_report("08_fedvssam", other).text()
+
+
+def test_an_inline_figure_names_its_own_evidence_and_setting(tmp_path):
+    _setup(tmp_path, [0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
+    rep = cpu_report("08_fedvssam", tmp_path)
+    line = rep.figure_line("08_fig")
+    assert line.startswith("08_fig (cpu profile, committed): 6 run records, 3 seed(s)")
+    assert "digits with the cnn model" in line and " 4 rounds of " in line and "seeds 0, 1, 2" in line
+    assert "no federated training" in rep.figure_line("08_toy")
+    assert rep.figure_line("08_missing") == "08_missing: no committed cpu figure yet (make figures writes it)"

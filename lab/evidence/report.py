@@ -62,6 +62,7 @@ class CpuReport:
     figures: list[CpuFigure] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     setting: str = "no committed cpu run behind its figures"  # the federation of the evidence (evidence_setting)
+    figures_dir: Path = FIGURES_DIR
 
     def text(self) -> str:
         """The evidence and the claims rows as plain text (deterministic: from committed files only)."""
@@ -98,6 +99,27 @@ class CpuReport:
             if named:
                 lines.append(f"in short, the claims that {words}: " + "; ".join(named))
         return "\n".join(lines)
+
+    def figure_line(self, name: str) -> str:
+        """What stands behind the committed cpu figure ``name`` in one line: its evidence and the federation its
+        own records were trained in (from its sidecar, not the parameter files), or that none is committed."""
+        fig = next((f for f in self.figures if f.name == name), None)
+        if fig is None:
+            return f"{name}: no committed cpu figure yet (make figures writes it)"
+        meta = json.loads((self.figures_dir / f"{name}.json").read_text())
+        seeds = (meta.get("parameters") or {}).get("seeds") or []
+        setting = evidence_setting(list(meta.get("records") or []), seeds, self.figures_dir / "records")
+        return f"{name} (cpu profile, committed): {fig.evidence()}" + (f"; {setting}" if setting else "")
+
+    def show(self, name: str) -> None:
+        """Embed the committed cpu figure ``name`` beside the paragraph that reads it, under its evidence line
+        (IPython display); the line alone when none is committed."""
+        from IPython.display import Image, Markdown, display
+
+        fig = next((f for f in self.figures if f.name == name), None)
+        display(Markdown(f"**{self.figure_line(name)}**" + (f" — {fig.caption}" if fig else "")))
+        if fig is not None:
+            display(Image(filename=str(fig.png), width=720))
 
     def show_figures(self) -> None:
         """Embed every committed cpu figure of the notebook (IPython display)."""
@@ -156,7 +178,8 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
         if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
             keys += list(meta.get("records") or [])
             seeds |= {json.dumps(s) for s in (meta.get("parameters") or {}).get("seeds") or []}
-    report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir))
+    report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir),
+                       figures_dir=figures_dir)
     setting = evidence_setting(keys, sorted((json.loads(s) for s in seeds), key=str), figures_dir / "records")
     if setting is not None:
         report.setting = setting
