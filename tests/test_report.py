@@ -76,3 +76,24 @@ def test_an_inline_figure_names_its_own_evidence_and_setting(tmp_path):
     assert "digits with the cnn model" in line and " 4 rounds of " in line and "seeds 0, 1, 2" in line
     assert "no federated training" in rep.figure_line("08_toy")
     assert rep.figure_line("08_missing") == "08_missing: no committed cpu figure yet (make figures writes it)"
+
+
+def test_a_committed_table_is_the_cpu_figures_data_and_names_what_is_missing(tmp_path):
+    import pandas as pd
+    import pytest
+
+    from lab.evidence.report import committed_table
+
+    pd.DataFrame({"a": [1, 2, 3], "panel": ["x", "y", "x"], "b": [None, 5.0, None]}).to_csv(tmp_path / "f.csv",
+                                                                                           index=False)
+    (tmp_path / "f.json").write_text(json.dumps({"profile": "cpu"}))
+    assert committed_table("f", figures_dir=tmp_path)["a"].tolist() == [1, 2, 3]
+    x = committed_table("f", "x", figures_dir=tmp_path)
+    assert x["a"].tolist() == [1, 3] and "b" not in x  # the panel's own columns
+    with pytest.raises(KeyError, match="no panel 'z' \\(panels: x, y\\)"):
+        committed_table("f", "z", figures_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="g: no committed cpu figure"):
+        committed_table("g", figures_dir=tmp_path)
+    (tmp_path / "f.json").write_text(json.dumps({"profile": "ci"}))
+    with pytest.raises(ValueError, match="profile is 'ci', not 'cpu'"):
+        committed_table("f", figures_dir=tmp_path)

@@ -26,7 +26,7 @@ from lab.evidence.claims import Verdict, evaluate_claims, load_claims
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
-__all__ = ["CpuFigure", "CpuReport", "cpu_report", "figure_from_sidecar"]
+__all__ = ["CpuFigure", "CpuReport", "committed_table", "cpu_report", "figure_from_sidecar"]
 
 
 @dataclass(frozen=True)
@@ -121,11 +121,14 @@ class CpuReport:
         if fig is not None:
             display(Image(filename=str(fig.png), width=720))
 
-    def show_figures(self) -> None:
-        """Embed every committed cpu figure of the notebook (IPython display)."""
+    def show_figures(self, skip: tuple[str, ...] = ()) -> None:
+        """Embed every committed cpu figure of the notebook but those in ``skip`` (shown beside their paragraphs:
+        :meth:`show`), IPython display."""
         from IPython.display import Image, Markdown, display
 
         for f in self.figures:
+            if f.name in skip:
+                continue
             display(Markdown(f"**{f.name}** — {f.caption}"))
             display(Image(filename=str(f.png), width=720))
 
@@ -184,3 +187,25 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
     if setting is not None:
         report.setting = setting
     return report
+
+
+def committed_table(name: str, panel: str | None = None, figures_dir: Path | None = None) -> Any:
+    """The data of the committed cpu figure ``name`` (``figures/<name>.csv``; ``panel``: only its rows of that
+    panel), whatever profile the notebook reading it runs at: the paragraphs that interpret the cpu run read
+    these, so that they say what the committed figure shows."""
+    import pandas as pd
+
+    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    sidecar, csv = figures_dir / f"{name}.json", figures_dir / f"{name}.csv"
+    if not sidecar.is_file() or not csv.is_file():
+        raise FileNotFoundError(f"{name}: no committed cpu figure ({sidecar} and {csv}); make figures writes it")
+    profile = json.loads(sidecar.read_text()).get("profile")
+    if profile != "cpu":
+        raise ValueError(f"{sidecar}: profile is {profile!r}, not 'cpu'")
+    table = pd.read_csv(csv)
+    if panel is not None:
+        if "panel" not in table or panel not in set(table["panel"]):
+            have = sorted(set(table["panel"].dropna())) if "panel" in table else []
+            raise KeyError(f"{csv}: no panel {panel!r} (panels: {', '.join(map(str, have)) or 'none'})")
+        table = table[table["panel"] == panel].dropna(axis=1, how="all").reset_index(drop=True)
+    return table

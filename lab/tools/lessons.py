@@ -18,6 +18,7 @@ def _rounded(value: Any, digits: int) -> Any:
     return value
 
 
-def lessons_line(lessons: dict[str, Any], digits: int = 6) -> str:
-    """'lessons: ' and the JSON of ``lessons`` with sorted keys and every float rounded to ``digits``."""
-    return "lessons: " + json.dumps(_rounded(lessons, digits), sort_keys=True)
+def lessons_line(lessons: dict[str, Any], digits: int = 6, prefix: str = "lessons") -> str:
+    """'lessons: ' (or ``prefix``: e.g. ``cpu_lessons`` for a paragraph read from the committed cpu data) and the
+    JSON of ``lessons`` with sorted keys and every float rounded to ``digits``."""
+    return f"{prefix}: " + json.dumps(_rounded(lessons, digits), sort_keys=True)
