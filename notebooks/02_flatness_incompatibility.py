@@ -33,14 +33,16 @@
 # describe the same failure ("locally flat, not globally flat") and FedNSAM measures it with the
 # *flatness distance* $\Delta_D = \frac1m\sum_i\lVert\theta_{i,K} - \theta^{t+1}\rVert^2$.
 #
-# This notebook shows the failure twice:
+# This notebook looks for the failure twice:
 # 1. on a **2-D toy federation** whose losses are written down in closed form, where we can see every
 #    basin, and where the real fedlab algorithm objects run on it (`fedlab.engine.toy.run_functional`):
 #    paths from one start point, then a basin map over a grid of start points with controls that carry a
-#    server momentum but no SAM;
-# 2. on a **real network** (the GroupNorm CNN on Fashion-MNIST after a few FedAvg rounds), with the
-#    measurements of `fedlab.analysis`: misalignment of the local perturbations, missed sharpness, the
-#    γ_l mixing of FedVSSAM, the top Hessian eigenvalue as heterogeneity grows, and Δ_D per round.
+#    server momentum but no SAM. The toy shows how the failure *can* happen;
+# 2. on a **real network** (Fashion-MNIST; at the `ci` size a few FedAvg rounds, at the `cpu` size the rerun's
+#    100-round models), with the measurements of `fedlab.analysis`: misalignment of the local perturbations,
+#    missed sharpness, the γ_l mixing of FedVSSAM, the top Hessian eigenvalue as heterogeneity grows, and Δ_D.
+#    The network shows whether it *does*: the paragraphs marked "The cpu run" read the committed figures, and on
+#    this federation the answer is mixed — the perturbations are misaligned, yet FedSAM's global model ends flatter.
 #
 # Sizes: the defaults are the `ci` profile (a minute or two on a laptop CPU, one seed; the network analyses
 # then use a few clients and a few dozen samples each, so their numbers are noisy).
@@ -937,23 +939,23 @@ cpu.show("02_misalignment")
 # read from the committed cpu data (whatever profile this run has), checked, then written out
 mis_cpu = committed_table("02_misalignment", "per_seed")
 cpu_lessons: dict = {}
-cpu_lessons["misalignment"] = m = {
+cpu_lessons["misalignment"] = mis_l = {
     "seeds": int(len(mis_cpu)), "cosine": float(mis_cpu["cosine"].mean()),
     "cosine_full": float(mis_cpu["cosine_full"].mean()),
     "cosine_max": float(mis_cpu[["cosine", "cosine_full"]].to_numpy().max()),
     "batch_excess": float(((mis_cpu["misalignment"] - mis_cpu["misalignment_full"]) / mis_cpu["misalignment"]).mean()),
     "missed_fraction": float((mis_cpu["missed_sharpness"] / mis_cpu["global_sharpness"]).mean()),
     "missed_positive": int((mis_cpu["missed_sharpness"] > 0).sum())}
-assert m["cosine_max"] < 0.5, "the paragraph says the clients' perturbations point far from ε*"
-assert abs(m["batch_excess"]) < 0.1, "the paragraph says batch noise adds almost nothing"
-assert m["missed_positive"] == m["seeds"] and m["missed_fraction"] > 0.5, "the paragraph says most sharpness is missed"
+assert mis_l["cosine_max"] < 0.5, "the paragraph says the clients' perturbations point far from ε*"
+assert abs(mis_l["batch_excess"]) < 0.1, "the paragraph says batch noise adds almost nothing"
+assert mis_l["missed_positive"] == mis_l["seeds"] and mis_l["missed_fraction"] > 0.5, "the paragraph says most sharpness is missed"
 display(Markdown(
-    f"At FedAvg's Dirichlet-0.1 models ({m['seeds']} seeds) the clients' SAM perturbations point far from the "
-    f"global one: their mean cosine with ε* is {m['cosine']:.2f} with minibatch gradients and "
-    f"{m['cosine_full']:.2f} with each client's full-batch gradient, never above {m['cosine_max']:.2f} in any seed. "
+    f"At FedAvg's Dirichlet-0.1 models ({mis_l['seeds']} seeds) the clients' SAM perturbations point far from the "
+    f"global one: their mean cosine with ε* is {mis_l['cosine']:.2f} with minibatch gradients and "
+    f"{mis_l['cosine_full']:.2f} with each client's full-batch gradient (the largest, over seeds, is {mis_l['cosine_max']:.2f}). "
     f"Batch noise adds almost nothing: the minibatch misalignment exceeds the full-batch one by "
-    f"{100 * m['batch_excess']:.0f} % on average, so the misalignment is heterogeneity's. In loss, the clients' "
-    f"perturbations miss {100 * m['missed_fraction']:.0f} % of the sharpness that ε* finds (missed sharpness over "
+    f"{100 * mis_l['batch_excess']:.0f} % on average, so the misalignment is heterogeneity's. In loss, the clients' "
+    f"perturbations miss {100 * mis_l['missed_fraction']:.0f} % of the sharpness that ε* finds (missed sharpness over "
     f"F(θ + ε*) − F(θ), positive in every seed). That is flatness incompatibility, measured: one perturbation at "
     f"one model. Section 3 asks whether it decides where training ends."))
 
@@ -1266,10 +1268,10 @@ print(lessons_line(lessons))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-m, lo_r, hi_r = cpu_lessons["misalignment"], cpu_lessons["sharpness"][lo], cpu_lessons["sharpness"][hi]
+mis_l, lo_r, hi_r = cpu_lessons["misalignment"], cpu_lessons["sharpness"][lo], cpu_lessons["sharpness"][hi]
 display(Markdown(
     f"* Flatness incompatibility is real as a measurement: under Dirichlet {lo} the clients' perturbations have "
-    f"cosine {m['cosine']:.2f} with the global one and miss {100 * m['missed_fraction']:.0f} % of F's sharpness, "
+    f"cosine {mis_l['cosine']:.2f} with the global one and miss {100 * mis_l['missed_fraction']:.0f} % of F's sharpness, "
     f"because the clients' data differ, not because their batches are small.\n"
     f"* It does not decide where training ends here: FedSAM's global λ_max is "
     f"{100 * lo_r['reduction']:.0f} % below FedAvg's at α = {lo} and {100 * hi_r['reduction']:.0f} % at α = {hi}, "

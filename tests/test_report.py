@@ -82,7 +82,7 @@ def test_a_committed_table_is_the_cpu_figures_data_and_names_what_is_missing(tmp
     import pandas as pd
     import pytest
 
-    from lab.evidence.report import committed_table
+    from lab.evidence.report import committed_parameters, committed_table
 
     pd.DataFrame({"a": [1, 2, 3], "panel": ["x", "y", "x"], "b": [None, 5.0, None]}).to_csv(tmp_path / "f.csv",
                                                                                            index=False)
@@ -94,6 +94,8 @@ def test_a_committed_table_is_the_cpu_figures_data_and_names_what_is_missing(tmp
         committed_table("f", "z", figures_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="g: no committed cpu figure"):
         committed_table("g", figures_dir=tmp_path)
+    (tmp_path / "f.json").write_text(json.dumps({"profile": "cpu", "parameters": {"k": [1, 2]}}))
+    assert committed_parameters("f", figures_dir=tmp_path) == {"k": [1, 2]}
     (tmp_path / "f.json").write_text(json.dumps({"profile": "ci"}))
     with pytest.raises(ValueError, match="profile is 'ci', not 'cpu'"):
         committed_table("f", figures_dir=tmp_path)

@@ -26,7 +26,7 @@ from lab.evidence.claims import Verdict, evaluate_claims, load_claims
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
-__all__ = ["CpuFigure", "CpuReport", "committed_table", "cpu_report", "figure_from_sidecar"]
+__all__ = ["CpuFigure", "CpuReport", "committed_parameters", "committed_table", "cpu_report", "figure_from_sidecar"]
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,21 @@ class CpuReport:
                 lines.append(f"in short, the claims that {words}: " + "; ".join(named))
         return "\n".join(lines)
 
+    def _figure(self, name: str) -> CpuFigure | None:
+        """The cpu figure ``name`` as its sidecar says now (a cpu-profile run of the notebook may have rewritten it
+        since the report was made); None when no cpu figure of that name is committed."""
+        sidecar = self.figures_dir / f"{name}.json"
+        if not any(f.name == name for f in self.figures) and not sidecar.is_file():
+            return None
+        meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+        if meta.get("profile") != "cpu" or Path(meta.get("notebook", "")).stem != self.notebook:
+            return None
+        return figure_from_sidecar(sidecar, meta)
+
     def figure_line(self, name: str) -> str:
         """What stands behind the committed cpu figure ``name`` in one line: its evidence and the federation its
         own records were trained in (from its sidecar, not the parameter files), or that none is committed."""
-        fig = next((f for f in self.figures if f.name == name), None)
+        fig = self._figure(name)
         if fig is None:
             return f"{name}: no committed cpu figure yet (make figures writes it)"
         meta = json.loads((self.figures_dir / f"{name}.json").read_text())
@@ -116,7 +127,7 @@ class CpuReport:
         (IPython display); the line alone when none is committed."""
         from IPython.display import Image, Markdown, display
 
-        fig = next((f for f in self.figures if f.name == name), None)
+        fig = self._figure(name)
         display(Markdown(f"**{self.figure_line(name)}**" + (f" — {fig.caption}" if fig else "")))
         if fig is not None:
             display(Image(filename=str(fig.png), width=720))
@@ -209,3 +220,11 @@ def committed_table(name: str, panel: str | None = None, figures_dir: Path | Non
             raise KeyError(f"{csv}: no panel {panel!r} (panels: {', '.join(map(str, have)) or 'none'})")
         table = table[table["panel"] == panel].dropna(axis=1, how="all").reset_index(drop=True)
     return table
+
+
+def committed_parameters(name: str, figures_dir: Path | None = None) -> dict[str, Any]:
+    """The parameters the committed cpu figure ``name`` was made with (its sidecar's ``parameters``): a paragraph
+    that reads the figure names these, not the parameters of the run that shows it."""
+    committed_table(name, figures_dir=figures_dir)  # the same checks: committed, and of the cpu profile
+    sidecar = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.json"
+    return dict(json.loads(sidecar.read_text()).get("parameters") or {})

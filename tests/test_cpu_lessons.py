@@ -1,0 +1,145 @@
+"""The paragraphs that read the committed cpu run (notebooks 02 and 03) against the committed cpu data.
+
+Each of these notebooks prints the numbers of its cpu paragraphs as one ``cpu_lessons: {...}`` line, computed in
+the notebook from ``figures/<name>.csv`` and checked there by asserts on every direction the paragraphs state.
+This module reads that line from the committed ``.ipynb`` and recomputes every number another way, from the same
+CSV files, with plain loops over the rows. A rerun that changes the committed data without rebuilding the notebook,
+or a paragraph whose numbers no longer match the figure it sits beside, fails here; the directions are checked
+again on the recomputed numbers.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lab.repro import FIGURES_DIR
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _line(stem: str) -> dict:
+    nb = nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4)
+    lines = [line for c in nb.cells if c.cell_type == "code" for o in c.outputs
+             if o.output_type == "stream" and o.name == "stdout" for line in o.text.splitlines()
+             if line.startswith("cpu_lessons: ")]
+    assert len(lines) == 1, f"{stem}: expected one 'cpu_lessons: ' line in the committed outputs, found {len(lines)}"
+    return json.loads(lines[0].removeprefix("cpu_lessons: "))
+
+
+def _rows(name: str, panel: str | None = None) -> list[dict]:
+    with open(FIGURES_DIR / f"{name}.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [r for r in rows if panel is None or r.get("panel") == panel]
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5)
+
+
+def _same(committed: dict, recomputed: dict, where: str) -> None:
+    for key, value in recomputed.items():
+        assert key in committed, f"{where}: the notebook's line has no {key!r}"
+        if isinstance(value, dict):
+            _same(committed[key], value, f"{where}.{key}")
+        elif isinstance(value, float):
+            assert _close(committed[key], value), f"{where}.{key}: notebook {committed[key]}, data {value}"
+        else:
+            assert committed[key] == value, f"{where}.{key}: notebook {committed[key]}, data {value}"
+
+
+def _f(row: dict, key: str) -> float:
+    return float(row[key])
+
+
+def test_02_misalignment_paragraph_matches_the_committed_data():
+    rows = _rows("02_misalignment", "per_seed")
+    want = {"seeds": len(rows), "cosine": _mean(_f(r, "cosine") for r in rows),
+            "cosine_full": _mean(_f(r, "cosine_full") for r in rows),
+            "cosine_max": max(max(_f(r, "cosine"), _f(r, "cosine_full")) for r in rows),
+            "batch_excess": _mean(1 - _f(r, "misalignment_full") / _f(r, "misalignment") for r in rows),
+            "missed_fraction": _mean(_f(r, "missed_sharpness") / _f(r, "global_sharpness") for r in rows),
+            "missed_positive": sum(_f(r, "missed_sharpness") > 0 for r in rows)}
+    _same(_line("02_flatness_incompatibility")["misalignment"], want, "02 misalignment")
+    assert want["cosine_max"] < 0.5 and abs(want["batch_excess"]) < 0.1
+    assert want["missed_positive"] == want["seeds"] and want["missed_fraction"] > 0.5
+
+
+def test_02_sharpness_paragraph_matches_the_committed_data():
+    cells = defaultdict(dict)  # (alpha, seed) -> method -> row
+    for r in _rows("02_sharpness_vs_alpha", "per_seed"):
+        if r["status"] == "finished":
+            cells[(float(r["alpha"]), int(float(r["seed"])))][r["method"]] = r
+    got = _line("02_flatness_incompatibility")["sharpness"]
+    alphas = sorted({a for a, _ in cells})
+    assert sorted(got, key=float) == [f"{a:g}" for a in alphas]
+    for a in alphas:
+        pairs = [m for (b, _), m in cells.items() if b == a and {"fedavg", "fedsam"} <= set(m)]
+        lam = {k: [_f(m[k], "lambda_max") for m in pairs] for k in ("fedavg", "fedsam")}
+        dd = {k: [_f(m[k], "flatness_distance") for m in pairs] for k in ("fedavg", "fedsam")}
+        acc = [100 * (_f(m["fedsam"], "final_test_acc") - _f(m["fedavg"], "final_test_acc")) for m in pairs]
+        want = {"seeds": len(pairs), "lambda_fedavg": _mean(lam["fedavg"]), "lambda_fedsam": _mean(lam["fedsam"]),
+                "lambda_lower": sum(s < v for v, s in zip(lam["fedavg"], lam["fedsam"])),
+                "reduction": 1 - _mean(lam["fedsam"]) / _mean(lam["fedavg"]), "acc_diff": _mean(acc),
+                "dd_fedavg": _mean(dd["fedavg"]), "dd_fedsam": _mean(dd["fedsam"]),
+                "dd_higher": sum(s > v for v, s in zip(dd["fedavg"], dd["fedsam"]))}
+        _same(got[f"{a:g}"], want, f"02 sharpness α = {a:g}")
+        assert want["lambda_lower"] == want["seeds"] == 6 and want["dd_higher"] == want["seeds"]
+        assert want["acc_diff"] > 0 and got[f"{a:g}"]["acc_low"] <= want["acc_diff"] <= got[f"{a:g}"]["acc_high"]
+    assert got[f"{alphas[0]:g}"]["reduction"] >= got[f"{alphas[-1]:g}"]["reduction"]
+    assert got[f"{alphas[0]:g}"]["acc_low"] > 0
+    for key in ("dd_fedavg", "dd_fedsam"):
+        values = [got[f"{a:g}"][key] for a in alphas]
+        assert values == sorted(values)
+
+
+def test_03_decomposition_paragraph_matches_the_committed_data():
+    rows = _rows("03_decomposition", "per_seed")
+    shares = [_f(r, "heterogeneity_share") for r in rows]
+    want = {"seeds": len(rows), "share": _mean(shares), "share_min": min(shares), "share_max": max(shares),
+            "ratio": _mean(_f(r, "delta_sq") / _f(r, "zeta_sq") for r in rows),
+            "cross_max": max(abs(_f(r, "cross_normalized")) for r in rows)}
+    _same(_line("03_friendly_adversary")["decomposition"], want, "03 decomposition")
+    assert want["share_min"] > 0.75 and want["cross_max"] < 0.02
+
+
+def test_03_pairs_paragraph_matches_the_committed_data():
+    counts = defaultdict(lambda: [0, 0])
+    for r in _rows("03_friendly_pairs"):
+        counts[r["pair"]][0] += 1
+        counts[r["pair"]][1] += _f(r, "loss_change") < 0
+    want = {k: {"pairs": n, "friendly": f} for k, (n, f) in counts.items()}
+    _same(_line("03_friendly_adversary")["pairs"], want, "03 pairs")
+    assert want["same batch (A = B)"]["friendly"] == 0
+    w, c = want["same client, other batch"], want["other client"]
+    assert w["friendly"] <= 0.02 * w["pairs"] and c["friendly"] >= 0.3 * c["pairs"]
+
+
+@pytest.mark.parametrize("panel,key", [("vs_alpha", "alpha"), ("vs_batch_size", "batch_size")])
+def test_03_rates_paragraph_matches_the_committed_data(panel, key):
+    groups = defaultdict(list)
+    for r in _rows("03_friendly_rates", panel):
+        groups[float(r[key])].append(r)
+    got = _line("03_friendly_adversary")["rates"][key]
+    assert sorted(got, key=float) == [f"{k:g}" for k in sorted(groups)]
+    for k, rs in groups.items():
+        want = {c: _mean(_f(r, c) for r in rs)
+                for c in ("cross_client_rate", "within_client_rate", "heterogeneity_share")}
+        _same(got[f"{k:g}"], want, f"03 rates {key} = {k:g}")
+    share = [got[f"{k:g}"]["heterogeneity_share"] for k in sorted(groups)]
+    if key == "alpha":
+        cross = [got[f"{k:g}"]["cross_client_rate"] for k in sorted(groups)]
+        assert all(b < a for a, b in zip(cross, cross[1:])) and all(b < a for a, b in zip(share, share[1:]))
+        assert all(_f(r, "within_client_rate") == 0 for k, rs in groups.items() if k <= 0.1 for r in rs)
+    else:
+        assert all(b > a for a, b in zip(share, share[1:]))
