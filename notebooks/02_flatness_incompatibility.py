@@ -935,7 +935,7 @@ cpu = cpu_report("02_flatness_incompatibility")
 cpu.show("02_misalignment")
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 # read from the committed cpu data (whatever profile this run has), checked, then written out
 mis_cpu = committed_table("02_misalignment", "per_seed")
 cpu_lessons: dict = {}
@@ -1137,7 +1137,7 @@ plt.show()
 cpu.show("02_sharpness_vs_alpha")
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 sv = committed_table("02_sharpness_vs_alpha", "per_seed")
 sv = sv[sv["status"] == "finished"]
 sharp_cpu = {}

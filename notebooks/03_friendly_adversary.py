@@ -268,7 +268,7 @@ cpu = cpu_report("03_friendly_adversary")
 cpu.show("03_decomposition")
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 # read from the committed cpu data (whatever profile this run has), checked, then written out
 dec_cpu = committed_table("03_decomposition", "per_seed")
 cpu_lessons: dict = {}
@@ -361,7 +361,7 @@ plt.show()
 cpu.show("03_friendly_pairs")
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 pairs_cpu = committed_table("03_friendly_pairs")
 rates = {kind: {"pairs": int(len(g)), "friendly": int((g["loss_change"] < 0).sum())}
          for kind, g in pairs_cpu.groupby("pair")}
@@ -471,7 +471,7 @@ plt.show()
 cpu.show("03_friendly_rates")
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 va, vb = committed_table("03_friendly_rates", "vs_alpha"), committed_table("03_friendly_rates", "vs_batch_size")
 by_a = va.groupby("alpha")[["cross_client_rate", "within_client_rate", "heterogeneity_share"]].mean()
 by_b = vb.groupby("batch_size")[["cross_client_rate", "within_client_rate", "heterogeneity_share"]].mean()
@@ -709,7 +709,7 @@ plt.show()
 cpu.show("03_near_minimum")
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 near = committed_table("03_near_minimum")
 near_steps = near.groupby("progress")[["grad_F_sq", "F", "noise_to_signal", "heterogeneity_share"]].mean()
 last = near[near["progress"] == near["progress"].max()]
