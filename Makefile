@@ -111,12 +111,14 @@ lab: venv
 # models an analysis reads last (keep runs/ for the notebooks: they read those models), then the
 # notebooks in the order of lab.evidence.budget.RUN_ORDER, which read the runs' records (one client per
 # core where a notebook still trains). Every finished run is written to figures/records/ at once: commit
-# them as they come (a rerun, here or on another machine, skips every committed run).
+# them as they come (a rerun, here or on another machine, skips every committed run). `make figures ONLY="04 05"`
+# runs only those notebooks (after the same tuning and training): the ones whose committed figures are older.
 CORES ?= $(shell nproc 2>/dev/null || echo 1)
 figures: venv data
 	OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m lab regime rerun-tune --client-threads $(CORES)
 	OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m lab regime rerun-train --workers $(CORES)
-	@for base in $$($(PY) -c "from lab.evidence.budget import RUN_ORDER; print(' '.join(RUN_ORDER))"); do \
+	@for base in $$($(PY) -c "import sys; from lab.evidence.budget import RUN_ORDER; only = sys.argv[1:]; \
+	    print(' '.join(n for n in RUN_ORDER if not only or n.split('_')[0] in only))" $(ONLY)); do \
 	  params=notebooks/params/$$base.cpu.yaml; \
 	  threads=$$(grep -q '^client_threads = ' notebooks/$$base.py && echo "-p client_threads $(CORES)"); \
 	  echo "== $$base ($$params $$threads)"; \
