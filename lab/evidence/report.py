@@ -100,24 +100,20 @@ class CpuReport:
                 lines.append(f"in short, the claims that {words}: " + "; ".join(named))
         return "\n".join(lines)
 
-    def _figure(self, name: str) -> CpuFigure | None:
-        """The cpu figure ``name`` as its sidecar says now (a cpu-profile run of the notebook may have rewritten it
-        since the report was made); None when no cpu figure of that name is committed."""
+    def _sidecar(self, name: str) -> dict[str, Any] | None:
+        """The sidecar of this notebook's cpu figure ``name`` as it is now (a cpu-profile run of the notebook may
+        have rewritten it since the report was made); None when no such figure is committed."""
         sidecar = self.figures_dir / f"{name}.json"
-        if not any(f.name == name for f in self.figures) and not sidecar.is_file():
-            return None
         meta = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
-        if meta.get("profile") != "cpu" or Path(meta.get("notebook", "")).stem != self.notebook:
-            return None
-        return figure_from_sidecar(sidecar, meta)
+        return meta if _is_cpu_figure_of(meta, self.notebook) else None
 
     def figure_line(self, name: str) -> str:
         """What stands behind the committed cpu figure ``name`` in one line: its evidence and the federation its
         own records were trained in (from its sidecar, not the parameter files), or that none is committed."""
-        fig = self._figure(name)
-        if fig is None:
+        meta = self._sidecar(name)
+        if meta is None:
             return f"{name}: no committed cpu figure yet (make figures writes it)"
-        meta = json.loads((self.figures_dir / f"{name}.json").read_text())
+        fig = figure_from_sidecar(self.figures_dir / f"{name}.json", meta)
         seeds = (meta.get("parameters") or {}).get("seeds") or []
         setting = evidence_setting(list(meta.get("records") or []), seeds, self.figures_dir / "records")
         return f"{name} (cpu profile, committed): {fig.evidence()}" + (f"; {setting}" if setting else "")
@@ -127,7 +123,8 @@ class CpuReport:
         (IPython display); the line alone when none is committed."""
         from IPython.display import Image, Markdown, display
 
-        fig = self._figure(name)
+        meta = self._sidecar(name)
+        fig = None if meta is None else figure_from_sidecar(self.figures_dir / f"{name}.json", meta)
         display(Markdown(f"**{self.figure_line(name)}**" + (f" — {fig.caption}" if fig else "")))
         if fig is not None:
             display(Image(filename=str(fig.png), width=720))
@@ -173,11 +170,16 @@ def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> Cp
                      Path(sidecar).with_suffix(".png"), trains, kind)
 
 
+def _is_cpu_figure_of(meta: dict[str, Any], notebook: str) -> bool:
+    """Whether a sidecar is of a cpu-profile figure made by ``notebook``."""
+    return Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu"
+
+
 def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
     out = []
     for sidecar in sorted(figures_dir.glob(f"{notebook.split('_')[0]}_*.json")):
         meta: dict[str, Any] = json.loads(sidecar.read_text())
-        if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
+        if _is_cpu_figure_of(meta, notebook):
             out.append(figure_from_sidecar(sidecar, meta))
     return out
 
@@ -189,7 +191,7 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
     keys, seeds = [], set()
     for sidecar in sorted(figures_dir.glob(f"{notebook.split('_')[0]}_*.json")):
         meta = json.loads(sidecar.read_text())
-        if Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu":
+        if _is_cpu_figure_of(meta, notebook):
             keys += list(meta.get("records") or [])
             seeds |= {json.dumps(s) for s in (meta.get("parameters") or {}).get("seeds") or []}
     report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir),
@@ -200,19 +202,26 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
     return report
 
 
+def _committed_sidecar(name: str, figures_dir: Path | None) -> tuple[dict[str, Any], Path]:
+    """The sidecar of the committed cpu figure ``name`` and the path of its CSV (clear errors when either is
+    missing or the figure is not of the cpu profile)."""
+    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    sidecar, csv = figures_dir / f"{name}.json", figures_dir / f"{name}.csv"
+    if not sidecar.is_file() or not csv.is_file():
+        raise FileNotFoundError(f"{name}: no committed cpu figure ({sidecar} and {csv}); make figures writes it")
+    meta = json.loads(sidecar.read_text())
+    if meta.get("profile") != "cpu":
+        raise ValueError(f"{sidecar}: profile is {meta.get('profile')!r}, not 'cpu'")
+    return meta, csv
+
+
 def committed_table(name: str, panel: str | None = None, figures_dir: Path | None = None) -> Any:
     """The data of the committed cpu figure ``name`` (``figures/<name>.csv``; ``panel``: only its rows of that
     panel), whatever profile the notebook reading it runs at: the paragraphs that interpret the cpu run read
     these, so that they say what the committed figure shows."""
     import pandas as pd
 
-    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
-    sidecar, csv = figures_dir / f"{name}.json", figures_dir / f"{name}.csv"
-    if not sidecar.is_file() or not csv.is_file():
-        raise FileNotFoundError(f"{name}: no committed cpu figure ({sidecar} and {csv}); make figures writes it")
-    profile = json.loads(sidecar.read_text()).get("profile")
-    if profile != "cpu":
-        raise ValueError(f"{sidecar}: profile is {profile!r}, not 'cpu'")
+    _, csv = _committed_sidecar(name, figures_dir)
     table = pd.read_csv(csv)
     if panel is not None:
         if "panel" not in table or panel not in set(table["panel"]):
@@ -225,6 +234,4 @@ def committed_table(name: str, panel: str | None = None, figures_dir: Path | Non
 def committed_parameters(name: str, figures_dir: Path | None = None) -> dict[str, Any]:
     """The parameters the committed cpu figure ``name`` was made with (its sidecar's ``parameters``): a paragraph
     that reads the figure names these, not the parameters of the run that shows it."""
-    committed_table(name, figures_dir=figures_dir)  # the same checks: committed, and of the cpu profile
-    sidecar = (FIGURES_DIR if figures_dir is None else Path(figures_dir)) / f"{name}.json"
-    return dict(json.loads(sidecar.read_text()).get("parameters") or {})
+    return dict(_committed_sidecar(name, figures_dir)[0].get("parameters") or {})

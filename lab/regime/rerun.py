@@ -329,8 +329,8 @@ def recorded(directory: Path) -> dict[tuple[str, str, str, int], str]:
 def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Path | None = None,
           claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
           max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None) -> int:
-    """Train every run of the plan (``only``: of those notebooks' analyses, :func:`seed_runs`) that has no record, ``workers`` at a time, writing each record to
-    ``<root>/records`` (no root: ``records_dir()``) as it finishes, so it resumes from what is committed. A tuned
+    """Train every run of the plan (``only``: of those notebooks' analyses, :func:`seed_runs`) that has no
+    record, ``workers`` at a time, writing each record to ``<root>/records`` (no root: ``records_dir()``) as it finishes, so it resumes from what is committed. A tuned
     method waits until ``<root>/tuning`` (no root: :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their
     arms; ``seconds`` (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
     import datetime
