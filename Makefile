@@ -113,7 +113,8 @@ lab: venv
 # core where a notebook still trains). Every finished run is written to figures/records/ at once: commit
 # them as they come (a rerun, here or on another machine, skips every committed run). `make figures ONLY="04 05"`
 # runs only those notebooks (after the same tuning and training): the ones whose committed figures are older.
-CORES ?= $(shell nproc 2>/dev/null || echo 1)
+# nproc answers OMP_NUM_THREADS when it is set (`OMP_NUM_THREADS=1 make figures` would train one run at a time)
+CORES ?= $(shell env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
 figures: venv data
 	OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m lab regime rerun-tune --client-threads $(CORES)
 	OMP_NUM_THREADS=1 FEDLAB_RUNS=$(CURDIR)/runs $(PY) -m lab regime rerun-train --workers $(CORES)

@@ -266,3 +266,21 @@ def test_the_rerun_records_are_where_the_notebooks_read_records():
 
     assert rr._records(None) == records_dir()
     assert len(rr.recorded(records_dir())) > 0 and not (rr.RERUN_DIR / "records").exists()
+
+
+def test_tuning_without_named_methods_tunes_the_methods_the_plan_trains_and_no_other(monkeypatch):
+    """`make figures` runs rerun-tune with no --methods; a method the plan leaves out (FedSOL, rerun.yaml's
+    reasons) must not be tuned then: its grid points would cost time the plan does not have."""
+    from fedlab.algorithms import algorithm_names
+    from lab.evidence import protocol
+    from lab.regime.pilot import load_criteria
+
+    seen: list = []
+    monkeypatch.setattr(protocol, "tune_splits", lambda splits, *, methods, **kw: seen.append(methods) or [])
+    plan = rr.load_plan()
+    rr.tune(plan, load_criteria(), client_threads=1, progress=False)
+    excluded = {m for fam in plan["families"] for m in fam.get("exclude", ())}
+    assert excluded and not excluded & set(seen[0])
+    assert set(seen[0]) == {r.method for r in rr.the_runs(plan)} and set(seen[0]) < set(algorithm_names())
+    rr.tune(plan, load_criteria(), methods=["fedsol"], client_threads=1, progress=False)
+    assert seen[1] == ["fedsol"]  # named explicitly, a method is tuned whatever the plan says

@@ -85,17 +85,10 @@ def stale(plan: Mapping[str, Any], criteria: Any) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def _planned() -> dict[tuple[str, str, str], int]:
-    import yaml
+    from lab.regime.rerun import load_plan, the_runs
 
-    from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
-    from lab.regime.rerun import CLAIMS_FILE, load_plan, plan_runs
-
-    methods = list(algorithm_names())
-    defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
-    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
     out: dict[tuple[str, str, str], int] = {}
-    for r in plan_runs(load_plan(), claims, methods, defaults, DEFAULT_GRIDS):
+    for r in the_runs(load_plan()):
         key = (r.split, r.method, _variant(r.method, json.loads(r.params)))
         out[key] = max(out.get(key, 0), r.seeds)  # two spellings of one run: it trains on the seeds of either
     return out

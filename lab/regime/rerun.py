@@ -126,6 +126,20 @@ def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], meth
     return sorted(runs.values())
 
 
+def the_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]] | None = None) -> list[PlanRun]:
+    """:func:`plan_runs` of ``plan`` over every registered method, with their defaults and tuning grids
+    (``claims``: :data:`CLAIMS_FILE`'s when None)."""
+    import yaml
+
+    from fedlab.algorithms import algorithm_class, algorithm_names
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+
+    methods = list(algorithm_names())
+    defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
+    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"] if claims is None else claims
+    return plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS)
+
+
 def method_seconds(records: Sequence[Any], candidate: str) -> dict[str, float]:
     """Mean measured seconds per run of each method in the candidate's stage-B records."""
     by: dict[str, list[float]] = {}
@@ -230,12 +244,14 @@ def tuning_protocol(plan: Mapping[str, Any], criteria: Any) -> dict[str, Any]:
 
 def tune(plan: Mapping[str, Any], criteria: Any, *, methods: Sequence[str] | None = None,
          client_threads: int = 2, root: Path | None = None, progress: bool = True) -> list[Path]:
-    """Tune every method with a grid on the plan's tuning split, resumably (a method × split is written to
+    """Tune every method the plan trains (``methods``: these) that has a grid, on the plan's tuning split, resumably (a method × split is written to
     ``<root>/tuning`` when it finishes, its grid points to ``<root>/records``; no root: :data:`RERUN_DIR` and
     ``records_dir()``)."""
     from lab.evidence.protocol import tune_splits
 
     split = plan["tuning"]["split"]
+    if methods is None:  # a registered method the plan leaves out (rerun.yaml's reasons) is not tuned either
+        methods = sorted({r.method for r in the_runs(plan)})
     base = federation(plan, criteria, split, tuning=True).replace(client_threads=client_threads)
     return tune_splits({split: base}, methods=methods, directory=(RERUN_DIR if root is None else Path(root)) / "tuning",
                        records_directory=_records(root),
@@ -337,8 +353,6 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     import os
     import platform
 
-    import yaml
-
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
     from fedlab.results import RunResult
@@ -349,9 +363,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     out = sys.stdout if out is None else out
     directory, tuning = _records(root), (RERUN_DIR if root is None else Path(root)) / "tuning"
     methods = list(algorithm_names())
-    defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
-    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"] if claims is None else claims
-    items = seed_runs(plan, plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS), only=only)
+    items = seed_runs(plan, the_runs(plan, claims), only=only)
     on_tuning_split = federation(plan, criteria, plan["tuning"]["split"])
     if seconds is None:
         seconds = method_seconds(load_records(records_dir(), criteria), plan["regime"])
@@ -516,8 +528,6 @@ def main_train(args: Any) -> int:
 
 def main(args: Any) -> int:
     """``python -m lab regime rerun-plan``."""
-    import yaml
-
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
     plan = load_plan(getattr(args, "plan", None))
@@ -528,9 +538,7 @@ def main(args: Any) -> int:
     seconds = method_seconds(records, plan["regime"])
     methods = list(algorithm_names())
     two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in methods}
-    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
-    defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
-    runs = plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS)
+    runs = the_runs(plan)
     one_eval = evaluation_seconds(records, plan["regime"])
     per_model = analysis_seconds(criteria.candidates[plan["regime"]].model)
     est = estimate(plan, runs, seconds, two, DEFAULT_GRIDS, per_model, extra_evaluations(plan, criteria) * one_eval)
