@@ -1,4 +1,5 @@
-"""The paragraphs that read the committed cpu run (notebooks 02 and 03) against the committed cpu data.
+"""The paragraphs that read the committed cpu run (notebooks 02 and 03) against the committed cpu data (the
+other notebooks' in ``test_cpu_lessons_<NN>.py``, with the helpers of ``_cpu_lessons.py``).
 
 Each of these notebooks prints the numbers of its cpu paragraphs as one ``cpu_lessons: {...}`` line, computed in
 the notebook from ``figures/<name>.csv`` and checked there by asserts on every direction the paragraphs state.
@@ -9,57 +10,14 @@ again on the recomputed numbers.
 """
 from __future__ import annotations
 
-import csv
-import json
-import math
 from collections import defaultdict
-from pathlib import Path
 
-import nbformat
 import pytest
-
-from lab.repro import FIGURES_DIR
-
-NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-
-
-def _line(stem: str) -> dict:
-    nb = nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4)
-    lines = [line for c in nb.cells if c.cell_type == "code" for o in c.outputs
-             if o.output_type == "stream" and o.name == "stdout" for line in o.text.splitlines()
-             if line.startswith("cpu_lessons: ")]
-    assert len(lines) == 1, f"{stem}: expected one 'cpu_lessons: ' line in the committed outputs, found {len(lines)}"
-    return json.loads(lines[0].removeprefix("cpu_lessons: "))
-
-
-def _rows(name: str, panel: str | None = None) -> list[dict]:
-    with open(FIGURES_DIR / f"{name}.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return [r for r in rows if panel is None or r.get("panel") == panel]
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
-
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5)
-
-
-def _same(committed: dict, recomputed: dict, where: str) -> None:
-    for key, value in recomputed.items():
-        assert key in committed, f"{where}: the notebook's line has no {key!r}"
-        if isinstance(value, dict):
-            _same(committed[key], value, f"{where}.{key}")
-        elif isinstance(value, float):
-            assert _close(committed[key], value), f"{where}.{key}: notebook {committed[key]}, data {value}"
-        else:
-            assert committed[key] == value, f"{where}.{key}: notebook {committed[key]}, data {value}"
-
-
-def _f(row: dict, key: str) -> float:
-    return float(row[key])
+from _cpu_lessons import f as _f
+from _cpu_lessons import line as _line
+from _cpu_lessons import mean as _mean
+from _cpu_lessons import rows as _rows
+from _cpu_lessons import same as _same
 
 
 def test_02_misalignment_paragraph_matches_the_committed_data():

@@ -1,0 +1,54 @@
+"""Helpers of the cpu-lesson tests (``tests/test_cpu_lessons*.py``): each notebook with cpu paragraphs prints their
+numbers as one ``cpu_lessons: {...}`` line in its committed outputs; a test reads that line (:func:`line`) and
+recomputes every number another way from ``figures/<name>.csv`` (:func:`rows`), then compares (:func:`same`)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import nbformat
+
+from lab.repro import FIGURES_DIR
+
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def line(stem: str) -> dict:
+    nb = nbformat.read(NB_DIR / f"{stem}.ipynb", as_version=4)
+    lines = [line for c in nb.cells if c.cell_type == "code" for o in c.outputs
+             if o.output_type == "stream" and o.name == "stdout" for line in o.text.splitlines()
+             if line.startswith("cpu_lessons: ")]
+    assert len(lines) == 1, f"{stem}: expected one 'cpu_lessons: ' line in the committed outputs, found {len(lines)}"
+    return json.loads(lines[0].removeprefix("cpu_lessons: "))
+
+
+def rows(name: str, panel: str | None = None) -> list[dict]:
+    with open(FIGURES_DIR / f"{name}.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    return [r for r in table if panel is None or r.get("panel") == panel]
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5)
+
+
+def same(committed: dict, recomputed: dict, where: str) -> None:
+    for key, value in recomputed.items():
+        assert key in committed, f"{where}: the notebook's line has no {key!r}"
+        if isinstance(value, dict):
+            same(committed[key], value, f"{where}.{key}")
+        elif isinstance(value, float):
+            assert close(committed[key], value), f"{where}.{key}: notebook {committed[key]}, data {value}"
+        else:
+            assert committed[key] == value, f"{where}.{key}: notebook {committed[key]}, data {value}"
+
+
+def f(row: dict, key: str) -> float:
+    return float(row[key])
