@@ -290,3 +290,9 @@ def test_tuning_without_named_methods_tunes_the_methods_the_plan_trains_and_no_o
     assert set(seen[0]) == {r.method for r in rr.the_runs(plan)} and set(seen[0]) < set(algorithm_names())
     rr.tune(plan, load_criteria(), methods=["fedsol"], client_threads=1, progress=False)
     assert seen[1] == ["fedsol"]  # named explicitly, a method is tuned whatever the plan says
+
+
+def test_the_committed_measurement_is_the_committed_records():
+    """figures/regime/rerun_measured.md (estimate against measured wall time) says what the records say."""
+    assert rr.MEASURED_FILE.read_text() == rr.measured_text(rr.load_plan()), \
+        "stale: python -m lab regime rerun-measured"

@@ -564,21 +564,27 @@ def measured_markdown(plan: Mapping[str, Any], est: Mapping[str, Any], got: Mapp
     return "\n".join(lines) + "\n"
 
 
-def main_measured(args: Any) -> int:
-    """``python -m lab regime rerun-measured``: writes ``figures/regime/rerun_measured.md``."""
+MEASURED_FILE = FIGURES_DIR / "regime" / "rerun_measured.md"
+
+
+def measured_text(plan: Mapping[str, Any]) -> str:
+    """:data:`MEASURED_FILE`'s text: the plan's estimate (stage-B seconds) beside the committed records."""
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
 
-    plan = load_plan(getattr(args, "plan", None))
     criteria = load_criteria()
     records = load_records(records_dir(), criteria)
     two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in algorithm_names()}
     runs = the_runs(plan)
     est = estimate(plan, runs, method_seconds(records, plan["regime"]), two, DEFAULT_GRIDS, 0.0,
                    extra_evaluations(plan, criteria) * evaluation_seconds(records, plan["regime"]))
-    got = measured(plan, runs)
-    out = FIGURES_DIR / "regime" / "rerun_measured.md"
-    out.write_text(measured_markdown(plan, est, got))
+    return measured_markdown(plan, est, measured(plan, runs))
+
+
+def main_measured(args: Any) -> int:
+    """``python -m lab regime rerun-measured``: writes :data:`MEASURED_FILE`."""
+    out = MEASURED_FILE
+    out.write_text(measured_text(load_plan(getattr(args, "plan", None))))
     print(out.read_text().splitlines()[-1])
     print(f"wrote {out}")
     return 0
