@@ -117,11 +117,11 @@ def _cmd_regime(args: argparse.Namespace) -> int:
         from lab.regime.pilot import main as pilot_main
 
         return pilot_main(args)
-    if args.regime_command in ("rerun-plan", "rerun-tune", "rerun-train"):
+    if args.regime_command in ("rerun-plan", "rerun-tune", "rerun-train", "rerun-measured"):
         from lab.regime import rerun
 
-        return {"rerun-plan": rerun.main, "rerun-tune": rerun.main_tune, "rerun-train": rerun.main_train}[
-            args.regime_command](args)
+        return {"rerun-plan": rerun.main, "rerun-tune": rerun.main_tune, "rerun-train": rerun.main_train,
+                "rerun-measured": rerun.main_measured}[args.regime_command](args)
     if args.regime_command == "rerun-params":
         from lab.regime.params import main as params_main
 
@@ -196,12 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
                               "the regime's stage-B seconds: figures/regime/rerun_plan.md (exit 1 over budget)")
     rp.add_argument("--plan", type=__import__("pathlib").Path, default=None,
                     help="the plan file (default lab/regime/rerun.yaml)")
+    rm = rsub.add_parser("rerun-measured", allow_abbrev=False,
+                         help="the rerun plan's estimate against the committed records' wall times: "
+                              "figures/regime/rerun_measured.md")
+    rm.add_argument("--plan", type=__import__("pathlib").Path, default=None,
+                    help="the plan file (default lab/regime/rerun.yaml)")
     rt = rsub.add_parser("rerun-tune", allow_abbrev=False,
                          help="tune the rerun's methods on its tuning split, resumably: figures/rerun/tuning, "
                               "figures/records")
     rt.add_argument("--plan", type=__import__("pathlib").Path, default=None,
                     help="the plan file (default lab/regime/rerun.yaml)")
-    rt.add_argument("--methods", default=None, help="comma-separated methods (default: every declared grid)")
+    rt.add_argument("--methods", default=None, help="comma-separated methods (default: every method the plan trains that has a grid)")
     rt.add_argument("--client-threads", type=int, default=2, help="clients trained at once (same numbers)")
     rr = rsub.add_parser("rerun-train", allow_abbrev=False,
                          help="train the rerun plan's runs that have no record, resumably, seed-major: "

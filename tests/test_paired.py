@@ -343,3 +343,25 @@ def test_findings_answer_from_the_same_machinery(tmp_path):
     assert "FedSAM" not in b.answer.split(":")[-1]
     with pytest.raises(ValueError, match="type='anova'"):
         Finding.from_dict({"id": "x", "question": "x", "type": "anova"})
+
+
+def test_the_tuning_edges_finding_reads_the_folder_it_names_and_counts_edges_and_zeros(tmp_path):
+    from lab.evidence.findings import Finding, evaluate_findings
+
+    def tuned(folder, name, grid, best):
+        path = tmp_path / folder / "dirichlet-0.1" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"grid": grid, "best": best}))
+
+    tuned("rerun/tuning", "fedsam", {"rho": [0.0, 0.01, 0.05, 0.1]}, {"rho": 0.05})  # interior
+    tuned("rerun/tuning", "fedlesam", {"rho": [0.0, 0.05, 0.1]}, {"rho": 0.0})  # lowest, and zero chosen
+    tuned("rerun/tuning", "fedprox", {"mu": [0.001, 0.01, 0.1]}, {"mu": 0.1})  # highest
+    tuned("tuning", "fedsam", {"rho": [0.01, 0.05]}, {"rho": 0.01})  # the other folder: not read
+    spec = {"id": "edges", "question": "q", "type": "tuning_edges", "keys": ["rho", "mu"]}
+    (res,) = evaluate_findings([Finding.from_dict({**spec, "folder": "rerun/tuning"})], tmp_path)
+    assert res.answer == "2 of 3 choices sit on an edge of their grid; of the 2 grid(s) containing 0, 1 chose 0"
+    assert res.numbers == "1 lowest, 1 highest, 1 interior (rho, mu)"
+    assert {r["left"] for r in res.rows} == {"dirichlet-0.1/fedsam.json", "dirichlet-0.1/fedlesam.json",
+                                             "dirichlet-0.1/fedprox.json"}
+    (old,) = evaluate_findings([Finding.from_dict(spec)], tmp_path)  # no folder: figures/tuning
+    assert old.answer == "1 of 1 choices sit on an edge of their grid"

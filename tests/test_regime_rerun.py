@@ -171,7 +171,7 @@ def test_the_small_step_control_runs_fedsam_at_gamma_l_times_the_regimes_lr():
 def test_a_tiny_rerun_waits_for_tuning_then_trains_every_seed_resumably(tmp_path, monkeypatch):
     from test_regime import TINY_CRITERIA
 
-    from lab.evidence.records import load_record
+    from lab.evidence.records import load_record, record_meta
     from lab.regime.pilot import load_criteria
 
     monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
@@ -199,6 +199,12 @@ def test_a_tiny_rerun_waits_for_tuning_then_trains_every_seed_resumably(tmp_path
         assert method == "fedavg" or res.config.algorithm_params["rho"] == rho
     with open(log, "w") as out:  # everything recorded: nothing trains again
         assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 0
+    # what the records measured: each run's wall time once, and every grid point of the tuning
+    got = rr.measured(plan, rr.plan_runs(plan, [], ["fedavg", "fedsam"]), root / "records", root / "tuning")
+    walls = [record_meta(key, root / "records")["wall_seconds"] for key in done.values()]
+    assert got["10"]["records"] == got["10"]["planned"] == 4 and got["10"]["seconds"] == pytest.approx(sum(walls))
+    grid = (root / "tuning" / "dirichlet-0.1" / "fedsam.csv").read_text().splitlines()[1:]
+    assert got["tuning"]["records"] == len(grid) > 1 and got["tuning"]["seconds"] > 0
 
 
 def test_evaluations_beyond_stage_bs_are_costed_per_run_and_seed():
@@ -284,3 +290,9 @@ def test_tuning_without_named_methods_tunes_the_methods_the_plan_trains_and_no_o
     assert set(seen[0]) == {r.method for r in rr.the_runs(plan)} and set(seen[0]) < set(algorithm_names())
     rr.tune(plan, load_criteria(), methods=["fedsol"], client_threads=1, progress=False)
     assert seen[1] == ["fedsol"]  # named explicitly, a method is tuned whatever the plan says
+
+
+def test_the_committed_measurement_is_the_committed_records():
+    """figures/regime/rerun_measured.md (estimate against measured wall time) says what the records say."""
+    assert rr.MEASURED_FILE.read_text() == rr.measured_text(rr.load_plan()), \
+        "stale: python -m lab regime rerun-measured"

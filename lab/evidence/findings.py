@@ -210,8 +210,9 @@ def _spearman(f: Finding, figures_dir: Path) -> FindingResult:
 
 def _tuning_edges(f: Finding, figures_dir: Path) -> FindingResult:
     keys = list(f.spec["keys"])
+    folder = figures_dir / f.spec.get("folder", "tuning")  # the tuning the evidence uses (figures/<folder>)
     rows = []
-    for path in sorted((figures_dir / "tuning").glob("**/*.json")):
+    for path in sorted(folder.glob("**/*.json")):
         try:
             done = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -222,7 +223,7 @@ def _tuning_edges(f: Finding, figures_dir: Path) -> FindingResult:
             if not values or key not in best or len(values) < 2 or not all(isinstance(v, (int, float)) for v in values):
                 continue
             where = "lowest" if best[key] == min(values) else "highest" if best[key] == max(values) else "interior"
-            rows.append({"finding": f.id, "type": f.type, "left": path.relative_to(figures_dir / "tuning").as_posix(),
+            rows.append({"finding": f.id, "type": f.type, "left": path.relative_to(folder).as_posix(),
                          "right": key, "chosen": best[key], "grid": json.dumps(values), "position": where,
                          "grid_has_zero": 0 in values})
     if not rows:

@@ -126,18 +126,22 @@ def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], meth
     return sorted(runs.values())
 
 
-def the_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]] | None = None) -> list[PlanRun]:
-    """:func:`plan_runs` of ``plan`` over every registered method, with their defaults and tuning grids
-    (``claims``: :data:`CLAIMS_FILE`'s when None)."""
+def the_claims() -> list[dict[str, Any]]:
+    """The claims of :data:`CLAIMS_FILE`."""
     import yaml
 
+    return yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
+
+
+def the_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]] | None = None) -> list[PlanRun]:
+    """:func:`plan_runs` of ``plan`` over every registered method, with their defaults and tuning grids
+    (``claims``: :func:`the_claims` when None)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
 
     methods = list(algorithm_names())
     defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}
-    claims = yaml.safe_load(CLAIMS_FILE.read_text())["claims"] if claims is None else claims
-    return plan_runs(plan, claims, methods, defaults, DEFAULT_GRIDS)
+    return plan_runs(plan, the_claims() if claims is None else claims, methods, defaults, DEFAULT_GRIDS)
 
 
 def method_seconds(records: Sequence[Any], candidate: str) -> dict[str, float]:
@@ -159,6 +163,11 @@ def _cost(method: str, seconds: Mapping[str, float], two_gradient: Mapping[str, 
     return sum(first) / len(first), "as the first-order methods"
 
 
+def _part(run: PlanRun) -> str:
+    """The part of the plan a run is costed under: its notebook, or 'claim arms'."""
+    return "claim arms" if run.source.startswith("claim") else run.source.split(":")[0]
+
+
 def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[str, float],
              two_gradient: Mapping[str, bool], grids: Mapping[str, Mapping[str, Sequence[Any]]],
              analysis_seconds: float, extra_eval_seconds: float = 0.0) -> dict[str, Any]:
@@ -170,7 +179,7 @@ def estimate(plan: Mapping[str, Any], runs: Sequence[PlanRun], seconds: Mapping[
     parts: dict[str, float] = {}
     count: dict[str, int] = {}
     for run in runs:
-        key = run.source.split(":")[0] if not run.source.startswith("claim") else "claim arms"
+        key = _part(run)
         parts[key] = parts.get(key, 0.0) + run.seeds * _cost(run.method, seconds, two_gradient)[0]
         count[key] = count.get(key, 0) + run.seeds
     tuning = plan["tuning"]
@@ -491,6 +500,96 @@ def markdown(plan: Mapping[str, Any], runs: Sequence[PlanRun], est: Mapping[str,
     return "\n".join(lines) + "\n"
 
 
+def measured(plan: Mapping[str, Any], runs: Sequence[PlanRun], directory: Path | None = None,
+             tuning_dir: Path | None = None) -> dict[str, dict[str, float]]:
+    """What the plan's parts took, from the committed records: per part (as :func:`estimate` names them) the
+    records found and their seconds of one worker (``meta.wall_seconds`` of each rerun record, counted once
+    where two spellings of a run share its key; for tuning, the summed round times of every grid point's record
+    in ``<tuning_dir>/<split>/*.csv``). The analyses run inside the notebooks and leave no record: not measured."""
+    from lab.evidence.records import load_record, record_meta
+
+    directory = _records(None) if directory is None else Path(directory)
+    tuning_dir = RERUN_DIR / "tuning" if tuning_dir is None else Path(tuning_dir)
+    done, seen = recorded(directory), set()
+    out: dict[str, dict[str, float]] = {}
+    for item in seed_runs(plan, runs):
+        key = done.get(item.key)
+        part = out.setdefault(_part(item.run), {"records": 0, "seconds": 0.0, "planned": 0})
+        part["planned"] += 1
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        part["records"] += 1
+        part["seconds"] += float(record_meta(key, directory)["wall_seconds"])
+    tuned = out.setdefault("tuning", {"records": 0, "seconds": 0.0, "planned": 0})
+    for table in sorted((tuning_dir / plan["tuning"]["split"]).glob("*.csv")):
+        for line in table.read_text().splitlines()[1:]:
+            key = line.rsplit(",", 1)[-1]
+            result = load_record(key, directory)
+            if result is not None and key not in seen:
+                seen.add(key)
+                tuned["records"] += 1
+                tuned["seconds"] += float(result.metrics["wall_seconds"].sum())
+    return out
+
+
+def measured_markdown(plan: Mapping[str, Any], est: Mapping[str, Any], got: Mapping[str, Mapping[str, float]]) -> str:
+    """``rerun_measured.md``: the estimate of ``rerun_plan.md`` beside what the committed records measured."""
+    runs = [k for k in est["parts"] if k in got and k != "tuning"]
+    extra = "evaluations beyond stage B's"
+    lines = ["# The rerun: estimate against measurement", "",
+             "Generated by `python -m lab regime rerun-measured` from the committed records. The estimate is "
+             "`rerun_plan.md`'s, made before the rerun ran (from the regime's stage-B seconds). Measured: each rerun "
+             "record's wall time as it trained (2 cores, two runs at a time, so each under a load of about 2); tuning "
+             "from its grid points' round times. Two spellings of one run share a record and count once, so a part "
+             "can hold fewer records than its planned runs. A run's measured time includes its evaluations, so the "
+             "runs are compared with their estimate plus the evaluations beyond stage B's. The analyses run inside "
+             "the notebooks and leave no record.", "",
+             "| part | planned runs | records | estimated hours (one worker) | measured hours (one worker) |",
+             "|---|---|---|---|---|"]
+    for key in runs + ["tuning"]:
+        g = got[key]
+        lines.append(f"| {key} | {est['count'][key]} | {int(g['records'])} | {est['parts'][key] / 3600:.2f} | "
+                     f"{g['seconds'] / 3600:.2f} |")
+    lines.append(f"| {extra} | {est['count'][extra]} | – | {est['parts'][extra] / 3600:.2f} | in the runs' |")
+    run_est = (sum(est["parts"][k] for k in runs) + est["parts"][extra]) / 3600
+    run_got = sum(got[k]["seconds"] for k in runs) / 3600
+    tune_est, tune_got = est["parts"]["tuning"] / 3600, got["tuning"]["seconds"] / 3600
+    w = plan["workers"]
+    lines += ["", f"**Runs with their evaluations: estimated {run_est:.2f} h, measured {run_got:.2f} h "
+              f"({100 * (run_got / run_est - 1):+.0f} %). Tuning: estimated {tune_est:.2f} h, measured {tune_got:.2f} h "
+              f"({100 * (tune_got / tune_est - 1):+.0f} %). Together, on {w} workers: estimated "
+              f"{(run_est + tune_est) / w:.2f} h, measured {(run_got + tune_got) / w:.2f} h** (one-worker hours / {w}; "
+              "the sessions' wall clock adds the notebooks' analyses and the pauses between sessions)."]
+    return "\n".join(lines) + "\n"
+
+
+MEASURED_FILE = FIGURES_DIR / "regime" / "rerun_measured.md"
+
+
+def measured_text(plan: Mapping[str, Any]) -> str:
+    """:data:`MEASURED_FILE`'s text: the plan's estimate (stage-B seconds) beside the committed records."""
+    from fedlab.algorithms import algorithm_class, algorithm_names
+    from fedlab.evidence.tuning import DEFAULT_GRIDS
+
+    criteria = load_criteria()
+    records = load_records(records_dir(), criteria)
+    two = {m: algorithm_class(m).grad_evals_per_step >= 2 for m in algorithm_names()}
+    runs = the_runs(plan)
+    est = estimate(plan, runs, method_seconds(records, plan["regime"]), two, DEFAULT_GRIDS, 0.0,
+                   extra_evaluations(plan, criteria) * evaluation_seconds(records, plan["regime"]))
+    return measured_markdown(plan, est, measured(plan, runs))
+
+
+def main_measured(args: Any) -> int:
+    """``python -m lab regime rerun-measured``: writes :data:`MEASURED_FILE`."""
+    out = MEASURED_FILE
+    out.write_text(measured_text(load_plan(getattr(args, "plan", None))))
+    print(out.read_text().splitlines()[-1])
+    print(f"wrote {out}")
+    return 0
+
+
 def check_outcome(plan: Mapping[str, Any], sidecar: Path | None = None) -> None:
     """Refuse to start the rerun unless stage B's committed outcome (``figures/regime/stage_b.json``, written
     by ``python -m lab regime decide``) names the plan's regime."""
@@ -546,7 +645,7 @@ def main(args: Any) -> int:
                    if r.meta["stage"] == "B" and r.meta["candidate"] == plan["regime"])
     load = loads[len(loads) // 2] if loads else math.nan
     out = FIGURES_DIR / "regime" / "rerun_plan.md"
-    text = markdown(plan, runs, est, seconds, two, load, claims_not_run(plan, claims))
+    text = markdown(plan, runs, est, seconds, two, load, claims_not_run(plan, the_claims()))
     out.write_text(text.replace("Seconds per run (stage B", f"One test-set evaluation: {one_eval:.3f} s (from the "
                                 f"stage-B records' round times); the rerun makes {extra_evaluations(plan, criteria)} "
                                 f"more per run than stage B. One model's analyses: {per_model:.1f} s (scaled from the "

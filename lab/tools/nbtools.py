@@ -3,7 +3,8 @@
 ``python -m lab.tools.nbtools build [NN ...]`` turns each ``notebooks/NN_slug.py`` (jupytext
 py:percent, the reviewable source) into ``NN_slug.ipynb``, executes it in place with papermill at its
 default parameters and strips volatile metadata, keeping outputs and execution counts (nbval needs
-both). ``check`` verifies that every pair is in sync.
+both); ``pair`` only pairs, without executing. That every pair is in sync is a test
+(``tests/test_notebooks_meta.py::test_paired_script_in_sync``).
 """
 from __future__ import annotations
 

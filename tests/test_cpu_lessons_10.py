@@ -1,0 +1,87 @@
+"""Notebook 10's cpu paragraphs (the benchmark, its last rounds, its cost to target) against the committed cpu data.
+
+The notebook computes them with pandas pivots; here every number is recomputed with plain loops over the rows of
+``figures/10_*.csv`` (helpers: ``_cpu_lessons.py``) and the directions its text states are asserted again.
+"""
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+
+from _cpu_lessons import f, line, mean, rows, same
+
+from lab.repro import FIGURES_DIR
+
+STEM = "10_benchmarks"
+
+
+def _against_fedavg(split: str) -> dict:
+    acc, status = defaultdict(dict), defaultdict(dict)  # method -> seed -> value
+    for r in rows("10_benchmarks_bars_fmnist", "per_seed"):
+        if r["split"] == split:
+            status[r["method"]][r["seed"]] = r["status"]
+            if r["status"] == "finished":
+                acc[r["method"]][r["seed"]] = f(r, "final_acc")
+    out = {}
+    for m, by_seed in acc.items():
+        diffs = [100 * (v - acc["fedavg"][s]) for s, v in by_seed.items() if s in acc["fedavg"]]
+        out[m] = {"mean": 100 * mean(by_seed.values()), "diff": mean(diffs), "above": sum(d > 0 for d in diffs),
+                  "equal": sum(d == 0 for d in diffs), "paired": len(diffs), "seeds": len(status[m]),
+                  "lost": sum(v != "finished" for v in status[m].values())}
+    return out
+
+
+def test_10_bars_paragraph_matches_the_committed_data():
+    got = line(STEM)["bars"]
+    b01, b05 = _against_fedavg("Dir 0.1"), _against_fedavg("Dir 0.5")
+    same(got["dir01"], b01, "10 bars Dir 0.1")
+    same(got["dir05"], b05, "10 bars Dir 0.5")
+    assert set(got["dir01"]) == set(b01) and set(got["dir05"]) == set(b05)
+    for m in ("scaffold", "feddyn"):
+        assert b01[m]["above"] == b01[m]["paired"] == 6
+    assert b01["fedsam"]["above"] == b01["fedsam"]["paired"]
+    assert 0 < b01["fedsam"]["diff"] < min(b01["scaffold"]["diff"], b01["feddyn"]["diff"])
+    assert b01["mofedsam"]["above"] == 0 and b05["mofedsam"]["above"] == 0
+    ranked = sorted((m for m in b01 if b01[m]["lost"] == 0), key=lambda m: b01[m]["mean"], reverse=True)
+    assert ranked[0] == "fedgmt"
+    drift = {"scaffold", "fedgamma", "fedmoswa", "feddyn", "fedspeed", "fedsmoo", "fedgmt"}
+    assert set(ranked[:5]) <= drift
+    assert set(sorted((m for m in b05 if m not in ("fedavg", "mofedsam")), key=lambda m: b05[m]["mean"],
+                      reverse=True)[:3]) <= drift
+    assert {m for m in b01 if m != "fedavg" and b01[m]["equal"] == b01[m]["paired"] > 0} == {"fedlesam", "fedswa"}
+    assert b01["fedgf"]["mean"] < 20 and b01["fedgf"]["lost"] >= 1
+    assert 0 < b01["fedgamma"]["diff"] - b01["scaffold"]["diff"] < 1
+    assert 0 < b01["fedsmoo"]["diff"] - b01["feddyn"]["diff"] < 1
+    assert max(abs(v["diff"]) for m, v in b05.items() if m not in ("fedavg", "mofedsam")) < b01["scaffold"]["diff"]
+
+
+def test_10_final_round_paragraph_matches_the_committed_data():
+    runs = defaultdict(list)  # (split, method, seed) -> [(round, acc)]
+    for r in rows("10_benchmarks_curves_fmnist"):
+        if r["status"] == "finished":
+            runs[(r["split"], r["method"], r["seed"])].append((int(r["round"]), f(r, "test_acc")))
+    last = max(rnd for points in runs.values() for rnd, _ in points)
+    gaps = defaultdict(list)
+    for (split, _, _), points in runs.items():
+        points.sort()
+        tail = [a for rnd, a in points if rnd > 0.8 * last]
+        gaps[split].append(100 * (points[-1][1] - mean(tail)))
+    want = {s: {"runs": len(g), "mean": mean(g), "largest": max(abs(x) for x in g), "below": sum(x < 0 for x in g)}
+            for s, g in gaps.items()}
+    same(line(STEM)["final_round"], want, "10 final round")
+    assert want["Dir 0.1"]["largest"] > 2 * want["Dir 0.5"]["largest"]
+
+
+def test_10_cost_paragraph_matches_the_committed_data():
+    with open(FIGURES_DIR / "10_benchmarks_cpu.csv", newline="") as fh:
+        target = 100 * float(next(csv.DictReader(fh))["target"])
+    first = {}
+    for r in sorted(rows("10_cost_accuracy_fmnist"), key=lambda r: int(r["round"])):
+        if f(r, "acc_pct") >= target and r["algorithm"] not in first:
+            first[r["algorithm"]] = {"round": int(r["round"]), "grads": f(r, "grad_evals"), "mb": f(r, "comm_mb")}
+    same(line(STEM)["to_target"], {"target": target, **first}, "10 to target")
+    assert min(first, key=lambda m: first[m]["grads"]) == "scaffold"
+    assert first["scaffold"]["mb"] > first["fedavg"]["mb"]
+    assert first["fedsam"]["grads"] == max(v["grads"] for v in first.values())
+    assert min(first, key=lambda m: (first[m]["round"], first[m]["mb"])) == "fednsam"
+    assert first["fednsam"]["mb"] == min(v["mb"] for v in first.values())
