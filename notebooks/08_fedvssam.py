@@ -21,8 +21,9 @@
 # along. A client's minibatch gradient $g_i$ is off the global gradient $\nabla F$ for two reasons that are
 # orthogonal in expectation: the client's data are biased ($\delta_i = \nabla F_i - \nabla F$) and the
 # minibatch is noisy ($\zeta_i = g_i - \nabla F_i$; the "friendly adversary" of notebook `03`).
-# FedVSSAM keeps a server direction $h^t$ that tracks $\nabla F$ and mixes it into every direction a
-# client uses, so both errors shrink by the mixing weight $\gamma_l$ — the paper's argument; §3 measures
+# FedVSSAM keeps a server direction $h^t$ meant to track $\nabla F$ and mixes it into every direction a
+# client uses, so both errors shrink by the mixing weight $\gamma_l$ — the paper's argument, which holds as
+# far as $h^t$ is close to $\nabla F$; §3 measures
 # whether $h^t$ does track $\nabla F$ along a run, §4 whether the mixing beats a plain rescaling of the step.
 #
 # **Client i, round t** (receives $\theta^t$ and $h^t$; $\theta_{i,0} = \theta^t$), each local step with
@@ -111,6 +112,12 @@ from lab.tools.figures import save_figure
 from fedlab import numpy_generator, torch_generator
 from lab.repro import CITABLE_PROFILES
 from fedlab.sweep import summary_table
+from IPython.display import Markdown, display
+from lab.evidence.claims import evaluate_claim_paired, load_claims
+from lab.evidence.paired import paired_difference
+from lab.evidence.report import committed_parameters, committed_table, cpu_report
+from lab.repro import FIGURES_DIR
+from lab.tools.lessons import lessons_line
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -276,6 +283,94 @@ save_figure(fig, "08_fedvssam_ablation", notebook="08_fedvssam", profile=profile
                             seeds=seeds, partition_seed=partition_seed_note, tuning=tuned.source),
             data={"per_seed": per_seed, "summary": ablation_summary}, runs=all_ablation)
 plt.show()
+
+# %% [markdown]
+# **The cpu run.** The figure above comes from this execution (at the `ci` size a smoke test: a few rounds on
+# 2 000 images rank these rows by noise). The committed cpu figure trains the same rows in the rerun's regime on
+# Dirichlet 0.1, every row on the same seeds, each seed with its own partition, FedVSSAM at its tuned point and
+# each switch turned off from there:
+
+# %%
+cpu = cpu_report("08_fedvssam")
+cpu.show("08_fedvssam_ablation")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+# read from the committed cpu data (whatever profile this run has), checked, then written out
+abl_cpu = committed_table("08_fedvssam_ablation", "per_seed")
+abl_par = committed_parameters("08_fedvssam_ablation")
+abl_acc = 100 * abl_cpu[abl_cpu["status"] == "finished"].pivot(index="seed", columns="row", values="final_acc")
+ABL_FULL, ABL_BASE, ABL_GU = "full (LF + LU + GU)", "base (= FedSAM)", "GU only"
+ABL_VS = {"gu_only": ABL_GU, "lu_gu": "LU + GU", "lf_lu": "LF + LU", "base": ABL_BASE}
+
+
+def abl_numbers(d, scale=1.0):
+    """A paired difference as the paragraph quotes it: mean, 95 % interval, how many seeds are positive."""
+    return {"mean": scale * d.mean, "low": scale * (d.mean - d.half_width), "high": scale * (d.mean + d.half_width),
+            "positive": int(sum(v > 0 for v in d.values)), "n": d.n}
+
+
+def abl_paired(left, right):
+    return abl_numbers(paired_difference(abl_acc[left].to_dict(), abl_acc[right].to_dict()))
+
+
+abl_fig = {k: abl_paired(ABL_FULL, row) for k, row in ABL_VS.items()}  # the figure: last evaluation
+abl_fig["gu_only_vs_base"] = abl_paired(ABL_GU, ABL_BASE)
+# the protocol's final metric (mean of the last 5 full-test evaluations), paired by seed, from the committed records
+abl_claims = {c.id: evaluate_claim_paired(c) for c in load_claims(FIGURES_DIR / "claims.yaml")
+              if c.id in ("fedvssam_full_above_ablations", "fedvssam_full_above_base", "fedvssam_gu_only_above_base")}
+abl_pro = {k: abl_numbers(cmp.difference, 100.0)
+           for k, cmp in zip(["gu_only", "lu_gu", "lf_lu"], abl_claims["fedvssam_full_above_ablations"].comparisons)}
+abl_pro["base"] = abl_numbers(abl_claims["fedvssam_full_above_base"].comparisons[0].difference, 100.0)
+abl_pro["gu_only_vs_base"] = abl_numbers(abl_claims["fedvssam_gu_only_above_base"].comparisons[0].difference, 100.0)
+assert [c.right["params"] for c in abl_claims["fedvssam_full_above_ablations"].comparisons] == [
+    {"lf": False, "lu": False, "gu": True}, {"lf": False, "lu": True, "gu": True}, {"lf": True, "lu": True, "gu": False}]
+abl_final_how = abl_claims["fedvssam_full_above_base"].final_how  # how the protocol's final metric is computed
+assert abl_final_how.startswith("mean of the last"), abl_final_how
+abl_paired_verdicts = {k: v.verdict for k, v in abl_claims.items()}
+abl_unpaired_verdicts = {v.claim.id: v.verdict for v in cpu.verdicts if v.claim.id in abl_claims}
+cpu_lessons: dict = {}
+cpu_lessons["ablation"] = les_abl = {"seeds": int(len(abl_acc)), "figure": abl_fig, "protocol": abl_pro,
+                                     "paired_verdicts": abl_paired_verdicts}
+for src in (abl_fig, abl_pro):
+    assert all(src[k]["n"] == les_abl["seeds"] for k in src), "every comparison pairs all the seeds"
+    assert src["gu_only"]["high"] < 0, "full below GU only, the interval excluding 0"
+    assert src["lu_gu"]["high"] < 0 and src["lu_gu"]["positive"] == 0, "full below LU + GU in every seed"
+    assert src["lf_lu"]["low"] > 0 and src["lf_lu"]["positive"] == src["lf_lu"]["n"], "full above LF + LU, every seed"
+    assert src["gu_only_vs_base"]["low"] > 0 and src["gu_only_vs_base"]["positive"] == src["gu_only_vs_base"]["n"]
+assert abl_fig["base"]["mean"] > 0 > abl_pro["base"]["mean"], "full − base changes sign with the final metric"
+assert abl_pro["base"]["low"] < 0 < abl_pro["base"]["high"] and abl_fig["base"]["high"] < 4, "no 4–6 points"
+assert abl_paired_verdicts == {"fedvssam_full_above_ablations": "fails", "fedvssam_full_above_base": "inconclusive",
+                               "fedvssam_gu_only_above_base": "holds"}
+assert set(abl_unpaired_verdicts.values()) == {"inconclusive"} and len(abl_unpaired_verdicts) == 3
+
+
+def abl_text(x):
+    return f"{x['mean']:+.2f} [{x['low']:+.2f}, {x['high']:+.2f}] ({x['positive']} of {x['n']} seeds positive)"
+
+
+display(Markdown(
+    f"**The full method does not beat its ablations at this scale; the server's EMA alone does best.** FedVSSAM "
+    f"at its tuned point (ρ = {abl_par['rho']:g}, γ_l = {abl_par['gamma_l']:g}, γ_g = {abl_par['gamma_g']:g}) minus "
+    f"each row, in points, paired by seed over the {les_abl['seeds']} seeds (mean and 95 % interval): first on the "
+    f"figure's final accuracy (the last evaluation, round {abl_par['rounds']}), then on the protocol's final metric "
+    f"by which the claims are judged (the {abl_final_how}, from the committed run records):\n\n"
+    f"* − GU only (server EMA, plain local SAM): {abl_text(abl_fig['gu_only'])}; {abl_text(abl_pro['gu_only'])}. "
+    f"GU only is ahead.\n"
+    f"* − LU + GU (LF off: the perturbation along the raw minibatch gradient): {abl_text(abl_fig['lu_gu'])}; "
+    f"{abl_text(abl_pro['lu_gu'])}. LU + GU is ahead in every seed, by a fraction of a point.\n"
+    f"* − LF + LU (GU off: plain averaging on the server): {abl_text(abl_fig['lf_lu'])}; "
+    f"{abl_text(abl_pro['lf_lu'])}. The only ablation the full method beats, in every seed.\n"
+    f"* − base (γ_l = γ_g = 1, that is FedSAM): {abl_text(abl_fig['base'])} on the last evaluation, but "
+    f"{abl_text(abl_pro['base'])} on the protocol's metric. The sign depends on which evaluations are averaged: "
+    f"no gain over FedSAM survives, let alone the paper's 4–6 points.\n\n"
+    f"GU only beats base in every seed on both metrics ({abl_text(abl_fig['gu_only_vs_base'])}; "
+    f"{abl_text(abl_pro['gu_only_vs_base'])}). What helps here is the GU switch, the server's EMA of the "
+    f"pseudo-gradients (a server momentum); mixing h into the clients' perturbation and step (LF, LU) takes a little "
+    f"away instead of adding. Read by seed pairs, the claim that the full method beats each ablation **fails** "
+    f"(against GU only and LU + GU), \"full > base\" is inconclusive and \"GU only > base\" holds. The closing section "
+    f"reads the same runs unpaired (each row's mean ± interval over seeds): there the seed-to-seed spread that all "
+    f"rows share makes the intervals overlap, and all three are inconclusive."))
 
 # %% [markdown]
 # ## 2. One local step and one server step, by hand
@@ -468,13 +563,62 @@ med_cos = float(later["cos(h, gradF)"].median())
 print(f"At this size h^t is closer to grad F than zero in {beats_zero} of {len(later)} rounds and its median "
       f"cosine with grad F is {med_cos:.2f}: " +
       ("h^t is a useful estimate of grad F here." if beats_zero > len(later) / 2 and med_cos > 0.5 else
-       "h^t is not (yet) a useful estimate of grad F here; with beta * T = "
-       f"{beta_eff * track_rounds:.2g} the run is in the start-up regime of the bound, whose constants are unknown."))
+       f"h^t is not a useful estimate of grad F here (beta * T = {beta_eff * track_rounds:.2g}; the bound's "
+       "constants are unknown, so this neither confirms nor refutes it)."))
 med_h = float((later["|h - gradF|^2"] / later["|gradF|^2"]).median())
 med_d = float((fresh_rows["|d - gradF|^2"] / fresh_rows["|gradF|^2"]).median())
 print(f"The round's fresh direction d^t (taken from theta^t itself) has median relative error {med_d:.2f} against "
       f"{med_h:.2f} for h^t: the EMA is {'closer to' if med_h < med_d else 'further from'} grad F than the fresh "
       "directions it averages.")
+
+# %% [markdown]
+# **The cpu run.** The figure and the numbers above come from this execution (at the `ci` size a smoke test: a
+# few rounds of a small federation). The committed cpu figure measures $h^t$ at every round of the first seed's
+# full FedVSSAM run in the rerun's regime, against the full-batch $\nabla F$ over all clients:
+
+# %%
+cpu.show("08_fedvssam_h_tracking")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+ht_cpu = committed_table("08_fedvssam_h_tracking", "h_tracking")
+ht_par = committed_parameters("08_fedvssam_h_tracking")
+ht_later = ht_cpu[ht_cpu["round"] > 0]
+ht_rel = ht_later["|h - gradF|^2"] / ht_later["|gradF|^2"]
+ht_fresh = ht_cpu.dropna(subset=["|d - gradF|^2"])
+cpu_lessons["h_tracking"] = les_ht = {
+    "rounds": int(len(ht_later)), "beta_T": float(ht_par["gamma_l"] * ht_par["gamma_g"] * ht_par["rounds"]),
+    "beats_zero": int((ht_later["|h - gradF|^2"] < ht_later["|gradF|^2"]).sum()),
+    "rel_median": float(ht_rel.median()), "rel_min": float(ht_rel.min()), "rel_max": float(ht_rel.max()),
+    "h_share_median": float((ht_later["|h|^2"] / ht_later["|gradF|^2"]).median()),
+    "cos_median": float(ht_later["cos(h, gradF)"].median()),
+    "cos_positive": int((ht_later["cos(h, gradF)"] > 0).sum()),
+    "d_rounds": int(len(ht_fresh)), "d_cos_median": float(ht_fresh["cos(d, gradF)"].median()),
+    "d_beats_zero": int((ht_fresh["|d - gradF|^2"] < ht_fresh["|gradF|^2"]).sum()),
+    "d_rel_median": float((ht_fresh["|d - gradF|^2"] / ht_fresh["|gradF|^2"]).median())}
+assert les_ht["beats_zero"] < les_ht["rounds"] / 2, "h^t beats zero in a minority of rounds"
+assert 0.9 < les_ht["rel_min"] and les_ht["rel_max"] < 1.1, "the relative error stays near 1 over the whole run"
+assert les_ht["h_share_median"] < 0.01, "h^t is short against grad F"
+assert les_ht["cos_median"] < 0 and les_ht["cos_positive"] < les_ht["rounds"] / 2, "h^t does not point along grad F"
+assert les_ht["d_cos_median"] > 0 and les_ht["d_beats_zero"] > les_ht["d_rounds"] / 2, "d^t does"
+assert 0.5 < les_ht["d_rel_median"] < 1, "d^t's error is below that of zero, but close to it"
+display(Markdown(
+    f"**Along the cpu run, $h^t$ is no better an estimate of $\\nabla F$ than the zero vector.** Over the "
+    f"{les_ht['rounds']} rounds t ≥ 1 (β = γ_l γ_g, βT = {les_ht['beta_T']:.0f}) $h^t$ is closer to $\\nabla F(\\theta^t)$ than "
+    f"zero in {les_ht['beats_zero']} of {les_ht['rounds']} rounds, and its relative error "
+    f"$\\|h^t - \\nabla F\\|^2 / \\|\\nabla F\\|^2$ stays between {les_ht['rel_min']:.2f} and {les_ht['rel_max']:.2f} over "
+    f"the whole run (median {les_ht['rel_median']:.3f}): in the left panel the error curve lies on the "
+    f"$\\|\\nabla F\\|^2$ curve. $h^t$ is short — $\\|h^t\\|^2$ is a median {100 * les_ht['h_share_median']:.2f} % of "
+    f"$\\|\\nabla F\\|^2$ — and does not point along $\\nabla F$ (median cosine {les_ht['cos_median']:+.2f}, positive in "
+    f"{les_ht['cos_positive']} of {les_ht['rounds']} rounds). The round's fresh direction $d^t$ does point along "
+    f"$\\nabla F(\\theta^t)$ (median cosine {les_ht['d_cos_median']:.2f}, closer than zero in {les_ht['d_beats_zero']} of "
+    f"{les_ht['d_rounds']} rounds), though its error too is close to that of zero (median relative error "
+    f"{les_ht['d_rel_median']:.2f}); $h^t$, "
+    f"an average of earlier rounds' $d$ taken at earlier models, does not point along the gradient at the new "
+    f"$\\theta^t$. The paper's bound cannot be drawn (its constants are unknown); what the run shows is that the "
+    f"direction FedVSSAM mixes into every client's perturbation and step is, at this scale, close to zero and no "
+    f"guide to $\\nabla F$, so the mixing acts on the clients mostly as a shortening of the step by γ_l — which §4 "
+    f"measures."))
 
 # %% [markdown]
 # ## 4. The local step: "variance suppression" is a rescaling — what matters is the error against ∇F
@@ -704,6 +848,66 @@ print(f"Of plain FedSAM's error at this client, the variance is {100 * fedsam_ro
       f"and the bias (the client's mean direction off grad F) {100 * fedsam_row['bias^2'] / fedsam_row['MSE']:.1f} %.")
 
 # %% [markdown]
+# **The cpu run.** The figure and the verdicts above come from this execution (at the `ci` size a smoke test, at a
+# model trained for a few rounds). The committed cpu figure measures the same four directions at the final θ and
+# h of the first seed's full FedVSSAM run in the rerun's regime, at its largest client:
+
+# %%
+cpu.show("08_fedvssam_step_mse")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+sm_err = committed_table("08_fedvssam_step_mse", "step_error")
+sm_rat = committed_table("08_fedvssam_step_mse", "ratios")
+sm_par = committed_parameters("08_fedvssam_step_mse")
+sm_plain = sm_err[(sm_err["direction"] == "FedSAM, step η") & (sm_err["gamma_l"] == 1.0)].iloc[0]
+sm_gammas = sorted(g for g in sm_rat["gamma_l"].unique() if g < 1)
+
+
+def sm_ratio(gl, num, den):
+    r = sm_rat[(sm_rat["gamma_l"] == gl) & (sm_rat["num"] == num) & (sm_rat["den"] == den)].iloc[0]
+    return {"ratio": float(r["ratio"]), "verdict": str(r["verdict"])}
+
+
+def sm_snr(gl, direction):
+    return float(sm_err[(sm_err["gamma_l"] == gl) & (sm_err["direction"] == direction)]["SNR"].iloc[0])
+
+
+sm_by = {f"{gl:g}": {"rescaled": sm_ratio(gl, "FedSAM, step γ_l·η", "FedSAM, step η"),
+                     "vs_rescaled": sm_ratio(gl, "FedVSSAM", "FedSAM, step γ_l·η"),
+                     "vs_momentum": sm_ratio(gl, "FedVSSAM", "FedSAM, step γ_l·η + (1−γ_l)·h"),
+                     "snr": sm_snr(gl, "FedVSSAM")} for gl in sm_gammas}
+cpu_lessons["step_mse"] = les_sm = {
+    "client": int(sm_par["client"]), "batches": int(sm_par["variance_batches"]),
+    "bias_share": float(sm_plain["bias^2"] / sm_plain["MSE"]), "snr_fedsam": float(sm_plain["SNR"]),
+    "cos_fedsam": float(sm_plain["cos(mean, gradF)"]), "by_gamma": sm_by,
+    "gap_max": max(abs(v["vs_rescaled"]["ratio"] - 1) for v in sm_by.values())}
+assert les_sm["bias_share"] > 0.5, "bias is most of plain FedSAM's error at this client"
+assert les_sm["snr_fedsam"] < 0 and les_sm["cos_fedsam"] < 0, "the client's mean direction points against grad F"
+assert all(v["rescaled"]["verdict"] == "lower" and v["rescaled"]["ratio"] < 1 for v in sm_by.values())
+assert les_sm["gap_max"] < 0.005, "FedVSSAM's error is the rescaled FedSAM's to within half a percent"
+assert all(v["vs_momentum"]["verdict"] == "indistinguishable" for v in sm_by.values())
+assert all(v["snr"] <= les_sm["snr_fedsam"] for v in sm_by.values()), "FedVSSAM's SNR is no higher than FedSAM's"
+sm_list = ", ".join(f"{v['rescaled']['ratio']:.3f}" for v in sm_by.values())
+sm_vs = ", ".join(f"{v['vs_rescaled']['ratio']:.4f} ({v['vs_rescaled']['verdict']})" for v in sm_by.values())
+sm_snrs = ", ".join(f"{v['snr']:+.3f}" for v in sm_by.values())
+sm_gl = ", ".join(sm_by)
+display(Markdown(
+    f"**At the measured client, FedVSSAM's step is the rescaled FedSAM step.** At client {les_sm['client']} "
+    f"({les_sm['batches']} minibatches) plain FedSAM's direction errs mostly by bias: {100 * les_sm['bias_share']:.0f} % of "
+    f"its mean squared error against $\\nabla F$ is the client's mean direction being off $\\nabla F$, and it even points "
+    f"against it (SNR {les_sm['snr_fedsam']:+.3f}, cosine of the mean with $\\nabla F$ {les_sm['cos_fedsam']:+.3f}): the "
+    f"client's data more than its minibatch noise set the error. Scaling FedSAM's step by γ_l lowers that error by itself, "
+    f"towards the error of not stepping at all (MSE relative to plain FedSAM {sm_list} at γ_l = {sm_gl}). FedVSSAM's "
+    f"error is that of the rescaled FedSAM to within {100 * les_sm['gap_max']:.2f} % at every γ_l (ratios {sm_vs}) and "
+    f"indistinguishable from the momentum control's (the rescaled step plus (1−γ_l)·h) at every γ_l. Nor does it "
+    f"raise the signal-to-noise ratio: FedVSSAM's SNR is {sm_snrs} at those γ_l, none above plain FedSAM's. So the "
+    f"variance \"suppression\" $\\mathrm{{Var}}[u] = \\gamma_l^2\\mathrm{{Var}}[\\tilde g]$ is here what the identity "
+    f"says it is, a rescaling: with $h$ close to zero (§3's cpu run) mixing it in shortens the step and changes "
+    f"nothing else that the error against $\\nabla F$ can see. One client at one model of one seed: a measurement, "
+    f"not a verdict."))
+
+# %% [markdown]
 # ## 5. The γ_l sweep
 # Smaller γ_l trusts the server direction more. With the rest of the tuned point fixed (ρ, γ_g), we
 # train the method for each γ_l of `gammas_l` over the same seeds (γ_l = 1 makes $h_i = g_i$ and
@@ -746,7 +950,7 @@ print(sweep_summary.round(4).to_string(index=False))
 # %% [markdown]
 # **What to look at.** Left: final accuracy against γ_l (mean over the finished seeds ± 95 % interval,
 # seeds as dots, FedAvg's mean dashed with its interval shaded) — in the `ci` size a few rounds on
-# 2 000 images cannot separate the settings; the last section shows the `cpu` result. Right: the part
+# 2 000 images cannot separate the settings; the cpu paragraph after the figure reads the committed `cpu` run. Right: the part
 # of the variance that the identity of §4 does not fix, $\mathrm{Var}[\tilde g(\gamma_l)] / \mathrm{Var}[\tilde g(1)]$
 # with its bootstrap interval. A value below 1 means the steadier perturbation made the perturbed
 # gradient steadier as well, so the step's variance falls by more than $\gamma_l^2$; above 1, by less.
@@ -826,6 +1030,54 @@ print("At this model, Var[g~] relative to FedSAM's is", "; ".join(
                       f"indistinguishable from 1 for gamma_l = {', '.join(within)}" if within else ""] if part))
 
 # %% [markdown]
+# **The cpu run.** The figure above comes from this execution (at the `ci` size a smoke test). The committed cpu
+# sweep trains γ_l on the rerun's first seeds (a figure that no claim judges: fewer seeds than the protocol's,
+# so it describes and gives no verdict) and measures the variance at the first seed's final model and largest
+# client:
+
+# %%
+cpu.show("08_fedvssam_gamma_variance")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+gv_seed = committed_table("08_fedvssam_gamma_variance", "sweep_per_seed")
+gv_var = committed_table("08_fedvssam_gamma_variance", "variance")
+gv_seed = gv_seed[gv_seed["status"] == "finished"]
+gv_wide = 100 * gv_seed.pivot(index="seed", columns="gamma_l", values="final_acc")
+gv_low = float(min(gv_wide.columns))
+gv_fedavg = abl_acc.loc[abl_acc.index.isin(gv_wide.index), "FedAvg"]  # FedAvg on the sweep's seeds (the ablation's runs)
+gv_mean = {f"{gl:g}": float(gv_wide[gl].mean()) for gl in gv_wide.columns}
+gv_tuned = float(committed_parameters("08_fedvssam_ablation")["gamma_l"])  # the tuned γ_l (the full row)
+gv_rest = [gv_mean[f"{gl:g}"] for gl in gv_wide.columns if gl >= gv_tuned]
+gv_sub = gv_var[gv_var["gamma_l"] < 1]
+cpu_lessons["gamma_sweep"] = les_gv = {
+    "seeds": int(len(gv_wide)), "mean": gv_mean, "fedavg": float(gv_fedavg.mean()), "lowest": gv_low, "tuned": gv_tuned,
+    "lowest_every_seed": int((gv_wide.idxmin(axis=1) == gv_low).sum()),
+    "spread_from_tuned": float(max(gv_rest) - min(gv_rest)),
+    "var_ratio_min": float(gv_sub["Var[g~]/Var[g~]_FedSAM"].min()),
+    "var_ratio_max": float(gv_sub["Var[g~]/Var[g~]_FedSAM"].max()),
+    "var_contains_1": int(((gv_sub["ratio_low"] <= 1) & (1 <= gv_sub["ratio_high"])).sum()), "var_gammas": int(len(gv_sub)),
+    "step_share": {f"{gl:g}": float(v) for gl, v in zip(gv_sub["gamma_l"], gv_sub["Var[u]/Var_FedSAM"])}}
+assert len(gv_fedavg) == les_gv["seeds"], "FedAvg ran on every seed of the sweep"
+assert les_gv["lowest_every_seed"] == les_gv["seeds"], "the smallest γ_l is the lowest in every seed"
+assert les_gv["mean"][f"{gv_low:g}"] == min(gv_mean.values()) and les_gv["spread_from_tuned"] < 1.0
+assert les_gv["var_contains_1"] == les_gv["var_gammas"], "every interval of Var[g~] / FedSAM's contains 1"
+assert all(abs(les_gv["step_share"][k] - float(k) ** 2) < 0.01 * float(k) ** 2 for k in les_gv["step_share"])
+display(Markdown(
+    f"Over the sweep's {les_gv['seeds']} seeds FedVSSAM's final accuracy (last evaluation) is "
+    + ", ".join(f"{v:.1f} % at γ_l = {k}" for k, v in gv_mean.items())
+    + f"; FedAvg on the same seeds {les_gv['fedavg']:.1f} %. γ_l = {gv_low:g}, the paper's choice for high "
+    f"heterogeneity, is the lowest in every seed; from the tuned γ_l = {gv_tuned:g} to 1 (where $h_i = g$ and $u = \\tilde g$: the "
+    f"GU-only row) the means lie within {les_gv['spread_from_tuned']:.2f} points of each other. With {les_gv['seeds']} seeds "
+    f"this describes and decides nothing, but it leans the way the ablation does: a smaller γ_l, more trust in "
+    f"$h$, does not help here, and the server EMA with γ_l = 1 is among the best. Right panel: perturbing along "
+    f"$h_i$ instead of $g$ leaves the perturbed gradient's variance at FedSAM's — the ratio lies between "
+    f"{les_gv['var_ratio_min']:.5f} and {les_gv['var_ratio_max']:.5f}, every 95 % interval containing 1 — so the "
+    f"step's variance is γ_l² times FedSAM's ("
+    + ", ".join(f"{v:.3f} at γ_l = {k}" for k, v in les_gv["step_share"].items())
+    + "), the rescaling and nothing beyond it."))
+
+# %% [markdown]
 # ## 6. Exact checks: "base" is FedSAM, and the uplink is FedAvg's
 # A few rounds on the same federation: FedVSSAM with the preset `base` (γ_l = γ_g = 1) against FedSAM at
 # the same (tuned) ρ, and the floats every method sent, read from the metrics (per round, summed over the
@@ -868,6 +1120,28 @@ print("FedVSSAM uplink == FedGAMMA uplink / 2:", 2 * up["FedVSSAM"] == up["FedGA
 #   step's error against ∇F, against that control, and §3 how well h^t tracks ∇F along a run.
 # * $\gamma_l = \gamma_g = 1$ is FedSAM bit for bit; the uplink is FedAvg's, half of SCAFFOLD's and FedGAMMA's.
 # * Notebook `10_benchmarks` puts FedVSSAM next to all other methods on three splits.
+#
+# **And from the cpu run** (the committed data, read in sections 1, 3, 4 and 5):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+les_abl, les_ht, les_sm, les_gv = (cpu_lessons[k] for k in ("ablation", "h_tracking", "step_mse", "gamma_sweep"))
+display(Markdown(
+    f"* At this scale FedVSSAM's parts do not add up to the paper's ablation. Paired over "
+    f"{les_abl['seeds']} seeds on the protocol's final metric, the full method trails GU only by "
+    f"{-les_abl['protocol']['gu_only']['mean']:.2f} points and LU + GU by {-les_abl['protocol']['lu_gu']['mean']:.2f}, and "
+    f"against FedSAM (base) it gains nothing that survives a change of metric ({les_abl['figure']['base']['mean']:+.2f} "
+    f"on the last evaluation, {les_abl['protocol']['base']['mean']:+.2f} on the {abl_final_how}), far from the "
+    f"paper's 4–6 points. What helps is the server's EMA alone: GU only is "
+    f"{les_abl['protocol']['gu_only_vs_base']['mean']:+.2f} points over FedSAM, ahead in every seed.\n"
+    f"* The server direction $h^t$ that the clients mix in is nearly zero along the run and no better a guess of "
+    f"$\\nabla F$ than zero (closer in {les_ht['beats_zero']} of {les_ht['rounds']} rounds). Mixing it in is then a "
+    f"rescaling: at the measured client the step's error against $\\nabla F$ is the error of FedSAM with its step "
+    f"scaled by γ_l to within {100 * les_sm['gap_max']:.2f} %, and the step's variance is γ_l² times FedSAM's. "
+    f"\"Variance suppression\" is not what this data shows.\n"
+    f"* More trust in $h$ does not help: in the γ_l sweep ({les_gv['seeds']} seeds, descriptive) the smallest "
+    f"γ_l = {les_gv['lowest']:g} is the lowest in every seed."))
+print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %% [markdown]
 # ## Exercises
@@ -934,7 +1208,8 @@ print("FedVSSAM uplink == FedGAMMA uplink / 2:", 2 * up["FedVSSAM"] == up["FedGA
 # accuracy by ten points or more, in one direction at one seed and in the other at another, and GU's and
 # LF's effects also changed sign between seeds or between settings of the other switches. One seed of eight
 # rounds on 2 000 images ranks these rows by noise, and the start-up cost of $h^0 = 0$ (§1) adds to it. The
-# paper's ablation claims are tested over seeds on the cpu runs in "What the cpu run shows".
+# paper's ablation claims are tested over seeds on the cpu runs: §1's cpu paragraph pairs the rows by seed, and
+# "What the cpu run shows" lists the claims with their verdicts.
 #
 # </details>
 
@@ -954,4 +1229,5 @@ report = cpu_report("08_fedvssam")
 print(report.text())
 
 # %%
-report.show_figures()
+report.show_figures(skip=("08_fedvssam_ablation", "08_fedvssam_h_tracking", "08_fedvssam_step_mse",
+                          "08_fedvssam_gamma_variance"))  # shown beside their paragraphs above

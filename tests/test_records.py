@@ -104,6 +104,28 @@ def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, m
                                   two_runs[1].metrics.drop(columns="wall_seconds"))
 
 
+def test_a_committed_record_wins_over_a_differing_copy_in_runs(two_runs, tmp_path, monkeypatch):
+    """A run trained again (here, or on another CPU) can differ from its committed record in its last bits; the
+    figures read the record, never the local copy (which stays for the analyses that need θ)."""
+    import dataclasses
+
+    from lab.evidence.records import write_record
+
+    records = tmp_path / "records"
+    monkeypatch.setenv("FEDLAB_RECORDS", str(records))
+    run = two_runs[0]
+    shifted = run.metrics.copy()
+    shifted["test_acc"] = shifted["test_acc"] + 0.001  # what another CPU's rounding might have made of it
+    write_record(dataclasses.replace(run, metrics=shifted), records)
+    assert run.run_dir.is_dir()  # the local copy exists
+    got = run_or_load(run.config)
+    assert got.theta is None
+    pd.testing.assert_series_equal(got.metrics["test_acc"], shifted["test_acc"], check_dtype=False)
+    local = run_or_load(run.config, need_theta=True)  # the analyses' model: the local copy
+    assert local.theta is not None
+    pd.testing.assert_series_equal(local.metrics["test_acc"], run.metrics["test_acc"], check_dtype=False)
+
+
 def test_fedlab_run_never_reads_committed_records(two_runs, tmp_path, monkeypatch):
     """A library call trains (or loads from its runs_dir) even when the run's record is committed: the
     result always has θ, and the numbers are the record's. Loading records is the lab's explicit act."""

@@ -28,23 +28,28 @@ def _setup(tmp_path, left, right, seeds=(0, 1, 2)):
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump({"claims": [CLAIM]}))
 
 
+SIX = tuple(range(6))
+
+
 def test_the_section_reports_verdict_numbers_and_the_reason_only_when_it_fails(tmp_path):
-    _setup(tmp_path, [0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
+    _setup(tmp_path, [0.60, 0.61, 0.62, 0.60, 0.61, 0.62], [0.70, 0.71, 0.72, 0.71, 0.70, 0.72], seeds=SIX)
     rep = cpu_report("08_fedvssam", tmp_path)
     assert [f.name for f in rep.figures] == ["08_fig", "08_toy"]  # only this notebook's figures
     assert rep.figures[0].protocol and not rep.figures[1].trains
     text = rep.text()
-    assert "verdict: fails" in text and "61.00" in text and "71.00" in text
+    # the claims table's paired reading: left − right per seed, its mean and interval over the 6 pairs
+    assert "verdict: fails" in text and "paired difference vs FedSAM -10.00 ± 0.66 % (n=6)" in text
+    assert "claims tested here: 1 (1 fails)" in text
     assert "likely reason: a small model on an easy dataset" in text
     assert "08_toy: no federated training" in text and "under the protocol" in text
     assert f"in short, the claims that do not hold here: {CLAIM['claim']}" in text
     assert "claims that hold on" not in text
     # the setting is the committed records' (digits, 4 rounds), not the parameter files' next run
-    assert "setting: digits with the cnn model" in text and " 4 rounds of " in text and "seeds 0, 1, 2" in text
+    assert "setting: digits with the cnn model" in text and " 4 rounds of " in text and "seeds 0, 1, 2, 3, 4, 5" in text
 
     other = tmp_path / "holds"  # its own folder: a committed record is never replaced
     other.mkdir()
-    _setup(other, [0.80, 0.81, 0.82], [0.70, 0.71, 0.72])
+    _setup(other, [0.80, 0.81, 0.82, 0.80, 0.81, 0.82], [0.70, 0.71, 0.72, 0.71, 0.70, 0.72], seeds=SIX)
     text = cpu_report("08_fedvssam", other).text()
     assert "verdict: holds" in text and "likely reason" not in text
     assert f"in short, the claims that hold on Fashion-MNIST here: {CLAIM['claim']}" in text
@@ -55,17 +60,17 @@ def test_too_few_seeds_is_said(tmp_path):
     rep = cpu_report("08_fedvssam", tmp_path)
     assert not rep.figures[0].protocol
     assert "1 seed(s), fewer than the protocol's 3" in rep.text()
-    assert "verdict: inconclusive" in rep.text()
+    assert "verdict: too few seeds; paired difference vs FedSAM – (too few seeds: n=1)" in rep.text()
 
 
-def test_an_undecided_claim_says_which_way_the_means_point(tmp_path):
-    _setup(tmp_path, [0.60, 0.70, 0.80], [0.70, 0.72, 0.74])  # FedVSSAM below FedSAM, overlapping
+def test_an_undecided_claim_says_which_way_the_paired_differences_point(tmp_path):
+    _setup(tmp_path, [0.60, 0.70, 0.80], [0.70, 0.72, 0.74])  # FedVSSAM below FedSAM; 3 pairs decide nothing
     text = cpu_report("08_fedvssam", tmp_path).text()
-    assert "verdict: inconclusive" in text and "the means point against the claim" in text
+    assert "verdict: inconclusive (n < 6)" in text and "the paired differences point against the claim" in text
     other = tmp_path / "up"
     other.mkdir()
     _setup(other, [0.70, 0.76, 0.82], [0.70, 0.72, 0.74])
-    assert "the means point the claimed way" in cpu_report("08_fedvssam", other).text()
+    assert "the paired differences point the claimed way" in cpu_report("08_fedvssam", other).text()
 
 
 def test_an_inline_figure_names_its_own_evidence_and_setting(tmp_path):

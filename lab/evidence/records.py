@@ -18,8 +18,8 @@ a temporary sibling), so the first record of a key stays the evidence even betwe
 What records are for:
 
 * re-plotting a figure from committed data in seconds (:func:`figure_runs`, :func:`figure_data`);
-* skipping runs already done on another machine: :func:`run_or_load` returns a run that is absent
-  from ``runs/`` but present here from its record (``theta=None``; ``need_theta=True`` trains it
+* skipping runs already done on another machine: :func:`run_or_load` returns a run's record where one
+  is committed, whether or not ``runs/`` holds a copy (``theta=None``; ``need_theta=True`` trains it
   where the model itself is analysed). Loading a record is always this explicit act of the lab:
   :func:`fedlab.run` only trains, resumes or loads from ``runs/``;
 * checking any number: every metric row of every run behind a figure is in its record.
@@ -279,16 +279,19 @@ def record_meta(key: str, directory: Path | None = None) -> dict[str, Any]:
 
 def run_or_load(config: Config, *, need_theta: bool = False, dataset: Any = None,
                 progress: bool = False) -> RunResult:
-    """``config``'s committed record when one exists for its run key and neither θ is needed nor the
-    run is already in ``runs/``; else :func:`fedlab.run` (train, resume, or load from ``runs/``).
+    """``config``'s committed record when one exists for its run key and θ is not needed; else
+    :func:`fedlab.run` (train, resume, or load from ``runs/``).
 
-    A record has no model (``theta=None``), so pass ``need_theta=True`` where the model itself is
-    analysed (Hessians, landscapes): the run is then trained, with the same numbers. ``dataset``
-    goes to the run as in :func:`fedlab.run`."""
+    The record wins over a copy of the run in ``runs/``: the record is the evidence, and a run trained
+    again (here, or on a CPU whose float kernels round differently) can differ from it in its last bits,
+    which 100 chaotic rounds carry to the accuracy. A record has no model (``theta=None``), so pass
+    ``need_theta=True`` where the model itself is analysed (Hessians, landscapes): the run is then
+    trained, with the record's numbers on the CPU that wrote it (on another, within that rounding).
+    ``dataset`` goes to the run as in :func:`fedlab.run`."""
     from fedlab.engine import Simulation
 
     sim = Simulation.build(config, dataset)
-    if not need_theta and not sim.store.checkpoint_path.exists():
+    if not need_theta:
         # read-only: no lock, and nothing is created under runs/
         committed = load_record(sim.store.dir.name, partition=sim.partition, config=sim.config)
         if committed is not None:

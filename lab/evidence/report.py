@@ -3,7 +3,7 @@
 :func:`cpu_report` gathers, for one notebook, its committed cpu-profile figures (the sidecars in
 ``figures/`` whose ``notebook`` is it), how much evidence stands behind each (committed run records,
 seeds; whether it meets the protocol of :mod:`lab.evidence.protocol`), and the rows of the claims
-table (:mod:`lab.evidence.claims`) that the notebook tests, with verdict and numbers. Nothing in it
+table (:mod:`lab.evidence.claims`) that the notebook tests, with the table's paired verdict and numbers. Nothing in it
 is typed by hand except the claims' wording and, per claim, the likely reason shown *if* the verdict
 is fails or inconclusive (``reasons`` in ``figures/claims.yaml``): the verdicts and the numbers come
 from the records, so the section changes when the evidence does.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.evidence.claims import Verdict, evaluate_claims, load_claims
+from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, load_claims
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
@@ -60,7 +60,7 @@ class CpuFigure:
 class CpuReport:
     notebook: str
     figures: list[CpuFigure] = field(default_factory=list)
-    verdicts: list[Verdict] = field(default_factory=list)
+    verdicts: list[PairedVerdict] = field(default_factory=list)  # the paired reading, as the claims table
     setting: str = "no committed cpu run behind its figures"  # the federation of the evidence (evidence_setting)
     figures_dir: Path = FIGURES_DIR
 
@@ -78,24 +78,26 @@ class CpuReport:
         if not self.verdicts:
             lines.append("claims tested here: none (this notebook illustrates; it makes no comparative claim)")
             return "\n".join(lines)
-        counts = {v: sum(x.verdict == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run")}
+        counts = {v: sum(_word(x) == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run",
+                                                                           "no data", "too few seeds")}
         lines.append(f"claims tested here: {len(self.verdicts)} (" + ", ".join(f"{n} {v}" for v, n in counts.items()
                                                                            if n) + ")")
         lines.append(f"  setting: {self.setting}")
         for v in self.verdicts:
             c = v.claim
             lines.append(f"- {c.claim} [{c.paper}; {c.where}]")
-            lines.append(f"    verdict: {v.verdict}" + (f"; {v.numbers()}" if v.numbers() else "")
+            numbers = v.differences()
+            lines.append(f"    verdict: {v.verdict}" + (f"; paired difference {numbers}" if numbers else "")
                          + (f" ({v.note})" if v.note else ""))
-            lean = v.lean()
+            lean = _lean(v)
             if lean:
                 lines.append(f"    {lean}")
-            if v.verdict in c.reasons:  # a hypothesis of claims.yaml says so itself; an old `reasons` text is labelled
-                text = c.reasons[v.verdict]
+            if _word(v) in c.reasons:  # a hypothesis of claims.yaml says so itself; an old `reasons` text is labelled
+                text = c.reasons[_word(v)]
                 lines.append(f"    {text}" if text.startswith("hypothesis") else f"    likely reason: {text}")
         for verdict, words in (("holds", "hold on Fashion-MNIST here"), ("fails", "do not hold here"),
                                ("inconclusive", "cannot be decided from these seeds")):
-            named = [v.claim.claim for v in self.verdicts if v.verdict == verdict]
+            named = [v.claim.claim for v in self.verdicts if _word(v) == verdict]
             if named:
                 lines.append(f"in short, the claims that {words}: " + "; ".join(named))
         return "\n".join(lines)
@@ -139,6 +141,28 @@ class CpuReport:
                 continue
             display(Markdown(f"**{f.name}** — {f.caption}"))
             display(Image(filename=str(f.png), width=720))
+
+
+def _word(v: PairedVerdict) -> str:
+    """The verdict without its qualifier (``"inconclusive (n < 6)"`` → ``"inconclusive"``)."""
+    return v.verdict.split(" (")[0]
+
+
+def _lean(v: PairedVerdict) -> str:
+    """For an undecided ordering claim: which way its paired differences point (no verdict: the intervals
+    overlap 0, or too few pairs decide; but a reader should not have to work out that the data lean against
+    the paper)."""
+    op = v.claim.op
+    diffs = [c.difference.mean for c in v.comparisons if c.difference is not None and c.difference.n]
+    if _word(v) != "inconclusive" or not diffs or op not in (">", ">=", "<", "<=", "much_greater"):
+        return ""
+    sign = -1.0 if op in ("<", "<=") else 1.0
+    margin = v.claim.margin if op == "much_greater" else 0.0
+    if any(sign * d < 0 for d in diffs):
+        return "the paired differences point against the claim (not a verdict)"
+    if all(sign * d > margin for d in diffs):
+        return "the paired differences point the claimed way (not a verdict)"
+    return ""
 
 
 def evidence_setting(keys: list[str], seeds: list[Any], records: Path) -> str | None:
@@ -194,7 +218,7 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
         if _is_cpu_figure_of(meta, notebook):
             keys += list(meta.get("records") or [])
             seeds |= {json.dumps(s) for s in (meta.get("parameters") or {}).get("seeds") or []}
-    report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims(claims, figures_dir),
+    report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims_paired(claims, figures_dir),
                        figures_dir=figures_dir)
     setting = evidence_setting(keys, sorted((json.loads(s) for s in seeds), key=str), figures_dir / "records")
     if setting is not None:
