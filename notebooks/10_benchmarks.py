@@ -407,7 +407,8 @@ def against_fedavg(split):
         both = pd.DataFrame({"method": acc[m], "fedavg": acc["fedavg"]}).dropna()
         diff = 100 * (both["method"] - both["fedavg"])
         out[m] = {"mean": float(100 * acc[m].mean()), "diff": float(diff.mean()), "above": int((diff > 0).sum()),
-                  "equal": int((diff == 0).sum()), "paired": int(len(diff)), "seeds": int(status[m].notna().sum()),
+                  "equal": int((diff == 0).sum()), "largest": float(diff.abs().max()), "paired": int(len(diff)),
+                  "seeds": int(status[m].notna().sum()),
                   "lost": int((status[m].dropna() != "finished").sum())}
     return out
 
@@ -426,8 +427,12 @@ assert ranked[0] == "fedgmt", "the paragraph names FedGMT the best method at Dir
 # FedSMOO, FedGMT's FedDyn server) in its update (notebooks 04–08 and the methods page)
 DRIFT_CORRECTING = {"scaffold", "fedgamma", "fedmoswa", "feddyn", "fedspeed", "fedsmoo", "fedgmt"}
 assert set(ranked[:5]) <= DRIFT_CORRECTING, "the paragraph says each of the five best corrects drift"
-as_fedavg = sorted(m for m in b01 if m != "fedavg" and b01[m]["equal"] == b01[m]["paired"] > 0)
+# FedAvg itself, up to float rounding: equal in all but at most one seed and within a tenth of a point in that one
+as_fedavg = sorted(m for m in b01 if m != "fedavg" and b01[m]["equal"] >= b01[m]["paired"] - 1
+                   and b01[m]["largest"] < 0.1)
 assert set(as_fedavg) == {"fedlesam", "fedswa"}, "the paragraph names FedLESAM and FedSWA as FedAvg seed for seed"
+odd = {b01[m]["paired"] - b01[m]["equal"] for m in as_fedavg}
+assert len(odd) == 1 and len({b01[m]["largest"] for m in as_fedavg}) == 1, "both differ from FedAvg alike"
 tuned_off = {m: bench_seeds[(bench_seeds["split"] == "Dir 0.1") & (bench_seeds["method"] == m)].iloc[0] for m in as_fedavg}
 assert tuned_off["fedlesam"]["rho"] == 0 and tuned_off["fedswa"]["rho"] == tuned_off["fedswa"]["alpha"] == 1
 assert b01["fedgf"]["mean"] < 20 and b01["fedgf"]["lost"] >= 1, "FedGF fails"
@@ -454,9 +459,15 @@ display(Markdown(
     + ", ".join(f"{method_label(m)} ({b01[m]['mean']:.1f} %, {b01[m]['diff']:+.1f}"
                 + (f", {b01[m]['seeds']} seeds" if b01[m]['seeds'] != 6 else "") + ")" for m in ranked[:5])
     + f". FedGMT, the 2025 successor (a trajectory teacher on a FedDyn server), is the best of all.\n"
-    f"* **Two methods are FedAvg, seed for seed**: tuning switched their extra part off (FedLESAM at ρ = "
+    f"* **Two methods are FedAvg**: tuning switched their extra part off (FedLESAM at ρ = "
     f"{tuned_off['fedlesam']['rho']:g}; FedSWA at ρ = {tuned_off['fedswa']['rho']:g}, α = {tuned_off['fedswa']['alpha']:g}, "
-    f"where its cyclic learning rate and its server step reduce to FedAvg's: notebook 06).\n"
+    f"where its cyclic learning rate and its server step reduce to FedAvg's: notebook 06). Their accuracy equals "
+    f"FedAvg's in {b01['fedlesam']['equal']} of {b01['fedlesam']['paired']} seeds"
+    + ("." if b01["fedlesam"]["equal"] == b01["fedlesam"]["paired"] else
+       f"; in the other the two are {b01['fedlesam']['largest']:.2f} points apart from FedAvg's record, which was "
+       f"written on a machine whose floats round differently (FedAvg trained again here gives their number to the "
+       f"last digit): last-bit differences, carried through 100 rounds, moved this final accuracy by a few "
+       f"hundredths of a point.") + "\n"
     f"* **FedGF fails**: {b01['fedgf']['lost']} of its {b01['fedgf']['seeds']} seeds collapsed and the others end at "
     f"{b01['fedgf']['mean']:.1f} %: at K = 50 every client's drift passes FedGF's threshold, so every local step takes "
     f"its gradient at one globally perturbed point (the claim `fedgf_above_fedsam_dir01`; FedGF's rule: notebook 11).\n\n"
