@@ -324,7 +324,7 @@ for ds in datasets:
             runs_m = p[p["method"] == m]
             ok, bad = runs_m[runs_m["status"] == "finished"], runs_m[runs_m["status"] != "finished"]
             mean, hw = 100 * s.loc[m, "final_acc_mean"], 100 * s.loc[m, "final_acc_ci95"]
-            if bool(s.loc[m, "off_scale"]):
+            if s.loc[m, "off_scale"] == 1:  # True; NaN (a method not run on this split) is not off scale
                 ax.plot(x_lo, y, "<", ms=8, color=method_color(m), mec="black", mew=0.6, clip_on=False)
                 ax.annotate(f"{mean:.1f}" + (f" ± {hw:.1f}" if np.isfinite(hw) else "") + " % (off scale)"
                             + (f", {len(bad)}/{len(runs_m)} " + "/".join(sorted(set(bad["status"]))) if len(bad) else ""),
