@@ -328,7 +328,6 @@ assert [c.right["params"] for c in abl_claims["fedvssam_full_above_ablations"].c
 abl_final_how = abl_claims["fedvssam_full_above_base"].final_how  # how the protocol's final metric is computed
 assert abl_final_how.startswith("mean of the last"), abl_final_how
 abl_paired_verdicts = {k: v.verdict for k, v in abl_claims.items()}
-abl_unpaired_verdicts = {v.claim.id: v.verdict for v in cpu.verdicts if v.claim.id in abl_claims}
 cpu_lessons: dict = {}
 cpu_lessons["ablation"] = les_abl = {"seeds": int(len(abl_acc)), "figure": abl_fig, "protocol": abl_pro,
                                      "paired_verdicts": abl_paired_verdicts}
@@ -342,7 +341,10 @@ assert abl_fig["base"]["mean"] > 0 > abl_pro["base"]["mean"], "full − base cha
 assert abl_pro["base"]["low"] < 0 < abl_pro["base"]["high"] and abl_fig["base"]["high"] < 4, "no 4–6 points"
 assert abl_paired_verdicts == {"fedvssam_full_above_ablations": "fails", "fedvssam_full_above_base": "inconclusive",
                                "fedvssam_gu_only_above_base": "holds"}
-assert set(abl_unpaired_verdicts.values()) == {"inconclusive"} and len(abl_unpaired_verdicts) == 3
+assert {v.claim.id: v.verdict for v in cpu.verdicts if v.claim.id in abl_claims} == abl_paired_verdicts, \
+    "the closing section reads the claims table's paired verdicts, the same"
+assert {k: v.unpaired.verdict for k, v in abl_claims.items()} == dict.fromkeys(abl_claims, "inconclusive"), \
+    "read unpaired, all three are undecided"
 
 
 def abl_text(x):
@@ -368,9 +370,10 @@ display(Markdown(
     f"{abl_text(abl_pro['gu_only_vs_base'])}). What helps here is the GU switch, the server's EMA of the "
     f"pseudo-gradients (a server momentum); mixing h into the clients' perturbation and step (LF, LU) takes a little "
     f"away instead of adding. Read by seed pairs, the claim that the full method beats each ablation **fails** "
-    f"(against GU only and LU + GU), \"full > base\" is inconclusive and \"GU only > base\" holds. The closing section "
-    f"reads the same runs unpaired (each row's mean ± interval over seeds): there the seed-to-seed spread that all "
-    f"rows share makes the intervals overlap, and all three are inconclusive."))
+    f"(against GU only and LU + GU), \"full > base\" is inconclusive and \"GU only > base\" holds, as the claims "
+    f"table and the closing section say. Read unpaired (each row's mean ± interval over seeds), the seed-to-seed "
+    f"spread that all rows share would make the intervals overlap and leave all three undecided: pairing by seed is "
+    f"what decides them."))
 
 # %% [markdown]
 # ## 2. One local step and one server step, by hand
