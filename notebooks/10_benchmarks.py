@@ -644,6 +644,59 @@ display(Markdown(
     f"{target_cpu:.0f} % here."))
 
 # %% [markdown]
+# ## 5c. The runs two claims add
+# Two claims need runs the benchmark does not make, on the Dirichlet-0.1 federation and the benchmark's seeds:
+# **FedSAM at the papers' radius** ρ = 0.1 (is local SAM below FedAvg at the radius the papers use, rather than at
+# the one tuned here?) and **FedSAM at the step γ_l·η** (FedVSSAM's local step weighs the fresh gradient by γ_l: does
+# it beat FedSAM only because its step is γ_l times smaller?). The figure shows each seed's accuracy minus FedAvg's
+# on the same partition, clients and batches (dots), and their mean.
+
+# %%
+arm_ds, arm_split, arm_cfg = next((ds, split, cfg) for ds, split, cfg, _ in benchmarks if split == "Dir 0.1")
+vssam_gamma_l = fedlab.get_algorithm("fedvssam", choices[arm_ds, arm_split, "fedvssam"][0]).hp.gamma_l
+small_step = round(vssam_gamma_l * arm_cfg.lr, 12)  # γ_l·η (the plan spells it 0.04 in the cpu regime)
+claim_arms = {"FedSAM, ρ = 0.1": ("fedsam", {"rho": 0.1}, {}),
+              f"FedSAM, η = γ_l·η = {small_step:g}": ("fedsam", {}, {"lr": small_step})}
+arm_runs = {}
+for label, (method, params, overrides) in claim_arms.items():
+    run_cfg = arm_cfg.replace(algorithm=method, algorithm_params={**choices[arm_ds, arm_split, method][0], **params},
+                              **overrides)
+    spelled = {**params, **{f"config.{k}": v for k, v in overrides.items()}}  # as the plan spells the run
+    run_on = plan_seeds(run_cfg, spelled, seeds, use_plan=rerun_plan)
+    arm_runs[label] = run_seeds(run_cfg, run_on, record=record, paired=paired_partitions)
+shown_arms = {method_label(m): results[arm_ds, arm_split, m] for m in ("fedsam", "fedvssam")} | arm_runs
+base_acc = {r.config.seed: r.final_accuracy for r in results[arm_ds, arm_split, "fedavg"] if r.status == "finished"}
+arm_rows = [{"arm": label, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy,
+             "fedavg_acc": base_acc.get(r.config.seed, np.nan),
+             "diff_points": 100 * (r.final_accuracy - base_acc.get(r.config.seed, np.nan))}
+            for label, runs in shown_arms.items() for r in runs]
+arm_table = pd.DataFrame(arm_rows)
+fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(shown_arms) + 1.4))
+for y, (label, grp) in enumerate(arm_table.groupby("arm", sort=False)):
+    ok = grp[grp["status"] == "finished"]
+    color = method_color("fedvssam" if label == method_label("fedvssam") else "fedsam")
+    ax.plot(ok["diff_points"], [y] * len(ok), "o", ms=4, alpha=0.6, color=color)
+    ax.plot(ok["diff_points"].mean(), y, "D", ms=8, color=color, mec="black", mew=0.6)
+    ax.annotate(f"{ok['diff_points'].mean():+.2f}", (ok["diff_points"].mean(), y), xytext=(0, 6),
+                textcoords="offset points", ha="center", fontsize=7)
+ax.axvline(0, ls="--", lw=1, color="#333333")
+ax.set_yticks(range(len(shown_arms)), list(shown_arms))
+ax.set_ylim(len(shown_arms) - 0.5, -0.5)
+ax.set_xlabel("final test accuracy minus FedAvg's, same seed (points)")
+ax.set_title(f"{arm_ds}, {arm_split}: the claims' extra runs against FedAvg ({len(seeds)} seed(s); dots: seeds, "
+             "diamond: mean)", fontsize=9)
+fig.tight_layout()
+arm_all = [r for runs in shown_arms.values() for r in runs] + results[arm_ds, arm_split, "fedavg"]
+save_figure(fig, f"10_claim_arms_{arm_ds}", notebook="10_benchmarks", profile=profile,
+            caption=f"Final test accuracy minus FedAvg's on the same seed (points) on {arm_ds} ({arm_split}) for FedSAM "
+                    f"at its tuned radius, FedVSSAM, and the two runs only claims need: FedSAM at the papers' ρ = 0.1 and "
+                    f"FedSAM at FedVSSAM's effective step γ_l·η = {small_step:g} (dots: seeds; diamond: mean).",
+            parameters=dict(dataset=arm_ds, split=arm_split, seeds=seeds, small_step=small_step,
+                            gamma_l=vssam_gamma_l, arms={k: [m, p, o] for k, (m, p, o) in claim_arms.items()}),
+            data=arm_table, runs=arm_all)
+plt.show()
+
+# %% [markdown]
 # ## 6. The papers' numbers
 # For reference (ResNet-18 on CIFAR-10, WRN-28-4 on CIFAR-100, 100 clients, 10 % participation). From
 # the **FedVSSAM** paper (final accuracy % / rounds to 75 % on CIFAR-10, 40 % on CIFAR-100; "–" = not
