@@ -87,3 +87,25 @@ def test_10_cost_paragraph_matches_the_committed_data():
     assert first["fedsam"]["grads"] == max(v["grads"] for v in first.values())
     assert min(first, key=lambda m: (first[m]["round"], first[m]["mb"])) == "fednsam"
     assert first["fednsam"]["mb"] == min(v["mb"] for v in first.values())
+
+
+def test_10_claim_arms_paragraph_matches_the_committed_data():
+    import json
+
+    diff = defaultdict(dict)  # arm -> seed -> points above FedAvg
+    for r in rows("10_claim_arms_fmnist"):
+        if r["status"] == "finished":
+            diff[r["arm"]][r["seed"]] = f(r, "diff_points")
+    step = json.loads((FIGURES_DIR / "10_claim_arms_fmnist.json").read_text())["parameters"]["small_step"]
+    names = {"sam": "FedSAM", "vssam": "FedVSSAM", "rho01": "FedSAM, ρ = 0.1", "step": f"FedSAM, η = γ_l·η = {step:g}"}
+    want = {k: {"diff": mean(diff[v].values()), "above": sum(x > 0 for x in diff[v].values()), "seeds": len(diff[v])}
+            for k, v in names.items()}
+    gaps = [x - diff[names["step"]][s] for s, x in diff[names["vssam"]].items()]
+    want["vssam_minus_step"] = {"diff": mean(gaps), "above": sum(g > 0 for g in gaps), "seeds": len(gaps)}
+    with open(FIGURES_DIR / "claims_cpu.csv", newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["id"] == "fedvssam_above_fedsam_small_step")
+    want["protocol_vs_step"] = {"diff": float(row["mean"]), "low": float(row["low"]), "high": float(row["high"]),
+                                "n": int(row["n"]), "verdict": row["paired_verdict"]}
+    same(line(STEM)["claim_arms"], want, "10 claim arms")
+    assert want["rho01"]["diff"] > 0 and 0 < want["step"]["diff"] < want["sam"]["diff"] < want["vssam"]["diff"]
+    assert want["protocol_vs_step"]["low"] < 0 < want["protocol_vs_step"]["high"]
