@@ -86,7 +86,7 @@ import fedlab
 from lab.evidence.collapse import chance_threshold
 from lab.evidence.protocol import (FINAL_METRIC, K5_TUNING_DIR, PARTITION_SEED, run_seeds, split_key, tuned_params,
                                    tuning_dir)
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
+from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
@@ -385,11 +385,7 @@ cpu.show("04_sam_curves")
 # %%
 # checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 # the final accuracy of the claims table (lab.evidence.protocol.final_metric): the mean of the last k evaluations
-assert FINAL_METRIC["eval_every"] == 1, "the tail below is the last k rounds"
-acc_cpu = committed_table("04_sam_curves", "test_acc_pct_per_seed")
-acc_tail = acc_cpu[acc_cpu["round"] > acc_cpu["round"].max() - FINAL_METRIC["k"]]
-assert (acc_tail.groupby(["seed", "method"]).size() == FINAL_METRIC["k"]).all(), "every run has its last k rounds"
-fin_cpu = acc_tail.groupby(["seed", "method"])["test_acc_pct"].mean().unstack()  # seeds × methods, %
+fin_cpu = committed_final_accuracy("04_sam_curves")  # seeds × methods, %
 
 
 def paired_cpu(table, left, right):

@@ -85,7 +85,7 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.engine.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import FINAL_METRIC, PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
+from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
@@ -359,11 +359,7 @@ cpu.show("05_fedsmoo_curves")
 # %%
 # checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 # the final accuracy of the claims table (lab.evidence.protocol.final_metric): the mean of the last k evaluations
-assert FINAL_METRIC["eval_every"] == 1, "the tail below is the last k rounds"
-smoo_acc = committed_table("05_fedsmoo_curves", "test_acc_pct_per_seed")
-smoo_tail = smoo_acc[smoo_acc["round"] > smoo_acc["round"].max() - FINAL_METRIC["k"]]
-assert (smoo_tail.groupby(["seed", "method"]).size() == FINAL_METRIC["k"]).all(), "every run has its last k rounds"
-smoo_fin = smoo_tail.groupby(["seed", "method"])["test_acc_pct"].mean().unstack()  # seeds × methods, %
+smoo_fin = committed_final_accuracy("05_fedsmoo_curves")  # seeds × methods, %
 smoo_params = committed_parameters("05_fedsmoo_curves")["algorithm_params"]
 
 

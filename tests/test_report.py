@@ -104,3 +104,24 @@ def test_a_committed_table_is_the_cpu_figures_data_and_names_what_is_missing(tmp
     (tmp_path / "f.json").write_text(json.dumps({"profile": "ci"}))
     with pytest.raises(ValueError, match="profile is 'ci', not 'cpu'"):
         committed_table("f", figures_dir=tmp_path)
+
+
+def test_the_committed_final_accuracy_is_the_mean_of_the_last_k_rounds_and_refuses_short_runs(tmp_path):
+    import pandas as pd
+    import pytest
+
+    from lab.evidence.protocol import FINAL_METRIC
+    from lab.evidence.report import committed_final_accuracy
+
+    k, rounds = FINAL_METRIC["k"], 3 * FINAL_METRIC["k"]
+    rows = [{"panel": "test_acc_pct_per_seed", "seed": s, "method": m, "round": r, "test_acc_pct": 10.0 * s + r + (m == "b")}
+            for s in (0, 1) for m in ("a", "b") for r in range(1, rounds + 1)]
+    pd.DataFrame(rows).to_csv(tmp_path / "f.csv", index=False)
+    (tmp_path / "f.json").write_text(json.dumps({"figure": "f", "profile": "cpu"}))
+    got = committed_final_accuracy("f", figures_dir=tmp_path)
+    last = sum(range(rounds - k + 1, rounds + 1)) / k  # the mean of the last k rounds of a run whose acc is its round
+    assert got.loc[1, "a"] == 10.0 + last and got.loc[0, "b"] == last + 1 and got.shape == (2, 2)
+    pd.DataFrame([r for r in rows if not (r["seed"] == 1 and r["method"] == "a" and r["round"] == rounds)]).to_csv(
+        tmp_path / "f.csv", index=False)
+    with pytest.raises(ValueError, match=r"without their last"):
+        committed_final_accuracy("f", figures_dir=tmp_path)

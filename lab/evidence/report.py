@@ -26,7 +26,8 @@ from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, load_clai
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
-__all__ = ["CpuFigure", "CpuReport", "committed_parameters", "committed_table", "cpu_report", "figure_from_sidecar"]
+__all__ = ["CpuFigure", "CpuReport", "committed_final_accuracy", "committed_parameters", "committed_table", "cpu_report",
+           "figure_from_sidecar"]
 
 
 @dataclass(frozen=True)
@@ -259,3 +260,21 @@ def committed_parameters(name: str, figures_dir: Path | None = None) -> dict[str
     """The parameters the committed cpu figure ``name`` was made with (its sidecar's ``parameters``): a paragraph
     that reads the figure names these, not the parameters of the run that shows it."""
     return dict(_committed_sidecar(name, figures_dir)[0].get("parameters") or {})
+
+
+def committed_final_accuracy(name: str, panel: str = "test_acc_pct_per_seed", figures_dir: Path | None = None) -> Any:
+    """Seeds × methods: the claims table's final accuracy in % (:data:`lab.evidence.protocol.FINAL_METRIC`: the
+    mean of the last k evaluations) from the per-round, per-seed accuracy panel of the committed cpu figure ``name``
+    (columns ``seed``, ``method``, ``round``, ``test_acc_pct``), so that a paragraph quotes what the table judges."""
+    from lab.evidence.protocol import FINAL_METRIC
+
+    if FINAL_METRIC["eval_every"] != 1:
+        raise ValueError(f"FINAL_METRIC evaluates every {FINAL_METRIC['eval_every']} rounds; the last k evaluations "
+                         "are then not the last k rounds this reads")
+    acc = committed_table(name, panel, figures_dir)
+    tail = acc[acc["round"] > acc["round"].max() - FINAL_METRIC["k"]]
+    short = tail.groupby(["seed", "method"]).size()
+    short = short[short != FINAL_METRIC["k"]]
+    if len(short):
+        raise ValueError(f"{name}: run(s) without their last {FINAL_METRIC['k']} rounds: {list(short.index)}")
+    return tail.groupby(["seed", "method"])["test_acc_pct"].mean().unstack()
