@@ -349,7 +349,9 @@ all_runs = [r for rs in runs.values() for r in rs]
 note = status_note(all_runs)
 save_figure(fig, "09_curvature", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"Top Hessian eigenvalue and Hutchinson trace ({trace_samples} probes, seed dots ± standard error) "
-                    f"of the global training loss at each method's final model ({dataset}, Dirichlet α={alpha}, "
+                    f"of F, the training loss on {measure_batches} minibatch(es) of {measure_batch_size} from each of "
+                    f"{measure_clients} clients (a sample of the global training loss), at each method's final model "
+                    f"({dataset}, Dirichlet α={alpha}, "
                     f"{n_clients} clients, {rounds} rounds, tuned hyperparameters; mean over the finished of "
                     f"{len(seeds)} seed(s) ± 95 % interval). Collapsed models are grey ✕, not averaged: a model "
                     "that learned nothing can look flat." + (f" {note}" if note else ""),
@@ -457,8 +459,8 @@ display(Markdown(
     + "".join(f"| {s_} | {curv_cell('fedvssam', s_)} | {curv_cell('fedsam', s_)} | {curv_cell('fedavg', s_)} |\n"
               for s_ in curv_seeds)
     + f"\nBoth curvatures are of F, the function of §2: {les_curv['measure_batches']} minibatch from each of "
-    f"{les_curv['measure_clients']} clients of the seed's partition, a sample of the training loss (the figure's "
-    f"caption calls it the global training loss). "
+    f"{les_curv['measure_clients']} clients of the seed's partition, a sample of the training loss, as the figure's "
+    f"caption says. "
     f"FedVSSAM's estimate is above FedSAM's in {lc_s['higher']} of {lc_s['n']} seeds and above FedAvg's in "
     f"{lc_a['higher']} of {lc_a['n']}. fedlab's verdict on the claim leaves the unconverged estimates out, which leaves "
     f"{lc_s['both_converged']} seeds where both estimates converged against either arm: *{les_curv['verdict']}*. "
@@ -541,7 +543,8 @@ fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), bbox_
 fig.tight_layout(rect=(0, 0.1 + 0.04 * (len(handles) // 6), 1, 1))
 save_figure(fig, "09_flatness_vs_accuracy", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"Top Hessian eigenvalue and Hutchinson trace ({trace_samples} probes, ± standard error) of the "
-                    f"global training loss against final test accuracy, one point per method and seed ({dataset}, "
+                    f"training loss F ({measure_batches} minibatch(es) of {measure_batch_size} from each of "
+                    f"{measure_clients} clients) against final test accuracy, one point per method and seed ({dataset}, "
                     f"Dirichlet α={alpha}, {n_clients} clients, {rounds} rounds, tuned hyperparameters). Hollow: the "
                     f"power iteration did not converge in {eig_iters} iterations; grey ✕: collapsed or diverged. "
                     "Spearman rank correlation over the finished (and, for λ_max, converged) models, with a "
