@@ -323,10 +323,16 @@ structural = {"FedAvg": ("fedavg", {}), "FedSAM": ("fedsam", {}),
               "FedNSAM (code)": ("fednsam", {"gamma": gamma}),
               "FedNSAM (paper)": ("fednsam", {"gamma": gamma, "variant": "paper"}),
               "FedNSAM (official bug)": ("fednsam", {"gamma": gamma, "momentum_overwrite_bug": True})}
+NF_RHO0, NF_ACG = "FedNSAM (code), ρ = 0", "FedACG, β = 0"
+# the claims' controls: is a smaller Δ_D FedNSAM's SAM step, or its server momentum alone?
+controls = {NF_RHO0: ("fednsam", {"gamma": gamma, "rho": 0.0}),  # the look-ahead and the momentum, no SAM step
+            NF_ACG: ("fedacg", {"beta": 0.0})}  # FedAvg with server momentum: the look-ahead only
 methods, sources, own_params = {}, {}, {}
-for label, (alg, fixed) in structural.items():
+for label, (alg, fixed) in {**structural, **controls}.items():
     tuned = tuned_params(alg, base, profile=profile)
-    forced = {"rho": rho} if rho is not None and alg != "fedavg" else {}
+    has_rho = "rho" in fedlab.get_algorithm(alg).hp.to_dict()
+    forced = {"rho": rho} if rho is not None and has_rho and label not in controls else {}
+    forced |= {k: v for k, v in fixed.items() if label in controls}  # a control's own values beat the tuned ones
     methods[label] = (alg, {**fixed, **tuned.params, **forced})
     own_params[label] = {k: v for k, v in methods[label][1].items() if k not in tuned.params or k in forced}
     sources[label] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
@@ -347,10 +353,11 @@ print("same test accuracy in every round:",
 
 # %% [markdown]
 # ## 3. Training on Fashion-MNIST: accuracy and flatness distance
-# Five methods on one heterogeneous split (Dirichlet α as set above), each over the training seeds
+# Five methods and the claims' two controls on one heterogeneous split (Dirichlet α as set above), each over the training seeds
 # (at the `ci` size with the partition fixed; the cpu profile draws one per seed, shared by all methods of that
 # seed): FedAvg, FedSAM, and FedNSAM in its code variant, its paper variant and
-# with the official momentum bug, at the hyperparameters printed above.
+# with the official momentum bug, at the hyperparameters printed above; and the controls: FedNSAM's code variant at
+# ρ = 0 (its look-ahead and momentum without the SAM step) and FedACG at β = 0 (FedAvg with server momentum).
 
 # %%
 runs = {}
@@ -415,7 +422,8 @@ save_curves(runs, {"test_acc": ("global model", "test accuracy"),
             decorate=lambda axes, method=None: axes["flatness_distance"].set_yscale("log"),
             suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {int(participation * 100)} % per round, "
                      f"γ={gamma}, tuned ρ, {len(seeds)} seed(s)",
-            caption=f"Test accuracy and flatness distance Δ_D of FedAvg, FedSAM and three FedNSAM variants on "
+            caption=f"Test accuracy and flatness distance Δ_D of FedAvg, FedSAM, three FedNSAM variants and two controls "
+                    f"(FedNSAM at ρ = 0, FedACG at β = 0) on "
                     f"{dataset} ({split_key(base)}, {n_clients} clients), one panel per method: mean over "
                     f"{len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey; tuned radii.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
@@ -467,7 +475,7 @@ assert nf_l["dd_paper_below_sam"] == nf_l["dd_code_above_sam"] == nf_l["dd_avg_b
 assert nf_l["dd_paper_below_avg"] < nf_n, "the paragraph says not on every seed"
 assert nf_dd_l[NF_CODE] == max(v for m_, v in nf_dd_l.items() if m_ != NF_BUG), "the code variant's Δ_D is the largest"
 assert nf_l["bug_acc"] < nf_l["bug_code_acc"] - 5 and nf_l["bug_dd_ratio"] > 2, "the paragraph describes the bug"
-assert nf_l["bug_seeds"] < nf_n and nf_l["controls"] == 0, "three seeds; no control arm in the figure"
+assert nf_l["bug_seeds"] < nf_n and nf_l["controls"] == 2, "three seeds; both controls in the figure"
 display(Markdown(
     f"**Neither variant is ≫ FedSAM, and only the paper variant has the smaller Δ_D.** Final accuracy (the mean of "
     f"the last {nf_l['k']} rounds): FedNSAM (code) {nf_l['acc'][NF_CODE]:.2f} %, FedSAM {nf_l['acc']['FedSAM']:.2f} %, "
