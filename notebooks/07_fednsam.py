@@ -467,7 +467,10 @@ cpu_lessons["accuracy_flatness"] = nf_l = {
     "bug_seeds": int(len(nf_bug_seeds)), "bug_acc": float(nf_fin.loc[nf_bug_seeds, NF_BUG].mean()),
     "bug_code_acc": float(nf_fin.loc[nf_bug_seeds, NF_CODE].mean()),
     "bug_dd_ratio": float(nf_flat.loc[nf_bug_seeds, NF_BUG].mean() / nf_flat.loc[nf_bug_seeds, NF_CODE].mean()),
-    "controls": int(sum(a_ == "fedacg" or p_.get("rho") == 0.0 for a_, p_ in nf_methods.values()))}
+    "controls": int(sum(a_ == "fedacg" or p_.get("rho") == 0.0 for a_, p_ in nf_methods.values())),
+    "dd_code_above_controls": int(((nf_flat[NF_CODE] > nf_flat[NF_RHO0]) & (nf_flat[NF_CODE] > nf_flat[NF_ACG])).sum()),
+    "code_vs_rho0": float((nf_fin[NF_CODE] - nf_fin[NF_RHO0]).mean()),
+    "code_ahead_rho0": int((nf_fin[NF_CODE] > nf_fin[NF_RHO0]).sum())}
 nf_dd_l, nf_n = nf_l["dd"], nf_l["seeds"]
 assert nf_l["code_vs_sam"] < 5 and nf_l["paper_vs_sam"] < 0 and nf_l["paper_below"] == nf_n, "neither is ≫ FedSAM"
 assert 0 < nf_l["code_vs_sam"] and nf_l["code_ahead"] > nf_n / 2, "the paragraph says the code variant is a little ahead"
@@ -476,6 +479,9 @@ assert nf_l["dd_paper_below_avg"] < nf_n, "the paragraph says not on every seed"
 assert nf_dd_l[NF_CODE] == max(v for m_, v in nf_dd_l.items() if m_ != NF_BUG), "the code variant's Δ_D is the largest"
 assert nf_l["bug_acc"] < nf_l["bug_code_acc"] - 5 and nf_l["bug_dd_ratio"] > 2, "the paragraph describes the bug"
 assert nf_l["bug_seeds"] < nf_n and nf_l["controls"] == 2, "three seeds; both controls in the figure"
+assert nf_l["dd_code_above_controls"] == nf_n, "the code variant's Δ_D above both controls', every seed"
+assert all(abs(nf_dd_l[c_] / nf_dd_l["FedAvg"] - 1) < 0.1 for c_ in (NF_RHO0, NF_ACG)), "the controls' Δ_D near FedAvg's"
+assert nf_l["code_vs_rho0"] > 0 and nf_l["code_ahead_rho0"] < nf_n, "ahead of its ρ = 0 control on average, not always"
 display(Markdown(
     f"**Neither variant is ≫ FedSAM, and only the paper variant has the smaller Δ_D.** Final accuracy (the mean of "
     f"the last {nf_l['k']} rounds): FedNSAM (code) {nf_l['acc'][NF_CODE]:.2f} %, FedSAM {nf_l['acc']['FedSAM']:.2f} %, "
@@ -487,10 +493,15 @@ display(Markdown(
     f"FedSAM's {nf_dd_l['FedSAM']:.3f} on {nf_l['dd_paper_below_sam']} of {nf_n} seeds, as the paper says. But FedAvg, "
     f"with neither SAM nor momentum, is below FedSAM too ({nf_dd_l['FedAvg']:.3f}, on {nf_l['dd_avg_below_sam']} of "
     f"{nf_n} seeds), and the paper variant is below FedAvg on only {nf_l['dd_paper_below_avg']} of {nf_n}. The code "
-    f"variant, the official code's algorithm without its bug, has the largest Δ_D of the four methods without the bug: "
-    f"{nf_dd_l[NF_CODE]:.3f}, above FedSAM's on {nf_l['dd_code_above_sam']} of {nf_n} seeds. The figure holds no "
-    f"FedNSAM at ρ = 0 and no FedAvg with server momentum, the controls of the claims table (their rows at the end "
-    f"say no data), so it cannot tell the SAM step's share in Δ_D from the momentum's.\n\n"
+    f"variant, the official code's algorithm without its bug, has the largest Δ_D of the methods without the bug: "
+    f"{nf_dd_l[NF_CODE]:.3f}, above FedSAM's on {nf_l['dd_code_above_sam']} of {nf_n} seeds.\n\n"
+    f"**The controls say where that Δ_D comes from: the SAM step, not the momentum.** FedNSAM's code variant at ρ = 0 "
+    f"(the look-ahead and the server momentum without the SAM step) has Δ_D {nf_dd_l[NF_RHO0]:.3f}, and FedACG at "
+    f"β = 0 (FedAvg with server momentum) {nf_dd_l[NF_ACG]:.3f}, both within a tenth of FedAvg's "
+    f"{nf_dd_l['FedAvg']:.3f}; the code variant is above both on {nf_l['dd_code_above_controls']} of {nf_n} seeds. "
+    f"So the paper's reading, a smaller Δ_D from SAM along the global momentum, is reversed here: the momentum "
+    f"leaves the clients' spread where FedAvg has it, and the SAM step widens it. In accuracy the code variant is "
+    f"{nf_l['code_vs_rho0']:+.2f} points above its ρ = 0 control, ahead on {nf_l['code_ahead_rho0']} of {nf_n} seeds.\n\n"
     f"The official bug, on {nf_l['bug_seeds']} seeds and descriptive only: {nf_l['bug_acc']:.2f} % against the code "
     f"variant's {nf_l['bug_code_acc']:.2f} % on the same seeds, and a Δ_D {nf_l['bug_dd_ratio']:.1f} times the code "
     f"variant's, part of which is the server's miss of §1, not a wider spread of the clients."))

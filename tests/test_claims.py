@@ -210,3 +210,27 @@ def test_every_claim_with_data_reads_the_reruns_records_only():
             metric = claims[claim_id].metric
             assert "collapsed" in notes or (isinstance(metric, dict) and "valid" in metric), \
                 f"{claim_id}: read at n = {n} with no collapsed seed and no validity column to explain it"
+
+def test_an_arm_that_matches_two_runs_of_a_seed_reads_the_first_the_figure_names():
+    """FedNSAM's code-variant arm ({variant: code, bug: false}) also matches its ρ = 0 control in 07's figure; the
+    evaluator keeps the first run of each seed, so the figure names the tuned run before the control. Were the order
+    to flip, every FedNSAM claim would silently read the control: the claims' left mean must be the tuned run's."""
+    import csv
+
+    rows = {}
+    with open(lab.repro.FIGURES_DIR / "07_fednsam_accuracy_flatness.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r.get("panel") == "flatness_distance_per_seed" and r["flatness_distance"]:
+                rows.setdefault(r["method"], {}).setdefault(r["seed"], []).append((int(r["round"]),
+                                                                                    float(r["flatness_distance"])))
+    last = max(t for s in rows["FedNSAM (code)"].values() for t, _ in s)
+    tail = -(-last // 4)
+
+    def dd(method):
+        per_seed = [sum(v for t, v in s if t > last - tail) / tail for s in rows[method].values()]
+        return sum(per_seed) / len(per_seed)
+
+    table = pd.read_csv(lab.repro.FIGURES_DIR / "claims_cpu.csv")
+    for claim_id in ("fednsam_dd_below_rho0", "fednsam_dd_below_momentum_only", "fednsam_smaller_flatness_distance"):
+        left = float(table.loc[table["id"] == claim_id, "left_mean"].iloc[0])
+        assert abs(left - dd("FedNSAM (code)")) < 1e-6 and abs(left - dd("FedNSAM (code), ρ = 0")) > 0.1, claim_id

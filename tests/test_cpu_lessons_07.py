@@ -23,6 +23,7 @@ from lab.repro import FIGURES_DIR
 STEM = "07_fednsam"
 NAME = "07_fednsam_accuracy_flatness"
 CODE, PAPER, BUG = "FedNSAM (code)", "FedNSAM (paper)", "FedNSAM (official bug)"
+RHO0, ACG = "FedNSAM (code), ρ = 0", "FedACG, β = 0"
 
 
 def _tail_means(panel: str, column: str, rounds_from_end: int) -> dict:
@@ -58,10 +59,15 @@ def test_07_accuracy_flatness_paragraph_matches_the_committed_data():
             "bug_seeds": len(bug_seeds), "bug_acc": _mean(acc[BUG][s] for s in bug_seeds),
             "bug_code_acc": _mean(acc[CODE][s] for s in bug_seeds),
             "bug_dd_ratio": _mean(dd[BUG][s] for s in bug_seeds) / _mean(dd[CODE][s] for s in bug_seeds),
-            "controls": sum(a == "fedacg" or p.get("rho") == 0.0 for a, p in methods.values())}
+            "controls": sum(a == "fedacg" or p.get("rho") == 0.0 for a, p in methods.values()),
+            "dd_code_above_controls": sum(dd[CODE][s] > max(dd[RHO0][s], dd[ACG][s]) for s in seeds),
+            "code_vs_rho0": _mean(acc[CODE][s] - acc[RHO0][s] for s in seeds),
+            "code_ahead_rho0": count(acc, RHO0, CODE)}
     _same(_line(STEM)["accuracy_flatness"], want, "07 accuracy and flatness")
     n = want["seeds"]
-    assert n == 6 and want["bug_seeds"] == 3 and want["controls"] == 0
+    assert n == 6 and want["bug_seeds"] == 3 and want["controls"] == 2
+    assert want["dd_code_above_controls"] == n and want["code_vs_rho0"] > 0
+    assert all(abs(want["dd"][c] / want["dd"]["FedAvg"] - 1) < 0.1 for c in (RHO0, ACG))
     assert 0 < want["code_vs_sam"] < 5 and want["code_ahead"] > n / 2
     assert want["paper_vs_sam"] < 0 and want["paper_below"] == n
     assert want["dd_paper_below_sam"] == want["dd_code_above_sam"] == want["dd_avg_below_sam"] == n
