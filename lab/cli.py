@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "figures/records")
     rt.add_argument("--plan", type=__import__("pathlib").Path, default=None,
                     help="the plan file (default lab/regime/rerun.yaml)")
-    rt.add_argument("--methods", default=None, help="comma-separated methods (default: every method the plan trains that has a grid)")
+    rt.add_argument("--methods", default=None,
+                    help="comma-separated methods (default: every method the plan trains that has a grid)")
     rt.add_argument("--client-threads", type=int, default=2, help="clients trained at once (same numbers)")
     rr = rsub.add_parser("rerun-train", allow_abbrev=False,
                          help="train the rerun plan's runs that have no record, resumably, seed-major: "

@@ -61,7 +61,7 @@ from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_inte
 __all__ = ["AS_IF_SEEDS", "CLAIMS_FILE", "FOREST", "KINDS", "MIN_SEEDS", "NOT_PAIRED", "NO_DATA", "VERDICTS", "Claim",
            "claims_markdown_unpaired", "effect_text", "verdict_text", "PairedComparison", "PairedVerdict",
            "Verdict", "claims_markdown", "claims_table", "evaluate_claim_paired", "evaluate_claims",
-           "evaluate_claims_paired", "figures_root", "independent_runs", "load_claims", "paired_table",
+           "evaluate_claims_paired", "figures_root", "independent_runs", "leaning", "load_claims", "paired_table",
            "paired_text", "replace_claims_block", "verdict_counts", "write_claims"]
 
 CLAIMS_FILE: Path = FIGURES_DIR / "claims.yaml"
@@ -187,19 +187,27 @@ class Verdict:
     def lean(self) -> str:
         """For an undecided ordering claim: which way the means point (the intervals overlap, so it is no
         verdict, but a reader should not have to work out that the data lean against the paper)."""
-        op = self.claim.op
         rights = [r for r in self.right if r is not None]
-        if self.verdict != "inconclusive" or self.left is None or not rights \
-                or op not in (">", ">=", "<", "<=", "much_greater"):
+        if self.verdict != "inconclusive" or self.left is None:
             return ""
-        sign = -1.0 if op in ("<", "<=") else 1.0
-        margin = self.claim.margin if op == "much_greater" else 0.0
-        gaps = [sign * (self.left.mean - r.mean) for r in rights]
-        if any(g < 0 for g in gaps):
-            return "the means point against the claim (the intervals overlap: not a verdict)"
-        if all(g > margin for g in gaps):
-            return "the means point the claimed way (the intervals overlap: not a verdict)"
+        return leaning(self.claim, [self.left.mean - r.mean for r in rights], "the means",
+                       "the intervals overlap: not a verdict")
+
+
+def leaning(claim: Claim, differences: Sequence[float], what: str, why: str) -> str:
+    """Which way the left − right ``differences`` of an ordering claim point, in words (``what`` point ...
+    (``why``)), or "" when the claim orders nothing, no difference is given, or they point both ways."""
+    op = claim.op
+    if not differences or op not in (">", ">=", "<", "<=", "much_greater"):
         return ""
+    sign = -1.0 if op in ("<", "<=") else 1.0
+    margin = claim.margin if op == "much_greater" else 0.0
+    gaps = [sign * d for d in differences]
+    if any(g < 0 for g in gaps):
+        return f"{what} point against the claim ({why})"
+    if all(g > margin for g in gaps):
+        return f"{what} point the claimed way ({why})"
+    return ""
 
 
 def figures_root() -> Path:

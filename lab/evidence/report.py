@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, load_claims
+from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, leaning, load_claims
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
@@ -153,17 +153,10 @@ def _lean(v: PairedVerdict) -> str:
     """For an undecided ordering claim: which way its paired differences point (no verdict: the intervals
     overlap 0, or too few pairs decide; but a reader should not have to work out that the data lean against
     the paper)."""
-    op = v.claim.op
-    diffs = [c.difference.mean for c in v.comparisons if c.difference is not None and c.difference.n]
-    if _word(v) != "inconclusive" or not diffs or op not in (">", ">=", "<", "<=", "much_greater"):
+    if _word(v) != "inconclusive":
         return ""
-    sign = -1.0 if op in ("<", "<=") else 1.0
-    margin = v.claim.margin if op == "much_greater" else 0.0
-    if any(sign * d < 0 for d in diffs):
-        return "the paired differences point against the claim (not a verdict)"
-    if all(sign * d > margin for d in diffs):
-        return "the paired differences point the claimed way (not a verdict)"
-    return ""
+    diffs = [c.difference.mean for c in v.comparisons if c.difference is not None and c.difference.n]
+    return leaning(v.claim, diffs, "the paired differences", "not a verdict")
 
 
 def evidence_setting(keys: list[str], seeds: list[Any], records: Path) -> str | None:

@@ -253,9 +253,9 @@ def tuning_protocol(plan: Mapping[str, Any], criteria: Any) -> dict[str, Any]:
 
 def tune(plan: Mapping[str, Any], criteria: Any, *, methods: Sequence[str] | None = None,
          client_threads: int = 2, root: Path | None = None, progress: bool = True) -> list[Path]:
-    """Tune every method the plan trains (``methods``: these) that has a grid, on the plan's tuning split, resumably (a method × split is written to
-    ``<root>/tuning`` when it finishes, its grid points to ``<root>/records``; no root: :data:`RERUN_DIR` and
-    ``records_dir()``)."""
+    """Tune every method the plan trains that has a grid (``methods``: these), on the plan's tuning split,
+    resumably (a method × split is written to ``<root>/tuning`` when it finishes, its grid points to
+    ``<root>/records``; no root: :data:`RERUN_DIR` and ``records_dir()``)."""
     from lab.evidence.protocol import tune_splits
 
     split = plan["tuning"]["split"]
@@ -355,9 +355,10 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
           claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
           max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None) -> int:
     """Train every run of the plan (``only``: of those notebooks' analyses, :func:`seed_runs`) that has no
-    record, ``workers`` at a time, writing each record to ``<root>/records`` (no root: ``records_dir()``) as it finishes, so it resumes from what is committed. A tuned
-    method waits until ``<root>/tuning`` (no root: :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their
-    arms; ``seconds`` (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
+    record, ``workers`` at a time, writing each record to ``<root>/records`` (no root: ``records_dir()``) as it
+    finishes, so it resumes from what is committed. A tuned method waits until ``<root>/tuning`` (no root:
+    :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their arms; ``seconds``
+    (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
     import datetime
     import os
     import platform
@@ -506,6 +507,8 @@ def measured(plan: Mapping[str, Any], runs: Sequence[PlanRun], directory: Path |
     records found and their seconds of one worker (``meta.wall_seconds`` of each rerun record, counted once
     where two spellings of a run share its key; for tuning, the summed round times of every grid point's record
     in ``<tuning_dir>/<split>/*.csv``). The analyses run inside the notebooks and leave no record: not measured."""
+    import csv
+
     from lab.evidence.records import load_record, record_meta
 
     directory = _records(None) if directory is None else Path(directory)
@@ -523,8 +526,9 @@ def measured(plan: Mapping[str, Any], runs: Sequence[PlanRun], directory: Path |
         part["seconds"] += float(record_meta(key, directory)["wall_seconds"])
     tuned = out.setdefault("tuning", {"records": 0, "seconds": 0.0, "planned": 0})
     for table in sorted((tuning_dir / plan["tuning"]["split"]).glob("*.csv")):
-        for line in table.read_text().splitlines()[1:]:
-            key = line.rsplit(",", 1)[-1]
+        with open(table, newline="") as fh:
+            keys = [row["run"] for row in csv.DictReader(fh)]
+        for key in keys:
             result = load_record(key, directory)
             if result is not None and key not in seen:
                 seen.add(key)
