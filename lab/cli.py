@@ -224,7 +224,26 @@ def build_parser() -> argparse.ArgumentParser:
     rq.add_argument("--plan", type=__import__("pathlib").Path, default=None,
                     help="the plan file (default lab/regime/rerun.yaml)")
     rq.add_argument("--check", action="store_true", help="only list the stale files (exit 1 if any)")
+    st = sub.add_parser("study", allow_abbrev=False,
+                        help="a pre-registered study (lab/study/*.yaml): `study plan` its runs and budget, "
+                             "`study train` its runs resumably (refused unless the file is committed)")
+    ssub = st.add_subparsers(dest="study_command", required=True)
+    sp = ssub.add_parser("plan", allow_abbrev=False, help="the runs and the budget estimate from measured seconds "
+                                                          "(exit 1 over budget)")
+    sp.add_argument("file", type=__import__("pathlib").Path, help="the study file (e.g. lab/study/failure_map.yaml)")
+    sp.add_argument("--write", action="store_true", help="write figures/<study>/plan.md")
+    stt = ssub.add_parser("train", allow_abbrev=False, help="train the runs no committed record holds, "
+                                                            "writing each record as it finishes")
+    stt.add_argument("file", type=__import__("pathlib").Path, help="the study file")
+    stt.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
+    stt.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
     return parser
+
+
+def _cmd_study(args: argparse.Namespace) -> int:
+    from lab.study.runner import main as study_main
+
+    return study_main(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,5 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:  # the benchmark has its own parser: pass its options through untouched
         return _cmd_bench(argparse.Namespace(bench_args=[a for a in argv[1:] if a != "--"]))
     args = build_parser().parse_args(argv)
-    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "regime": _cmd_regime}
-    return dispatch(commands[args.command], args, errors=((EvidenceError, 4),))
+    commands = {"claims": _cmd_claims, "figures": _cmd_figures, "regime": _cmd_regime, "study": _cmd_study}
+    from lab.study.spec import StudyError
+
+    return dispatch(commands[args.command], args, errors=((EvidenceError, 4), (StudyError, 2)))

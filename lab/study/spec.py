@@ -1,0 +1,239 @@
+"""A study file: a pre-registered design of arms, cells, seeds, estimands and decision rules.
+
+A study is written and committed before its first run; :func:`require_registered` refuses to train one
+that git does not hold unchanged, and every record the runner writes names the file's SHA-256, so a
+record always says which design it was trained under. :func:`load_study` reads and checks the file,
+naming the field and what is allowed for every defect, before anything is planned or written.
+
+The design (``lab/study/failure_map.yaml`` is the first study on it): a ``federation`` of Config fields
+shared by every run; ``splits`` (name → partition fields) × ``local_steps`` are the cells; ``arms`` run in
+every cell, ``controls`` each in one cell; ``seeds`` pair across arms and cells (``partition_seed: seed``:
+each seed draws its own partition). A control parameter ``calibrated`` is measured before the control runs
+(:mod:`lab.study.calibrate`).
+"""
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.repro import REPO_ROOT
+
+__all__ = ["CALIBRATED", "Arm", "Cell", "Study", "StudyError", "load_study", "require_registered"]
+
+CALIBRATED = "calibrated"
+"""A parameter value that the study measures before the run (its ``calibration`` block says how)."""
+
+
+class StudyError(ValueError):
+    """A study file is missing, malformed or not pre-registered; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    split: str
+    local_steps: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-K{self.local_steps}"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    algorithm: str
+    params: Mapping[str, Any]
+    cell: Cell | None = None  # a control's one cell; None: every cell of the map
+
+
+@dataclass(frozen=True)
+class Study:
+    """A checked study file (``raw`` keeps every block, the prose of the decision rules included)."""
+
+    path: Path
+    sha256: str
+    name: str
+    federation: Mapping[str, Any]
+    seeds: tuple[int, ...]
+    splits: Mapping[str, Mapping[str, Any]]
+    local_steps: tuple[int, ...]
+    arms: tuple[Arm, ...]
+    controls: tuple[Arm, ...]
+    raw: Mapping[str, Any]
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(Cell(s, k) for k in self.local_steps for s in self.splits)
+
+    @property
+    def reference_split(self) -> str:
+        return str(self.raw["reference_split"])
+
+    @property
+    def baseline_arm(self) -> str:
+        return str(self.raw["baseline_arm"])
+
+    @property
+    def last_fraction(self) -> float:
+        return float(self.raw["final_metric"]["last_fraction"])
+
+    def arm(self, name: str) -> Arm:
+        for a in (*self.arms, *self.controls):
+            if a.name == name:
+                return a
+        raise StudyError(f"{self.path.name}: no arm or control named {name!r}")
+
+
+def _need(block: Any, name: str, where: str, path: Path, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(block, dict) or name not in block:
+        raise StudyError(f"{path.name}: {where}{name} is missing")
+    value = block[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise StudyError(f"{path.name}: {where}{name}={value!r} is invalid; allowed: {want}")
+    return value
+
+
+def _config_fields(fields: Mapping[str, Any], where: str, path: Path) -> None:
+    from fedlab.config import Config
+
+    known = {f for f in Config.__dataclass_fields__}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise StudyError(f"{path.name}: {where} has unknown Config field(s) {', '.join(unknown)}")
+
+
+def _algorithm(name: Any, where: str, path: Path) -> str:
+    from fedlab.algorithms import algorithm_names
+
+    if name not in algorithm_names():
+        raise StudyError(f"{path.name}: {where}algorithm={name!r} is invalid; allowed: "
+                         f"{', '.join(algorithm_names())}")
+    return str(name)
+
+
+def _no_alias_loader() -> type:
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """A SafeLoader that refuses aliases: a design is written out, so a small file cannot expand into a
+        huge one."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"aliases are not allowed in a study file (line {mark.line + 1})")
+            return super().compose_node(parent, index)
+
+    return NoAliasLoader
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a study file (YAML aliases refused: a design is written out, not expanded)."""
+    import yaml
+
+    _NoAliasLoader = _no_alias_loader()
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise StudyError(f"study file {path} cannot be read ({type(err).__name__}: {err})") from None
+    try:
+        raw = yaml.load(data, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as err:
+        raise StudyError(f"study file {path} is not YAML ({err})") from None
+    if not isinstance(raw, dict):
+        raise StudyError(f"{path.name}: a study file is a mapping of blocks, got {type(raw).__name__}")
+    name = _need(raw, "study", "", path, str)
+    federation = _need(raw, "federation", "", path, dict)
+    _config_fields(federation, "federation", path)
+    seeds = _need(raw, "seeds", "", path, list)
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise StudyError(f"{path.name}: seeds={seeds!r} is invalid; allowed: distinct integers >= 0")
+    if raw.get("partition_seed", "seed") != "seed":
+        raise StudyError(f"{path.name}: partition_seed={raw['partition_seed']!r} is invalid; allowed: seed")
+    splits = _need(raw, "splits", "", path, dict)
+    for split, fields in splits.items():
+        if not isinstance(fields, dict) or "partition" not in fields:
+            raise StudyError(f"{path.name}: splits.{split} must be a mapping with a partition field")
+        _config_fields(fields, f"splits.{split}", path)
+    ks = _need(raw, "local_steps", "", path, list)
+    if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
+        raise StudyError(f"{path.name}: local_steps={ks!r} is invalid; allowed: a list of integers >= 1")
+    arms = []
+    for arm, spec in _need(raw, "arms", "", path, dict).items():
+        arms.append(Arm(str(arm), _algorithm(_need(spec, "algorithm", f"arms.{arm}.", path, str), f"arms.{arm}.",
+                                             path), dict(spec.get("params") or {})))
+    controls = []
+    for arm, spec in (raw.get("controls") or {}).items():
+        cell = _need(spec, "cell", f"controls.{arm}.", path, dict)
+        split = _need(cell, "split", f"controls.{arm}.cell.", path, str)
+        k = _need(cell, "local_steps", f"controls.{arm}.cell.", path, int)
+        if split not in splits or k not in ks:
+            raise StudyError(f"{path.name}: controls.{arm}.cell={cell!r} is not a cell of the map; allowed: a split "
+                             f"of {', '.join(splits)} and local_steps of {ks}")
+        params = dict(spec.get("params") or {})
+        for key, value in params.items():
+            if value == CALIBRATED and arm not in (raw.get("calibration") or {}):
+                raise StudyError(f"{path.name}: controls.{arm}.params.{key} is {CALIBRATED!r} but calibration.{arm} "
+                                 "is missing")
+        controls.append(Arm(str(arm), _algorithm(_need(spec, "algorithm", f"controls.{arm}.", path, str),
+                                                 f"controls.{arm}.", path), params, Cell(split, k)))
+    names = [a.name for a in (*arms, *controls)]
+    if len(set(names)) != len(names):
+        raise StudyError(f"{path.name}: arm and control names must be distinct, got {names}")
+    if raw.get("reference_split") not in splits:
+        raise StudyError(f"{path.name}: reference_split={raw.get('reference_split')!r} is invalid; allowed: "
+                         f"{', '.join(splits)}")
+    if raw.get("baseline_arm") not in {a.name for a in arms}:
+        raise StudyError(f"{path.name}: baseline_arm={raw.get('baseline_arm')!r} is invalid; allowed: "
+                         f"{', '.join(a.name for a in arms)}")
+    frac = _need(_need(raw, "final_metric", "", path, dict), "last_fraction", "final_metric.", path, (int, float))
+    if not 0 < frac <= 1:
+        raise StudyError(f"{path.name}: final_metric.last_fraction={frac!r} is invalid; allowed: (0, 1]")
+    for block in ("estimands", "decision", "budget"):
+        _need(raw, block, "", path, dict)
+    hours = _need(raw["budget"], "hours", "budget.", path, (int, float))
+    workers = _need(raw["budget"], "workers", "budget.", path, int)
+    if hours <= 0 or workers < 1:
+        raise StudyError(f"{path.name}: budget needs hours > 0 and workers >= 1, got {hours}, {workers}")
+    return Study(path=path, sha256=hashlib.sha256(data).hexdigest(), name=name, federation=dict(federation),
+                 seeds=tuple(seeds), splits={k: dict(v) for k, v in splits.items()}, local_steps=tuple(ks),
+                 arms=tuple(arms), controls=tuple(controls), raw=raw)
+
+
+def require_registered(study: Study, root: Path | None = None) -> str:
+    """The commit that registered ``study``'s file unchanged (the oldest commit holding these exact bytes);
+    :class:`StudyError` when git does not hold the file as it is now — uncommitted, edited since its
+    commit, or outside a git checkout. Training reads the design only once it is on record."""
+    root = REPO_ROOT if root is None else Path(root)
+    try:
+        rel = study.path.resolve().relative_to(root.resolve())
+    except ValueError:
+        raise StudyError(f"{study.path}: a study file must live in the repository ({root}) to be pre-registered") \
+            from None
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        except OSError as err:
+            raise StudyError(f"{rel}: git is needed to check the pre-registration ({err})") from None
+        if done.returncode != 0:
+            raise StudyError(f"{rel}: not pre-registered: {done.stderr.strip() or 'git ' + ' '.join(args)}")
+        return done.stdout.strip()
+
+    blob = git("hash-object", str(rel))
+    commits = git("log", "--format=%H", "--", str(rel)).split()
+    for commit in reversed(commits):  # oldest first: the commit that registered these bytes
+        try:
+            if git("rev-parse", f"{commit}:{rel}") == blob:
+                return commit
+        except StudyError:
+            continue  # the file did not exist at that commit (deleted later, re-added)
+    raise StudyError(f"{rel}: not pre-registered: commit the study file before training "
+                     "(its bytes must be in a commit; an edit after that is a new amendment file)")
