@@ -237,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     stt.add_argument("file", type=__import__("pathlib").Path, help="the study file")
     stt.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
     stt.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    san = ssub.add_parser("analyse", allow_abbrev=False, help="the pre-registered estimands and decisions from the "
+                                                              "committed records: figures/<study>/decision.md, map.csv, "
+                                                              "the figure")
+    san.add_argument("file", type=__import__("pathlib").Path, help="the study file")
+    san.add_argument("--no-figure", action="store_true", help="write the decision and table only")
     return parser
 
 

@@ -95,8 +95,10 @@ def plan_markdown(study: Study, est: dict[str, Any], seconds: dict[tuple[str, st
 
 
 def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: TextIO | None = None,
-          records: Path | None = None) -> int:
-    """Train every planned run of ``study`` that no committed record holds; returns the records written."""
+          records: Path | None = None, repository: Path | None = None) -> int:
+    """Train every planned run of ``study`` that no committed record holds (in ``records``, default
+    ``figures/records``); returns the records written. ``repository``: the git checkout that must hold the
+    study file (default this one)."""
     import math
 
     from fedlab.results import RunResult
@@ -104,12 +106,12 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     from lab.regime.workers import Progress, clock, train_many
 
     out = sys.stdout if out is None else out
-    registered = require_registered(study)
+    registered = require_registered(study, repository)
     calibrate(study, out)
     runs = planned_runs(study)
     configs = _configs(study, runs)
     state = {"done": committed_runs(configs, records)}
-    seconds = measured_seconds(records)
+    seconds = measured_seconds()  # the rerun's measured costs, wherever this study's records go
     from lab.study.plan import _seconds_of
 
     def todo() -> list[StudyRun]:
@@ -129,7 +131,10 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
 
     def eta(running: Sequence[StudyRun]) -> float:
         left = [r for r in runs if r.key not in state["done"]]
-        return sum(_seconds_of(r, 50, seconds)[0] for r in left) / max(1, workers)
+        try:
+            return sum(_seconds_of(r, 50, seconds)[0] for r in left) / max(1, workers)
+        except StudyError:  # nothing measured to cost it from
+            return math.nan
 
     def n_done() -> int:
         return sum(r.key in state["done"] for r in runs)
@@ -159,6 +164,11 @@ def main(args: Any) -> int:
             target.write_text(text)
             print(f"wrote {target}")
         return 0 if est["fits"] else 1
+    if args.study_command == "analyse":
+        from lab.study.report import write_outputs
+
+        write_outputs(study, figure=not args.no_figure)
+        return 0
     if args.study_command == "train":
         train(study, workers=args.workers, max_runs=args.max_runs)
         return 0

@@ -1,0 +1,162 @@
+"""The failure map's analysis: its pre-registered estimands and decisions, computed from committed records.
+
+For a split s, local work K and radius ρ, over the seeds j (each its own partition; seed j's runs pair
+across arms and cells), with final(·) the protocol's final metric (:func:`lab.evidence.protocol.final_metric`):
+
+    G_j(s,K,ρ) = final(FedSAM_ρ | s,K,j) − final(FedAvg | s,K,j)          SAM's effect in the cell
+    I_j(s,K,ρ) = G_j(s,K,ρ) − G_j(iid,K,ρ)                                 the heterogeneity interaction
+    H_j(s,K)   = final(FedAvg | iid,K,j) − final(FedAvg | s,K,j)          what the split costs FedAvg
+
+each reported as mean ± the 95 % paired Student-t half-width (n − 1 degrees of freedom) with the two-sided
+one-sample t-test p-value. The Gs form one family and the Is another; Holm's step-down
+(:func:`lab.evidence.paired.holm`) adjusts each family at family-wise error 0.05. "Local SAM fails" in a cell
+at ρ when G < 0 and I < 0 are both decided and G is at most minus the smallest effect of interest
+(the study file's ``decision`` block says this in words; this module is its only implementation).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from lab.study.spec import Study
+
+__all__ = ["Estimate", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]
+
+Values = Mapping[tuple[str, str, int], float]
+"""(cell name, arm name, seed) → final metric in points."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Mean of per-seed values with its paired t-interval and two-sided t-test p."""
+
+    values: tuple[float, ...]
+    mean: float
+    half_width: float
+    p: float
+    p_holm: float = math.nan
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+    def text(self) -> str:
+        if self.n == 0:
+            return "no data"
+        hw = f" ± {self.half_width:.2f}" if math.isfinite(self.half_width) else ""
+        return f"{self.mean:+.2f}{hw} (n={self.n})"
+
+
+def estimate_of(values: Sequence[float], level: float = 0.95) -> Estimate:
+    """Mean ± t_{(1+level)/2, n−1} · s/√n and the two-sided t-test p of mean = 0 (NaN below 2 values;
+    p = 0 when every value is the same nonzero number, 1 when all are 0)."""
+    arr = np.asarray(values, dtype=float)
+    n = len(arr)
+    if n == 0:
+        return Estimate((), math.nan, math.nan, math.nan)
+    mean = float(arr.mean())
+    if n < 2:
+        return Estimate(tuple(arr.tolist()), mean, math.nan, math.nan)
+    sd = float(arr.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
+    if sd == 0:
+        p = 1.0 if mean == 0 else 0.0
+    else:
+        p = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), df=n - 1))
+    return Estimate(tuple(arr.tolist()), mean, half, p)
+
+
+@dataclass(frozen=True)
+class MapCell:
+    """One (split, K, ρ) of the map: SAM's effect G, the interaction I, FedAvg's heterogeneity cost H,
+    the arms not tested (diverged or missing) and the pre-registered verdict."""
+
+    split: str
+    local_steps: int
+    arm: str
+    gap: Estimate
+    interaction: Estimate
+    cost: Estimate
+    untested: tuple[str, ...]
+    verdict: str = ""
+
+
+def _paired(values: Values, a: tuple[str, str], b: tuple[str, str], seeds: Sequence[int]) -> list[float]:
+    return [values[(*a, s)] - values[(*b, s)] for s in seeds if (*a, s) in values and (*b, s) in values]
+
+
+def map_verdict(cell: MapCell, smallest: float, alpha: float = 0.05) -> str:
+    """The pre-registered outcome of one cell (``fails here``, ``hurts everywhere``, ``does not fail``) or
+    ``not tested`` with the reason."""
+    if cell.untested:
+        return f"not tested ({'; '.join(cell.untested)})"
+    g, i = cell.gap, cell.interaction
+    g_below = g.p_holm < alpha and g.mean < 0
+    i_below = i.p_holm < alpha and i.mean < 0
+    if g_below and g.mean <= -smallest:
+        return "local SAM fails here" if i_below else "SAM hurts here, as much in the IID federation"
+    return "does not fail"
+
+
+def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], str] | None = None,
+            holm: Callable[[Sequence[float]], list[float]] | None = None) -> list[MapCell]:
+    """Every non-reference (split, K, SAM arm) of ``study`` from the final metrics ``values``; ``untested``
+    maps (cell name, arm) to why that arm is not read there (a diverged or missing run). Holm's adjustment
+    runs over the cells that were tested."""
+    if holm is None:
+        from lab.evidence.paired import holm as holm_adjust
+
+        holm = holm_adjust
+    untested = dict(untested or {})
+    seeds, base, ref = list(study.seeds), study.baseline_arm, study.reference_split
+    sam_arms = [a.name for a in study.arms if a.name != base]
+    smallest = float(study.raw["decision"]["smallest_effect_of_interest"])
+    cells = []
+    for k in study.local_steps:
+        ref_cell = f"{ref}-K{k}"
+        for split in study.splits:
+            if split == ref:
+                continue
+            cell = f"{split}-K{k}"
+            cost = estimate_of(_paired(values, (ref_cell, base), (cell, base), seeds))
+            for arm in sam_arms:
+                why = tuple(f"{c} {a}: {untested[(c, a)]}" for c in (cell, ref_cell) for a in (arm, base)
+                            if (c, a) in untested)
+                gap_cell = _paired(values, (cell, arm), (cell, base), seeds)
+                gap_ref = {s: values[(ref_cell, arm, s)] - values[(ref_cell, base, s)] for s in seeds
+                           if (ref_cell, arm, s) in values and (ref_cell, base, s) in values}
+                inter = [values[(cell, arm, s)] - values[(cell, base, s)] - gap_ref[s] for s in seeds
+                         if s in gap_ref and (cell, arm, s) in values and (cell, base, s) in values]
+                if len(gap_cell) < len(seeds) or len(inter) < len(seeds):
+                    why += (f"{min(len(gap_cell), len(inter))}/{len(seeds)} seeds recorded",)
+                cells.append(MapCell(split, k, arm, estimate_of(gap_cell), estimate_of(inter), cost, why))
+    for field in ("gap", "interaction"):  # one Holm family each, over the tested cells
+        tested = [i for i, c in enumerate(cells) if not c.untested]
+        adjusted = holm([getattr(cells[i], field).p for i in tested])
+        for i, p in zip(tested, adjusted):
+            est = getattr(cells[i], field)
+            cells[i] = _replace(cells[i], **{field: Estimate(est.values, est.mean, est.half_width, est.p, p)})
+    return [_replace(c, verdict=map_verdict(c, smallest)) for c in cells]
+
+
+def _replace(cell: MapCell, **changes: Any) -> MapCell:
+    import dataclasses
+
+    return dataclasses.replace(cell, **changes)
+
+
+def fails_anywhere(cells: Sequence[MapCell]) -> bool:
+    return any(c.verdict == "local SAM fails here" for c in cells)

@@ -1,0 +1,185 @@
+"""The study runner (lab/study): pre-registration enforced, a resumed study trains nothing twice, the failure
+map's analysis on synthetic records (an interaction present / absent), bad study files refused by field."""
+from __future__ import annotations
+
+import io
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab.study.analysis import analyse, estimate_of, fails_anywhere
+from lab.study.plan import committed_runs, planned_runs, run_config
+from lab.study.report import decision_markdown
+from lab.study.runner import train
+from lab.study.spec import StudyError, load_study, require_registered
+
+REPO = Path(__file__).resolve().parents[1]
+MAP = REPO / "lab" / "study" / "failure_map.yaml"
+
+TINY = {
+    "study": "tiny", "kind": "map",
+    "federation": {"dataset": "fmnist", "model": "mlp", "train_size": 400, "test_size": 200, "n_clients": 4,
+                   "participation": 0.5, "rounds": 2, "batch_size": 8, "lr": 0.05, "lr_schedule": "constant",
+                   "eval_every": 1},
+    "seeds": [0], "partition_seed": "seed",
+    "splits": {"iid": {"partition": "iid", "alpha": None}},
+    "reference_split": "iid", "local_steps": [2],
+    "arms": {"fedavg": {"algorithm": "fedavg", "params": {}}}, "baseline_arm": "fedavg",
+    "final_metric": {"last_fraction": 0.5},
+    "estimands": {"gap": "none"}, "decision": {"smallest_effect_of_interest": 0.3}, "budget": {"hours": 1, "workers": 1},
+}
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+def _repo_with(tmp_path: Path, design: dict, commit: bool) -> Path:
+    root = tmp_path / "repo"
+    (root / "lab").mkdir(parents=True)
+    _git(root, "init", "-q")
+    _git(root, "config", "user.email", "t@example.org")
+    _git(root, "config", "user.name", "t")
+    path = root / "lab" / "tiny.yaml"
+    path.write_text(yaml.safe_dump(design, sort_keys=False))
+    if commit:
+        _git(root, "add", "lab/tiny.yaml")
+        _git(root, "commit", "-qm", "register")
+    return path
+
+
+def test_the_failure_map_loads_and_its_plan_covers_every_cell_arm_and_seed() -> None:
+    study = load_study(MAP)
+    runs = planned_runs(study)
+    assert len(study.cells) == 6
+    assert len(runs) == len(study.cells) * len(study.arms) * len(study.seeds) + len(study.controls) * len(study.seeds)
+    assert len({r.key for r in runs}) == len(runs)
+    ks = [r.cell.local_steps for r in runs]
+    assert ks == sorted(ks)  # cheapest local work first
+
+
+def test_training_is_refused_until_the_study_file_is_committed_unchanged(tmp_path: Path) -> None:
+    path = _repo_with(tmp_path, TINY, commit=False)
+    study = load_study(path)
+    with pytest.raises(StudyError, match="not pre-registered"):
+        require_registered(study, path.parents[1])
+    with pytest.raises(StudyError, match="not pre-registered"):
+        train(study, workers=1, records=tmp_path / "records", repository=path.parents[1], out=io.StringIO())
+    assert not (tmp_path / "records").exists()  # refused before anything was written
+    _git(path.parents[1], "add", "lab/tiny.yaml")
+    _git(path.parents[1], "commit", "-qm", "register")
+    commit = require_registered(study, path.parents[1])
+    assert commit == _git(path.parents[1], "rev-parse", "HEAD").strip()
+    path.write_text(path.read_text() + "# edited after registration\n")
+    with pytest.raises(StudyError, match="not pre-registered"):
+        require_registered(load_study(path), path.parents[1])
+
+
+def test_a_resumed_study_trains_nothing_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
+    path = _repo_with(tmp_path, TINY, commit=True)
+    study = load_study(path)
+    records = tmp_path / "records"
+    first = train(study, workers=1, records=records, repository=path.parents[1], out=io.StringIO())
+    assert first == 1 and len(list(records.glob("*.json.gz"))) == 1
+    # the run folder is gone too: only the committed record can say the run is done
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    log = io.StringIO()
+    assert train(study, workers=1, records=records, repository=path.parents[1], out=log) == 0
+    assert "1/1 recorded, 0 to train now" in log.getvalue()
+    run = planned_runs(study)[0]
+    assert committed_runs({run.key: run_config(study, run)}, records) == {
+        run.key: next(records.glob("*.json.gz")).name.removesuffix(".json.gz")}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"arms": {"x": {"algorithm": "nosuchmethod"}}}, "arms.x.algorithm"),
+    ({"federation": {"nosuchfield": 1}}, "nosuchfield"),
+    ({"seeds": [0, 0]}, "seeds"),
+    ({"baseline_arm": "x"}, "baseline_arm"),
+    ({"final_metric": {"last_fraction": 2}}, "last_fraction"),
+])
+def test_a_bad_study_file_is_refused_naming_the_field(tmp_path: Path, change: dict, field: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**TINY, **change}))
+    with pytest.raises(StudyError, match=field.replace(".", r"\.")):
+        load_study(path)
+
+
+def test_yaml_aliases_are_refused(tmp_path: Path) -> None:
+    text = yaml.safe_dump(TINY) + "extra: &a [1, 2]\nmore: *a\n"
+    path = tmp_path / "alias.yaml"
+    path.write_text(text)
+    with pytest.raises(StudyError, match="aliases"):
+        load_study(path)
+
+
+def _synthetic(study, sam_effect: dict[tuple[str, int], float], noise: float = 0.05) -> dict:
+    """Final metrics (points): FedAvg at 80, FedSAM_ρ at 80 + effect(split, K) + a small seed pattern."""
+    values = {}
+    for cell in study.cells:
+        for seed in study.seeds:
+            wiggle = noise * ((seed * 7) % 5 - 2)
+            values[(cell.name, "fedavg", seed)] = 80.0 + wiggle
+            for arm in ("fedsam-0.05", "fedsam-0.1"):
+                values[(cell.name, arm, seed)] = 80.0 + sam_effect[(cell.split, cell.local_steps)] + 2 * wiggle
+    return values
+
+
+def test_the_map_finds_an_interaction_that_is_there() -> None:
+    study = load_study(MAP)
+    effect = {(s, k): 0.3 for s in study.splits for k in study.local_steps}
+    effect[("path2", 200)] = -2.0  # SAM loses 2 points where clients hold 2 classes and walk far
+    cells = analyse(study, _synthetic(study, effect))
+    failing = {(c.split, c.local_steps) for c in cells if c.verdict == "local SAM fails here"}
+    assert failing == {("path2", 200)}
+    assert fails_anywhere(cells)
+    cell = next(c for c in cells if (c.split, c.local_steps, c.arm) == ("path2", 200, "fedsam-0.1"))
+    assert cell.interaction.mean == pytest.approx(-2.3) and cell.gap.mean == pytest.approx(-2.0)
+    assert cell.gap.p_holm >= cell.gap.p  # Holm never lowers a p-value
+
+
+def test_the_map_says_so_plainly_when_sam_never_fails() -> None:
+    study = load_study(MAP)
+    effect = {(s, k): 0.3 for s in study.splits for k in study.local_steps}
+    effect[("dir0.1", 50)] = 0.1  # smaller, still not below FedAvg
+    cells = analyse(study, _synthetic(study, effect))
+    assert not fails_anywhere(cells)
+    assert {c.verdict for c in cells} == {"does not fail"}
+    text = decision_markdown(study, cells, [], {}, 132, 132)
+    assert "Local SAM does not fail anywhere on this map." in text
+
+
+def test_sam_losing_everywhere_alike_is_not_a_heterogeneity_failure() -> None:
+    study = load_study(MAP)
+    effect = {(s, k): -1.0 for s in study.splits for k in study.local_steps}
+    cells = analyse(study, _synthetic(study, effect))
+    assert {c.verdict for c in cells} == {"SAM hurts here, as much in the IID federation"}
+
+
+def test_a_cell_with_missing_seeds_or_a_diverged_arm_is_not_tested() -> None:
+    study = load_study(MAP)
+    effect = {(s, k): 0.3 for s in study.splits for k in study.local_steps}
+    values = _synthetic(study, effect)
+    del values[("path2-K50", "fedavg", 3)]
+    cells = analyse(study, values, untested={("dir0.1-K200", "fedsam-0.1"): "seed 2 diverged (status)"})
+    verdicts = {(c.split, c.local_steps, c.arm): c.verdict for c in cells}
+    assert verdicts[("path2", 50, "fedsam-0.05")].startswith("not tested")
+    assert "5/6 seeds recorded" in verdicts[("path2", 50, "fedsam-0.05")]
+    assert "diverged" in verdicts[("dir0.1", 200, "fedsam-0.1")]
+    assert verdicts[("dir0.1", 200, "fedsam-0.05")] == "does not fail"
+
+
+def test_the_interval_and_p_are_students() -> None:
+    from scipy import stats
+
+    est = estimate_of([0.1, 0.4, -0.2, 0.3, 0.5, 0.2])
+    t = stats.ttest_1samp([0.1, 0.4, -0.2, 0.3, 0.5, 0.2], 0.0)
+    assert est.p == pytest.approx(t.pvalue, rel=1e-12)
+    assert est.mean == pytest.approx(0.21666666666666667)
+    ci = t.confidence_interval(0.95)
+    assert (est.low, est.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
