@@ -28,6 +28,9 @@ $(STAMP): pyproject.toml lab/pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[notebooks,test,book,flower,distributed,track]"
 	$(PY) -m pip install -q --no-deps -e ./lab  # the repository's harness beside the library (lab/README.md)
+	# cffconvert validates CITATION.cff in the tests; its own pin (jsonschema<4) would break Jupyter, and it
+	# runs on the jsonschema 4 installed above, so it and its three missing dependencies come without theirs
+	$(PY) -m pip install -q --no-deps cffconvert==2.0.0 pykwalify==1.8.0 docopt==0.6.2 ruamel.yaml==0.19.1
 	@rm -f $(VENV)/.installed-* && touch $@
 
 # Fashion-MNIST offline: Debian's dataset-fashion-mnist package (installed here when we are root);

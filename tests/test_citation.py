@@ -58,3 +58,30 @@ def test_the_changelog_has_an_entry_for_this_version():
     text = (REPO / "CHANGELOG.md").read_text()
     assert re.search(rf"^## \[?v?{re.escape(fedlab.__version__)}\]?(\s|$)", text, flags=re.M), \
         f"CHANGELOG.md has no '## {fedlab.__version__} ...' heading"
+
+
+def test_cffconvert_validates_the_file_against_the_cff_schema():
+    """The Citation File Format's own validator (what GitHub's "Cite this repository" and the BibTeX/APA
+    conversions run first): duplicate authors, a wrong field or type fail here."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("cffconvert") or str(Path(sys.executable).with_name("cffconvert"))
+    done = subprocess.run([exe, "--validate", "-i", str(REPO / "CITATION.cff")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "valid" in done.stdout
+
+
+def test_cffconvert_refuses_a_reference_with_two_identical_authors(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    bad = dict(CFF)
+    bad["references"] = [{**CFF["references"][0], "authors": [{"family-names": "Liu"}, {"family-names": "Liu"}]}]
+    path = tmp_path / "CITATION.cff"
+    path.write_text(yaml.safe_dump(bad, allow_unicode=True))
+    exe = shutil.which("cffconvert") or str(Path(sys.executable).with_name("cffconvert"))
+    done = subprocess.run([exe, "--validate", "-i", str(path)], capture_output=True, text=True)
+    assert done.returncode != 0
