@@ -183,3 +183,29 @@ def test_the_interval_and_p_are_students() -> None:
     assert est.mean == pytest.approx(0.21666666666666667)
     ci = t.confidence_interval(0.95)
     assert (est.low, est.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+
+
+def test_a_calibration_is_evidence_an_edit_is_refused(tmp_path: Path) -> None:
+    from lab.evidence.integrity import EvidenceError
+    from lab.study.calibrate import load_calibration, round_sig, save_calibration
+
+    path = tmp_path / "figs" / "study" / "calibration.json"
+    save_calibration(path, "fedgf-calibrated", {"divergence_threshold": round_sig(0.812356, 3)}, {"raw": 0.812356})
+    assert load_calibration(path) == {"fedgf-calibrated": {"divergence_threshold": 0.812}}
+    with pytest.raises(ValueError, match="calibrated already"):
+        save_calibration(path, "fedgf-calibrated", {"divergence_threshold": 9.0}, {})
+    path.write_text(path.read_text().replace("0.812", "0.9"))
+    with pytest.raises(EvidenceError, match="changed after it was recorded"):
+        load_calibration(path)
+
+
+def test_the_committed_calibration_is_the_median_of_its_own_series() -> None:
+    import json
+    import statistics
+
+    from lab.study.calibrate import round_sig
+
+    entry = json.loads((REPO / "figures" / "failure_map" / "calibration.json").read_text())["fedgf-calibrated"]
+    assert len(entry["series"]) == load_study(MAP).federation["rounds"]
+    assert entry["values"]["divergence_threshold"] == round_sig(statistics.median(entry["series"]), 3)
+    assert entry["config"]["algorithm_params"]["divergence_threshold"] >= 1e30  # measured with the switch off

@@ -42,7 +42,7 @@ __all__ = ["MANIFEST_NAME", "EvidenceError", "add", "evidence_files", "evidence_
 MANIFEST_NAME = "MANIFEST.sha256"
 # what counts as evidence under a root (figures/): records, tuning tables and choices, claims data
 EVIDENCE_PATTERNS: tuple[str, ...] = ("records/*.json.gz", "tuning/**/*.json", "tuning/**/*.csv",
-                                      "claims_*.csv", "claims_*.md")
+                                      "claims_*.csv", "claims_*.md", "*/calibration.json")
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
 RERECORD_HINT = ("if the change is intended, re-record it explicitly with "
                  "`python -m lab.evidence.integrity --rerecord <file>` and commit the manifest; "

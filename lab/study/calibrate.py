@@ -67,10 +67,13 @@ def fedgf_threshold(config: Any, *, statistic: str = "median", digits: int = 3,
 
 
 def load_calibration(path: Path) -> dict[str, dict[str, Any]]:
-    """The calibrated values committed at ``path`` (arm → parameter → value); {} when none is."""
+    """The calibrated values committed at ``path`` (arm → parameter → value; ``path`` sits in a folder of the
+    evidence root, e.g. ``figures/failure_map/``, whose manifest lists it); {} when none is."""
+    from lab.evidence.integrity import verify
+
     if not path.exists():
         return {}
-    data = json.loads(path.read_text())
+    data = json.loads(verify(path, path.parents[1]))  # a calibration is evidence: refused if edited
     return {arm: dict(entry["values"]) for arm, entry in data.items()}
 
 
@@ -81,5 +84,9 @@ def save_calibration(path: Path, arm: str, values: Mapping[str, Any], details: M
     if arm in data:
         raise ValueError(f"{path}: {arm} is calibrated already; a new calibration is a new study amendment")
     data[arm] = {"values": dict(values), **dict(details)}
+    from lab.evidence.integrity import add, rerecord
+
+    known = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    (rerecord if known else add)(path, path.parents[1])  # the evidence manifest of figures/
