@@ -220,3 +220,17 @@ def test_deploy_app_is_a_valid_flower_app_with_a_valid_fedlab_config():
     assert validate_config(project, check_module=True, project_dir=app_dir) == (True, [], [])
     cfg = config_from_run_config(project["tool"]["flwr"]["app"]["config"])
     assert cfg.algorithm == "fedvssam" and cfg.dataset == "fmnist"
+
+
+def test_the_node_limit_counts_the_machines_real_cpus_not_the_flag(monkeypatch):
+    """--num-cpus 24 on a 2-core machine must not admit 24,000 SuperNodes (issue 46: 50,000 passed on 2 cores)."""
+    import fedlab.flower.simulation as sim
+    from fedlab.config import ConfigError
+
+    monkeypatch.setattr(sim, "machine_cpus", lambda: 2)
+    sim.check_federation_size(2 * sim.NODES_PER_CPU, 2)
+    with pytest.raises(ConfigError, match="this machine has 2"):
+        sim.check_federation_size(2 * sim.NODES_PER_CPU + 1, 24)
+    for bad in (0, -3, True, 1.5):
+        with pytest.raises(ConfigError, match="num_cpus"):
+            sim.check_federation_size(10, bad)

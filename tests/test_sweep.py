@@ -241,3 +241,16 @@ target: 0.0
     path.write_text("grid: {algorithm: [fedavgg]}\n")
     assert main(["sweep", str(path), "--no-progress"]) == 2
     assert str(path) in capsys.readouterr().err
+
+
+def test_a_grid_file_with_yaml_aliases_is_refused_before_expansion(tmp_path):
+    """A 1 KB alias bomb (each level refers to the one below nine times) would expand to 10^9 nodes."""
+    from fedlab.config import ConfigError
+    from fedlab.sweep.gridfile import load_grid_file
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\ngrid: {algorithm: [fedavg]}\n")
+    with pytest.raises(ConfigError, match="aliases"):
+        load_grid_file(path)

@@ -59,6 +59,22 @@ class GridFile:
         return expand_grid(self.base, self.grid, self.seeds, max_runs=self.max_runs)
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: a grid is written out, so a kilobyte of nested ``&a``/``*a``
+    cannot expand into millions of nodes before the file is checked."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.YAMLError(f"line {mark.line + 1}: YAML aliases (*name) are not allowed; write the values out")
+        return super().compose_node(parent, index)
+
+
+def load_yaml_without_aliases(text: str | bytes) -> Any:
+    """``yaml.safe_load`` that refuses aliases (:class:`yaml.YAMLError` naming the line)."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def load_grid_file(path: str | Path, *, runs_dir: str | None = None) -> GridFile:
     """Read and validate a grid file (format: this module's docstring); ``runs_dir`` overrides the file's."""
     path = Path(path)
@@ -67,7 +83,7 @@ def load_grid_file(path: str | Path, *, runs_dir: str | None = None) -> GridFile
         return ConfigError(f"{path}: {message}")
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml_without_aliases(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise bad("no such grid file") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -116,34 +116,19 @@ def _algorithm(name: Any, where: str, path: Path) -> str:
     return str(name)
 
 
-def _no_alias_loader() -> type:
-    import yaml
-
-    class NoAliasLoader(yaml.SafeLoader):
-        """A SafeLoader that refuses aliases: a design is written out, so a small file cannot expand into a
-        huge one."""
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                mark = self.peek_event().start_mark
-                raise yaml.YAMLError(f"aliases are not allowed in a study file (line {mark.line + 1})")
-            return super().compose_node(parent, index)
-
-    return NoAliasLoader
-
-
 def load_study(path: str | Path) -> Study:
     """Read and check a study file (YAML aliases refused: a design is written out, not expanded)."""
     import yaml
 
-    _NoAliasLoader = _no_alias_loader()
+    from fedlab.sweep.gridfile import load_yaml_without_aliases
+
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as err:
         raise StudyError(f"study file {path} cannot be read ({type(err).__name__}: {err})") from None
     try:
-        raw = yaml.load(data, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+        raw = load_yaml_without_aliases(data)
     except yaml.YAMLError as err:
         raise StudyError(f"study file {path} is not YAML ({err})") from None
     if not isinstance(raw, dict):
