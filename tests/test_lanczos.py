@@ -49,6 +49,15 @@ def _assert_residuals_bound_distance(res: EigenResult, eigs: Tensor) -> None:
         assert float((eigs - lam).abs().min()) <= r * (1 + 1e-6) + 1e-12
 
 
+def _assert_value_and_residual_are_the_previous_iterates(res: EigenResult, a: Tensor) -> None:
+    # power iteration returns v_{n+1} = A v_n/‖A v_n‖ with v_n's Rayleigh quotient and residual (A invertible)
+    v = torch.linalg.solve(a, res.vectors[0])
+    v = v / torch.linalg.vector_norm(v)
+    lam = float(v @ a @ v)
+    assert float(res.values[0]) == pytest.approx(lam, rel=1e-10)
+    assert float(res.residuals[0]) == pytest.approx(float(torch.linalg.vector_norm(a @ v - lam * v)), rel=1e-8)
+
+
 @pytest.mark.parametrize("k", [1, 3])
 def test_lanczos_matches_dense_hessian_eigenvalues(mlp_hessian, k):
     loss, theta, dense = mlp_hessian
@@ -78,6 +87,8 @@ def test_lanczos_flags_clustered_top_eigenvalues_unconverged_in_few_steps():
     short = lanczos(matvec, d, 3, tol=1e-8, max_iter=6, generator=torch_generator(0, "test-lanczos"))
     assert short.converged == (False, False, False) and short.hvps == 6 and short.iterations == (6, 6, 6)
     assert all(float(r) > 1e-8 * (abs(float(v)) + 1e-6) for r, v in zip(short.residuals, short.values))
+    for lam, u, r in zip(short.values, short.vectors, short.residuals):  # β_m |e_mᵀ y_i| is the true residual
+        assert float(torch.linalg.vector_norm(a @ u - lam * u)) == pytest.approx(float(r), rel=1e-6)
     _assert_residuals_bound_distance(short, eigs)
     full = lanczos(matvec, d, 3, tol=1e-8, max_iter=d, generator=torch_generator(0, "test-lanczos"))
     assert all(full.converged) and full.hvps > 6
@@ -115,8 +126,9 @@ def test_power_iteration_to_tolerance_matches_dense_top_eigenvalue(mlp_hessian):
 
 def test_power_iteration_stops_exactly_by_the_stated_rule():
     spectrum = torch.cat([torch.tensor([2.0, 1.9], dtype=torch.float64), torch.linspace(-1.0, 1.0, 48)])
-    _, matvec = _operator_with(spectrum, seed=3)
+    a, matvec = _operator_with(spectrum, seed=3)
     res = power_iteration(matvec, 50, tol=1e-4, max_iter=1000, generator=torch_generator(0, "test-power"))
+    _assert_value_and_residual_are_the_previous_iterates(res, a)
     h = res.history[0]
     rule = [abs(h[n] - h[n - 1]) / (abs(h[n - 1]) + 1e-6) < 1e-4 for n in range(1, len(h))]
     assert res.converged == (True,) and rule[-1] and not any(rule[:-1]) and res.iterations == (len(h),)
@@ -125,10 +137,11 @@ def test_power_iteration_stops_exactly_by_the_stated_rule():
 
 def test_power_iteration_unconverged_when_capped_on_a_slow_operator():
     # λ₂/λ₁ = 0.999: the estimate still moves by ≫ 1e-3 relative after two products from a random start
-    spectrum = torch.cat([torch.tensor([1.0, 0.999, -0.998], dtype=torch.float64), torch.linspace(-0.5, 0.5, 97)])
+    spectrum = torch.cat([torch.tensor([1.0, 0.999, -0.998], dtype=torch.float64), torch.linspace(0.1, 0.5, 97)])
     a, matvec = _operator_with(spectrum, seed=1)
     res = power_iteration(matvec, 100, max_iter=2, generator=torch_generator(0, "test-power"))
     assert res.converged == (False,) and res.iterations == (2,) and res.hvps == 2
+    _assert_value_and_residual_are_the_previous_iterates(res, a)
     _assert_residuals_bound_distance(res, torch.linalg.eigvalsh(a))
     deflated = power_iteration(matvec, 100, 2, max_iter=2, generator=torch_generator(0, "test-power"))
     assert deflated.converged == (False, False) and deflated.hvps == 4
