@@ -152,10 +152,11 @@ def test_bench_analysis_quick_runs_and_agrees(tmp_path, capsys):
     from lab.cli import main
 
     out = tmp_path / "a.json"
-    assert main(["bench", "analysis", "--quick", "--solvers", "new", "old", "plain", "--json", str(out)]) == 0
+    assert main(["bench", "analysis", "--quick", "--solvers", "new", "lanczos", "old", "plain", "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     rows = {r["solver"]: r for r in res["rows"]}
-    assert set(rows) == {"new", "old", "plain"} and res["settings"]["n"] == 32
+    assert set(rows) == {"new", "lanczos", "old", "plain"} and res["settings"]["n"] == 32
+    assert rows["lanczos"]["eigenvalues"] == rows["new"]["eigenvalues"]  # k = 2: new is Lanczos too
     for r in rows.values():
         assert r["eig_hvps"] >= 2 and r["trace_hvps"] == 4 and r["eig_seconds"] > 0
         assert r["trace_diff_vs_ref_in_stderr"] < 1e-3  # identical probes

@@ -38,7 +38,7 @@ from fedlab.analysis.hessian import (
     hvp,
     sam_sharpness,
 )
-from fedlab.analysis.eigen import HessianEigen, top_eigenvalues
+from fedlab.analysis.eigen import EigenResult, HessianEigen, lanczos, power_iteration, top_eigenvalues
 from fedlab.analysis.incompatibility import (
     IncompatibilityReport,
     MixingSweep,
@@ -58,11 +58,11 @@ from fedlab.analysis.landscape import (
 )
 
 __all__ = [
-    "ClientData", "ClientGradients", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition", "HessianEigen",
-    "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "Slice1D", "Slice2D", "TraceEstimate",
-    "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
+    "ClientData", "ClientGradients", "EigenResult", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition",
+    "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "Slice1D", "Slice2D",
+    "TraceEstimate", "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
     "federation_from_config", "filter_normalized_direction", "flatness_incompatibility", "friendly_adversary",
     "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition", "hessian_matrix",
-    "hessian_trace", "hvp", "interpolate", "mixing_sweep", "perturbation", "plot_contour",
-    "plot_surface", "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
+    "hessian_trace", "hvp", "interpolate", "lanczos", "mixing_sweep", "perturbation", "plot_contour",
+    "plot_surface", "power_iteration", "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
 ]

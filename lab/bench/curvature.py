@@ -19,6 +19,8 @@ Solvers (rows):
   :func:`fedlab.analysis.top_eigenvalues` with its defaults (Lanczos for k > 1) and then to
   :func:`fedlab.analysis.hessian_trace` (the graph is built once, as PyHessian does);
 * ``fedlab power`` — the same products, power iteration (isolates what Lanczos buys);
+* ``fedlab lanczos`` — only when named in ``--solvers``: the same products, ``method="lanczos"`` for any
+  k (with ``--k 1``, Lanczos top-1 against the power-iteration rows; ``new`` is Lanczos already for k > 1);
 * ``fedlab old`` — ``method="power", backend="func"``: the path before the speed work, where every
   product recomputes forward, backward and double backward through ``torch.func``;
 * ``plain autograd`` — a reference written here on the ``nn.Module`` itself: one
@@ -58,9 +60,10 @@ from fedlab import torch_generator
 from lab.bench.machine import load_average, machine_info, sync
 
 
-SOLVERS = ("new", "power", "old", "plain", "pyhessian")
-LABELS = {"new": "fedlab new", "power": "fedlab power", "old": "fedlab old", "plain": "plain autograd",
-          "pyhessian": "pyhessian"}
+SOLVERS = ("new", "power", "lanczos", "old", "plain", "pyhessian")
+DEFAULT_SOLVERS = ("new", "power", "old", "plain", "pyhessian")  # lanczos: on request (``new`` for k > 1)
+LABELS = {"new": "fedlab new", "power": "fedlab power", "lanczos": "fedlab lanczos", "old": "fedlab old",
+          "plain": "plain autograd", "pyhessian": "pyhessian"}
 
 
 def _rademacher(gen: torch.Generator, d: int, like: Tensor) -> Tensor:
@@ -184,10 +187,10 @@ def _row(solver: str, eig_s: float, eig_cpu: float, eig_hvps: int, values: list[
 
 def fedlab_row(solver: str, loss: Any, theta: Tensor, *, k: int, tol: float, cap: int, probes: int, seed: int,
                device: torch.device) -> dict[str, Any]:
-    """fedlab's ``top_eigenvalues`` and ``hessian_trace``; ``solver`` = new | power | old."""
+    """fedlab's ``top_eigenvalues`` and ``hessian_trace``; ``solver`` = new | power | lanczos | old."""
     from fedlab.analysis import HessianOperator, hessian_trace, top_eigenvalues
 
-    opts: dict[str, Any] = {"new": {}, "power": {"method": "power"},
+    opts: dict[str, Any] = {"new": {}, "power": {"method": "power"}, "lanczos": {"method": "lanczos"},
                             "old": {"method": "power", "backend": "func"}}[solver]
     trace_opts = {"backend": "func"} if solver == "old" else {}
 
@@ -324,7 +327,7 @@ def build_setting(n: int, seed: int, device: torch.device) -> tuple[Any, Tensor,
 
 
 def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200, probes: int = 100,
-                  grid: int = 9, landscape_n: int = 160, solvers: Sequence[str] = SOLVERS, seed: int = 0,
+                  grid: int = 9, landscape_n: int = 160, solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
                   device: str = "cpu") -> dict[str, Any]:
     """All rows of the benchmark as one JSON-able dict (settings, machine, load, rows, landscape)."""
     from fedlab.analysis import global_loss_fn, hvp, top_eigenvalues
@@ -348,7 +351,7 @@ def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200
     rows = []
     for s in solvers:
         kw = dict(k=k, tol=tol, cap=cap, probes=probes, seed=seed, device=dev)
-        if s in ("new", "power", "old"):
+        if s in ("new", "power", "lanczos", "old"):
             rows.append(fedlab_row(s, loss, theta, **kw))
         elif s == "plain":
             rows.append(plain_row(model.module, x, y, **kw))
@@ -411,6 +414,10 @@ def print_report(res: dict[str, Any]) -> None:
               f"({o['eig_cpu_seconds'] / n['eig_cpu_seconds']:.1f}x in CPU time; {o['eig_hvps']} → {n['eig_hvps']} "
               f"HVPs), trace {o['trace_seconds'] / n['trace_seconds']:.1f}x "
               f"({o['trace_cpu_seconds'] / n['trace_cpu_seconds']:.1f}x in CPU time)")
+    if "lanczos" in by and "power" in by:
+        lz, pw = by["lanczos"], by["power"]
+        print(f"fedlab lanczos vs power: eigenvalues {1e3 * lz['eig_seconds']:.0f} vs {1e3 * pw['eig_seconds']:.0f} ms, "
+              f"{lz['eig_hvps']} vs {pw['eig_hvps']} HVPs")
     for other in ("plain", "pyhessian"):
         if "new" in by and other in by:
             n, o = by["new"], by[other]
@@ -443,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--probes", type=int, default=100, help="Hutchinson probes")
     p.add_argument("--grid", type=int, default=9, help="landscape points per axis (below 3: no landscape)")
     p.add_argument("--landscape-n", type=int, default=160, help="images in the landscape's loss")
-    p.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
+    p.add_argument("--solvers", nargs="+", default=list(DEFAULT_SOLVERS), choices=SOLVERS)
     p.add_argument("--pyhessian", action="store_true", help="include PyHessian (if installed)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
