@@ -6,6 +6,7 @@ ClientApps in Ray actors, and returns the final model with the traffic measured 
 entry point; the apps are those ``flwr run`` deploys). Ray starts once per process and is reused."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -62,30 +63,21 @@ trains larger federations without one node per client)."""
 
 
 def machine_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one, else ``os.cpu_count()``)."""
-    import os
-
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else max(1, os.cpu_count() or 1)
 
 
 def check_federation_size(n_clients: int, num_cpus: int) -> None:
-    """ConfigError, before Ray starts, when ``num_cpus`` is below 1, or when ``n_clients`` SuperNodes exceed what
-    the CPUs serve: ``num_cpus`` as asked, but never more than this machine has (:func:`machine_cpus`), since Ray
-    would otherwise start that many workers on the few real cores."""
+    """ConfigError, before Ray starts, for ``num_cpus`` < 1 or more SuperNodes than the CPUs serve: ``num_cpus``,
+    but never more than this machine has (Ray would start that many workers on its few real cores)."""
     if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
-        raise ConfigError(f"num_cpus={num_cpus!r} is invalid; allowed: an integer from 1 to this machine's "
-                          f"{machine_cpus()} CPUs (--num-cpus)")
+        raise ConfigError(f"num_cpus={num_cpus!r} is invalid; allowed: an integer from 1 (--num-cpus)")
     real = min(num_cpus, machine_cpus())
     top = min(MAX_NODES, NODES_PER_CPU * real)
     if n_clients > top:
-        asked = f"num_cpus={num_cpus}" + (f" (this machine has {real})" if real < num_cpus else "")
-        raise ConfigError(f"n_clients={n_clients} is above the limit of a Flower simulation on {asked}: "
-                          f"at most {top:,} SuperNodes ({NODES_PER_CPU:,} per CPU, {MAX_NODES:,} in all; "
-                          "fedlab.flower.simulation.NODES_PER_CPU); give more CPUs (--num-cpus, at most this "
-                          f"machine's {machine_cpus()}), or train the federation with `python -m fedlab run`")
+        raise ConfigError(f"n_clients={n_clients} is above the limit of a Flower simulation on num_cpus={num_cpus} "
+                          f"(this machine has {machine_cpus()}): at most {top:,} SuperNodes ({NODES_PER_CPU:,} per "
+                          f"CPU, {MAX_NODES:,} in all); give more CPUs (--num-cpus), or use `python -m fedlab run`")
 
 
 def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_per_client: float,

@@ -24,6 +24,7 @@ Config. A relative ``runs_dir`` is relative to the current directory.
 """
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from dataclasses import dataclass
@@ -59,20 +60,16 @@ class GridFile:
         return expand_grid(self.base, self.grid, self.seeds, max_runs=self.max_runs)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without aliases: a grid is written out, so a kilobyte of nested ``&a``/``*a``
-    cannot expand into millions of nodes before the file is checked."""
+class _NoAliases(yaml.SafeLoader):
+    """Safe YAML without aliases: a kilobyte of nested ``*a`` cannot expand into millions of nodes."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.YAMLError(f"line {mark.line + 1}: YAML aliases (*name) are not allowed; write the values out")
+            raise yaml.YAMLError(f"line {self.peek_event().start_mark.line + 1}: YAML aliases are not allowed")
         return super().compose_node(parent, index)
 
 
-def load_yaml_without_aliases(text: str | bytes) -> Any:
-    """``yaml.safe_load`` that refuses aliases (:class:`yaml.YAMLError` naming the line)."""
-    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+load_yaml_without_aliases = functools.partial(yaml.load, Loader=_NoAliases)
 
 
 def load_grid_file(path: str | Path, *, runs_dir: str | None = None) -> GridFile:
