@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                               "the figure")
     san.add_argument("file", type=__import__("pathlib").Path, help="the study file")
     san.add_argument("--no-figure", action="store_true", help="write the decision and table only")
+    san.add_argument("--readme", action="store_true", help="also write the headline into README.md's map block")
     return parser
 
 

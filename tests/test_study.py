@@ -209,3 +209,15 @@ def test_the_committed_calibration_is_the_median_of_its_own_series() -> None:
     assert len(entry["series"]) == load_study(MAP).federation["rounds"]
     assert entry["values"]["divergence_threshold"] == round_sig(statistics.median(entry["series"]), 3)
     assert entry["config"]["algorithm_params"]["divergence_threshold"] >= 1e30  # measured with the switch off
+
+
+def test_readmes_map_headline_is_the_one_the_committed_records_give() -> None:
+    """README's sentence on the failure map is generated (`study analyse --readme`), never typed."""
+    from lab.study.report import README_END, README_START, headline, load_values
+
+    study = load_study(MAP)
+    values, untested, results = load_values(study)
+    cells = analyse(study, values, untested=untested)
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(README_START) + len(README_START):text.index(README_END)].strip()
+    assert block == headline(study, cells, len(results), len(planned_runs(study)))

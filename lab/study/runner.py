@@ -167,7 +167,9 @@ def main(args: Any) -> int:
     if args.study_command == "analyse":
         from lab.study.report import write_outputs
 
-        write_outputs(study, figure=not args.no_figure)
+        from lab.repro import REPO_ROOT
+
+        write_outputs(study, figure=not args.no_figure, readme=REPO_ROOT / "README.md" if args.readme else None)
         return 0
     if args.study_command == "train":
         train(study, workers=args.workers, max_runs=args.max_runs)
