@@ -363,3 +363,20 @@ def test_dataset_to_and_describe():
     assert (m.n_train, m.n_test, m.input_shape) == (50, 20, (1, 8, 8))
     line = d.describe()
     assert "\n" not in line and "digits" in line and "50" in line and "20" in line and "10 classes" in line
+
+
+def test_an_installed_fedlab_keeps_data_in_the_user_cache_never_in_site_packages(tmp_path, monkeypatch, capsys):
+    """Issue 46: an installed fedlab wrote datasets into site-packages/data."""
+    import fedlab._paths as paths
+
+    site = tmp_path / "site-packages"
+    (site / "fedlab").mkdir(parents=True)  # an installation: no pyproject.toml beside the package
+    monkeypatch.setattr(paths, "_CHECKOUT", site)
+    monkeypatch.delenv("FEDLAB_DATA", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = paths.data_root()
+    assert root == tmp_path / "cache" / "fedlab-sam" / "data" and root.is_dir()
+    assert str(root) in capsys.readouterr().err  # named the first time
+    assert paths.data_root() == root and capsys.readouterr().err == ""  # and only then
+    monkeypatch.setenv("FEDLAB_DATA", str(tmp_path / "mine"))
+    assert paths.data_root() == (tmp_path / "mine").resolve()
