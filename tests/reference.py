@@ -633,6 +633,59 @@ def fedsol(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
+# Issue 45: FedLESAM-S / FedLESAM-D (§15; the code's client/fedlesam_s.py, client/fedlesam_d.py)
+# ------------------------------------------------------------------------------------------------
+def _lesam_delta(ctx: Context, i: int) -> Tensor:
+    """δ = ρ·unit(θ_old,i − θ^t) (paper; 0 at the first participation) or −ρ·unit(Δ^{t−1}) (the code)."""
+    rho, eps = ctx.hp["rho"], ctx.hp["eps"]
+    if ctx.hp["variant"] == "paper":
+        old = ctx.clients.get(i, {}).get("theta_old")
+        return ctx.zeros() if old is None else rho * unit(old - ctx.theta, eps)
+    last = ctx.server.get("last_update")  # θ^t − θ^{t−1}; none before round 1
+    return ctx.zeros() if last is None else -rho * unit(last, eps)
+
+
+@method
+def fedlesam_s(ctx: Context, t: int, S: list[int]) -> Round:
+    lr, lam_c = ctx.lrs[t], ctx.hp["correction_scale"]
+    c = ctx.server.setdefault("c", ctx.zeros())
+    ends, dc_sum = {}, ctx.zeros()
+    for i in S:
+        delta = _lesam_delta(ctx, i)
+        st = ctx.state(i, c_i=ctx.zeros())
+        th, batches = ctx.theta, ctx.batches(t, i)
+        for idx in batches:
+            # loss CE(θ + δ) + λ_c⟨θ + δ, c − c_i⟩ backpropagated and clipped as a whole; SGD's wd at θ
+            th = ctx.sgd(th, ctx.grad(th + delta, idx)[0] + lam_c * (c - st["c_i"]), lr)
+        ends[i] = th
+        c_new = st["c_i"] - c - (th - ctx.theta) / (len(batches) * lr)  # option II, not scaled
+        dc_sum = dc_sum + (c_new - st["c_i"])
+        st.update(c_i=c_new, theta_old=ctx.theta.clone())
+    ctx.server["c"] = c + dc_sum / ctx.n_clients
+    new = ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+    ctx.server["last_update"] = new - ctx.theta
+    return ends, new
+
+
+@method
+def fedlesam_d(ctx: Context, t: int, S: list[int]) -> Round:
+    lam, lr, ends = ctx.hp["lam"], ctx.lrs[t], {}
+    for i in S:
+        delta = _lesam_delta(ctx, i)
+        st = ctx.state(i, h=ctx.zeros())
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            # loss CE(θ + δ) + λ⟨θ + δ, h_i − θ^t⟩ (clipped), SGD weight decay wd + λ at the unperturbed θ
+            th = ctx.sgd(th, ctx.grad(th + delta, idx)[0] + lam * (st["h"] - ctx.theta), lr, outside_clip=lam * th)
+        ends[i] = th
+        st.update(h=st["h"] + (th - ctx.theta), theta_old=ctx.theta.clone())
+    h_all = sum((ctx.clients[i]["h"] for i in ctx.clients), ctx.zeros()) / ctx.n_clients
+    new = mean(list(ends.values())) + h_all  # the code's global_update is this new − θ^t
+    ctx.server["last_update"] = new - ctx.theta
+    return ends, new
+
+
+# ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
     fn = METHODS[name]
