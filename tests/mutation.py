@@ -233,6 +233,15 @@ MUTATIONS: dict[str, list[Mutation]] = {
     "fedlesam_d": [
         M("fedlesam_d.py", 'g, loss = self.perturbed_gradient(theta, cstate, msg, batch, grad_fn)', 'g, loss = grad_fn(theta, batch)', "no perturbation"),
     ],
+    "dp_fedavg": [
+        M("dp_fedavg.py", "self.hp.update_clip / info.n_sampled", "self.hp.update_clip / info.n_sampled**0.5", "noise σC/√m on the mean (the per-client scale)"),
+        M("dp_fedavg.py", '"delta": clip_by_norm(thetaK - theta0, self.hp.update_clip)', '"delta": thetaK - theta0', "updates not clipped"),
+        M("dp_fedavg.py", 'torch_generator(info.seed, "dp-noise", info.round)', 'torch_generator(info.seed, "dp-noise", 0)', "the same noise every round"),
+    ],
+    "dp_fedsam": [
+        M("dp_fedsam.py", "scale * sam_perturbation(scale * g,", "sam_perturbation(scale * g,", "ASAM's outer |θ| dropped"),
+        M("dp_fedsam.py", "g_sam, _ = sam_gradient(theta, g, self.hp.rho, batch, grad_fn, self.hp.eps)", "g_sam = g", "no SAM step"),
+    ],
 }
 # shared building blocks, checked on the methods listed
 SHARED = {

@@ -69,6 +69,7 @@ class Context:
     lrs: Sequence[float]  # η_t per round
     batches: Callable[[int, int], list[Tensor]]  # (round, client) -> the K_i index tensors
     theta: Tensor  # θ^t, the global model
+    noise: Callable[[int], Tensor] | None = None  # round -> the run's N(0, I_d) draw (DP methods)
     server: dict[str, Any] = field(default_factory=dict)
     clients: dict[int, dict[str, Any]] = field(default_factory=dict)
     grad_calls: int = 0
@@ -633,7 +634,8 @@ def fedsol(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
-# Issue 45: FedLESAM-S / FedLESAM-D (§15; the code's client/fedlesam_s.py, client/fedlesam_d.py)
+# Issue 45: FedLESAM-S / FedLESAM-D (§15; the code's client/fedlesam_s.py, client/fedlesam_d.py) and
+# client-level DP (DP-FedSAM paper, Algorithm 1; fedml_api/dpfedsam)
 # ------------------------------------------------------------------------------------------------
 def _lesam_delta(ctx: Context, i: int) -> Tensor:
     """δ = ρ·unit(θ_old,i − θ^t) (paper; 0 at the first participation) or −ρ·unit(Δ^{t−1}) (the code)."""
@@ -683,6 +685,43 @@ def fedlesam_d(ctx: Context, t: int, S: list[int]) -> Round:
     new = mean(list(ends.values())) + h_all  # the code's global_update is this new − θ^t
     ctx.server["last_update"] = new - ctx.theta
     return ends, new
+
+
+def _dp_server(ctx: Context, t: int, ends: dict[int, Tensor]) -> Tensor:
+    """Each Δ_i clipped to C, plus N(0, σ²C²/m) per client, averaged: the m per-client draws summed are
+    one N(0, σ²C²) draw, i.e. σC/m times the run's standard normal draw of round t on the mean."""
+    C, sigma, m = ctx.hp["update_clip"], ctx.hp["noise_multiplier"], len(ends)
+    avg = mean([clip(e - ctx.theta, C) for e in ends.values()])
+    if sigma > 0:
+        avg = avg + sigma * C / m * ctx.noise(t)
+    return ctx.theta + ctx.hp["server_lr"] * avg
+
+
+@method
+def dp_fedavg(ctx: Context, t: int, S: list[int]) -> Round:
+    lr, ends = ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            th = ctx.sgd(th, ctx.grad(th, idx)[0], lr)
+        ends[i] = th
+    return ends, _dp_server(ctx, t, ends)
+
+
+@method
+def dp_fedsam(ctx: Context, t: int, S: list[int]) -> Round:
+    rho, eps, lr, ends = ctx.hp["rho"], ctx.hp["eps"], ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            if ctx.hp["adaptive"]:  # the released SAM with adaptive=True: e = ρ θ²g / ‖|θ| g‖
+                e = rho * th * th * g / ((th.abs() * g).norm() + eps)
+            else:
+                e = rho * unit(g, eps)
+            th = ctx.sgd(th, ctx.grad(th + e, idx)[0], lr)
+        ends[i] = th
+    return ends, _dp_server(ctx, t, ends)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -138,9 +138,9 @@ def test_the_checks_see_what_they_forbid():
 # A ratchet, not the goal: issue 25 asks for at most 11,000 lines; the library stood at 12,102 when this
 # guard was added (21 methods, the successors included); 12,162 after Lanczos with per-value convergence
 # flags (issue 41) and two hardening checks (issue 46); 12,350 with FedLESAM-S and FedLESAM-D (issue 45),
-# 12,478 with the privacy accountant (issue 45). Lower the number as the library shrinks; raising it needs a
-# reason in the commit that does.
-MAX_LIBRARY_LINES = 12_478
+# 12,478 with the privacy accountant and 12,618 with DP-FedAvg and DP-FedSAM (issue 45). Lower the number as
+# the library shrinks; raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 12_618
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 

@@ -1,4 +1,5 @@
-"""The privacy accountant (:mod:`fedlab.analysis.privacy`) against exact identities and published values.
+"""The privacy accountant (:mod:`fedlab.analysis.privacy`) against exact identities and published values,
+and the DP methods' noise: its scale σC/m and its generator (the run's seed, not the global RNG).
 
 Published values: the TensorFlow Privacy tutorial table (tensorflow/privacy ``tutorials/README.md``,
 "Select Parameters", commit 047e1eef; the accountant call is ``tutorials/mnist_dpsgd_tutorial.py``):
@@ -19,8 +20,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-from fedlab.analysis.privacy import privacy_spent, rdp_sampled_gaussian
+from fedlab import Config, get_algorithm
+from fedlab.analysis.privacy import privacy_of_config, privacy_spent, rdp_sampled_gaussian
+from fedlab.engine.toy import run_functional
 
 Q_MNIST = 256 / 60000
 STEPS_PER_EPOCH = 60000 // 256
@@ -78,3 +82,29 @@ def test_bad_input_is_named():
         rdp_sampled_gaussian(0.1, 1.0, 1)
     with pytest.raises(ValueError, match="delta must be in"):
         privacy_spent(0.1, 1.0, 10, 0.0)
+
+
+def test_privacy_of_a_dp_config():
+    cfg = Config(algorithm="dp_fedsam", n_clients=500, participation=0.1, rounds=300,
+                 algorithm_params={"noise_multiplier": 0.95})
+    assert privacy_of_config(cfg, 1e-3) == privacy_spent(50 / 500, 0.95, 300, 1e-3)
+    with pytest.raises(ValueError, match="no DP noise"):
+        privacy_of_config(Config(algorithm="fedsam"), 1e-5)
+
+
+def _noise_after_one_round(seed: int, **params: float) -> torch.Tensor:
+    """θ¹ − θ⁰ of DP-FedAvg on zero gradients: only the server's noise z_0 is left."""
+    dim = 100_000
+    zero = lambda theta, batch: (torch.zeros_like(theta), theta.sum() * 0)  # noqa: E731
+    run = run_functional(get_algorithm("dp_fedavg", **params), torch.zeros(dim), zero, lambda i, t, k: None,
+                         n_clients=10, rounds=1, local_steps=1, lr=0.1, participation=0.4, seed=seed)
+    return run.trajectory[1] - run.trajectory[0]
+
+
+def test_dp_noise_has_its_scale_and_comes_from_the_run_seed():
+    z = _noise_after_one_round(5, noise_multiplier=0.95, update_clip=0.2)
+    assert float(z.std()) == pytest.approx(0.95 * 0.2 / 4, rel=0.02)  # σC/m, m = 4 of 10; 100 000 draws
+    torch.manual_seed(12345)  # the global generator plays no part
+    assert torch.equal(_noise_after_one_round(5, noise_multiplier=0.95, update_clip=0.2), z)
+    assert not torch.equal(_noise_after_one_round(6, noise_multiplier=0.95, update_clip=0.2), z)
+    assert not _noise_after_one_round(5, noise_multiplier=0.0).any()

@@ -83,6 +83,9 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     # issue 45: FedLESAM on SCAFFOLD / FedDyn (README 0.5 for -S); ρ = 0 is the host method
     "fedlesam_s": {"rho": _with_paper(SAM_RADII, 0.5)},
     "fedlesam_d": {"rho": SAM_RADII, "lam": REGULARISER_WEIGHTS},
+    # client-level DP: σ and C set the privacy and are chosen, not tuned (a tuning run would spend privacy)
+    "dp_fedavg": {},
+    "dp_fedsam": {"rho": _with_paper(SAM_RADII, 0.5)},  # code and README 0.5
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 
