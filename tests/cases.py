@@ -164,6 +164,29 @@ CASES: tuple[Case, ...] = (
     Case("fedsol", "fedsol", {}, 1, 1, 2, expect_hp={"rho": 1.0, "tau": 3.0, "eps": 1e-12},
          reduces_to=Reduction({"rho": 0.0}, "fedavg")),
     Case("fedsol", "fedsol-small_rho", {"rho": 0.1, "tau": 1.0, "server_lr": 0.8}, 1, 1, 2),
+    # --- issue 45: FedLESAM on SCAFFOLD and on FedDyn; client-level DP ------------------------------
+    # the code scales SCAFFOLD's correction by λ_c = 0.1: SCAFFOLD itself needs λ_c = 1 as well as ρ = 0
+    Case("fedlesam_s", "fedlesam_s", {}, 2, 2, 1, expect_hp={"rho": 0.01, "correction_scale": 0.1},
+         reduces_to=Reduction({"rho": 0.0, "correction_scale": 1.0}, "scaffold")),
+    Case("fedlesam_s", "fedlesam_s-readme", {"preset": "readme"}, 2, 2, 1, expect_hp={"rho": 0.5}),
+    Case("fedlesam_s", "fedlesam_s-unscaled", {"preset": "unscaled", "rho": 0.1}, 2, 2, 1,
+         expect_hp={"correction_scale": 1.0}),
+    Case("fedlesam_s", "fedlesam_s-last_global_update", {"variant": "last_global_update", "rho": 0.5}, 2, 3, 1,
+         reduces_to=Reduction({"rho": 0.0, "correction_scale": 1.0}, "scaffold")),
+    Case("fedlesam_d", "fedlesam_d", {}, 1, 1, 1, expect_hp={"rho": 0.01, "lam": 0.1},
+         reduces_to=Reduction({"rho": 0.0}, "feddyn")),
+    Case("fedlesam_d", "fedlesam_d-last_global_update", {"variant": "last_global_update", "rho": 0.5}, 1, 2, 1,
+         reduces_to=Reduction({"rho": 0.0}, "feddyn")),
+    # the DP defaults clip every update here (‖Δ_i‖ = 0.27–0.41 > C = 0.2) and add noise of σC/m = 0.06–0.1
+    Case("dp_fedavg", "dp_fedavg", {}, 1, 1, 1, expect_hp={"update_clip": 0.2, "noise_multiplier": 0.95},
+         reduces_to=Reduction({"noise_multiplier": 0.0, "update_clip": None}, "fedavg")),
+    Case("dp_fedavg", "dp_fedavg-clip_only", {"noise_multiplier": 0.0, "update_clip": 0.3, "server_lr": 0.8},
+         1, 1, 1),
+    Case("dp_fedsam", "dp_fedsam", {}, 1, 1, 2, expect_hp={"rho": 0.5, "update_clip": 0.2, "noise_multiplier": 0.95},
+         reduces_to=Reduction({"rho": 0.0}, "dp_fedavg")),
+    Case("dp_fedsam", "dp_fedsam-no_privacy", {"noise_multiplier": 0.0, "update_clip": None}, 1, 1, 2,
+         reduces_to=Reduction({}, "fedsam", {"rho": 0.5})),
+    Case("dp_fedsam", "dp_fedsam-code", {"preset": "code"}, 1, 1, 2, expect_hp={"adaptive": True}),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

@@ -225,9 +225,31 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedsol.py", "e = torch.where(moved, e, torch.zeros_like(e))", "e = e", "rounding noise normalised at θ = θ^t (the code's first step)"),
         M("fedsol.py", "return descend(theta, g, step), cstate, loss", "return descend(theta + e, g, step), cstate, loss", "descent from the perturbed point"),
     ],
+    # issue 45
+    "fedlesam_s": [
+        M("fedlesam_s.py", 'd = g + self.hp.correction_scale * (msg["c"] - cstate["c_i"])', 'd = g + (msg["c"] - cstate["c_i"])', "correction scale ignored"),
+        M("fedlesam_s.py", 'g, loss = self.perturbed_gradient(theta, cstate, msg, batch, grad_fn)', 'g, loss = grad_fn(theta, batch)', "no perturbation"),
+    ],
+    "fedlesam_d": [
+        M("fedlesam_d.py", 'g, loss = self.perturbed_gradient(theta, cstate, msg, batch, grad_fn)', 'g, loss = grad_fn(theta, batch)', "no perturbation"),
+    ],
+    "dp_fedavg": [
+        M("dp_fedavg.py", "self.hp.update_clip / info.n_sampled", "self.hp.update_clip / info.n_sampled**0.5", "noise σC/√m on the mean (the per-client scale)"),
+        M("dp_fedavg.py", '"delta": clip_by_norm(thetaK - theta0, self.hp.update_clip)', '"delta": thetaK - theta0', "updates not clipped"),
+        M("dp_fedavg.py", 'torch_generator(info.seed, "dp-noise", info.round)', 'torch_generator(info.seed, "dp-noise", 0)', "the same noise every round"),
+    ],
+    "dp_fedsam": [
+        M("dp_fedsam.py", "scale * sam_perturbation(scale * g,", "sam_perturbation(scale * g,", "ASAM's outer |θ| dropped"),
+        M("dp_fedsam.py", "g_sam, _ = sam_gradient(theta, g, self.hp.rho, batch, grad_fn, self.hp.eps)", "g_sam = g", "no SAM step"),
+    ],
 }
 # shared building blocks, checked on the methods listed
 SHARED = {
+    "_lesam.py": (["fedlesam_s", "fedlesam_d"], [
+        M("_lesam.py", 'cstate["seen"] * (cstate["theta_old"] - msg["theta"])', 'cstate["seen"] * (msg["theta"] - cstate["theta_old"])', "perturbation toward the new model"),
+        M("_lesam.py", '"last_update": new["theta"] - server["theta"]', '"last_update": server["theta"] - new["theta"]', "sign of the last global update"),
+        M("_lesam.py", '"theta_old": msg["theta"].clone()', '"theta_old": thetaK.clone()', "θ_old = the client's own end point"),
+    ]),
     "base.py": (["fedavg", "fedprox", "fedsam"], [
         M("base.py", "keepdim=True) + 1e-6), max=1.0)", "keepdim=True) + 1e-6), max=1.5)", "clip scales short vectors up"),
         M("base.py", "d = d + step.weight_decay * theta", "d = d - step.weight_decay * theta", "sign of weight decay"),

@@ -69,6 +69,7 @@ class Context:
     lrs: Sequence[float]  # η_t per round
     batches: Callable[[int, int], list[Tensor]]  # (round, client) -> the K_i index tensors
     theta: Tensor  # θ^t, the global model
+    noise: Callable[[int], Tensor] | None = None  # round -> the run's N(0, I_d) draw (DP methods)
     server: dict[str, Any] = field(default_factory=dict)
     clients: dict[int, dict[str, Any]] = field(default_factory=dict)
     grad_calls: int = 0
@@ -630,6 +631,97 @@ def fedsol(ctx: Context, t: int, S: list[int]) -> Round:
             th = ctx.sgd(th, ctx.grad(th + e, idx)[0], lr)
         ends[i] = th
     return ends, ctx.theta + hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 45: FedLESAM-S / FedLESAM-D (§15; the code's client/fedlesam_s.py, client/fedlesam_d.py) and
+# client-level DP (DP-FedSAM paper, Algorithm 1; fedml_api/dpfedsam)
+# ------------------------------------------------------------------------------------------------
+def _lesam_delta(ctx: Context, i: int) -> Tensor:
+    """δ = ρ·unit(θ_old,i − θ^t) (paper; 0 at the first participation) or −ρ·unit(Δ^{t−1}) (the code)."""
+    rho, eps = ctx.hp["rho"], ctx.hp["eps"]
+    if ctx.hp["variant"] == "paper":
+        old = ctx.clients.get(i, {}).get("theta_old")
+        return ctx.zeros() if old is None else rho * unit(old - ctx.theta, eps)
+    last = ctx.server.get("last_update")  # θ^t − θ^{t−1}; none before round 1
+    return ctx.zeros() if last is None else -rho * unit(last, eps)
+
+
+@method
+def fedlesam_s(ctx: Context, t: int, S: list[int]) -> Round:
+    lr, lam_c = ctx.lrs[t], ctx.hp["correction_scale"]
+    c = ctx.server.setdefault("c", ctx.zeros())
+    ends, dc_sum = {}, ctx.zeros()
+    for i in S:
+        delta = _lesam_delta(ctx, i)
+        st = ctx.state(i, c_i=ctx.zeros())
+        th, batches = ctx.theta, ctx.batches(t, i)
+        for idx in batches:
+            # loss CE(θ + δ) + λ_c⟨θ + δ, c − c_i⟩ backpropagated and clipped as a whole; SGD's wd at θ
+            th = ctx.sgd(th, ctx.grad(th + delta, idx)[0] + lam_c * (c - st["c_i"]), lr)
+        ends[i] = th
+        c_new = st["c_i"] - c - (th - ctx.theta) / (len(batches) * lr)  # option II, not scaled
+        dc_sum = dc_sum + (c_new - st["c_i"])
+        st.update(c_i=c_new, theta_old=ctx.theta.clone())
+    ctx.server["c"] = c + dc_sum / ctx.n_clients
+    new = ctx.theta + ctx.hp["server_lr"] * mean([e - ctx.theta for e in ends.values()])
+    ctx.server["last_update"] = new - ctx.theta
+    return ends, new
+
+
+@method
+def fedlesam_d(ctx: Context, t: int, S: list[int]) -> Round:
+    lam, lr, ends = ctx.hp["lam"], ctx.lrs[t], {}
+    for i in S:
+        delta = _lesam_delta(ctx, i)
+        st = ctx.state(i, h=ctx.zeros())
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            # loss CE(θ + δ) + λ⟨θ + δ, h_i − θ^t⟩ (clipped), SGD weight decay wd + λ at the unperturbed θ
+            th = ctx.sgd(th, ctx.grad(th + delta, idx)[0] + lam * (st["h"] - ctx.theta), lr, outside_clip=lam * th)
+        ends[i] = th
+        st.update(h=st["h"] + (th - ctx.theta), theta_old=ctx.theta.clone())
+    h_all = sum((ctx.clients[i]["h"] for i in ctx.clients), ctx.zeros()) / ctx.n_clients
+    new = mean(list(ends.values())) + h_all  # the code's global_update is this new − θ^t
+    ctx.server["last_update"] = new - ctx.theta
+    return ends, new
+
+
+def _dp_server(ctx: Context, t: int, ends: dict[int, Tensor]) -> Tensor:
+    """Each Δ_i clipped to C, plus N(0, σ²C²/m) per client, averaged: the m per-client draws summed are
+    one N(0, σ²C²) draw, i.e. σC/m times the run's standard normal draw of round t on the mean."""
+    C, sigma, m = ctx.hp["update_clip"], ctx.hp["noise_multiplier"], len(ends)
+    avg = mean([clip(e - ctx.theta, C) for e in ends.values()])
+    if sigma > 0:
+        avg = avg + sigma * C / m * ctx.noise(t)
+    return ctx.theta + ctx.hp["server_lr"] * avg
+
+
+@method
+def dp_fedavg(ctx: Context, t: int, S: list[int]) -> Round:
+    lr, ends = ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            th = ctx.sgd(th, ctx.grad(th, idx)[0], lr)
+        ends[i] = th
+    return ends, _dp_server(ctx, t, ends)
+
+
+@method
+def dp_fedsam(ctx: Context, t: int, S: list[int]) -> Round:
+    rho, eps, lr, ends = ctx.hp["rho"], ctx.hp["eps"], ctx.lrs[t], {}
+    for i in S:
+        th = ctx.theta
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            if ctx.hp["adaptive"]:  # the released SAM with adaptive=True: e = ρ θ²g / ‖|θ| g‖
+                e = rho * th * th * g / ((th.abs() * g).norm() + eps)
+            else:
+                e = rho * unit(g, eps)
+            th = ctx.sgd(th, ctx.grad(th + e, idx)[0], lr)
+        ends[i] = th
+    return ends, _dp_server(ctx, t, ends)
 
 
 # ------------------------------------------------------------------------------------------------

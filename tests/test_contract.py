@@ -20,10 +20,12 @@ the same θ⁰, samples, clients and minibatch index lists:
 
 Tolerance: fedlab runs in float32, the reference in float64 from the same float32 inputs, so the
 two differ by float32 rounding only. Every client end point θ_{i,K} and every global model θ^{t+1}
-must agree to ``ATOL`` = 1e-6 absolute in every entry (|θ| ≤ 0.32 here); the largest difference
-observed over all cases, modes and executors is 1.5e-7 before FedGMT and FedSOL, 2.6e-7 with them (FedSOL's
-global model, ρ = 1), and the global models move by 1e-2 to 9e-2 (max |θ³ − θ⁰|) in three rounds, so a
-wrong term shows far above the tolerance.
+must agree to ``ATOL`` = 1e-6 absolute in every entry (|θ| ≤ 0.32 here, ≤ 0.7 with the DP rows' noise); the
+largest difference observed over all cases, modes and executors is 1.5e-7 before FedGMT and FedSOL, 2.6e-7
+with them (FedSOL's global model, ρ = 1), 1.5e-7 on issue 45's rows (FedLESAM-D), and the global models
+move by 1e-2 to 9e-2 (max |θ³ − θ⁰|; 0.64 under DP noise) in three rounds, so a wrong term shows far
+above the tolerance. The DP methods' noise is the run's own draw (:func:`dp_noise`), handed to the
+reference as data like the minibatches.
 
 The four issue-11 defects (epoch-mode K in FedVSSAM and MoFedSAM, FedNSAM's official_repo round 0,
 FedSMOO-adaptive's clean loss) made 33 of these cases fail before their fixes.
@@ -48,6 +50,7 @@ SCHEDULE = ((0, 2, 3), (1, 2), (0, 1, 3))
 ROUNDS = len(SCHEDULE)
 BATCH, FIXED_K, EPOCHS = 5, 3, 1
 LR, DECAY, WD, CLIP = 0.1, 0.9, 0.05, 1.5
+SEED = 3
 ATOL, RTOL = 1e-6, 0.0
 EXECUTORS = {
     "sequential": {"parallel_clients": 1},
@@ -97,7 +100,7 @@ def make_config(case: Case, mode: str, executor: str, world: World, **overrides)
         partition="file", partition_params={"path": world.partition_path}, n_clients=len(SIZES),
         sampling="schedule", schedule_path=world.schedule_path, rounds=ROUNDS, batch_size=BATCH,
         lr=LR, lr_schedule="exponential", lr_decay=DECAY, weight_decay=WD, clip_norm=CLIP,
-        augment=False, eval_every=ROUNDS, runs_dir=world.runs_dir, seed=3,
+        augment=False, eval_every=ROUNDS, runs_dir=world.runs_dir, seed=SEED,
     )
     fields.update(EXECUTORS[executor])
     fields.update(overrides)
@@ -146,6 +149,13 @@ def engine_batches(sim: fedlab.Simulation, t: int, clients) -> dict[int, list[to
     return {job.client: [b.clone() for b in job.batches] for job in jobs}
 
 
+def dp_noise(t: int, theta0: torch.Tensor) -> torch.Tensor:
+    """Round t's standard normal draw of the DP methods, as their docstrings specify it: d numbers from
+    ``fedlab.torch_generator(seed, "dp-noise", t)`` on the CPU in the model's dtype (float32)."""
+    gen = fedlab.torch_generator(SEED, "dp-noise", t)
+    return torch.randn(theta0.shape, generator=gen, dtype=theta0.dtype).to(DTYPE)
+
+
 _REFERENCE: dict[tuple[str, str], tuple] = {}
 
 
@@ -160,7 +170,7 @@ def reference(case: Case, mode: str, world: World):
         ctx = Context(hp=get_algorithm(case.method, case.params).hp.to_dict(), x=ds.x_train.to(DTYPE),
                       y=ds.y_train, dims=(N_IN, HIDDEN, N_OUT), n_clients=len(SIZES), wd=WD, clip_norm=CLIP,
                       lrs=[LR * DECAY**t for t in range(ROUNDS)], batches=lambda t, i: batches[t][i],
-                      theta=theta0.to(DTYPE))
+                      theta=theta0.to(DTYPE), noise=lambda t: dp_noise(t, theta0))
         _REFERENCE[key] = (theta0, run_reference(case.method, ctx, SCHEDULE), batches)
     return _REFERENCE[key]
 
@@ -198,7 +208,7 @@ def test_engine_matches_independent_reference(case, mode, executor, world):
 
 def test_table_covers_every_registered_method():
     assert set(fedlab.ALGORITHMS) == {c.method for c in CASES}
-    assert len(fedlab.ALGORITHMS) == 21
+    assert fedlab.ALGORITHMS == fedlab.algorithms.algorithm_names()  # the count follows the registry
     defaults = {c.method for c in CASES if c.is_default}
     assert defaults == set(fedlab.ALGORITHMS), "every method needs a row with default hyperparameters"
     for name in fedlab.ALGORITHMS:  # every preset has a row

@@ -58,6 +58,7 @@ class RoundInfo:
     n_clients: int  # N, all clients
     weight_decay: float
     clip_norm: float | None
+    seed: int = 0  # the run's seed: a method that draws noise derives its generator from it (fedlab._rng)
 
     def __post_init__(self) -> None:
         steps = tuple(self.client_steps)

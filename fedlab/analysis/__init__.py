@@ -1,4 +1,5 @@
-"""Analysis tools: curvature, loss landscapes, flatness incompatibility and the friendly adversary.
+"""Analysis tools: curvature, loss landscapes, flatness incompatibility, the friendly adversary and the
+privacy a DP run spends (:mod:`~fedlab.analysis.privacy`).
 
 Everything works on a *federation view* — a :class:`~fedlab.models.FlatModel` and per-client data
 ``[(x_i, y_i), ...]`` (:mod:`~fedlab.analysis.federation`) — and on flat parameter vectors θ::
@@ -46,6 +47,7 @@ from fedlab.analysis.incompatibility import (
     mixing_sweep,
     perturbation,
 )
+from fedlab.analysis.privacy import PrivacySpent, privacy_of_config, privacy_spent, rdp_sampled_gaussian
 from fedlab.analysis.landscape import (
     Slice1D,
     Slice2D,
@@ -59,10 +61,11 @@ from fedlab.analysis.landscape import (
 
 __all__ = [
     "ClientData", "ClientGradients", "EigenResult", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition",
-    "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "Slice1D", "Slice2D",
-    "TraceEstimate", "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
+    "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "PrivacySpent", "Slice1D",
+    "Slice2D", "TraceEstimate", "client_data", "client_gradients", "client_loss_fn", "evaluate_affine", "evaluate_points",
     "federation_from_config", "filter_normalized_direction", "flatness_incompatibility", "friendly_adversary",
     "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition", "hessian_matrix",
     "hessian_trace", "hvp", "interpolate", "lanczos", "mixing_sweep", "perturbation", "plot_contour",
-    "plot_surface", "power_iteration", "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
+    "plot_surface", "power_iteration", "privacy_of_config", "privacy_spent", "rdp_sampled_gaussian",
+    "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
 ]

@@ -209,7 +209,7 @@ class Simulation:
         c = self.config
         return round_info(t, lr0=c.lr, schedule=c.lr_schedule, rounds=c.rounds, decay=c.lr_decay,
                           client_steps=client_steps, n_clients=c.n_clients, weight_decay=c.weight_decay,
-                          clip_norm=c.clip_norm)
+                          clip_norm=c.clip_norm, seed=c.seed)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
         c = self.config

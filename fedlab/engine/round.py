@@ -28,12 +28,13 @@ LocalWork = Callable[[State, list[State]], list[ClientResult]]
 
 
 def round_info(t: int, *, lr0: float, schedule: str, rounds: int, decay: float, client_steps: tuple[int, ...],
-               n_clients: int, weight_decay: float, clip_norm: float | None) -> RoundInfo:
-    """Round t's info: η_t and η_{t−1} (= η_0 at t = 0) from :func:`~fedlab.engine.schedule.learning_rate`."""
+               n_clients: int, weight_decay: float, clip_norm: float | None, seed: int = 0) -> RoundInfo:
+    """Round t's info: η_t and η_{t−1} (= η_0 at t = 0) from :func:`~fedlab.engine.schedule.learning_rate`;
+    ``seed``, the run's, for the methods that draw random numbers (DP noise)."""
     lr = learning_rate(t, lr0, schedule, rounds, decay)
     prev = learning_rate(t - 1, lr0, schedule, rounds, decay) if t > 0 else lr
     return RoundInfo(round=t, lr=lr, prev_lr=prev, client_steps=client_steps, n_clients=n_clients,
-                     weight_decay=weight_decay, clip_norm=clip_norm)
+                     weight_decay=weight_decay, clip_norm=clip_norm, seed=seed)
 
 
 @dataclass

@@ -53,7 +53,7 @@ def run_functional(
         # the exponential schedule η_t = η_0 · γ^t with γ = lr_decay (constant for lr_decay = 1)
         info = round_info(t, lr0=lr, schedule="exponential", rounds=rounds, decay=lr_decay,
                           client_steps=(local_steps,) * len(clients), n_clients=n_clients,
-                          weight_decay=weight_decay, clip_norm=clip_norm)
+                          weight_decay=weight_decay, clip_norm=clip_norm, seed=seed)
         jobs = [ClientJob(i, [batch_fn(i, t, k) for k in range(local_steps)], None) for i in clients]
         done = run_round(algorithm, server, states, clients, theta0, info,
                          lambda msg, cstates: run_clients_sequential(

@@ -80,6 +80,12 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     "fedgmt": {"gamma": (0.5, 1.0, 2.0)},
     # FedSOL's ρ scales a unit vector along the proximal gradient (configs: 1.0), not a loss-gradient radius
     "fedsol": {"rho": (0.0, 0.1, 0.5, 1.0)},  # ρ = 0 is FedAvg bit for bit
+    # issue 45: FedLESAM on SCAFFOLD / FedDyn (README 0.5 for -S); ρ = 0 is the host method
+    "fedlesam_s": {"rho": _with_paper(SAM_RADII, 0.5)},
+    "fedlesam_d": {"rho": SAM_RADII, "lam": REGULARISER_WEIGHTS},
+    # client-level DP: σ and C set the privacy and are chosen, not tuned (a tuning run would spend privacy)
+    "dp_fedavg": {},
+    "dp_fedsam": {"rho": _with_paper(SAM_RADII, 0.5)},  # code and README 0.5
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 
