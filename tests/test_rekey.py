@@ -36,7 +36,8 @@ def figures(tmp_path):
 def test_rekey_renames_rewrites_the_key_fields_and_keeps_every_number(figures, monkeypatch):
     root, keys = figures
     old = {str(root / "records" / f"{k}.json.gz"): k for k in keys}
-    old[str(root / "records" / f"{keys[2]}.json.gz")] = keys[2][:-1] + "0"  # keyed by older code: kept
+    # keyed by older code (a key its file name does not have): kept
+    old[str(root / "records" / f"{keys[2]}.json.gz")] = keys[2][:-1] + ("1" if keys[2].endswith("0") else "0")
     new = {path: key.rsplit("-", 1)[0] + "-" + "abcdef%06d" % i for i, (path, key) in enumerate(old.items())}
     calls = iter([old, new])  # first the old code's keys, then this checkout's
     monkeypatch.setattr(rekey, "keys_under", lambda code_root, paths: next(calls))
