@@ -42,6 +42,12 @@ MAX_LOCAL_EPOCHS = 10_000
 """local epochs E per round (epoch mode)."""
 MAX_BATCH_SIZE = 65_536
 """local minibatch size B (2¹⁶: above every training set this lab loads, Fashion-MNIST's 60 000 the largest)."""
+MAX_CLIENT_THREADS = 256
+"""client threads (each holds a replica of the model): far above any CPU's cores."""
+MAX_CROP_PADDING = 64
+"""pixels of crop padding per side: twice the largest image side this lab loads (32)."""
+MAX_CLIENT_EVAL_SIZE = 10_000
+"""test samples per client with client_eval: the size of the largest test set this lab loads."""
 MAX_SAMPLES_PER_ROUND = 100_000_000
 """clients per round × K × B: 10⁸ sample-gradients (about a day of CPU time for one round, and 0.8 GB
 of batch indices held at once)."""
@@ -320,14 +326,16 @@ class Config:
                               f"{', '.join(PARTITION_OPTIONS)} (on the command line --partition-param name=value)")
 
     def _check_limits(self) -> None:
-        """ConfigError when rounds, K, E, B or the work of one round exceed the declared limits.
+        """ConfigError when rounds, K, E, B, client threads, crop padding, client-eval samples or the work of one
+        round exceed the declared limits.
 
         Runs after the type checks, so every value here is an integer ≥ 1 (or None in epoch mode).
         """
-        for name, top in (("rounds", MAX_ROUNDS), ("local_steps", MAX_LOCAL_STEPS),
-                          ("local_epochs", MAX_LOCAL_EPOCHS), ("batch_size", MAX_BATCH_SIZE)):
+        for name, top in (("rounds", MAX_ROUNDS), ("local_steps", MAX_LOCAL_STEPS), ("local_epochs", MAX_LOCAL_EPOCHS),
+                          ("batch_size", MAX_BATCH_SIZE), ("client_threads", MAX_CLIENT_THREADS),
+                          ("crop_padding", MAX_CROP_PADDING), ("client_eval_size", MAX_CLIENT_EVAL_SIZE)):
             value = getattr(self, name)
-            if value is not None and value > top:
+            if _is_number(value) and value > top:  # client_threads' type is checked after this
                 raise ConfigError(f"{name}={value} is above the limit; allowed: an integer from 1 to {top:,} "
                                   f"(fedlab.config.MAX_{name.upper()})")
         if self.local_steps is not None and self.sampling != "schedule":

@@ -29,7 +29,8 @@ import torch
 
 import fedlab
 from fedlab.cli import INTERRUPTED, main
-from fedlab.config import MAX_BATCH_SIZE, MAX_LOCAL_EPOCHS, MAX_LOCAL_STEPS, MAX_ROUNDS, MAX_SAMPLES_PER_ROUND
+from fedlab.config import (MAX_BATCH_SIZE, MAX_CLIENT_EVAL_SIZE, MAX_CLIENT_THREADS, MAX_CROP_PADDING, MAX_LOCAL_EPOCHS,
+                           MAX_LOCAL_STEPS, MAX_ROUNDS, MAX_SAMPLES_PER_ROUND)
 from fedlab.data import DatasetError, from_file, load_dataset
 from fedlab.data import datasets as ds_mod
 from fedlab.engine import loop, setup
@@ -65,6 +66,10 @@ LIMITS = [
     ("local_steps", {"local_steps": 10**9}, f"{MAX_LOCAL_STEPS:,}"),
     ("batch_size", {"batch_size": 10**9}, f"{MAX_BATCH_SIZE:,}"),
     ("local_epochs", {"local_steps": None, "local_epochs": 10**9}, f"{MAX_LOCAL_EPOCHS:,}"),
+    # issue 46: 10⁶ threads spent 120 s deep-copying models; huge padding or client-eval sizes hit the allocator
+    ("client_threads", {"client_threads": 10**6}, f"{MAX_CLIENT_THREADS:,}"),
+    ("crop_padding", {"crop_padding": 10**6}, f"{MAX_CROP_PADDING:,}"),
+    ("client_eval_size", {"client_eval_size": 10**9}, f"{MAX_CLIENT_EVAL_SIZE:,}"),
     # each within its own bound, together 10⁵ · 6·10⁴ · 4 clients: the round's batch stream
     ("local_steps", {"local_steps": MAX_LOCAL_STEPS, "batch_size": 60_000}, f"{MAX_SAMPLES_PER_ROUND:,}"),
 ]
