@@ -52,3 +52,19 @@ def same(committed: dict, recomputed: dict, where: str) -> None:
 
 def f(row: dict, key: str) -> float:
     return float(row[key])
+
+
+PRE_ISSUE_41_LAST = 5
+"""The final metric the notebooks' committed outputs were executed with before issue 41: the mean of the last 5
+rounds. Issue 41 made it the last 20 % of the rounds (:func:`lab.evidence.protocol.final_rounds`); a notebook's
+committed line keeps the old window until the notebook is executed again."""
+
+
+def final_window(k: int, rounds: int, where: str) -> int:
+    """``k``, the number of last rounds a notebook's committed final accuracies average, checked: the current final
+    metric's window over ``rounds`` rounds, or :data:`PRE_ISSUE_41_LAST` for outputs executed before issue 41."""
+    from lab.evidence.protocol import final_rounds
+
+    allowed = (len(final_rounds(rounds)), PRE_ISSUE_41_LAST)
+    assert k in allowed, f"{where}: the notebook averages the last {k} rounds; the final metric's are {allowed}"
+    return k
