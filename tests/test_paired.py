@@ -365,3 +365,53 @@ def test_the_tuning_edges_finding_reads_the_folder_it_names_and_counts_edges_and
                                              "dirichlet-0.1/fedprox.json"}
     (old,) = evaluate_findings([Finding.from_dict(spec)], tmp_path)  # no folder: figures/tuning
     assert old.answer == "1 of 1 choices sit on an edge of their grid"
+
+
+# --- error rates (issue 41): Holm's step-down, the t-test against the op's bound, the sign-flip floor ------------
+def test_holm_on_a_hand_computed_case():
+    """p = (0.01, 0.04, 0.03, 0.005), m = 4. Sorted: 0.005, 0.01, 0.03, 0.04; thresholds α/4, α/3, α/2, α/1 at
+    α = 0.05: 0.005 ≤ 0.0125 and 0.01 ≤ 0.0167 are rejected, 0.03 > 0.025 stops the steps (0.04 is kept too).
+    Adjusted: 4·0.005 = 0.02; max(0.02, 3·0.01) = 0.03; max(0.03, 2·0.03) = 0.06; max(0.06, 1·0.04) = 0.06."""
+    from lab.evidence.paired import holm
+
+    adjusted = holm([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+    assert [p <= 0.05 for p in adjusted] == [True, False, False, True]
+    assert holm([0.2]) == [0.2] and holm([]) == []
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    with pytest.raises(ValueError, match="leave untested comparisons out"):
+        holm([0.01, float("nan")])
+
+
+def test_the_t_test_is_against_the_ops_bound_and_matches_scipy():
+    from lab.evidence.paired import op_bound, t_test_p
+
+    d = paired_difference({s: 0.70 + 0.011 * s for s in range(6)}, {s: 0.69 + 0.009 * s ** 1.1 for s in range(6)})
+    for bound in (0.0, 0.005, -0.01):
+        want = stats.ttest_1samp(np.array(d.values) - bound, 0.0).pvalue
+        assert t_test_p(d, bound) == pytest.approx(want, rel=1e-10)
+    assert (op_bound(">"), op_bound("<"), op_bound("much_greater", 0.05)) == (0.0, 0.0, 0.05)
+    assert (op_bound(">=", 0.0015), op_bound("<=", 0.0015)) == (-0.0015, 0.0015)
+    with pytest.raises(ValueError, match="equivalence"):
+        op_bound("approx")
+    same = paired_difference({s: 0.8 for s in range(6)}, {s: 0.7 for s in range(6)})
+    assert t_test_p(same, 0.0) == 0.0 and t_test_p(same, same.mean) == 1.0  # no spread
+    assert math.isnan(t_test_p(paired_difference({0: 0.8}, {0: 0.7})))
+
+
+def test_a_holm_decision_is_read_on_the_claimed_side_of_the_bound():
+    from lab.evidence.paired import holm_decision
+
+    up = paired_difference({s: 0.80 + 0.001 * s for s in range(6)}, {s: 0.70 for s in range(6)})
+    assert holm_decision(up, ">", 0.01) == "holds" and holm_decision(up, "<", 0.01) == "fails"
+    assert holm_decision(up, ">", 0.06) == "inconclusive"  # not rejected at α = 0.05
+    assert holm_decision(up, "much_greater", 0.01, margin=0.2) == "fails"  # decided, below the margin
+    assert holm_decision(up, ">=", 0.01, margin=0.01) == "holds" and holm_decision(up, "<=", 0.01, margin=0.01) == "fails"
+
+
+def test_the_sign_flip_p_names_its_floor():
+    from lab.evidence.paired import sign_flip_floor, sign_flip_text
+
+    assert sign_flip_floor(6) == 0.03125 == sign_flip_p([0.1, 0.2, 0.3, 0.1, 0.2, 0.3])
+    assert sign_flip_text(0.03125, 6) == "p = 0.031 (the floor at n = 6)"
+    assert sign_flip_text(0.21875, 6) == "p = 0.22" and sign_flip_text(float("nan"), 3) == "p: –"
