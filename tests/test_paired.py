@@ -15,6 +15,7 @@ from lab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_cl
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
                                     paired_difference, sign_flip_p)
 from fedlab.evidence.uncertainty import mean_interval
+from lab.evidence.validity import UNTESTED
 from test_claims import _claim, _fake, _figure  # the synthetic-run builders of the claims tests
 
 
@@ -186,17 +187,18 @@ def test_the_cli_reads_the_committed_records_paired_by_default(tmp_path, capsys)
     out = capsys.readouterr().out
     rows = _rows(out)
     assert [r.split()[0] for r in rows] == ids  # one row per claim, in the file's order
-    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run", NO_DATA)
+    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run", NO_DATA, *UNTESTED)
     for row, claim in zip(rows, claims):
         cells = [c for c in row.split("  ") if c.strip()]
         assert cells[1].strip() == claim.kind
         assert cells[2].strip() in ("holds", "fails", "inconclusive", "not run", NO_DATA)  # the unpaired verdict
         assert cells[3].strip().startswith(verdicts)  # the paired verdict
-    assert "claims: unpaired" in out and "paired (decided from n ≥ 3 pairs)" in out
+    assert "claims: unpaired" in out and "paired (decided from n ≥ 3 pairs, Holm within families)" in out
     assert "sanity checks (not counted)" in out and "findings beyond the claims" in out
     table = pd.read_csv(tmp_path / "paired.csv")
     assert set(table["id"]) == set(ids)
-    for col in ("mean", "half_width", "low", "high", "p", "left_mean", "right_mean", "paper_effect", "margin", "tol"):
+    for col in ("mean", "half_width", "low", "high", "p", "left_mean", "right_mean", "paper_effect", "margin", "tol",
+                "bound", "p_t", "p_holm"):
         assert pd.api.types.is_numeric_dtype(table[col]), col  # numbers, never formatted strings
     assert pd.api.types.is_integer_dtype(table["n"]) and pd.api.types.is_bool_dtype(table["decided"])
     finite = table[table["n"] >= 2]  # one pair has a mean, no interval
@@ -212,7 +214,7 @@ def test_the_cli_reads_the_committed_records_paired_by_default(tmp_path, capsys)
     assert (table.loc[table["comparison_verdict"] == NO_DATA, "n"] == 0).all()  # declared arms: no data, no crash
     assert main(["claims"]) == 0
     out = capsys.readouterr().out
-    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs)" in out
+    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs, Holm within families)" in out
     assert main(["claims", "--unpaired"]) == 0 and "verdict" in capsys.readouterr().out
     assert main(["claims", "--unpaired", "--decide-at", "3"]) == 2
     assert main(["claims", "--decide-at", "1"]) == 2
@@ -298,7 +300,8 @@ def test_sanity_checks_are_shown_not_counted_and_absent_arms_are_no_data(tmp_pat
     assert [v.verdict for v in verdicts] == ["holds", NO_DATA, NO_DATA, "holds"]
     md = claims_markdown(verdicts)
     summary = md[md.index("Summary"):]
-    assert "claims: 1 holds, 1 no data" in summary  # the sanity check's "holds" is not among the claims
+    # the sanity check's "holds" is not among the claims; no data is not a tested verdict (issue 41)
+    assert "claims tested: 1 holds; read at the committed n: 1 holds; not tested: 1 no data" in summary
     assert "sanity checks (not counted): 1 holds" in summary
     assert "| A — P, T1 | +2 points | +" in md
     with pytest.raises(ValueError, match="kind='identity'"):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, leaning, load_claims
+from lab.evidence.validity import UNTESTED
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
@@ -79,8 +80,8 @@ class CpuReport:
         if not self.verdicts:
             lines.append("claims tested here: none (this notebook illustrates; it makes no comparative claim)")
             return "\n".join(lines)
-        counts = {v: sum(_word(x) == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run",
-                                                                           "no data", "too few seeds")}
+        counts = {v: sum(_word(x) == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", *UNTESTED,
+                                                                           "not run", "no data", "too few seeds")}
         lines.append(f"claims tested here: {len(self.verdicts)} (" + ", ".join(f"{n} {v}" for v, n in counts.items()
                                                                            if n) + ")")
         lines.append(f"  setting: {self.setting}")

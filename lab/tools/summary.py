@@ -87,11 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         print(table.to_string(index=False))
     print(f"final test acc: {'; '.join(dict.fromkeys(hows))} (lab.evidence.protocol.final_metric)")
     claims = [v for v in evaluate_claims_paired() if v.claim.kind == "claim"]
-    decided = verdict_counts([v.verdict for v in claims])
-    at_n = verdict_counts([v.as_if if v.verdict.startswith("inconclusive (n <") else v.verdict for v in claims])
+    tested = [v for v in claims if v.tested]  # holds / fails / inconclusive: the only verdicts counted
+    decided = verdict_counts([v.verdict for v in tested])
+    at_n = verdict_counts([v.as_if if v.verdict.startswith("inconclusive (n <") else v.verdict for v in tested])
+    apart = verdict_counts([v.verdict for v in claims if not v.tested])
     print()
     print(f"One seed each: a demonstration. The evidence is the claims table (paired over seeds, a verdict from "
-          f"n ≥ {MIN_SEEDS_TO_DECIDE} seed pairs): {decided}; read at the committed seeds: {at_n} "
+          f"n ≥ {MIN_SEEDS_TO_DECIDE} seed pairs, Holm-adjusted within each paper's family): {decided}; read at the "
+          f"committed seeds: {at_n}; not tested, each with its reason: {apart} "
           "(README 'Results', figures/claims_cpu.md).")
     return 0
 
