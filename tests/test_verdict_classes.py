@@ -182,3 +182,16 @@ def test_a_smallest_effect_is_a_share_of_another_claims_effect(tmp_path):
         _claim("x", {"algorithm": "fedgamma"}, ">", {"algorithm": "fedsam"}, smallest_effect={"value": 0.01,
                                                                                             "reason": "r"})
 
+
+def test_the_claims_file_declares_its_families_and_margins():
+    from lab.evidence.claims import load_families
+
+    claims, families = load_claims(), load_families()
+    assert all(c.family in families for c in claims if c.kind != "sanity")  # every counted claim in a family
+    assert {c.family for c in claims if c.kind == "control"} == {"controls"}
+    ni = [c for c in claims if c.op in (">=", "<=")]
+    assert ni and all(c.smallest_effect.get("reason") and c.margin == 0.0 for c in ni)  # no blanket 1-point margin
+    assert all(c.ceiling for c in claims if c.op == "much_greater")
+    dd = [c for c in claims if c.metric == "mean_flatness_distance" and c.kind == "claim"]
+    assert dd and all(c.requires for c in dd)
+
