@@ -1000,7 +1000,7 @@ def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
                 "left_mean": v.scale * sum(a for a, _ in d.pairs) / d.n if d is not None and d.n else nan,
                 "right_mean": v.scale * sum(b for _, b in d.pairs) / d.n if d is not None and d.n else nan,
                 "comparison_as_if": c.as_if if c is not None else v.as_if,
-                "decided": bool(c is not None and c.tested),
+                "decided": _decided(v, c),
                 "family": v.claim.family_name, "family_size": v.family_size,
                 "bound": v.scale * c.bound if c is not None else nan, "p_t": c.p if c is not None else nan,
                 "p_holm": c.p_holm if c is not None else nan, "untested": v.untested,
@@ -1013,6 +1013,18 @@ def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
                 "right_values": json.dumps([v.scale * b for _, b in d.pairs] if d is not None else []),
                 "note": v.note})
     return pd.DataFrame(rows)
+
+
+def _decided(v: PairedVerdict, c: PairedComparison | None) -> bool:
+    """Whether a comparison's verdict was decided: in its Holm family, or — an equivalence (``approx``,
+    ``abs_le``: a sanity check, in no family) — on its own interval from the gate's number of pairs."""
+    if c is None:
+        return False
+    if c.tested:
+        return True
+    d = c.difference
+    return v.claim.op in ("approx", "abs_le") and d is not None and d.n >= v.min_seeds_to_decide \
+        and c.verdict in TESTED
 
 
 def _seed_json(seed: Hashable) -> Any:
