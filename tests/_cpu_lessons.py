@@ -68,3 +68,17 @@ def final_window(k: int, rounds: int, where: str) -> int:
     allowed = (len(final_rounds(rounds)), PRE_ISSUE_41_LAST)
     assert k in allowed, f"{where}: the notebook averages the last {k} rounds; the final metric's are {allowed}"
     return k
+
+
+def stated_window(stem: str, rounds: int) -> int:
+    """How many last rounds a notebook's committed outputs say the claims' final metric averages, in the words of
+    the claims evaluator ("mean of the last 5 full-test evaluations" before issue 41, "mean of the last 20 % of
+    rounds (rounds 81–100 of 100)" after), checked by :func:`final_window`."""
+    import re
+
+    text = (NB_DIR / f"{stem}.ipynb").read_text(encoding="utf-8")
+    old = {int(k) for k in re.findall(r"mean of the last (\d+) full-test evaluations", text)}
+    new = {int(b) - int(a) + 1 for a, b in re.findall(r"mean of the last [\d.]+ % of rounds \(rounds (\d+)–(\d+) of", text)}
+    stated = old | new
+    assert len(stated) == 1, f"{stem}: the outputs state {sorted(stated) or 'no'} final window(s)"
+    return final_window(stated.pop(), rounds, stem)

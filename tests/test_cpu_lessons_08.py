@@ -16,9 +16,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from _cpu_lessons import NB_DIR
 from _cpu_lessons import f as _f
-from _cpu_lessons import final_window as _final_window
+from _cpu_lessons import stated_window as _stated_window
 from _cpu_lessons import line as _line
 from _cpu_lessons import mean as _mean
 from _cpu_lessons import rows as _rows
@@ -49,20 +48,6 @@ def _figure_accuracy() -> dict[str, dict[int, float]]:
     return acc
 
 
-def _stated_window(rounds: int) -> int:
-    """How many last rounds the notebook's committed paragraph says the protocol's final metric averages (its words
-    are the claims evaluator's: "mean of the last 5 full-test evaluations" before issue 41, "mean of the last 20 %
-    of rounds (rounds 81–100 of 100)" after), checked by _cpu_lessons.final_window."""
-    import re
-
-    text = (NB_DIR / f"{STEM}.ipynb").read_text(encoding="utf-8")
-    old = set(re.findall(r"mean of the last (\d+) full-test evaluations", text))
-    new = {int(b) - int(a) + 1 for a, b in re.findall(r"mean of the last [\d.]+ % of rounds \(rounds (\d+)–(\d+) of", text)}
-    stated = {int(k) for k in old} | new
-    assert len(stated) == 1, f"08: the paragraph states {sorted(stated) or 'no'} final window(s)"
-    return _final_window(stated.pop(), rounds, "08 ablation")
-
-
 def _protocol_accuracy() -> dict[str, dict[int, float]]:
     """Each ablation row's final metric per seed, from its committed run records: the mean test accuracy of the
     last k rounds (every round is evaluated on the full test set in the rerun's regime), k the window the
@@ -74,7 +59,7 @@ def _protocol_accuracy() -> dict[str, dict[int, float]]:
         with gzip.open(FIGURES_DIR / "records" / f"{key}.json.gz", "rt") as fh:
             record = json.load(fh)
         cfg = record["config"]["config"]
-        k = k or _stated_window(int(cfg["rounds"]))
+        k = k or _stated_window(STEM, int(cfg["rounds"]))
         cols = record["metrics"]["columns"]
         by_round = {int(row[cols.index("round")]): row[cols.index("test_acc")] for row in record["metrics"]["data"]}
         last = [by_round[cfg["rounds"] - j] for j in range(k)]

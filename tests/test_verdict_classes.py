@@ -195,3 +195,26 @@ def test_the_claims_file_declares_its_families_and_margins():
     dd = [c for c in claims if c.metric == "mean_flatness_distance" and c.kind == "claim"]
     assert dd and all(c.requires for c in dd)
 
+
+def test_the_committed_table_sets_apart_the_arms_that_test_nothing():
+    """FedSWA (ρ = 1, α = 1) and FedLESAM (ρ = 0) were tuned into FedAvg; FedGF's runs diverged; FedNSAM's Δ_D
+    claims lack FedSAM at FedNSAM's radius. None of them is counted as a verdict."""
+    table = pd.read_csv(FIGURES_DIR / "claims_cpu.csv")
+    verdict = table.groupby("id")["paired_verdict"].first()
+    assert verdict["fedswa_above_fedsam_high_het"] == NOT_TESTED_DEGENERATE
+    assert verdict["fedlesam_ge_fedsam_half_cost"] == NOT_TESTED_DEGENERATE
+    assert verdict["fedmoswa_above_fedswa_scaffold"] == NOT_TESTED_DEGENERATE  # its FedSWA arm
+    assert verdict["fedgf_above_fedsam_dir01"] == NOT_TESTED_DIVERGED
+    assert verdict["fednsam_smaller_flatness_distance"] == CONFOUNDED
+    assert verdict["fednsam_paper_smaller_flatness_distance"] == CONFOUNDED
+    assert verdict["fedswa_paper_best_cell"] != NOT_TESTED_DEGENERATE  # its ρ = 1, α = 1 cell is asked for
+    classes = [NOT_TESTED_DEGENERATE, NOT_TESTED_DIVERGED, CONFOUNDED, NOT_TESTABLE_HEADROOM]
+    untested = table[table["comparison_verdict"].isin(classes)]  # never decided, never in a family
+    assert len(untested) >= 6 and not untested["decided"].any() and untested["p_holm"].isna().all()
+    # a claim set apart may keep a tested comparison (FedMoSWA vs SCAFFOLD), but none that fails (it would refute)
+    apart = table[table["paired_verdict"].isin(classes)]
+    assert not (apart["decided"] & (apart["comparison_verdict"] == "fails")).any()
+    counted = table[table["decided"] & (table["kind"] != "sanity")]  # every counted decision is a Holm decision
+    assert counted["p_holm"].notna().all() and (counted["p_holm"] >= counted["p_t"]).all()
+    assert math.isclose(table.loc[table["id"] == "fedlesam_ge_fedsam_half_cost", "margin"].iloc[0],
+                        0.5 * table.loc[table["id"] == "fedsam_below_fedavg_dir01", "mean"].iloc[0], rel_tol=1e-5)
