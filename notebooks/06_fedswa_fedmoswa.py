@@ -82,8 +82,8 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
-from lab.evidence.protocol import FINAL_METRIC, PARTITION_SEED, run_seeds, split_key, tuned_params
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
 from lab.tools.figures import save_curves, save_figure
@@ -379,11 +379,9 @@ cpu.show("06_fedswa_vs_fedsam")
 # checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 # read from the committed cpu data (whatever profile this run has), checked, then written out
 def cpu_final_acc(name):
-    """Per seed (rows) and method (columns): the protocol's final accuracy in %, the mean test accuracy over the
-    last FINAL_METRIC["k"] rounds, from the per-seed curves of the committed cpu figure ``name``."""
-    curves = committed_table(name, "test_acc_pct_per_seed")
-    tail_ = curves[curves["round"] > curves["round"].max() - FINAL_METRIC["k"]]
-    return tail_.pivot_table(index="seed", columns="method", values="test_acc_pct", aggfunc="mean")
+    """Per seed (rows) and method (columns): the protocol's final accuracy in % (lab.evidence.protocol.final_metric,
+    the mean test accuracy over the last 20 % of rounds), from the per-seed curves of the committed cpu figure."""
+    return committed_final_accuracy(name)
 
 
 def by_seed_round(curves, method, value):
@@ -396,7 +394,7 @@ sws_fin = cpu_final_acc("06_fedswa_vs_fedsam")
 sws_curves = {p_: committed_table("06_fedswa_vs_fedsam", f"{p_}_per_seed") for p_ in ("test_acc_pct", "train_loss")}
 sws_gap = sws_fin["fedsam"] - sws_fin["fedswa"]
 cpu_lessons["fedswa_vs_fedsam"] = sws_l = {
-    "seeds": int(len(sws_fin)), "k": int(FINAL_METRIC["k"]), "swa_rho": float(sws_par["fedswa"]["rho"]),
+    "seeds": int(len(sws_fin)), "k": len(sws_fin.attrs["final_rounds"]), "swa_rho": float(sws_par["fedswa"]["rho"]),
     "swa_alpha": float(sws_par["fedswa"]["alpha"]), "sam_rho": float(sws_par["fedsam"]["rho"]),
     "curve_diff": max(float((by_seed_round(c, "fedswa", v) - by_seed_round(c, "fedavg", v)).abs().max())
                       for c, v in ((sws_curves["test_acc_pct"], "test_acc_pct"), (sws_curves["train_loss"], "train_loss"))),
@@ -538,7 +536,7 @@ display(Markdown(
     f"α = 1.5 costs {abl_l['alpha_cost_min']:.1f} to {abl_l['alpha_cost_max']:.1f} points at every ρ and is below α = 1 "
     f"in {abl_l['alpha_lower']} of {abl_l['pairs']} paired seeds: extrapolating past the clients' average hurts at "
     f"this scale. The paper's best cell (ρ = 0.1, α = 1.5) ends {abl_l['paper_gap']:.2f} points below the best. "
-    f"The claims row at the end judges the same cells on the mean of the last {FINAL_METRIC['k']} rounds (its "
+    f"The claims row at the end judges the same cells on the mean of the last {sws_l['k']} rounds (its "
     f"numbers differ from the figure's), with unpaired intervals."))
 
 # %% [markdown]
@@ -631,7 +629,7 @@ display(Markdown(
     f"({mo_l['final']['scaffold']:.2f} %) is a tie: {mo_l['vs_scaffold']:+.2f} points on average, ahead on "
     f"{mo_l['ahead_scaffold']} of {mo_l['seeds']} seeds. The paper's 11.6 points over FedSWA, and a clear lead over "
     f"SCAFFOLD, do not appear at this scale; what does is about the gain that SCAFFOLD's drift correction brings "
-    f"under Dirichlet 0.1 (final accuracy: the mean of the last {FINAL_METRIC['k']} rounds)."))
+    f"under Dirichlet 0.1 (final accuracy: the mean of the last {sws_l['k']} rounds)."))
 
 # %% [markdown]
 # Communication per sampled client and round, measured by the engine in units of one model (exact):

@@ -106,8 +106,8 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.engine import sample_clients
 from fedlab.engine.toy import quadratic_federation, run_functional
-from lab.evidence.protocol import FINAL_METRIC, PARTITION_SEED, run_seeds, split_key, tuned_params
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
+from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
 from lab.evidence.records import run_or_load
 from lab.repro import CITABLE_PROFILES
@@ -445,15 +445,14 @@ cpu.show("07_fednsam_accuracy_flatness")
 nf_acc = committed_table("07_fednsam_accuracy_flatness", "test_acc_pct_per_seed")
 nf_dd = committed_table("07_fednsam_accuracy_flatness", "flatness_distance_per_seed")
 nf_T = int(nf_acc["round"].max())
-nf_fin = nf_acc[nf_acc["round"] > nf_T - FINAL_METRIC["k"]].pivot_table(
-    index="seed", columns="method", values="test_acc_pct", aggfunc="mean")  # the protocol's final accuracy, %
+nf_fin = committed_final_accuracy("07_fednsam_accuracy_flatness")  # the protocol's final accuracy, %
 nf_flat = nf_dd[nf_dd["round"] > nf_T - -(-nf_T // 4)].pivot_table(
     index="seed", columns="method", values="flatness_distance", aggfunc="mean")  # Δ_D over the last quarter
 nf_methods = committed_parameters("07_fednsam_accuracy_flatness")["methods"]
 NF_CODE, NF_PAPER, NF_BUG = "FedNSAM (code)", "FedNSAM (paper)", "FedNSAM (official bug)"
 nf_bug_seeds = nf_fin[NF_BUG].dropna().index
 cpu_lessons["accuracy_flatness"] = nf_l = {
-    "seeds": int(nf_fin["FedSAM"].notna().sum()), "k": int(FINAL_METRIC["k"]), "rho": float(nf_methods[NF_CODE][1]["rho"]),
+    "seeds": int(nf_fin["FedSAM"].notna().sum()), "k": len(nf_fin.attrs["final_rounds"]), "rho": float(nf_methods[NF_CODE][1]["rho"]),
     "acc": {m_: float(nf_fin[m_].mean()) for m_ in nf_fin.columns},
     "dd": {m_: float(nf_flat[m_].mean()) for m_ in nf_flat.columns},
     "code_vs_sam": float((nf_fin[NF_CODE] - nf_fin["FedSAM"]).mean()),

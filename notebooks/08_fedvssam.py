@@ -316,7 +316,7 @@ def abl_paired(left, right):
 
 abl_fig = {k: abl_paired(ABL_FULL, row) for k, row in ABL_VS.items()}  # the figure: last evaluation
 abl_fig["gu_only_vs_base"] = abl_paired(ABL_GU, ABL_BASE)
-# the protocol's final metric (mean of the last 5 full-test evaluations), paired by seed, from the committed records
+# the protocol's final metric (lab.evidence.protocol.final_metric), paired by seed, from the committed records
 abl_claims = {c.id: evaluate_claim_paired(c) for c in load_claims(FIGURES_DIR / "claims.yaml")
               if c.id in ("fedvssam_full_above_ablations", "fedvssam_full_above_base", "fedvssam_gu_only_above_base")}
 abl_pro = {k: abl_numbers(cmp.difference, 100.0)

@@ -52,3 +52,33 @@ def same(committed: dict, recomputed: dict, where: str) -> None:
 
 def f(row: dict, key: str) -> float:
     return float(row[key])
+
+
+PRE_ISSUE_41_LAST = 5
+"""The final metric the notebooks' committed outputs were executed with before issue 41: the mean of the last 5
+rounds. Issue 41 made it the last 20 % of the rounds (:func:`lab.evidence.protocol.final_rounds`); a notebook's
+committed line keeps the old window until the notebook is executed again."""
+
+
+def final_window(k: int, rounds: int, where: str) -> int:
+    """``k``, the number of last rounds a notebook's committed final accuracies average, checked: the current final
+    metric's window over ``rounds`` rounds, or :data:`PRE_ISSUE_41_LAST` for outputs executed before issue 41."""
+    from lab.evidence.protocol import final_rounds
+
+    allowed = (len(final_rounds(rounds)), PRE_ISSUE_41_LAST)
+    assert k in allowed, f"{where}: the notebook averages the last {k} rounds; the final metric's are {allowed}"
+    return k
+
+
+def stated_window(stem: str, rounds: int) -> int:
+    """How many last rounds a notebook's committed outputs say the claims' final metric averages, in the words of
+    the claims evaluator ("mean of the last 5 full-test evaluations" before issue 41, "mean of the last 20 % of
+    rounds (rounds 81–100 of 100)" after), checked by :func:`final_window`."""
+    import re
+
+    text = (NB_DIR / f"{stem}.ipynb").read_text(encoding="utf-8")
+    old = {int(k) for k in re.findall(r"mean of the last (\d+) full-test evaluations", text)}
+    new = {int(b) - int(a) + 1 for a, b in re.findall(r"mean of the last [\d.]+ % of rounds \(rounds (\d+)–(\d+) of", text)}
+    stated = old | new
+    assert len(stated) == 1, f"{stem}: the outputs state {sorted(stated) or 'no'} final window(s)"
+    return final_window(stated.pop(), rounds, stem)

@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 
 from _cpu_lessons import f as _f
+from _cpu_lessons import final_window as _final_window
 from _cpu_lessons import line as _line
 from _cpu_lessons import mean as _mean
 from _cpu_lessons import rows as _rows
@@ -31,14 +32,16 @@ def _params(figure: str) -> dict:
 
 
 def _final_accuracy() -> dict[str, dict[int, float]]:
-    """The claims table's final metric per method and seed: the mean of the last 5 rounds' test accuracy (%)."""
+    """The claims table's final metric per method and seed: the mean test accuracy (%) of the last k rounds, k the
+    window the notebook's committed line states (_cpu_lessons.final_window)."""
     table = _rows("05_fedsmoo_curves", "test_acc_pct_per_seed")
     last = max(int(r["round"]) for r in table)
+    k = _final_window(_got("curves")["k"], last, "05 curves")
     tails: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in table:
-        if int(r["round"]) > last - 5:
+        if int(r["round"]) > last - k:
             tails[r["method"]][int(float(r["seed"]))].append(_f(r, "test_acc_pct"))
-    assert all(len(v) == 5 for seeds in tails.values() for v in seeds.values())
+    assert all(len(v) == k for seeds in tails.values() for v in seeds.values())
     return {m: {s: _mean(v) for s, v in seeds.items()} for m, seeds in tails.items()}
 
 
@@ -73,7 +76,7 @@ def test_05_curves_paragraph_matches_the_committed_data():
                 compared += 1
                 same_in_warmup &= v["fedsmoo_adaptive"] == v["fedavg"]
     assert compared == 2 * warmup * len(final["fedsmoo_adaptive"])
-    want = {"k": 5, "warmup": warmup, "warmup_is_fedavg": same_in_warmup,
+    want = {"k": _got("curves")["k"], "warmup": warmup, "warmup_is_fedavg": same_in_warmup,
             "lam": {m: float(params[m]["lam"]) for m in ("feddyn", "fedspeed", "fedsmoo")},
             "pairs": {f"{a}-{b}": _paired(final, a, b) for a, b in (
                 ("fedsmoo", "fedsam"), ("feddyn", "fedsam"), ("fedsmoo", "feddyn"), ("fedspeed", "feddyn"),

@@ -11,12 +11,12 @@ import json
 from collections import defaultdict
 
 from _cpu_lessons import f as _f
+from _cpu_lessons import final_window as _final_window
 from _cpu_lessons import line as _line
 from _cpu_lessons import mean as _mean
 from _cpu_lessons import rows as _rows
 from _cpu_lessons import same as _same
 
-from lab.evidence.protocol import FINAL_METRIC
 from lab.repro import FIGURES_DIR
 
 STEM = "06_fedswa_fedmoswa"
@@ -27,12 +27,14 @@ def _params(name: str) -> dict:
 
 
 def _final(name: str) -> dict:
-    """method -> seed -> the mean test accuracy (%) over the last FINAL_METRIC["k"] rounds of its curve."""
+    """method -> seed -> the mean test accuracy (%) over the last k rounds of its curve, k the window the notebook's
+    committed line states (_cpu_lessons.final_window)."""
     curve = _rows(name, "test_acc_pct_per_seed")
     last = max(int(r["round"]) for r in curve)
+    k = _final_window(_line(STEM)["fedswa_vs_fedsam"]["k"], last, f"06 {name}")
     acc = defaultdict(lambda: defaultdict(list))
     for r in curve:
-        if int(r["round"]) > last - FINAL_METRIC["k"]:
+        if int(r["round"]) > last - k:
             acc[r["method"]][int(float(r["seed"]))].append(_f(r, "test_acc_pct"))
     return {m: {s: _mean(v) for s, v in by_seed.items()} for m, by_seed in acc.items()}
 
@@ -60,7 +62,7 @@ def test_06_fedswa_vs_fedsam_paragraph_matches_the_committed_data():
     par = _params("06_fedswa_vs_fedsam")["algorithm_params"]
     seeds = sorted(fin["fedsam"])
     gaps = [fin["fedsam"][s] - fin["fedswa"][s] for s in seeds]
-    want = {"seeds": len(seeds), "k": FINAL_METRIC["k"], "swa_rho": float(par["fedswa"]["rho"]),
+    want = {"seeds": len(seeds), "k": _line(STEM)["fedswa_vs_fedsam"]["k"], "swa_rho": float(par["fedswa"]["rho"]),
             "swa_alpha": float(par["fedswa"]["alpha"]), "sam_rho": float(par["fedsam"]["rho"]),
             "curve_diff": max(abs(v["fedswa"] - v["fedavg"]) for v in curves.values()),
             "final": {m: _mean(fin[m].values()) for m in ("fedavg", "fedsam", "fedswa")},

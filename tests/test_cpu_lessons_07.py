@@ -12,12 +12,12 @@ import math
 from collections import defaultdict
 
 from _cpu_lessons import f as _f
+from _cpu_lessons import final_window as _final_window
 from _cpu_lessons import line as _line
 from _cpu_lessons import mean as _mean
 from _cpu_lessons import rows as _rows
 from _cpu_lessons import same as _same
 
-from lab.evidence.protocol import FINAL_METRIC
 from lab.repro import FIGURES_DIR
 
 STEM = "07_fednsam"
@@ -39,7 +39,8 @@ def _tail_means(panel: str, column: str, rounds_from_end: int) -> dict:
 
 def test_07_accuracy_flatness_paragraph_matches_the_committed_data():
     rounds = max(int(r["round"]) for r in _rows(NAME, "test_acc_pct_per_seed"))
-    acc = _tail_means("test_acc_pct_per_seed", "test_acc_pct", FINAL_METRIC["k"])
+    k = _final_window(_line(STEM)["accuracy_flatness"]["k"], rounds, "07 accuracy and flatness")
+    acc = _tail_means("test_acc_pct_per_seed", "test_acc_pct", k)
     dd = _tail_means("flatness_distance_per_seed", "flatness_distance", math.ceil(rounds / 4))
     methods = json.loads((FIGURES_DIR / f"{NAME}.json").read_text())["parameters"]["methods"]
     seeds = sorted(acc["FedSAM"])
@@ -48,7 +49,7 @@ def test_07_accuracy_flatness_paragraph_matches_the_committed_data():
     def count(table, a, b):  # seeds on which method a is below method b
         return sum(table[a][s] < table[b][s] for s in seeds)
 
-    want = {"seeds": len(seeds), "k": FINAL_METRIC["k"], "rho": float(methods[CODE][1]["rho"]),
+    want = {"seeds": len(seeds), "k": k, "rho": float(methods[CODE][1]["rho"]),
             "acc": {m: _mean(v.values()) for m, v in acc.items()}, "dd": {m: _mean(v.values()) for m, v in dd.items()},
             "code_vs_sam": _mean(acc[CODE][s] - acc["FedSAM"][s] for s in seeds),
             "code_ahead": count(acc, "FedSAM", CODE),

@@ -17,13 +17,13 @@ import statistics
 from collections import defaultdict
 
 from _cpu_lessons import f as _f
+from _cpu_lessons import stated_window as _stated_window
 from _cpu_lessons import line as _line
 from _cpu_lessons import mean as _mean
 from _cpu_lessons import rows as _rows
 from _cpu_lessons import same as _same
 from scipy import stats
 
-from lab.evidence.protocol import FINAL_METRIC
 from lab.repro import FIGURES_DIR
 
 STEM = "08_fedvssam"
@@ -50,14 +50,16 @@ def _figure_accuracy() -> dict[str, dict[int, float]]:
 
 def _protocol_accuracy() -> dict[str, dict[int, float]]:
     """Each ablation row's final metric per seed, from its committed run records: the mean test accuracy of the
-    last k rounds (every round is evaluated on the full test set in the rerun's regime)."""
+    last k rounds (every round is evaluated on the full test set in the rerun's regime), k the window the
+    notebook states."""
     sidecar = json.loads((FIGURES_DIR / "08_fedvssam_ablation.json").read_text())
-    k = int(FINAL_METRIC["k"])
+    k = 0
     acc: dict[str, dict[int, float]] = defaultdict(dict)
     for key in sidecar["records"]:
         with gzip.open(FIGURES_DIR / "records" / f"{key}.json.gz", "rt") as fh:
             record = json.load(fh)
         cfg = record["config"]["config"]
+        k = k or _stated_window(STEM, int(cfg["rounds"]))
         cols = record["metrics"]["columns"]
         by_round = {int(row[cols.index("round")]): row[cols.index("test_acc")] for row in record["metrics"]["data"]}
         last = [by_round[cfg["rounds"] - j] for j in range(k)]

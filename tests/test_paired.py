@@ -15,6 +15,7 @@ from lab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_cl
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
                                     paired_difference, sign_flip_p)
 from fedlab.evidence.uncertainty import mean_interval
+from lab.evidence.validity import UNTESTED
 from test_claims import _claim, _fake, _figure  # the synthetic-run builders of the claims tests
 
 
@@ -186,17 +187,18 @@ def test_the_cli_reads_the_committed_records_paired_by_default(tmp_path, capsys)
     out = capsys.readouterr().out
     rows = _rows(out)
     assert [r.split()[0] for r in rows] == ids  # one row per claim, in the file's order
-    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run", NO_DATA)
+    verdicts = ("holds", "fails", "inconclusive", TOO_FEW, NOT_PAIRED, "not run", NO_DATA, *UNTESTED)
     for row, claim in zip(rows, claims):
         cells = [c for c in row.split("  ") if c.strip()]
         assert cells[1].strip() == claim.kind
         assert cells[2].strip() in ("holds", "fails", "inconclusive", "not run", NO_DATA)  # the unpaired verdict
         assert cells[3].strip().startswith(verdicts)  # the paired verdict
-    assert "claims: unpaired" in out and "paired (decided from n ≥ 3 pairs)" in out
+    assert "claims: unpaired" in out and "paired (decided from n ≥ 3 pairs, Holm within families)" in out
     assert "sanity checks (not counted)" in out and "findings beyond the claims" in out
     table = pd.read_csv(tmp_path / "paired.csv")
     assert set(table["id"]) == set(ids)
-    for col in ("mean", "half_width", "low", "high", "p", "left_mean", "right_mean", "paper_effect", "margin", "tol"):
+    for col in ("mean", "half_width", "low", "high", "p", "left_mean", "right_mean", "paper_effect", "margin", "tol",
+                "bound", "p_t", "p_holm"):
         assert pd.api.types.is_numeric_dtype(table[col]), col  # numbers, never formatted strings
     assert pd.api.types.is_integer_dtype(table["n"]) and pd.api.types.is_bool_dtype(table["decided"])
     finite = table[table["n"] >= 2]  # one pair has a mean, no interval
@@ -212,7 +214,7 @@ def test_the_cli_reads_the_committed_records_paired_by_default(tmp_path, capsys)
     assert (table.loc[table["comparison_verdict"] == NO_DATA, "n"] == 0).all()  # declared arms: no data, no crash
     assert main(["claims"]) == 0
     out = capsys.readouterr().out
-    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs)" in out
+    assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs, Holm within families)" in out
     assert main(["claims", "--unpaired"]) == 0 and "verdict" in capsys.readouterr().out
     assert main(["claims", "--unpaired", "--decide-at", "3"]) == 2
     assert main(["claims", "--decide-at", "1"]) == 2
@@ -298,7 +300,8 @@ def test_sanity_checks_are_shown_not_counted_and_absent_arms_are_no_data(tmp_pat
     assert [v.verdict for v in verdicts] == ["holds", NO_DATA, NO_DATA, "holds"]
     md = claims_markdown(verdicts)
     summary = md[md.index("Summary"):]
-    assert "claims: 1 holds, 1 no data" in summary  # the sanity check's "holds" is not among the claims
+    # the sanity check's "holds" is not among the claims; no data is not a tested verdict (issue 41)
+    assert "claims tested: 1 holds; read at the committed n: 1 holds; not tested: 1 no data" in summary
     assert "sanity checks (not counted): 1 holds" in summary
     assert "| A — P, T1 | +2 points | +" in md
     with pytest.raises(ValueError, match="kind='identity'"):
@@ -365,3 +368,53 @@ def test_the_tuning_edges_finding_reads_the_folder_it_names_and_counts_edges_and
                                              "dirichlet-0.1/fedprox.json"}
     (old,) = evaluate_findings([Finding.from_dict(spec)], tmp_path)  # no folder: figures/tuning
     assert old.answer == "1 of 1 choices sit on an edge of their grid"
+
+
+# --- error rates (issue 41): Holm's step-down, the t-test against the op's bound, the sign-flip floor ------------
+def test_holm_on_a_hand_computed_case():
+    """p = (0.01, 0.04, 0.03, 0.005), m = 4. Sorted: 0.005, 0.01, 0.03, 0.04; thresholds α/4, α/3, α/2, α/1 at
+    α = 0.05: 0.005 ≤ 0.0125 and 0.01 ≤ 0.0167 are rejected, 0.03 > 0.025 stops the steps (0.04 is kept too).
+    Adjusted: 4·0.005 = 0.02; max(0.02, 3·0.01) = 0.03; max(0.03, 2·0.03) = 0.06; max(0.06, 1·0.04) = 0.06."""
+    from lab.evidence.paired import holm
+
+    adjusted = holm([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+    assert [p <= 0.05 for p in adjusted] == [True, False, False, True]
+    assert holm([0.2]) == [0.2] and holm([]) == []
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    with pytest.raises(ValueError, match="leave untested comparisons out"):
+        holm([0.01, float("nan")])
+
+
+def test_the_t_test_is_against_the_ops_bound_and_matches_scipy():
+    from lab.evidence.paired import op_bound, t_test_p
+
+    d = paired_difference({s: 0.70 + 0.011 * s for s in range(6)}, {s: 0.69 + 0.009 * s ** 1.1 for s in range(6)})
+    for bound in (0.0, 0.005, -0.01):
+        want = stats.ttest_1samp(np.array(d.values) - bound, 0.0).pvalue
+        assert t_test_p(d, bound) == pytest.approx(want, rel=1e-10)
+    assert (op_bound(">"), op_bound("<"), op_bound("much_greater", 0.05)) == (0.0, 0.0, 0.05)
+    assert (op_bound(">=", 0.0015), op_bound("<=", 0.0015)) == (-0.0015, 0.0015)
+    with pytest.raises(ValueError, match="equivalence"):
+        op_bound("approx")
+    same = paired_difference({s: 0.8 for s in range(6)}, {s: 0.7 for s in range(6)})
+    assert t_test_p(same, 0.0) == 0.0 and t_test_p(same, same.mean) == 1.0  # no spread
+    assert math.isnan(t_test_p(paired_difference({0: 0.8}, {0: 0.7})))
+
+
+def test_a_holm_decision_is_read_on_the_claimed_side_of_the_bound():
+    from lab.evidence.paired import holm_decision
+
+    up = paired_difference({s: 0.80 + 0.001 * s for s in range(6)}, {s: 0.70 for s in range(6)})
+    assert holm_decision(up, ">", 0.01) == "holds" and holm_decision(up, "<", 0.01) == "fails"
+    assert holm_decision(up, ">", 0.06) == "inconclusive"  # not rejected at α = 0.05
+    assert holm_decision(up, "much_greater", 0.01, margin=0.2) == "fails"  # decided, below the margin
+    assert holm_decision(up, ">=", 0.01, margin=0.01) == "holds" and holm_decision(up, "<=", 0.01, margin=0.01) == "fails"
+
+
+def test_the_sign_flip_p_names_its_floor():
+    from lab.evidence.paired import sign_flip_floor, sign_flip_text
+
+    assert sign_flip_floor(6) == 0.03125 == sign_flip_p([0.1, 0.2, 0.3, 0.1, 0.2, 0.3])
+    assert sign_flip_text(0.03125, 6) == "p = 0.031 (the floor at n = 6)"
+    assert sign_flip_text(0.21875, 6) == "p = 0.22" and sign_flip_text(float("nan"), 3) == "p: –"

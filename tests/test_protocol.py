@@ -127,24 +127,27 @@ def test_paired_run_seeds_draws_one_partition_per_seed_with_the_rerun_keys(tiny,
         pd.testing.assert_frame_equal(a.metrics, b.metrics, check_dtype=False)
 
 # --- issue 26: the final metric, the rerun's partition per seed, grids extended at their edges -------------
-def test_final_metric_averages_the_last_k_full_test_evaluations_or_says_it_could_not(tiny):
+def test_final_metric_averages_the_last_fifth_of_the_rounds_or_says_it_could_not(tiny):
+    """Issue 41 changed the final metric from the last 5 evaluations to the last 20 % of the rounds: a 10-round
+    run averages rounds 9 and 10; the fallback (a subsample, a gap in the window) is the last evaluation."""
     import pandas as pd
 
     from fedlab.results import RunResult
     from lab.evidence.protocol import FINAL_METRIC, final_metric, rerun_config
 
-    k = FINAL_METRIC["k"]
+    assert FINAL_METRIC["last_fraction"] == 0.2
     cfg = tiny(rounds=10, eval_every=1, eval_subsample=None)
     accs = [0.1 * r for r in range(1, 11)]
     res = RunResult(cfg, pd.DataFrame({"round": range(1, 11), "test_acc": accs}), None, "finished", None, {})
     got = final_metric(res)
-    assert got.protocol and got.value == pytest.approx(sum(accs[-k:]) / k) and str(k) in got.how
+    assert got.protocol and got.value == pytest.approx((accs[8] + accs[9]) / 2)
+    assert got.how == "mean of the last 20 % of rounds (rounds 9–10 of 10), full test set"
     sub = RunResult(cfg.replace(eval_subsample=50), res.metrics, None, "finished", None, {})
     fallback = final_metric(sub)  # a subsample is not the full test set: the last evaluation, labelled
     assert not fallback.protocol and fallback.value == accs[-1] and "pre-protocol" in fallback.how
     gaps = res.metrics.assign(test_acc=[a if r % 5 == 0 else float("nan") for r, a in zip(range(1, 11), accs)])
     assert not final_metric(RunResult(cfg, gaps, None, "finished", None, {})).protocol
-    assert final_metric(res, {"k": 2, "eval_every": 5, "eval_subsample": None}).value == pytest.approx(
+    assert final_metric(res, {"last_fraction": 1.0, "eval_every": 5, "eval_subsample": None}).value == pytest.approx(
         (accs[4] + accs[9]) / 2)
     r3 = rerun_config(tiny(), 3)  # each seed draws its own partition, shared by every method of that seed
     assert (r3.seed, r3.partition_seed, r3.eval_subsample) == (3, 3, None)

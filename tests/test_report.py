@@ -106,14 +106,17 @@ def test_a_committed_table_is_the_cpu_figures_data_and_names_what_is_missing(tmp
         committed_table("f", figures_dir=tmp_path)
 
 
-def test_the_committed_final_accuracy_is_the_mean_of_the_last_k_rounds_and_refuses_short_runs(tmp_path):
+def test_the_committed_final_accuracy_is_the_mean_of_the_final_window_and_refuses_short_runs(tmp_path):
+    """Through lab.evidence.protocol.final_metric (issue 41: the last 20 % of rounds, 3 of 15 here)."""
     import pandas as pd
     import pytest
 
-    from lab.evidence.protocol import FINAL_METRIC
+    from lab.evidence.protocol import final_rounds
     from lab.evidence.report import committed_final_accuracy
 
-    k, rounds = FINAL_METRIC["k"], 3 * FINAL_METRIC["k"]
+    rounds = 15
+    k = len(final_rounds(rounds))
+    assert k == 3
     rows = [{"panel": "test_acc_pct_per_seed", "seed": s, "method": m, "round": r, "test_acc_pct": 10.0 * s + r + (m == "b")}
             for s in (0, 1) for m in ("a", "b") for r in range(1, rounds + 1)]
     pd.DataFrame(rows).to_csv(tmp_path / "f.csv", index=False)

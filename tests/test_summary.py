@@ -16,8 +16,9 @@ def test_quick_summary_prints_each_method_with_its_tuned_source(tmp_path, capsys
         assert (f"committed record {committed[method][1]}" if method in committed
                 else tuned_params(method, profile_federation("cpu")).source) in out
     # the claims as the README reads them: paired, with the gate and the committed-seeds reading beside it
-    assert "claims table (paired over seeds, a verdict from n ≥ 6 seed pairs)" in out
-    assert "read at the committed seeds:" in out and " holds" in out
+    assert "claims table (paired over seeds, a verdict from n ≥ 6 seed pairs, Holm-adjusted" in out
+    assert "read at the committed seeds:" in out and " holds" in out and "not tested, each with its reason:" in out
+    assert "final test acc: " in out and "(lab.evidence.protocol.final_metric)" in out  # the claims' final metric
     assert len(list((tmp_path / "runs").glob("fed*-*"))) == len(summary.METHODS)
 
 

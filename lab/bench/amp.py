@@ -48,11 +48,13 @@ def amp_check(base: Config, *, progress: bool = False) -> list[dict[str, Any]]:
     bf16-vs-float32 and seed-1-vs-seed-0 gaps.
     """
     import fedlab
+    from lab.evidence.protocol import final_metric
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, params in AMP_CHECK_METHODS:
             curves: dict[str, list[float]] = {}
+            finals: dict[str, float] = {}
             seconds: dict[str, float] = {}
             for label, change in RUNS:
                 cfg = base.replace(algorithm=name, algorithm_params=params, runs_dir=tmp, **change)
@@ -60,11 +62,12 @@ def amp_check(base: Config, *, progress: bool = False) -> list[dict[str, Any]]:
                 result = fedlab.run(cfg, progress=progress)
                 seconds[label] = time.perf_counter() - t0
                 curves[label] = result.metrics["test_acc"].dropna().tolist()
-                print(f"  {name:<7} {label:<15} final accuracy {curves[label][-1]:.4f}  "
+                finals[label] = final_metric(result).value  # the evidence's final accuracy (labelled fallback)
+                print(f"  {name:<7} {label:<15} final accuracy {finals[label]:.4f}  "
                       f"({seconds[label]:.0f} s)", flush=True)
             f32, bf16, seed1 = (curves[label] for label, _ in RUNS)
             rows.append({"algorithm": name, "params": params, "curves": curves, "seconds": seconds,
-                         "final": {k: v[-1] for k, v in curves.items()},
+                         "final": finals,
                          "bf16_gap": curve_gap(bf16, f32), "seed_gap": curve_gap(seed1, f32)})
     return rows
 

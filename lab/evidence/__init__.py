@@ -1,9 +1,10 @@
 """The repository's evidence: how committed results become claims.
 
-:mod:`~lab.evidence.protocol` (the cpu profile: splits, seeds, tuned hyperparameters),
+:mod:`~lab.evidence.protocol` (the cpu profile: splits, seeds, tuned hyperparameters, the final metric),
 :mod:`~lab.evidence.records` (committed run records under ``figures/records/``),
 :mod:`~lab.evidence.claims` and :mod:`~lab.evidence.paired` (the papers' claims evaluated from those
-records), :mod:`~lab.evidence.report` (the notebooks' closing sections), :mod:`~lab.evidence.budget`
+records), :mod:`~lab.evidence.divergence` (which runs measure a blow-up, not the method),
+:mod:`~lab.evidence.report` (the notebooks' closing sections), :mod:`~lab.evidence.budget`
 (what a CPU profile costs) and :mod:`~lab.evidence.rekey` (renaming committed records after a change
 of the run key), :mod:`~lab.evidence.integrity` (the digest manifest that guards every committed
 evidence file) and :mod:`~lab.evidence.tuning_files` (the committed tuning choices, checked). Tuning

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.evidence.paired import MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, margin_test, paired_difference
+from lab.evidence.paired import MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, margin_test, paired_difference, sign_flip_text
 
 __all__ = ["FINDINGS_FILE", "claims_block", "FINDING_TYPES", "Finding", "FindingResult", "evaluate_findings", "findings_table",
            "load_findings"]
@@ -125,11 +125,11 @@ def _paired(f: Finding, figures_dir: Path, decide_at: int) -> FindingResult:
         return FindingResult(f, f"too few seeds (n={d.n})", name)
     reading = _reading(d.low, d.high).replace("left", _arm_name(claim.left))
     answer = reading if d.n >= decide_at else f"undecided (n < {decide_at}); read at n = {d.n}: {reading}"
-    p = f", p = {d.p_value:.3g}" if math.isfinite(d.p_value) else ""
+    p = f"; sign-flip {sign_flip_text(d.p_value, d.n)}" if math.isfinite(d.p_value) else ""  # its floor named
     row = {"finding": f.id, "type": f.type, "left": _arm_name(claim.left), "right": _arm_name(claim.right[0]),
            "mean": scale * d.mean, "low": scale * d.low, "high": scale * d.high, "n": d.n, "p": d.p_value,
            "differences": json.dumps([scale * x for x in d.values]), "reading": reading}
-    text = f"{name}: {d.format(scale, 2 if scale == 100 else 4, with_n=False)}{unit} (n={d.n}{p})"
+    text = f"{name}: {d.format(scale, 2 if scale == 100 else 4, with_n=False)}{unit} (n={d.n}){p}"
     return FindingResult(f, answer, text, [row])
 
 

@@ -47,6 +47,13 @@ is the one-sided margin test Δ ≥ m. The interval decides only with enough pai
 
 ``min_seeds_to_decide`` can be lowered explicitly (e.g. to 3, to read the existing three-seed evidence "as
 if decided") — the constant itself is the protocol.
+
+**Error rates** (issue 41). The table above is the per-comparison 95 % reading. The claims are many, so the
+claims table decides instead on Holm-adjusted p-values inside declared families (:func:`holm`): each
+comparison's p is the two-sided paired t-test of H₀ "mean(left − right) = b", b the bound of its op (0 for
+``>``/``<``, +m for ``much_greater``, −δ / +δ for ``>=`` / ``<=``; :func:`op_bound`, :func:`t_test_p`). Unadjusted,
+p < 0.05 is the 95 % interval excluding b, so the table above is the one-comparison family. The exact sign-flip
+p cannot fall below 2/2ⁿ (0.031 at n = 6, :func:`sign_flip_floor`): it is shown, never the decision.
 """
 from __future__ import annotations
 
@@ -60,8 +67,9 @@ from scipy import stats
 
 from fedlab.evidence.uncertainty import Interval
 
-__all__ = ["MIN_SEEDS_FOR_P", "MIN_SEEDS_TO_DECIDE", "MIN_SEEDS_TO_PRINT", "PAIRED_OPS", "TOO_FEW", "PairedDifference",
-           "decide", "margin_test", "paired_difference", "sign_flip_p", "undecided"]
+__all__ = ["FAMILY_ALPHA", "MIN_SEEDS_FOR_P", "MIN_SEEDS_TO_DECIDE", "MIN_SEEDS_TO_PRINT", "PAIRED_OPS", "TOO_FEW",
+           "PairedDifference", "decide", "holm", "holm_decision", "margin_test", "op_bound", "paired_difference",
+           "sign_flip_floor", "sign_flip_p", "sign_flip_text", "t_test_p", "undecided"]
 
 MIN_SEEDS_TO_PRINT = 3
 MIN_SEEDS_TO_DECIDE = 6
@@ -69,6 +77,8 @@ MIN_SEEDS_FOR_P = 6
 MAX_EXACT_SEEDS = 24  # 2^24 sign patterns, enumerated in blocks; beyond, the exact p is not attempted
 PAIRED_OPS = (">", "<", ">=", "<=", "approx", "much_greater", "abs_le")
 TOO_FEW = "too few seeds"
+FAMILY_ALPHA = 0.05
+"""The family-wise error rate at which Holm's step-down decides inside each family of claims."""
 
 
 def undecided(min_seeds_to_decide: int = MIN_SEEDS_TO_DECIDE) -> str:
@@ -214,3 +224,83 @@ def decide(diff: PairedDifference, op: str, *, tol: float = 0.0, margin: float =
     if diff.n < min_seeds_to_decide:
         return undecided(min_seeds_to_decide), as_if
     return as_if, as_if
+
+
+# --- error rates: the bound of an op, the t-test against it, Holm's step-down -----------------------------
+def op_bound(op: str, margin: float = 0.0) -> float:
+    """The value b that ``left op right`` compares the mean paired difference with: 0 for ``>``/``<``, +m for
+    ``much_greater``, −δ for ``>=`` and +δ for ``<=`` (``margin``). ``approx``/``abs_le`` test two bounds (an
+    equivalence), which no single p-value decides: a ValueError."""
+    if op in (">", "<"):
+        return 0.0
+    if op == "much_greater":
+        return float(margin)
+    if op == ">=":
+        return -float(margin)
+    if op == "<=":
+        return float(margin)
+    raise ValueError(f"op {op!r} has no single bound (an equivalence test); ops with one: >, <, >=, <=, much_greater")
+
+
+def t_test_p(diff: PairedDifference, bound: float = 0.0) -> float:
+    """The two-sided paired t-test p-value of H₀ "mean(left − right) = ``bound``": with t = (d̄ − b)/(s_d/√n),
+    p = 2·P(T_{n−1} ≥ |t|). NaN below 2 pairs; with no spread (every d_s the same), 0 when d̄ ≠ b and 1 when equal."""
+    values = np.asarray(diff.values, dtype=float)
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    sd = float(values.std(ddof=1))
+    gap = float(values.mean()) - float(bound)
+    if sd == 0.0:
+        return 1.0 if gap == 0.0 else 0.0
+    return float(2.0 * stats.t.sf(abs(gap) / (sd / math.sqrt(n)), df=n - 1))
+
+
+def holm(p_values: "list[float] | tuple[float, ...]") -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: with p_(1) ≤ … ≤ p_(m) sorted,
+    p̃_(i) = max_{j ≤ i} min(1, (m − j + 1)·p_(j)). A hypothesis is rejected at family-wise level α when p̃ ≤ α,
+    which is Holm's rule "reject while p_(j) ≤ α/(m − j + 1)". Raises ValueError for a p outside [0, 1] or NaN
+    (an untested comparison belongs to no family)."""
+    ps = [float(p) for p in p_values]
+    bad = [p for p in ps if not (0.0 <= p <= 1.0)]
+    if bad:
+        raise ValueError(f"holm needs p-values in [0, 1], got {bad}; leave untested comparisons out of the family")
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def holm_decision(diff: PairedDifference, op: str, p_adjusted: float, *, margin: float = 0.0,
+                  alpha: float = FAMILY_ALPHA) -> str:
+    """holds / fails / inconclusive of ``left op right`` from its Holm-adjusted p (of :func:`t_test_p` against
+    :func:`op_bound`): decided when p̃ ≤ ``alpha``, then holds when the mean lies on the claimed side of the bound
+    (above it for ``>``, ``>=``, ``much_greater``; below it for ``<``, ``<=``) and fails when on the other."""
+    if not (math.isfinite(p_adjusted) and p_adjusted <= alpha):
+        return "inconclusive"
+    gap = diff.mean - op_bound(op, margin)
+    claimed_above = op in (">", ">=", "much_greater")
+    if gap == 0.0:
+        return "inconclusive"
+    return "holds" if (gap > 0) == claimed_above else "fails"
+
+
+def sign_flip_floor(n: int) -> float:
+    """The smallest two-sided sign-flip p over n pairs: the observed pattern and its mirror, 2/2ⁿ (0.03125 at 6)."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    return 2.0 / 2.0 ** n
+
+
+def sign_flip_text(p: float, n: int) -> str:
+    """``"p = 0.031 (the floor at n = 6)"`` when ``p`` is the smallest value n pairs allow, else ``"p = 0.22"``;
+    ``"p: –"`` when there is none (fewer than :data:`MIN_SEEDS_FOR_P` pairs)."""
+    if not math.isfinite(p):
+        return "p: –"
+    if n >= 1 and math.isclose(p, sign_flip_floor(n), rel_tol=1e-9):
+        return f"p = {p:.2g} (the floor at n = {n})"
+    return f"p = {p:.2g}"

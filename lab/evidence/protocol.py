@@ -21,9 +21,10 @@ Every real-data comparison of the cpu profile follows the same rules (issue 14):
   (:data:`EDGE_RULE`), written to :func:`tuning_dir` with every grid point's run as a committed record (so a
   rerun on another machine skips what is committed); :func:`tuned_params` reuses that choice on the other
   splits.
-* **The rerun protocol** (issue 26, declared here once, applied by the next rerun, never to the committed
-  records): the final metric is the mean over the last :data:`FINAL_METRIC` ``k`` evaluations on the full
-  test set (:func:`final_metric`; a record without them falls back, labelled, to its last evaluation);
+* **The rerun protocol** (issue 26, declared here once, applied by the rerun): the final metric is the mean
+  test accuracy over the last :data:`FINAL_METRIC` ``last_fraction`` of the rounds (issue 41: rounds 81–100 of
+  100), every one evaluated on the full test set (:func:`final_metric`, the one function every reader of a final
+  accuracy goes through; a record without those rounds falls back, labelled, to its last evaluation);
   every seed draws its own partition (``partition_seed = seed``, :data:`RERUN_PROTOCOL`,
   :func:`rerun_config`), so a claim is no longer conditional on one partition; a tuning grid whose
   optimum sits on its edge is extended before the choice is recorded (:data:`EDGE_RULE`,
@@ -47,7 +48,8 @@ from fedlab.config import Config
 from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["EDGE_RULE", "FINAL_METRIC", "PARTITION_SEED", "RERUN_PROTOCOL", "SEEDS", "TUNING", "EdgeRule", "FinalValue",
-           "Tuned", "edge_extension", "notebook_params", "extend_edges", "final_metric", "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
+           "Curve", "Tuned", "edge_extension", "notebook_params", "extend_edges", "final_metric", "final_rounds",
+           "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_splits", "tuned_params", "tuning_dir", "tuning_split", "K5_TUNING_DIR",
            "UNTUNED_PROFILES"]
 
@@ -59,19 +61,18 @@ TUNING: dict[str, Any] = {"rounds": 15, "eval_every": 3, "validation_size": 5000
 """The tuning horizon and validation protocol (evaluations at rounds 3, 6, …, 15; the score averages
 the last quarter, rounds 12 and 15, on 2,000 of the 5,000 held-out samples — ``eval_subsample``)."""
 
-FINAL_METRIC: dict[str, Any] = {"k": 5, "eval_every": 1, "eval_subsample": None}
-"""The final metric of a run (rerun protocol): the mean test accuracy over the last ``k`` evaluations, the
-evaluation grid being every ``eval_every`` rounds (so rounds T − (k−1)·eval_every, …, T), each on the full
-test set (``eval_subsample`` None). Averaging k evaluations divides the evaluation noise of one 2,000-image
-subsample by far more than the few tail rounds cost in bias, and the bias is shared by every method of a
-seed, so paired differences keep it out."""
+FINAL_METRIC: dict[str, Any] = {"last_fraction": 0.2, "eval_every": 1, "eval_subsample": None}
+"""The final metric of a run (issue 41): the mean test accuracy over the last ``last_fraction`` of its rounds (the
+last ⌈0.2·T⌉ rounds: 81–100 of T = 100), the evaluation grid being every ``eval_every`` rounds, each evaluation on
+the full test set (``eval_subsample`` None). A fraction, not a count, so that a longer run averages a window of
+the same share of its training. Averaging the window divides the noise of a single evaluation; a drift over the
+window (the pilot's R4) is a bias that the methods of one seed share as far as their curves move alike."""
 
 RERUN_PROTOCOL: dict[str, Any] = {"partition_seed": "seed", "seeds": 6, **{f"final_{k}": v for k, v in
                                                                          FINAL_METRIC.items()}}
-"""What the rerun changes (declared, not applied to the committed records): each training seed draws its own
-partition (``partition_seed = seed``; all methods of one seed share it, so seeds stay common random numbers
-and the pairing holds), 6 seeds (:data:`lab.evidence.paired.MIN_SEEDS_TO_DECIDE`), and the final metric of
-:data:`FINAL_METRIC`."""
+"""What the rerun changes: each training seed draws its own partition (``partition_seed = seed``; all methods of
+one seed share it, so seeds stay common random numbers and the pairing holds), 6 seeds
+(:data:`lab.evidence.paired.MIN_SEEDS_TO_DECIDE`), and the final metric of :data:`FINAL_METRIC`."""
 
 _FEDERATION_FIELDS = ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds",
                       "local_steps", "batch_size", "lr", "lr_schedule", "eval_every", "eval_subsample")
@@ -82,33 +83,67 @@ class FinalValue:
     """A run's final accuracy and how it was computed (``how`` is shown wherever the number is)."""
 
     value: float
-    how: str  # "mean of the last k full-test evaluations" or the labelled fallback
+    how: str  # "mean of the last 20 % of rounds (81–100 of 100), full test set" or the labelled fallback
     protocol: bool  # True: FINAL_METRIC; False: the fallback of a pre-protocol record
 
 
-def final_metric(result: Any, final: Mapping[str, Any] | None = None) -> FinalValue:
-    """The final accuracy of ``result`` (a :class:`~fedlab.results.RunResult`) under :data:`FINAL_METRIC`.
+@dataclass(frozen=True)
+class Curve:
+    """What :func:`final_metric` reads of a run: its test accuracy by evaluated round, its length, whether each
+    evaluation saw the full test set (``subsample``: the images of a subsample, None for the full set) and its
+    last evaluation (the fallback). :meth:`of` takes it from a :class:`~fedlab.results.RunResult`; a per-round
+    table (a committed figure's curve of one seed) builds it directly."""
 
-    With T = ``config.rounds``, k and e = ``eval_every`` of ``final``: when the run was evaluated on the full
-    test set (``config.eval_subsample`` is None or not below the test set) and its metrics hold a finite
-    ``test_acc`` at every round T − j·e, j = 0 … k−1, the value is their mean,
-    (1/k) Σ_j acc(T − j·e). Otherwise — every record committed before the rerun: one evaluation per 5 rounds
-    on a 2,000-image subsample — it is the last evaluation (``result.final_accuracy``), labelled as such.
-    """
+    by_round: Mapping[int, float]
+    total_rounds: int
+    subsample: int | None = None
+    last: float = math.nan
+
+    @classmethod
+    def of(cls, result: Any) -> "Curve":
+        """The curve of a :class:`~fedlab.results.RunResult` (or a committed record loaded as one)."""
+        cfg = result.config
+        full = cfg.eval_subsample is None or (cfg.test_size is not None and cfg.eval_subsample >= cfg.test_size)
+        m = result.metrics[["round", "test_acc"]].dropna()
+        by_round = dict(zip(m["round"].astype(int), m["test_acc"].astype(float)))
+        last = by_round[max(by_round)] if by_round else math.nan
+        return cls(by_round, int(cfg.rounds), None if full else int(cfg.eval_subsample), last)
+
+
+def final_rounds(total_rounds: int, final: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+    """The rounds the final metric averages: of the last k = ⌈f·T⌉ rounds (f = ``last_fraction``, at least one
+    round), those on the evaluation grid (T, T − e, T − 2e, …; e = ``eval_every``). T = 100, f = 0.2, e = 1:
+    rounds 81, …, 100."""
     f = dict(FINAL_METRIC if final is None else final)
-    k, every = int(f["k"]), int(f["eval_every"])
-    if k < 1 or every < 1:
-        raise ValueError(f"FINAL_METRIC needs k ≥ 1 and eval_every ≥ 1, got k={k}, eval_every={every}")
-    cfg = result.config
-    total = int(cfg.rounds)
-    full = cfg.eval_subsample is None or (cfg.test_size is not None and cfg.eval_subsample >= cfg.test_size)
-    m = result.metrics[["round", "test_acc"]].dropna()
-    by_round = dict(zip(m["round"].astype(int), m["test_acc"].astype(float)))
-    grid = [total - j * every for j in range(k)]
-    if full and all(r in by_round and math.isfinite(by_round[r]) for r in grid):
-        return FinalValue(sum(by_round[r] for r in grid) / k, f"mean of the last {k} full-test evaluations", True)
-    sub = "" if full else f" on a {cfg.eval_subsample}-image test subsample"
-    return FinalValue(float(result.final_accuracy), f"last evaluation{sub} (pre-protocol record)", False)
+    fraction, every = float(f["last_fraction"]), int(f["eval_every"])
+    if not 0 < fraction <= 1 or every < 1:
+        raise ValueError(f"FINAL_METRIC needs 0 < last_fraction ≤ 1 and eval_every ≥ 1, got "
+                         f"last_fraction={fraction}, eval_every={every}")
+    if total_rounds < 1:
+        raise ValueError(f"a run has at least one round, got total_rounds={total_rounds}")
+    k = max(1, math.ceil(fraction * total_rounds - 1e-9))  # 1e-9: 0.2·100 is 20 in floating point, not 20.0000001
+    return tuple(r for r in range(total_rounds - k + 1, total_rounds + 1) if (total_rounds - r) % every == 0)
+
+
+def final_metric(result: Any, final: Mapping[str, Any] | None = None) -> FinalValue:
+    """The final accuracy of ``result`` (a :class:`~fedlab.results.RunResult`, or a :class:`Curve`) under
+    :data:`FINAL_METRIC`: the one place a final accuracy is computed (a test fails on a module of ``lab/`` that
+    computes its own).
+
+    When the run was evaluated on the full test set (``config.eval_subsample`` None or not below the test set)
+    and holds a finite ``test_acc`` at every round of :func:`final_rounds` (R, its count n), the value is their
+    mean, (1/n) Σ_{r ∈ R} acc(r). Otherwise — a record committed before the rerun: one evaluation per 5 rounds
+    on a 2,000-image subsample — it is the last evaluation, labelled as such (``protocol`` False).
+    """
+    curve = result if isinstance(result, Curve) else Curve.of(result)
+    grid = final_rounds(curve.total_rounds, final)
+    if curve.subsample is None and all(r in curve.by_round and math.isfinite(curve.by_round[r]) for r in grid):
+        share = len(grid) * int(dict(FINAL_METRIC if final is None else final)["eval_every"]) / curve.total_rounds
+        span = f"round {grid[0]}" if len(grid) == 1 else f"rounds {grid[0]}–{grid[-1]}"
+        how = f"mean of the last {100 * share:.3g} % of rounds ({span} of {curve.total_rounds}), full test set"
+        return FinalValue(sum(curve.by_round[r] for r in grid) / len(grid), how, True)
+    sub = "" if curve.subsample is None else f" on a {curve.subsample}-image test subsample"
+    return FinalValue(float(curve.last), f"last evaluation{sub} (pre-protocol record)", False)
 
 
 def rerun_config(config: Config, seed: int) -> Config:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, leaning, load_claims
+from lab.evidence.validity import UNTESTED
 from lab.evidence.protocol import SEEDS
 from lab.repro import FIGURES_DIR
 
@@ -79,8 +80,8 @@ class CpuReport:
         if not self.verdicts:
             lines.append("claims tested here: none (this notebook illustrates; it makes no comparative claim)")
             return "\n".join(lines)
-        counts = {v: sum(_word(x) == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", "not run",
-                                                                           "no data", "too few seeds")}
+        counts = {v: sum(_word(x) == v for x in self.verdicts) for v in ("holds", "fails", "inconclusive", *UNTESTED,
+                                                                           "not run", "no data", "too few seeds")}
         lines.append(f"claims tested here: {len(self.verdicts)} (" + ", ".join(f"{n} {v}" for v, n in counts.items()
                                                                            if n) + ")")
         lines.append(f"  setting: {self.setting}")
@@ -256,18 +257,30 @@ def committed_parameters(name: str, figures_dir: Path | None = None) -> dict[str
 
 
 def committed_final_accuracy(name: str, panel: str = "test_acc_pct_per_seed", figures_dir: Path | None = None) -> Any:
-    """Seeds × methods: the claims table's final accuracy in % (:data:`lab.evidence.protocol.FINAL_METRIC`: the
-    mean of the last k evaluations) from the per-round, per-seed accuracy panel of the committed cpu figure ``name``
-    (columns ``seed``, ``method``, ``round``, ``test_acc_pct``), so that a paragraph quotes what the table judges."""
-    from lab.evidence.protocol import FINAL_METRIC
+    """Seeds × methods: the claims table's final accuracy in % (:func:`lab.evidence.protocol.final_metric` over
+    each seed's curve) from the per-round, per-seed accuracy panel of the committed cpu figure ``name`` (columns
+    ``seed``, ``method``, ``round``, ``test_acc_pct``; the run's length is the panel's last round), so that a
+    paragraph quotes what the table judges; ``attrs`` holds the window (``final_rounds``) and its words
+    (``final_how``). A curve without every round of the final window is refused (the fallback to a last
+    evaluation is for records, not for a paragraph that says it reads the protocol)."""
+    import pandas as pd
 
-    if FINAL_METRIC["eval_every"] != 1:
-        raise ValueError(f"FINAL_METRIC evaluates every {FINAL_METRIC['eval_every']} rounds; the last k evaluations "
-                         "are then not the last k rounds this reads")
+    from lab.evidence.protocol import Curve, final_metric
+
+    from lab.evidence.protocol import final_rounds
+
     acc = committed_table(name, panel, figures_dir)
-    tail = acc[acc["round"] > acc["round"].max() - FINAL_METRIC["k"]]
-    short = tail.groupby(["seed", "method"]).size()
-    short = short[short != FINAL_METRIC["k"]]
-    if len(short):
-        raise ValueError(f"{name}: run(s) without their last {FINAL_METRIC['k']} rounds: {list(short.index)}")
-    return tail.groupby(["seed", "method"])["test_acc_pct"].mean().unstack()
+    total = int(acc["round"].max())
+    values, short, hows = {}, [], set()
+    for (seed, method), rows in acc.groupby(["seed", "method"]):
+        # the panel is in %: the mean of the window is the same number in the same unit
+        got = final_metric(Curve({int(r): float(a) for r, a in zip(rows["round"], rows["test_acc_pct"])}, total))
+        if not got.protocol:
+            short.append((seed, method))
+        values[(seed, method)] = got.value
+        hows.add(got.how)
+    if short:
+        raise ValueError(f"{name}: run(s) without their last rounds (every round of the final window): {short}")
+    table = pd.Series(values).rename_axis(["seed", "method"]).unstack()
+    table.attrs |= {"final_rounds": final_rounds(total), "final_how": "; ".join(sorted(hows))}
+    return table

@@ -366,7 +366,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
     from fedlab.results import RunResult
-    from lab.evidence.protocol import tuned_params
+    from lab.evidence.protocol import final_metric, tuned_params
     from lab.evidence.records import write_record
     from lab.regime.workers import Progress, clock, train_many
 
@@ -397,8 +397,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
         res = RunResult(result["config"], metrics, None, result["status"], Path(result["run_dir"]), result["summary"],
                         None)
         state["done"][item.key] = write_record(res, directory, meta=meta).name
-        acc = metrics["test_acc"].dropna()
-        return f"{100 * float(acc.iloc[-1]) if len(acc) else math.nan:5.2f} % ({result['wall_seconds']:.0f} s)"
+        return f"{100 * final_metric(res).value:5.2f} % ({result['wall_seconds']:.0f} s)"
 
     def eta(running: Sequence[SeedRun]) -> float:
         if "fedsam" not in seconds or not any(not two.get(m, True) for m in seconds):

@@ -102,6 +102,7 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     import math
 
     from fedlab.results import RunResult
+    from lab.evidence.protocol import final_metric
     from lab.evidence.records import write_record
     from lab.regime.workers import Progress, clock, train_many
 
@@ -126,8 +127,7 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
         res = RunResult(result["config"], result["metrics"], None, result["status"], Path(result["run_dir"]),
                         result["summary"], None)
         state["done"][run.key] = write_record(res, records, meta=meta).name
-        acc = result["metrics"]["test_acc"].dropna()
-        return f"{100 * float(acc.iloc[-1]) if len(acc) else math.nan:5.2f} % ({result['wall_seconds']:.0f} s)"
+        return f"{100 * final_metric(res).value:5.2f} % ({result['wall_seconds']:.0f} s)"
 
     def eta(running: Sequence[StudyRun]) -> float:
         left = [r for r in runs if r.key not in state["done"]]

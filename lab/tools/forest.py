@@ -1,9 +1,9 @@
 """The forest plot of the claims: each paper's reported effect beside fedlab's paired difference.
 
 One row per comparison of every claim (:func:`lab.evidence.claims.paired_table`): fedlab's mean paired
-difference left − right with its 95 % paired t-interval (a bar; hollow when the comparison is undecided,
-n below :data:`~lab.evidence.paired.MIN_SEEDS_TO_DECIDE`), the claim's margin (a dashed tick: ±tol for ≈, −δ
-for ≥, +m for ≫), zero, and the paper's own effect where it is commensurable (an accuracy difference in
+difference left − right with its 95 % paired t-interval (a bar; hollow when the comparison was not decided in
+its Holm family: n below :data:`~lab.evidence.paired.MIN_SEEDS_TO_DECIDE`, or an arm that does not test the
+claim), the claim's margin (a dashed tick: ±tol for ≈, −δ for ≥ with δ its smallest effect, +m for ≫), zero, and the paper's own effect where it is commensurable (an accuracy difference in
 points: a diamond). Panels by unit (accuracy in points, Δ_D, λ_max, the sanity check's relative cross term), so
 no axis mixes units. :func:`claims_forest` evaluates, draws and saves with the provenance of every figure.
 """
@@ -96,17 +96,19 @@ def claims_forest(figures_dir: Path | None = None, *, profile: str = "cpu", note
         ax.set_xlabel(panel, fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
     handles = [plt.Line2D([], [], marker="o", color="#555555", mfc="white", ls="none",
-                          label="fedlab paired Δ ± 95 % (hollow: n < 6, undecided)"),
-               plt.Line2D([], [], marker="o", color="#1b7837", ls="none", label="interval says holds"),
-               plt.Line2D([], [], marker="o", color="#b2182b", ls="none", label="interval says fails"),
+                          label="fedlab paired Δ ± 95 % (hollow: not decided, or not tested)"),
+               plt.Line2D([], [], marker="o", color="#1b7837", ls="none", label="holds (Holm-adjusted)"),
+               plt.Line2D([], [], marker="o", color="#b2182b", ls="none", label="fails (Holm-adjusted)"),
                plt.Line2D([], [], marker="D", color="#2166ac", ls="none", label="paper's effect (points)"),
                plt.Line2D([], [], ls="--", color="#8c510a", label="margin / tolerance")]
     axes[0, 0].legend(handles=handles, fontsize=6.5, loc="lower right", framealpha=0.9)
     fig.tight_layout()
     n = int(shown["n"].max()) if len(shown) else 0
     caption = ("Every claim's comparison: fedlab's paired difference left − right over the seeds both arms share "
-               f"(mean ± 95 % paired t-interval, n = {n} seeds; hollow: below the 6 pairs a verdict needs, coloured "
-               "by what the interval says), the claim's margin (dashed) and, for accuracy, the paper's own effect "
+               f"(mean ± 95 % paired t-interval, n = {n} seeds; coloured by the verdict decided on the Holm-adjusted p "
+               "in the claim's family; hollow below the 6 pairs a verdict needs, coloured by what the interval says; "
+               "grey where an arm does not test the claim), the claim's margin (dashed) and, for accuracy, the "
+               "paper's own effect "
                "(diamond; other settings: CIFAR/ResNet, hundreds of rounds). Claims with no data yet: "
                + (", ".join(no_data) if no_data else "none") + ".")
     data = table.drop(columns=["note"])

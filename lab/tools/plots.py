@@ -134,12 +134,14 @@ def finished_runs(results: Iterable[Any]) -> list[Any]:
 
 
 def final_estimate(results: Iterable[Any]) -> Any:
-    """Final test accuracy over the finished runs: an :class:`~fedlab.evidence.uncertainty.Estimate`
-    (mean ± 95 % interval), or None when no run finished."""
+    """Final test accuracy over the finished runs (:func:`lab.evidence.protocol.final_metric`, the claims
+    table's): an :class:`~fedlab.evidence.uncertainty.Estimate` (mean ± 95 % interval), or None when no run
+    finished."""
     from fedlab.evidence.uncertainty import mean_interval
+    from lab.evidence.protocol import final_metric
 
     ok = finished_runs(results)
-    return mean_interval(r.final_accuracy for r in ok) if ok else None
+    return mean_interval(final_metric(r).value for r in ok) if ok else None
 
 
 def mean_curve(results: Iterable[Any], metric: str) -> pd.DataFrame:

@@ -5,7 +5,8 @@ split at seed 0 as the committed evidence ran them (:func:`evidence_runs`: the c
 committed seed-0 records, hyperparameters tuned for that split on held-out validation data), so they are
 loaded instead of trained; a method without such a record runs on the cpu profile's federation with its
 tuned hyperparameters (:func:`~lab.evidence.protocol.tuned_params`). It prints
-each method's settings and where they come from, its final test accuracy and status, then the verdict
+each method's settings and where they come from, its final test accuracy (the claims table's,
+:func:`~lab.evidence.protocol.final_metric`, with how it was computed) and status, then the verdict
 counts of the claims table and where the figures and executed notebooks are. One seed is a
 demonstration, not evidence: the seeds and intervals are in the claims table.
 """
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     import fedlab
     from lab.evidence.claims import evaluate_claims_paired, verdict_counts
     from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
-    from lab.evidence.protocol import profile_federation, split_key, tuned_params
+    from lab.evidence.protocol import final_metric, profile_federation, split_key, tuned_params
     from lab.evidence.records import run_or_load
     from lab.tools.plots import method_label
 
@@ -72,22 +73,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Three methods on one federation: {base.dataset}, {base.model}, {base.n_clients} clients, "
           f"{split_key(base)}, {base.participation:.0%} per round, {base.rounds} rounds of K={base.local_steps}, "
           f"seed {base.seed}:")
-    rows = []
+    rows, hows = [], []
     for method, cfg in configs.items():
         res = run_or_load(cfg)
+        final = final_metric(res)  # the claims table's final accuracy, not the last round's
+        hows.append(final.how)
         rows.append({"method": method_label(method), "settings": ", ".join(f"{k}={v}" for k, v in
                                                                          cfg.algorithm_params.items()) or "defaults",
-                     "from": sources[method], "final test acc": round(100 * res.final_accuracy, 2),
+                     "from": sources[method], "final test acc": round(100 * final.value, 2),
                      "status": res.status})
     table = pd.DataFrame(rows)
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
         print(table.to_string(index=False))
+    print(f"final test acc: {'; '.join(dict.fromkeys(hows))} (lab.evidence.protocol.final_metric)")
     claims = [v for v in evaluate_claims_paired() if v.claim.kind == "claim"]
-    decided = verdict_counts([v.verdict for v in claims])
-    at_n = verdict_counts([v.as_if if v.verdict.startswith("inconclusive (n <") else v.verdict for v in claims])
+    tested = [v for v in claims if v.tested]  # holds / fails / inconclusive: the only verdicts counted
+    decided = verdict_counts([v.verdict for v in tested])
+    at_n = verdict_counts([v.as_if if v.verdict.startswith("inconclusive (n <") else v.verdict for v in tested])
+    apart = verdict_counts([v.verdict for v in claims if not v.tested])
     print()
     print(f"One seed each: a demonstration. The evidence is the claims table (paired over seeds, a verdict from "
-          f"n ≥ {MIN_SEEDS_TO_DECIDE} seed pairs): {decided}; read at the committed seeds: {at_n} "
+          f"n ≥ {MIN_SEEDS_TO_DECIDE} seed pairs, Holm-adjusted within each paper's family): {decided}; read at the "
+          f"committed seeds: {at_n}; not tested, each with its reason: {apart} "
           "(README 'Results', figures/claims_cpu.md).")
     return 0
 
