@@ -139,7 +139,8 @@ def test_the_map_finds_an_interaction_that_is_there() -> None:
     assert failing == {("path2", 200)}
     assert fails_anywhere(cells)
     cell = next(c for c in cells if (c.split, c.local_steps, c.arm) == ("path2", 200, "fedsam-0.1"))
-    assert cell.interaction.mean == pytest.approx(-2.3) and cell.gap.mean == pytest.approx(-2.0)
+    assert cell.interaction.mean == pytest.approx(-2.3)  # the seeds' wiggle cancels in I
+    assert cell.gap.mean == pytest.approx(-2.0, abs=0.05)  # and shifts G by its mean (−0.017)
     assert cell.gap.p_holm >= cell.gap.p  # Holm never lowers a p-value
 
 
@@ -151,7 +152,7 @@ def test_the_map_says_so_plainly_when_sam_never_fails() -> None:
     assert not fails_anywhere(cells)
     assert {c.verdict for c in cells} == {"does not fail"}
     text = decision_markdown(study, cells, [], {}, 132, 132)
-    assert "Local SAM does not fail anywhere on this map." in text
+    assert "Local SAM does not fail anywhere on the failure map." in text
 
 
 def test_sam_losing_everywhere_alike_is_not_a_heterogeneity_failure() -> None:

@@ -20,9 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from scipy import stats
-
 from lab.study.spec import Study
 
 __all__ = ["Estimate", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]
@@ -61,22 +58,16 @@ class Estimate:
 
 
 def estimate_of(values: Sequence[float], level: float = 0.95) -> Estimate:
-    """Mean ± t_{(1+level)/2, n−1} · s/√n and the two-sided t-test p of mean = 0 (NaN below 2 values;
-    p = 0 when every value is the same nonzero number, 1 when all are 0)."""
-    arr = np.asarray(values, dtype=float)
-    n = len(arr)
-    if n == 0:
+    """Mean ± t_{(1+level)/2, n−1} · s/√n and the two-sided t-test p of mean = 0, through the one paired reading
+    of the claims (:func:`lab.evidence.paired.paired_difference`, :func:`~lab.evidence.paired.t_test_p`); NaN
+    below 2 values."""
+    from lab.evidence.paired import paired_difference, t_test_p
+
+    if not values:
         return Estimate((), math.nan, math.nan, math.nan)
-    mean = float(arr.mean())
-    if n < 2:
-        return Estimate(tuple(arr.tolist()), mean, math.nan, math.nan)
-    sd = float(arr.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + level / 2, df=n - 1)) * sd / math.sqrt(n)
-    if sd == 0:
-        p = 1.0 if mean == 0 else 0.0
-    else:
-        p = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), df=n - 1))
-    return Estimate(tuple(arr.tolist()), mean, half, p)
+    diff = paired_difference(dict(enumerate(values)), dict.fromkeys(range(len(values)), 0.0), level=level,
+                             min_seeds_for_p=len(values) + 1)  # the sign-flip p is not this reading's
+    return Estimate(tuple(float(v) for v in values), diff.mean, diff.half_width, t_test_p(diff))
 
 
 @dataclass(frozen=True)

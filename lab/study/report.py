@@ -15,23 +15,12 @@ from lab.study.spec import Study
 __all__ = ["README_END", "README_START", "control_rows", "decision_markdown", "headline", "load_values",
            "replace_readme_block", "run_problem", "write_outputs"]
 
-CHANCE = 0.1  # ten classes
-
-
 def run_problem(result: Any) -> str | None:
-    """Why a run is not read (the study's ``validity`` rule), or None: status diverged; the sampled clients'
-    mean training loss non-finite or above 10 × its round-1 value in some round; final metric ≤ 1.5 × chance."""
-    from lab.evidence.protocol import final_metric
+    """Why a run is not read: the study's ``validity`` rule, which is the evidence's divergence rule
+    (:func:`lab.evidence.divergence.run_divergence`), or None."""
+    from lab.evidence.divergence import run_divergence
 
-    if result.status == "diverged":
-        return "diverged (status)"
-    loss = result.metrics["train_loss"].astype(float).tolist()
-    if loss and (not all(math.isfinite(v) for v in loss) or max(loss) > 10 * loss[0]):
-        return f"diverged (training loss up to {max(loss):.3g}, round 1: {loss[0]:.3g})"
-    value = final_metric(result).value
-    if not value > 1.5 * CHANCE:
-        return f"collapsed (final accuracy {100 * value:.1f} %)"
-    return None
+    return run_divergence(result)
 
 
 def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple[str, str, int], float],
