@@ -129,6 +129,22 @@ def test_a_missing_control_confounds_the_claim_and_a_present_one_is_compared(tmp
     v = evaluate_claims_paired([claim], _figure(tmp_path / "b", left + right, extra=matched))[0]
     assert v.verdict == "holds" and len(v.comparisons) == 2
     assert v.comparisons[1].right["label"] == "FedSAM [rho=0.2] (required control)" and v.comparisons[1].tested
+    # a control still training (2 of 6 seeds) confounds the claim as a missing one does, whatever the other arm says
+    v = evaluate_claims_paired([claim], _figure(tmp_path / "c", left + right, extra=matched[:2]))[0]
+    assert v.verdict == CONFOUNDED and "has 2 of the 6 seeds" in v.untested
+    assert not any(c.tested for c in v.comparisons)
+
+
+def test_a_reference_is_the_method_as_registered_not_a_control_of_it(tmp_path):
+    """FedSWA tuned into FedAvg is compared with FedAvg, not with a FedAvg control of the same seed (server_lr 0.6)."""
+    same = [0.1, 0.3, 0.5, 0.6]
+    swa = [_run("fedswa", s, a, curve=same, rho=1.0, alpha=1.0) for s, a in zip(SEEDS, _accs(0.70))]
+    avg = [_run("fedavg", s, a, curve=same) for s, a in zip(SEEDS, _accs(0.70))]
+    damped = [_run("fedavg", s, a, curve=[0.2, 0.2, 0.2, 0.2], server_lr=0.6) for s, a in zip(SEEDS, _accs(0.5))]
+    sam = [_run("fedsam", s, a) for s, a in zip(SEEDS, _accs(0.71))]
+    claim = _claim("d", {"algorithm": "fedswa"}, ">", {"algorithm": "fedsam"})
+    v = evaluate_claims_paired([claim], _figure(tmp_path, swa + sam, extra=damped + avg))[0]
+    assert v.verdict == NOT_TESTED_DEGENERATE and "bit for bit at 6 of 6 seeds" in v.untested
 
 
 def test_holm_decides_inside_a_family_and_not_across_families(tmp_path):

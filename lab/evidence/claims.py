@@ -765,6 +765,10 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
     for required in claim.requires:  # a control the claim needs, read from the whole records folder
         found = companion_runs(pool, required, left_runs) if left_runs else {}
         name = f"{_arm_name(required)} (required control)"
+        if found and len(found) < min_seeds_to_decide:  # a control still training confounds like a missing one
+            reading.untested.append((CONFOUNDED, f"the control {_arm_name(required)} has {len(found)} of the "
+                                                 f"{min_seeds_to_decide} seeds a verdict needs (figures/claims.yaml "
+                                                 "requires)"))
         if found:
             why = diverged_arm(name, list(found.values()))
             if why:

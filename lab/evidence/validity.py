@@ -176,7 +176,9 @@ def companion_runs(pool: RecordPool, arm: Mapping[str, Any], like: Sequence[RunR
     extra = dict(overrides or {})
     want = {(federation(r.config, **extra), r.config.seed) for r in like}
     out: dict[Hashable, RunResult] = {}
-    for r in pool.runs(str(arm["algorithm"])):
+    # fewest hyperparameters set first: a reference is the method as registered, not a control of it
+    # (FedAvg at server_lr 0.6 shares FedAvg's federation and seed)
+    for r in sorted(pool.runs(str(arm["algorithm"])), key=lambda r: len(r.config.algorithm_params)):
         if (federation(r.config), r.config.seed) in want and matches(r, arm, {}):
             out.setdefault(r.config.seed, r)
     return out
