@@ -55,11 +55,62 @@ def _effect_row(row: pd.Series, rows: pd.DataFrame) -> bool:
     return row["right"] == named[0] if named else row["comparison"] == 0
 
 
+# how each verdict class is drawn: (marker, face colour, edge colour, legend text)
+MARKERS: dict[str, tuple[str, str, str, str]] = {
+    "holds": ("o", "#1b7837", "#1b7837", "holds (Holm-adjusted)"),
+    "fails": ("o", "#b2182b", "#b2182b", "fails (Holm-adjusted)"),
+    "inconclusive": ("o", "white", "#444444", "inconclusive"),
+    "not tested": ("X", "#999999", "#999999", "not tested: degenerate arm, diverged, confounded, headroom, too few seeds"),
+}
+
+
+def verdict_style(verdict: str) -> str:
+    """The class a comparison's verdict is drawn as (:data:`MARKERS`)."""
+    return verdict if verdict in ("holds", "fails", "inconclusive") else "not tested"
+
+
+def short_claim(text: str, width: int = 58) -> str:
+    """A claim's sentence cut to its head (before the setting in parentheses or a dash) and to ``width``."""
+    head = str(text).split(" — ")[0]
+    return head if len(head) <= width else head[: width - 1].rstrip() + "…"
+
+
+def axis_limits(rows: pd.DataFrame, pad: float = 0.12) -> tuple[float, float]:
+    """The x-range of a panel: every tested interval (holds / fails / inconclusive) and zero, padded; points
+    outside it are drawn as labelled arrows at its edge instead of stretching it."""
+    import numpy as np
+
+    tested = rows[rows["comparison_verdict"].isin(["holds", "fails", "inconclusive"])]
+    values = [0.0] + [v for c in ("low", "high", "bound") for v in tested[c] if np.isfinite(v)]
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    return lo - pad * span, hi + pad * span
+
+
+def _plot_value(ax, x: float, y: float, lims: tuple[float, float], **style) -> None:
+    """A point at (x, y), or an arrow at the axis edge with the value written beside it when x is off-scale."""
+    lo, hi = lims
+    if lo <= x <= hi:
+        ax.plot(x, y, ls="none", **style)
+        return
+    edge, sign = (hi, 1) if x > hi else (lo, -1)
+    inset = 0.04 * (hi - lo)
+    ax.annotate("", xy=(edge, y), xytext=(edge - sign * inset, y),
+                arrowprops={"arrowstyle": "-|>", "color": style.get("color", "#555555"), "lw": 1.0})
+    ax.text(edge - sign * 1.2 * inset, y, f"{x:+.3g}", fontsize=5.5, va="center",
+            ha="right" if sign > 0 else "left", color=style.get("color", "#555555"))
+
+
 def claims_forest(figures_dir: Path | None = None, *, profile: str = "cpu", notebook: str = "10_benchmarks",
                   out_dir: Path | None = None, min_seeds_to_decide: int | None = None) -> dict[str, Path]:
     """Draw and save ``claims_forest.{png,pdf,csv,json}`` (:func:`lab.tools.figures.save_figure`: citable
     profiles into ``figures/``, ``ci`` into ``figures/_scratch/``) from the committed evidence in
-    ``figures_dir`` (default: the repository's ``figures/``). Returns the written paths."""
+    ``figures_dir`` (default: the repository's ``figures/``). Returns the written paths.
+
+    Rows are grouped by paper (a bold header per group), labelled with the claim's own words and the arm it is
+    compared with; markers say the verdict class (:data:`MARKERS`); each panel's axis is fitted to its tested
+    intervals, and anything beyond (a diverged arm's mean, a paper's effect far outside) is an arrow at the
+    edge with its value."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -68,49 +119,68 @@ def claims_forest(figures_dir: Path | None = None, *, profile: str = "cpu", note
 
     use_house_style()
     table = forest_table(figures_dir, min_seeds_to_decide=min_seeds_to_decide)
-    shown = table[table["n"] > 0]
+    shown = table[table["n"] > 0].copy()
     no_data = sorted(set(table.loc[table["comparison_verdict"] == "no data", "id"]))
     panels = list(dict.fromkeys(shown["panel"]))
-    heights = [max(len(shown[shown["panel"] == p]), 1) for p in panels] or [1]
-    fig, axes = plt.subplots(len(heights), 1, figsize=(8.5, 1.0 + 0.24 * sum(heights) + 0.4 * len(heights)),
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)
-    colours = {"holds": "#1b7837", "fails": "#b2182b"}
-    for ax, panel in zip(axes[:, 0], panels):
+    layouts = []
+    for panel in panels:
         rows = shown[shown["panel"] == panel].reset_index(drop=True)
-        ys = np.arange(len(rows))[::-1]
-        for y, (_, r) in zip(ys, rows.iterrows()):
-            reading = r["comparison_as_if"]
-            colour = colours.get(reading, "#555555")
-            filled = bool(r["decided"])
-            ax.errorbar(r["mean"], y, xerr=[[r["mean"] - r["low"]], [r["high"] - r["mean"]]]
-                        if np.isfinite(r["low"]) else None, fmt="o", ms=4, lw=1.2, color=colour,
-                        mfc=colour if filled else "white", capsize=2)
+        items: list[tuple[str, pd.Series | None]] = []  # ("paper", None) headers, ("row", r) comparisons
+        for paper, group in rows.groupby("paper", sort=False):
+            items.append((str(paper), None))
+            items += [("", r) for _, r in group.iterrows()]
+        layouts.append((panel, rows, items))
+    heights = [max(len(items), 1) for _, _, items in layouts] or [1]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(9.0, 1.2 + 0.2 * sum(heights) + 0.5 * len(heights)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (panel, rows, items) in zip(axes[:, 0], layouts):
+        lims = axis_limits(rows)
+        ys = np.arange(len(items))[::-1]
+        labels = []
+        last_id = None
+        for y, (header, r) in zip(ys, items):
+            if r is None:
+                labels.append(header)
+                ax.axhline(y - 0.5, color="#dddddd", lw=0.6)
+                continue
+            first = r["id"] != last_id
+            last_id = r["id"]
+            vs = f"vs {r['right']}" if r["right"] else ""
+            labels.append((short_claim(r["claim"]) + ("  " + vs if vs else "")) if first else vs)
+            marker, face, edge, _ = MARKERS[verdict_style(str(r["comparison_verdict"]))]
+            if np.isfinite(r["low"]) and lims[0] <= r["mean"] <= lims[1]:
+                ax.plot([max(r["low"], lims[0]), min(r["high"], lims[1])], [y, y], color=edge, lw=1.1)
+            _plot_value(ax, float(r["mean"]), y, lims, marker=marker, ms=4.5, mfc=face, mec=edge, color=edge)
             if np.isfinite(r["bound"]):
-                ax.plot([r["bound"]] * 2, [y - 0.35, y + 0.35], ls="--", lw=0.9, color="#8c510a")
-                if r["op"] in ("approx", "abs_le"):
-                    ax.plot([-r["bound"]] * 2, [y - 0.35, y + 0.35], ls="--", lw=0.9, color="#8c510a")
+                for b in ([r["bound"], -r["bound"]] if r["op"] in ("approx", "abs_le") else [r["bound"]]):
+                    if lims[0] <= b <= lims[1]:
+                        ax.plot([b, b], [y - 0.35, y + 0.35], ls="--", lw=0.9, color="#8c510a")
             if panel.startswith("accuracy") and np.isfinite(r["paper_effect"]) and _effect_row(r, rows):
-                ax.plot(r["paper_effect"], y, marker="D", ms=5, color="#2166ac", ls="none")
+                _plot_value(ax, float(r["paper_effect"]), y, lims, marker="D", ms=4.5, color="#2166ac")
         ax.axvline(0.0, color="black", lw=0.6)
-        ax.set_yticks(ys, [str(x) for x in rows["row_label"]], fontsize=6.5)
+        ax.set_xlim(*lims)
+        ax.set_ylim(-0.7, len(items) - 0.3)
+        ax.set_yticks(ys, labels, fontsize=6.3)
+        for tick, (header, _) in zip(ax.get_yticklabels(), items):
+            if header:
+                tick.set_fontweight("bold")
         ax.set_xlabel(panel, fontsize=8)
         ax.tick_params(axis="x", labelsize=7)
-    handles = [plt.Line2D([], [], marker="o", color="#555555", mfc="white", ls="none",
-                          label="fedlab paired Δ ± 95 % (hollow: not decided, or not tested)"),
-               plt.Line2D([], [], marker="o", color="#1b7837", ls="none", label="holds (Holm-adjusted)"),
-               plt.Line2D([], [], marker="o", color="#b2182b", ls="none", label="fails (Holm-adjusted)"),
-               plt.Line2D([], [], marker="D", color="#2166ac", ls="none", label="paper's effect (points)"),
-               plt.Line2D([], [], ls="--", color="#8c510a", label="margin / tolerance")]
-    axes[0, 0].legend(handles=handles, fontsize=6.5, loc="lower right", framealpha=0.9)
-    fig.tight_layout()
+    handles = [plt.Line2D([], [], marker=m, mfc=f, mec=e, color=e, ls="none", label=t) for m, f, e, t in MARKERS.values()]
+    handles += [plt.Line2D([], [], marker="D", color="#2166ac", ls="none", label="paper's effect (points)"),
+                plt.Line2D([], [], ls="--", color="#8c510a", label="margin / tolerance"),
+                plt.Line2D([], [], marker=r"$\rightarrow$", color="#555555", ls="none",
+                           label="beyond the axis (value written)")]
+    top = 1 - 0.75 / fig.get_figheight()  # room above the panels for the legend, whatever their height
+    fig.legend(handles=handles, fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, top))
     n = int(shown["n"].max()) if len(shown) else 0
-    caption = ("Every claim's comparison: fedlab's paired difference left − right over the seeds both arms share "
-               f"(mean ± 95 % paired t-interval, n = {n} seeds; coloured by the verdict decided on the Holm-adjusted p "
-               "in the claim's family; hollow below the 6 pairs a verdict needs, coloured by what the interval says; "
-               "grey where an arm does not test the claim), the claim's margin (dashed) and, for accuracy, the "
-               "paper's own effect "
-               "(diamond; other settings: CIFAR/ResNet, hundreds of rounds). Claims with no data yet: "
-               + (", ".join(no_data) if no_data else "none") + ".")
+    caption = ("Every claim's comparison, grouped by paper: fedlab's paired difference left − right over the seeds both "
+               f"arms share (mean ± 95 % paired t-interval, up to n = {n} seeds), marked by its verdict class (Holm-"
+               "adjusted holds / fails, inconclusive, or not tested with its reason in the claims table), the claim's "
+               "margin (dashed) and, for accuracy, the paper's own effect (diamond; other settings: CIFAR/ResNet, "
+               "hundreds of rounds). Each axis fits the tested intervals; values beyond it are arrows with the value. "
+               "Claims with no data yet: " + (", ".join(no_data) if no_data else "none") + ".")
     data = table.drop(columns=["note"])
     paths = save_figure(fig, "claims_forest", notebook=notebook, profile=profile, caption=caption, data=data,
                         out_dir=out_dir, kind="results",
