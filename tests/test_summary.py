@@ -33,3 +33,23 @@ def test_the_summary_runs_the_committed_evidences_own_runs(tmp_path):
     for method, (cfg, key) in runs.items():
         assert (cfg.algorithm, cfg.seed, split_key(cfg)) == (method, 0, "dirichlet-0.1") and key.startswith(method)
     assert len({(c.model, c.rounds, c.local_steps, c.lr) for c, _ in runs.values()}) == 1  # one federation
+
+
+def test_the_summary_shows_each_comparison_of_the_three_with_its_paired_verdict():
+    """Beside the one-seed demonstration, every claims-table comparison between two of the three methods as tuned
+    (Dirichlet 0.1) with its paired interval and verdict, columns aligned (issue 41)."""
+    from lab.evidence.claims import evaluate_claims_paired, load_claims
+    from lab.repro import FIGURES_DIR
+
+    wanted = {"fedsam_below_fedavg_dir01", "fedvssam_above_best_baseline_dir01", "fedvssam_above_fedsam_small_step"}
+    claims = [c for c in load_claims(FIGURES_DIR / "claims.yaml") if c.id in wanted]
+    verdicts = evaluate_claims_paired(claims)
+    lines = summary.shown_comparisons(verdicts)
+    assert lines[0].startswith("comparison") and len(lines) == 4  # FedSAM − FedAvg; FedVSSAM − FedAvg, − FedSAM
+    column = lines[0].index("this comparison")
+    by_pair = {ln.split("  ")[0].strip(): ln for ln in lines[1:]}
+    assert set(by_pair) == {"FedSAM − FedAvg", "FedVSSAM − FedAvg", "FedVSSAM − FedSAM"}
+    sam = next(v for v in verdicts if v.claim.id == "fedsam_below_fedavg_dir01")
+    assert by_pair["FedSAM − FedAvg"][column:].startswith(sam.comparisons[0].verdict)
+    assert sam.comparisons[0].difference.format(scale=100) in by_pair["FedSAM − FedAvg"]
+    assert "small_step" not in "".join(lines)  # FedSAM at another step size is not 'FedSAM as tuned'

@@ -42,6 +42,32 @@ def evidence_runs(figures_dir=None):  # type: ignore[no-untyped-def]
     return out
 
 
+def shown_comparisons(verdicts) -> list[str]:  # type: ignore[no-untyped-def]
+    """One aligned line per paired comparison of the claims table between two of :data:`METHODS` as tuned (no
+    hyperparameters pinned) at Dirichlet 0.1: the difference left − right on the protocol's final metric with its
+    interval and n, the comparison's own verdict and the claim's."""
+    from lab.tools.plots import method_label
+
+    rows = []
+    for v in verdicts:
+        select = v.claim.select or {}
+        if v.claim.left.get("algorithm") not in METHODS or v.claim.left.get("params") or v.claim.left.get("config") \
+                or select.get("alpha") != 0.1:
+            continue
+        for c in v.comparisons:
+            if c.right.get("algorithm") not in METHODS or c.right.get("params") or c.right.get("config") \
+                    or c.difference is None:
+                continue
+            pair = f"{method_label(v.claim.left['algorithm'])} − {method_label(c.right['algorithm'])}"
+            rows.append((pair, c.difference.format(scale=100) + " pts", c.verdict, f"{v.verdict} ({v.claim.id})"))
+    if not rows:
+        return ["(no claim compares two of these methods)"]
+    head = ("comparison", "paired difference", "this comparison", "the claim")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+    return ["  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]), r[2].ljust(widths[2]), r[3]])
+            for r in [head, *rows]]
+
+
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
@@ -86,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
         print(table.to_string(index=False))
     print(f"final test acc: {'; '.join(dict.fromkeys(hows))} (lab.evidence.protocol.final_metric)")
-    claims = [v for v in evaluate_claims_paired() if v.claim.kind == "claim"]
+    verdicts = evaluate_claims_paired()
+    claims = [v for v in verdicts if v.claim.kind == "claim"]
+    print()
+    print("The same methods over every seed (the claims table's paired comparisons among them, Dirichlet 0.1):")
+    for line in shown_comparisons(verdicts):
+        print("  " + line)
     tested = [v for v in claims if v.tested]  # holds / fails / inconclusive: the only verdicts counted
     decided = verdict_counts([v.verdict for v in tested])
     at_n = verdict_counts([v.as_if if v.verdict.startswith("inconclusive (n <") else v.verdict for v in tested])
