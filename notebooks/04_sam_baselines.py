@@ -328,7 +328,8 @@ print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} 
 # ## 2. Train the eight methods
 # For each training seed, all eight share the federation, the initial model, the client sampling and
 # every minibatch order (each drawn from a generator derived from the seed), so the curves differ only
-# by the update rule; the partition is the same for every seed (`run_seeds`). Runs are cached under
+# by the update rule; at the `ci` size the partition is the same for every seed (`run_seeds`), while the
+# cpu figures' runs draw one partition per seed, shared by every method of it. Runs are cached under
 # `runs/` (and, in the `cpu` profile, committed as records): a second execution loads them.
 
 # %%

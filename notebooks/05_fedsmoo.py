@@ -263,7 +263,8 @@ display(Markdown(
 # %% [markdown]
 # ## 5. The six methods on Fashion-MNIST
 # For each training seed, all six share the federation, initial model, client sampling and minibatch
-# order; only the update rule differs. The partition is the same for every seed. Every
+# order; only the update rule differs. At the `ci` size the partition is the same for every seed; the cpu
+# figures' runs draw one per seed, shared by every method of it. Every
 # hyperparameter comes from `tuned_params(method, base)` — the committed choice of the protocol's
 # tuning on this split, or the method's defaults (labelled *untuned*) while none is committed —
 # unless the parameters `rho`, `lam` or `adaptive_rho_max` set it (the `paper` profile); the blog

@@ -392,3 +392,16 @@ def test_claims_exits_non_zero_naming_a_damaged_record(tmp_path: Path, fault: st
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert f"{figs / 'records' / KEY}.json.gz" in proc.stderr and message in proc.stderr
     assert "Traceback" not in proc.stderr and "not run" not in proc.stdout
+
+
+def test_every_committed_manifest_agrees_with_its_evidence() -> None:
+    """Not only figures/: the rerun's tuning (figures/rerun/) and the regime pilot (figures/regime/) keep their own
+    manifests, which nothing checked (issue 46) — a re-key rewrote 34 tuning files behind figures/rerun's back."""
+    import subprocess
+
+    listed = subprocess.run(["git", "-C", str(FIGURES_DIR), "ls-files", "*MANIFEST.sha256"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    roots = sorted((FIGURES_DIR / p).parent for p in listed)
+    assert FIGURES_DIR in roots and FIGURES_DIR / "rerun" in roots and FIGURES_DIR / "regime" in roots
+    for root in roots:
+        assert problems(root) == {"changed": [], "unlisted": [], "missing": []}, root

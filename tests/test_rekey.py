@@ -69,3 +69,21 @@ def test_rekey_refuses_a_tampered_record(figures, monkeypatch):
     with pytest.raises(integrity.EvidenceError, match=keys[2]):
         rekey.rekey("HEAD", directory=root / "records")
     assert sorted(p.name for p in (root / "records").glob("*.json.gz")) == sorted(f"{k}.json.gz" for k in keys)
+
+
+def test_rekey_re_records_a_rewritten_file_that_another_manifest_lists(figures, monkeypatch):
+    """A tuning file under figures/rerun/ names its grid points' records; the rewrite of those names must leave
+    figures/rerun/MANIFEST.sha256 agreeing with it (it did not: 34 tuning files were refused after a re-key)."""
+    root, keys = figures
+    tuning = root / "rerun" / "tuning" / "dirichlet-0.1"
+    tuning.mkdir(parents=True)
+    (tuning / "fedacg.json").write_text(json.dumps({"scores": [{"run": keys[0]}]}))
+    integrity.add(tuning / "fedacg.json", root / "rerun")
+    old = {str(root / "records" / f"{k}.json.gz"): k for k in keys}
+    new = {path: key.rsplit("-", 1)[0] + "-" + "fedcba%06d" % i for i, (path, key) in enumerate(old.items())}
+    calls = iter([old, new])
+    monkeypatch.setattr(rekey, "keys_under", lambda code_root, paths: next(calls))
+    monkeypatch.setattr(rekey, "extract", lambda commit, dest: dest)
+    renames = rekey.rekey("HEAD", directory=root / "records")
+    assert json.loads((tuning / "fedacg.json").read_text())["scores"][0]["run"] == renames[keys[0]]
+    assert integrity.problems(root / "rerun") == {"changed": [], "unlisted": [], "missing": []}

@@ -133,7 +133,20 @@ def _replace_references(renames: dict[str, str], figures_dir: Path = FIGURES_DIR
         if new_text != text:
             path.write_text(new_text, encoding="utf-8")
             changed.append(path)
+    for path in changed:  # a rewritten file that a manifest lists (a tuning file naming its runs) is re-recorded
+        for root in _manifests_listing(path, Path(figures_dir)):
+            integrity.rerecord(path, root)
     return changed
+
+
+def _manifests_listing(path: Path, top: Path) -> list[Path]:
+    """The evidence roots between ``path`` and ``top`` whose manifest lists ``path`` (``figures/``, ``figures/rerun``, …)."""
+    roots = []
+    for folder in [p for p in path.parents if p == top or top in p.parents]:
+        if integrity.manifest_path(folder).exists() and \
+                path.relative_to(folder).as_posix() in integrity.read_manifest(folder):
+            roots.append(folder)
+    return roots
 
 
 def main(argv: list[str] | None = None) -> int:
