@@ -480,7 +480,7 @@ assert nf_l["bug_acc"] < nf_l["bug_code_acc"] - 5 and nf_l["bug_dd_ratio"] > 2, 
 assert nf_l["bug_seeds"] < nf_n and nf_l["controls"] == 2, "three seeds; both controls in the figure"
 assert nf_l["dd_code_above_controls"] == nf_n, "the code variant's Δ_D above both controls', every seed"
 assert all(abs(nf_dd_l[c_] / nf_dd_l["FedAvg"] - 1) < 0.1 for c_ in (NF_RHO0, NF_ACG)), "the controls' Δ_D near FedAvg's"
-assert nf_l["code_vs_rho0"] > 0 and nf_l["code_ahead_rho0"] < nf_n, "ahead of its ρ = 0 control on average, not always"
+assert nf_l["code_vs_rho0"] > 0, "ahead of its ρ = 0 control on average (the seed count is printed)"
 display(Markdown(
     f"**Neither variant is ≫ FedSAM, and only the paper variant has the smaller Δ_D.** Final accuracy (the mean of "
     f"the last {nf_l['k']} rounds): FedNSAM (code) {nf_l['acc'][NF_CODE]:.2f} %, FedSAM {nf_l['acc']['FedSAM']:.2f} %, "
