@@ -15,22 +15,24 @@ at ρ when G < 0 and I < 0 are both decided and G is at most minus the smallest 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from fedlab.evidence.uncertainty import Interval
 from lab.study.spec import Study
 
-__all__ = ["Estimate", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]
+__all__ = ["Effect", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]
 
 Values = Mapping[tuple[str, str, int], float]
 """(cell name, arm name, seed) → final metric in points."""
 
 
 @dataclass(frozen=True)
-class Estimate:
-    """Mean of per-seed values with its paired t-interval and two-sided t-test p."""
+class Effect(Interval):
+    """Mean of per-seed values with its paired t-interval (``low``/``high`` from :class:`Interval`) and
+    two-sided t-test p, Holm-adjusted inside its family once :func:`analyse` has run."""
 
     values: tuple[float, ...]
     mean: float
@@ -42,14 +44,6 @@ class Estimate:
     def n(self) -> int:
         return len(self.values)
 
-    @property
-    def low(self) -> float:
-        return self.mean - self.half_width
-
-    @property
-    def high(self) -> float:
-        return self.mean + self.half_width
-
     def text(self) -> str:
         if self.n == 0:
             return "no data"
@@ -57,17 +51,17 @@ class Estimate:
         return f"{self.mean:+.2f}{hw} (n={self.n})"
 
 
-def estimate_of(values: Sequence[float], level: float = 0.95) -> Estimate:
+def estimate_of(values: Sequence[float], level: float = 0.95) -> Effect:
     """Mean ± t_{(1+level)/2, n−1} · s/√n and the two-sided t-test p of mean = 0, through the one paired reading
     of the claims (:func:`lab.evidence.paired.paired_difference`, :func:`~lab.evidence.paired.t_test_p`); NaN
     below 2 values."""
     from lab.evidence.paired import paired_difference, t_test_p
 
     if not values:
-        return Estimate((), math.nan, math.nan, math.nan)
+        return Effect((), math.nan, math.nan, math.nan)
     diff = paired_difference(dict(enumerate(values)), dict.fromkeys(range(len(values)), 0.0), level=level,
                              min_seeds_for_p=len(values) + 1)  # the sign-flip p is not this reading's
-    return Estimate(tuple(float(v) for v in values), diff.mean, diff.half_width, t_test_p(diff))
+    return Effect(tuple(float(v) for v in values), diff.mean, diff.half_width, t_test_p(diff))
 
 
 @dataclass(frozen=True)
@@ -78,9 +72,9 @@ class MapCell:
     split: str
     local_steps: int
     arm: str
-    gap: Estimate
-    interaction: Estimate
-    cost: Estimate
+    gap: Effect
+    interaction: Effect
+    cost: Effect
     untested: tuple[str, ...]
     verdict: str = ""
 
@@ -139,14 +133,8 @@ def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], 
         adjusted = holm([getattr(cells[i], field).p for i in tested])
         for i, p in zip(tested, adjusted):
             est = getattr(cells[i], field)
-            cells[i] = _replace(cells[i], **{field: Estimate(est.values, est.mean, est.half_width, est.p, p)})
-    return [_replace(c, verdict=map_verdict(c, smallest)) for c in cells]
-
-
-def _replace(cell: MapCell, **changes: Any) -> MapCell:
-    import dataclasses
-
-    return dataclasses.replace(cell, **changes)
+            cells[i] = dataclasses.replace(cells[i], **{field: Effect(est.values, est.mean, est.half_width, est.p, p)})
+    return [dataclasses.replace(c, verdict=map_verdict(c, smallest)) for c in cells]
 
 
 def fails_anywhere(cells: Sequence[MapCell]) -> bool:

@@ -18,7 +18,8 @@ from typing import Any
 
 from lab.study.spec import CALIBRATED, Arm, Cell, Study, StudyError
 
-__all__ = ["StudyRun", "committed_runs", "estimate", "measured_seconds", "planned_runs", "run_config"]
+__all__ = ["StudyRun", "committed_runs", "estimate", "measured_seconds", "planned_runs", "run_config",
+           "seconds_of"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def measured_seconds(directory: Path | None = None) -> dict[tuple[str, str], flo
     return {k: statistics.fmean(v) for k, v in got.items()}
 
 
-def _seconds_of(run: StudyRun, base_k: int, seconds: Mapping[tuple[str, str], float]) -> tuple[float, str]:
+def seconds_of(run: StudyRun, base_k: int, seconds: Mapping[tuple[str, str], float]) -> tuple[float, str]:
     """Estimated seconds of one run and where the number comes from: the method's mean over the rerun's
     splits (a split the rerun did not train costs the mean of those it did), scaled by K / base K."""
     per_split = [v for (m, _), v in seconds.items() if m == run.arm.algorithm]
@@ -160,12 +161,12 @@ def estimate(study: Study, runs: Sequence[StudyRun], committed: Mapping[tuple[st
         if run.key in committed:
             part["committed"] += 1
             continue
-        part["seconds"] += _seconds_of(run, base_k, seconds)[0]
+        part["seconds"] += seconds_of(run, base_k, seconds)[0]
     calibration = 0.0
     for arm in (study.raw.get("calibration") or {}):
         cell = study.arm(arm).cell
         assert cell is not None
-        calibration += _seconds_of(StudyRun(cell, Arm("calibration", "fedsam", {}), 0), base_k, seconds)[0]
+        calibration += seconds_of(StudyRun(cell, Arm("calibration", "fedsam", {}), 0), base_k, seconds)[0]
     total = sum(p["seconds"] for p in parts.values()) + calibration
     hours = total / workers / 3600
     return {"parts": parts, "calibration_seconds": calibration, "total_seconds": total, "workers": workers,

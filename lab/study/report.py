@@ -13,21 +13,14 @@ from lab.study.plan import committed_runs, planned_runs, run_config
 from lab.study.spec import Study
 
 __all__ = ["README_END", "README_START", "control_rows", "decision_markdown", "headline", "load_values",
-           "replace_readme_block", "run_problem", "write_outputs"]
-
-def run_problem(result: Any) -> str | None:
-    """Why a run is not read: the study's ``validity`` rule, which is the evidence's divergence rule
-    (:func:`lab.evidence.divergence.run_divergence`), or None."""
-    from lab.evidence.divergence import run_divergence
-
-    return run_divergence(result)
-
+           "replace_readme_block", "write_outputs"]
 
 def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple[str, str, int], float],
                                                                      dict[tuple[str, str], str], dict[str, Any]]:
     """(values, untested, results): every committed run of ``study`` as its final metric in points, keyed by
     (cell, arm, seed); the (cell, arm)s with a run that breaks the validity rule, with the reason; and the
     runs themselves by record key."""
+    from lab.evidence.divergence import run_divergence
     from lab.evidence.protocol import final_metric
     from lab.evidence.records import load_record
     from lab.study.calibrate import load_calibration
@@ -47,7 +40,7 @@ def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple
     for key, record in sorted(found.items()):
         res = load_record(record, directory, config=configs[key])
         results[record] = res
-        problem = run_problem(res)
+        problem = run_divergence(res)  # the study's validity rule is the evidence's divergence rule
         if problem is not None:
             untested.setdefault(key[:2], f"seed {key[2]} {problem}")
             continue

@@ -18,7 +18,8 @@ from typing import Any, TextIO
 
 from lab.repro import FIGURES_DIR
 from lab.study.calibrate import fedgf_threshold, load_calibration, save_calibration
-from lab.study.plan import StudyRun, committed_runs, estimate, measured_seconds, planned_runs, run_config
+from lab.study.plan import (StudyRun, committed_runs, estimate, measured_seconds, planned_runs, run_config,
+                             seconds_of)
 from lab.study.spec import CALIBRATED, Study, StudyError, load_study, require_registered
 
 __all__ = ["calibrate", "main", "out_dir", "plan_markdown", "train"]
@@ -113,8 +114,6 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     configs = _configs(study, runs)
     state = {"done": committed_runs(configs, records)}
     seconds = measured_seconds()  # the rerun's measured costs, wherever this study's records go
-    from lab.study.plan import _seconds_of
-
     def todo() -> list[StudyRun]:
         return [r for r in runs if r.key in configs and r.key not in state["done"]]
 
@@ -132,7 +131,7 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     def eta(running: Sequence[StudyRun]) -> float:
         left = [r for r in runs if r.key not in state["done"]]
         try:
-            return sum(_seconds_of(r, 50, seconds)[0] for r in left) / max(1, workers)
+            return sum(seconds_of(r, 50, seconds)[0] for r in left) / max(1, workers)
         except StudyError:  # nothing measured to cost it from
             return math.nan
 
