@@ -433,14 +433,18 @@ assert b01["fedsam"]["above"] == b01["fedsam"]["paired"] and 0 < b01["fedsam"]["
     b01[m]["diff"] for m in corrections), "FedSAM: above FedAvg in every seed, by less than either drift correction"
 assert b01["mofedsam"]["above"] == 0, "MoFedSAM below FedAvg in every seed"
 ranked = sorted((m for m in b01 if b01[m]["lost"] == 0), key=lambda m: -b01[m]["mean"])
-assert ranked[0] == "fedgmt", "the paragraph names FedGMT the best method at Dir 0.1"
+# the best of the methods run on every seed (a method on fewer seeds, which no claim judges, is named beside it)
+best_full = next(m for m in ranked if b01[m]["seeds"] == b01["fedavg"]["seeds"])
+assert best_full == "fedgmt", "the paragraph describes FedGMT as the best method run on every seed at Dir 0.1"
 # corrects drift: a control variate (SCAFFOLD, FedGAMMA, FedMoSWA) or a dual/dynamic regulariser (FedDyn, FedSpeed,
 # FedSMOO, FedGMT's FedDyn server) in its update (notebooks 04–08 and the methods page)
 DRIFT_CORRECTING = {"scaffold", "fedgamma", "fedmoswa", "feddyn", "fedspeed", "fedsmoo", "fedgmt"}
 assert set(ranked[:5]) <= DRIFT_CORRECTING, "the paragraph says each of the five best corrects drift"
-# FedAvg itself, up to float rounding: equal in all but at most one seed and within a tenth of a point in that one
+# FedAvg itself, up to float rounding: equal in all but at most one seed and within a quarter point in that one
+# (last-bit differences carried through 100 rounds: a few hundredths on the last evaluation, a tenth on the mean of
+# the final window in the committed runs)
 as_fedavg = sorted(m for m in b01 if m != "fedavg" and b01[m]["equal"] >= b01[m]["paired"] - 1
-                   and b01[m]["largest"] < 0.1)
+                   and b01[m]["largest"] < 0.25)
 assert set(as_fedavg) == {"fedlesam", "fedswa"}, "the paragraph names FedLESAM and FedSWA as FedAvg seed for seed"
 odd = {b01[m]["paired"] - b01[m]["equal"] for m in as_fedavg}
 assert len(odd) == 1 and len({b01[m]["largest"] for m in as_fedavg}) == 1, "both differ from FedAvg alike"
@@ -449,7 +453,7 @@ assert tuned_off["fedlesam"]["rho"] == 0 and tuned_off["fedswa"]["rho"] == tuned
 assert b01["fedgf"]["mean"] < 20 and b01["fedgf"]["lost"] >= 1, "FedGF fails"
 near05 = {m: v for m, v in b05.items() if m not in ("fedavg", "mofedsam")}
 assert 0 < b01["fedgamma"]["diff"] - b01["scaffold"]["diff"] < 1 and 0 < b01["fedsmoo"]["diff"] - b01["feddyn"]["diff"] < 1, \
-    "FedGAMMA and FedSMOO a few tenths above their bases (SCAFFOLD, FedDyn)"
+    "FedGAMMA and FedSMOO less than a point above their bases (SCAFFOLD, FedDyn)"
 assert set(sorted(near05, key=lambda m: -near05[m]["mean"])[:3]) <= DRIFT_CORRECTING
 assert b05["mofedsam"]["above"] == 0 and max(abs(v["diff"]) for v in near05.values()) < b01["scaffold"]["diff"]
 
@@ -469,7 +473,10 @@ display(Markdown(
     f"* **Each of the five best methods corrects drift** (a control variate or a dual regulariser in its update): "
     + ", ".join(f"{method_label(m)} ({b01[m]['mean']:.1f} %, {b01[m]['diff']:+.1f}"
                 + (f", {b01[m]['seeds']} seeds" if b01[m]['seeds'] != 6 else "") + ")" for m in ranked[:5])
-    + f". FedGMT, the 2025 successor (a trajectory teacher on a FedDyn server), is the best of all.\n"
+    + f". FedGMT, the 2025 successor (a trajectory teacher on a FedDyn server), is the best of the methods run on "
+    f"all {b01['fedavg']['seeds']} seeds"
+    + (f" ({method_label(ranked[0])}, on {b01[ranked[0]]['seeds']} seeds, is higher still)" if ranked[0] != best_full
+       else "") + ".\n"
     f"* **Two methods are FedAvg**: tuning switched their extra part off (FedLESAM at ρ = "
     f"{tuned_off['fedlesam']['rho']:g}; FedSWA at ρ = {tuned_off['fedswa']['rho']:g}, α = {tuned_off['fedswa']['alpha']:g}, "
     f"where its cyclic learning rate and its server step reduce to FedAvg's: notebook 06). Their accuracy equals "
@@ -477,8 +484,8 @@ display(Markdown(
     + ("." if b01["fedlesam"]["equal"] == b01["fedlesam"]["paired"] else
        f"; in the other the two are {b01['fedlesam']['largest']:.2f} points apart from FedAvg's record, which was "
        f"written on a machine whose floats round differently (FedAvg trained again here gives their number to the "
-       f"last digit): last-bit differences, carried through 100 rounds, moved this final accuracy by a few "
-       f"hundredths of a point.") + "\n"
+       f"last digit): last-bit differences, carried through 100 rounds, moved this final accuracy by "
+       f"{b01['fedlesam']['largest']:.2f} points.") + "\n"
     f"* **FedGF fails**: {b01['fedgf']['lost']} of its {b01['fedgf']['seeds']} seeds collapsed and the others end at "
     f"{b01['fedgf']['mean']:.1f} %: at K = 50 every client's drift passes FedGF's threshold, so every local step takes "
     f"its gradient at one globally perturbed point (the claim `fedgf_above_fedsam_dir01`; FedGF's rule: notebook 11).\n\n"
@@ -730,10 +737,9 @@ cpu.show(f"10_claim_arms_{arm_ds}")
 arms_cpu = committed_table(f"10_claim_arms_{arm_ds}")
 arms_cpu = arms_cpu[arms_cpu["status"] == "finished"]
 arm_step = committed_parameters(f"10_claim_arms_{arm_ds}")["small_step"]
-# what the committed figure's accuracies are: it states it (final_how) since issue 41; a figure without it was made
-# by the code before, which plotted the accuracy of each run's last evaluation
-arm_how = committed_parameters(f"10_claim_arms_{arm_ds}").get("final_how", "the last round")
-assert arm_how == "the last round", "the paragraph contrasts the figure's last round with the protocol's metric"
+# what the committed figure's accuracies are: it states them (final_how); the claims table reads the same runs on the
+# protocol's final metric, so the two must agree to float rounding
+arm_how = committed_parameters(f"10_claim_arms_{arm_ds}")["final_how"]
 by_arm = {a: g.set_index("seed")["diff_points"] for a, g in arms_cpu.groupby("arm")}
 arm_key = {"sam": method_label("fedsam"), "vssam": method_label("fedvssam"), "rho01": "FedSAM, ρ = 0.1",
            "step": f"FedSAM, η = γ_l·η = {arm_step:g}"}
@@ -741,28 +747,31 @@ cpu_lessons["claim_arms"] = arms_l = {k: {"diff": float(by_arm[v].mean()), "abov
                                          "seeds": int(len(by_arm[v]))} for k, v in arm_key.items()}
 vs_step = by_arm[arm_key["vssam"]] - by_arm[arm_key["step"]]  # FedVSSAM − FedSAM at the small step, per seed
 arms_l["vssam_minus_step"] = {"diff": float(vs_step.mean()), "above": int((vs_step > 0).sum()), "seeds": int(len(vs_step))}
-assert arms_l["rho01"]["diff"] > 0, "at ρ = 0.1 FedSAM is above FedAvg on average, not below"
-assert 0 < arms_l["step"]["diff"] < arms_l["sam"]["diff"] < arms_l["vssam"]["diff"]
-# the claims table reads the same runs on the protocol's final metric (the mean of the last evaluations)
+# the claims table's reading of the same comparison (paired, Holm-adjusted in its family)
 step_claim = next(c for c in load_claims(FIGURES_DIR / "claims.yaml") if c.id == "fedvssam_above_fedsam_small_step")
 step_paired = evaluate_claim_paired(step_claim)
 step_d = step_paired.comparisons[0].difference
 arms_l["protocol_vs_step"] = {"diff": 100 * step_d.mean, "low": 100 * step_d.low, "high": 100 * step_d.high,
                               "n": int(step_d.n), "verdict": step_paired.verdict}
-assert arms_l["vssam_minus_step"]["diff"] > 0
+assert arm_how == step_paired.final_how, "the figure plots the claims table's final metric"
+# tolerance 1e-3 points: the CSV keeps 6 significant digits of each per-seed difference (about 1e-5 points here)
+assert abs(arms_l["vssam_minus_step"]["diff"] - arms_l["protocol_vs_step"]["diff"]) < 1e-3, \
+    "the figure's paired difference is the claims table's"
+assert arms_l["rho01"]["diff"] > 0, "at ρ = 0.1 FedSAM is above FedAvg on average, not below"
 assert arms_l["protocol_vs_step"]["low"] < 0 < arms_l["protocol_vs_step"]["high"], "undecided on the protocol's metric"
-assert arms_l["protocol_vs_step"]["diff"] < arms_l["vssam_minus_step"]["diff"] / 2
+assert arms_l["step"]["diff"] < arms_l["sam"]["diff"] and arms_l["vssam"]["diff"] < arms_l["sam"]["diff"], \
+    "the smaller step and FedVSSAM both end below FedSAM at its tuned radius"
 display(Markdown(
-    f"At the papers' radius FedSAM is **not** below FedAvg: {arms_l['rho01']['diff']:+.2f} points on average, above "
-    f"it in {arms_l['rho01']['above']} of {arms_l['rho01']['seeds']} seeds (at its tuned radius "
-    f"{arms_l['sam']['diff']:+.2f}). The paper's five-point loss does not appear on this model at either radius. "
-    f"At FedVSSAM's effective step γ_l·η = {arm_step:g} FedSAM gains {arms_l['step']['diff']:+.2f}; FedVSSAM, at "
-    f"{arms_l['vssam']['diff']:+.2f}, is ahead of that control by {arms_l['vssam_minus_step']['diff']:+.2f} points "
-    f"on {arm_how}, in {arms_l['vssam_minus_step']['above']} of {arms_l['vssam_minus_step']['seeds']} seeds. "
-    f"The claims table reads the same runs on the protocol's final metric ({step_paired.final_how}), and there the "
-    f"gap shrinks to {arms_l['protocol_vs_step']['diff']:+.2f} [{arms_l['protocol_vs_step']['low']:+.2f}, "
-    f"{arms_l['protocol_vs_step']['high']:+.2f}] points: {arms_l['protocol_vs_step']['verdict']}. A single last round "
-    f"at Dir 0.1 swings by points (§5), so most of FedVSSAM's edge over FedSAM may be its smaller step."))
+    f"On the protocol's final metric ({arm_how}), at the papers' radius FedSAM is **not** below FedAvg: "
+    f"{arms_l['rho01']['diff']:+.2f} points on average, above it in {arms_l['rho01']['above']} of "
+    f"{arms_l['rho01']['seeds']} seeds (at its tuned radius {arms_l['sam']['diff']:+.2f}). The paper's five-point loss "
+    f"does not appear on this model at either radius. At FedVSSAM's effective step γ_l·η = {arm_step:g} FedSAM ends "
+    f"{arms_l['step']['diff']:+.2f} from FedAvg; FedVSSAM, at {arms_l['vssam']['diff']:+.2f}, is "
+    f"{arms_l['vssam_minus_step']['diff']:+.2f} points from that control ({arms_l['vssam_minus_step']['above']} of "
+    f"{arms_l['vssam_minus_step']['seeds']} seeds above it; 95 % paired interval "
+    f"[{arms_l['protocol_vs_step']['low']:+.2f}, {arms_l['protocol_vs_step']['high']:+.2f}]): the claims table reads "
+    f"it **{arms_l['protocol_vs_step']['verdict']}**. Both the smaller step and FedVSSAM end below FedSAM at its tuned "
+    f"radius: on this metric FedVSSAM's suppressed step gains nothing over FedSAM here."))
 
 # %% [markdown]
 # ## 6. The papers' numbers
@@ -859,8 +868,10 @@ display(Markdown(
     f"* Under strong heterogeneity (Dir 0.1), the gains come from **correcting drift** (SCAFFOLD "
     f"{b01['scaffold']['diff']:+.1f}, FedDyn {b01['feddyn']['diff']:+.1f} points over FedAvg), not from local SAM "
     f"(FedSAM {b01['fedsam']['diff']:+.1f}, MoFedSAM {b01['mofedsam']['diff']:+.1f}). SAM helps where it rides on a "
-    f"drift correction: FedGAMMA {b01['fedgamma']['diff']:+.1f} and FedSMOO {b01['fedsmoo']['diff']:+.1f}, a few "
-    f"tenths above SCAFFOLD and FedDyn, their bases. FedGMT is the best method ({b01['fedgmt']['diff']:+.1f}).\n"
+    f"drift correction: FedGAMMA {b01['fedgamma']['diff']:+.1f} and FedSMOO {b01['fedsmoo']['diff']:+.1f}, "
+    f"{b01['fedgamma']['diff'] - b01['scaffold']['diff']:.2f} and {b01['fedsmoo']['diff'] - b01['feddyn']['diff']:.2f} "
+    f"points above SCAFFOLD and FedDyn, their bases. Of the methods run on every seed FedGMT is the best "
+    f"({b01['fedgmt']['diff']:+.1f}).\n"
     f"* Read a single run with care: at Dir 0.1 a run's last round can sit {wob['largest']:.1f} points from its own "
     f"recent mean. Paired differences over {b01['scaffold']['paired']} seeds are what the claims table judges.\n"
     f"* Per unit of computation, local SAM is the dearest route to {tt['target']:.0f} % "
