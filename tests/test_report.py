@@ -164,3 +164,19 @@ def test_the_committed_forest_names_the_records_the_claims_read():
     assert f"records of {len(evidence_records())} runs" in line
     row = next(r for r in (FIGURES_DIR / "README.md").read_text().splitlines() if r.startswith("| [claims_forest]"))
     assert f"| {line} |" in row
+
+
+def test_the_inline_figure_line_states_the_partition_rule_of_its_records_configs(tmp_path):
+    """cpu.show's line reads the partition rule from the full configs in the sidecar (lab.evidence.facts), so the
+    paragraphs need not type it; a sidecar without configs states none."""
+    import fedlab
+
+    _setup(tmp_path, [0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
+    sidecar = tmp_path / "08_fig.json"
+    meta = json.loads(sidecar.read_text())
+    assert "partition" not in cpu_report("08_fedvssam", tmp_path).figure_line("08_fig")
+    base = fedlab.Config(dataset="digits", rounds=4)
+    for paired, words in ((True, "partition drawn per seed"), (False, "partition fixed per split")):
+        meta["configs"] = {f"k{s}": base.replace(seed=s, partition_seed=s if paired else 0).to_dict() for s in (0, 1, 2)}
+        sidecar.write_text(json.dumps(meta))
+        assert cpu_report("08_fedvssam", tmp_path).figure_line("08_fig").endswith(words)

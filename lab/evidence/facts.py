@@ -43,12 +43,11 @@ def partition_rule(configs: Iterable[Config]) -> str:
     if not configs:
         raise ValueError("partition_rule needs at least one Config")
     by_split: dict[str, set[int | None]] = {}
-    seeds_by_split: dict[str, set[int]] = {}
     for c in configs:
         by_split.setdefault(_split(c), set()).add(c.partition_seed)
-        seeds_by_split.setdefault(_split(c), set()).add(c.seed)
     if all(len(p) == 1 for p in by_split.values()):
         return FIXED_PER_SPLIT
+    # here some split has several partition seeds; if each is its run's seed, that split has several seeds too
     if all(c.partition_seed == c.seed for c in configs):
         return DRAWN_PER_SEED
     mixed = sorted(s for s, p in by_split.items() if len(p) > 1)
