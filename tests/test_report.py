@@ -5,7 +5,8 @@ import json
 
 import yaml
 
-from lab.evidence.report import cpu_report
+from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
+from lab.evidence.report import cpu_report, figure_from_sidecar
 from test_claims import _fake  # the synthetic-run builder of the claims tests
 
 CLAIM = {"id": "vs_above_sam", "claim": "FedVSSAM > FedSAM", "source": {"paper": "P", "where": "T1"},
@@ -59,7 +60,7 @@ def test_too_few_seeds_is_said(tmp_path):
     _setup(tmp_path, [0.80], [0.70], seeds=(0,))
     rep = cpu_report("08_fedvssam", tmp_path)
     assert not rep.figures[0].protocol
-    assert "1 seed(s), fewer than the protocol's 3" in rep.text()
+    assert f"1 seed(s), fewer than the {MIN_SEEDS_TO_DECIDE} paired seeds a verdict needs" in rep.text()
     assert "verdict: too few seeds; paired difference vs FedSAM – (too few seeds: n=1)" in rep.text()
 
 
@@ -128,3 +129,54 @@ def test_the_committed_final_accuracy_is_the_mean_of_the_final_window_and_refuse
         tmp_path / "f.csv", index=False)
     with pytest.raises(ValueError, match=r"without their last"):
         committed_final_accuracy("f", figures_dir=tmp_path)
+
+
+def test_a_figure_below_the_verdicts_seeds_says_the_number_a_verdict_needs(tmp_path):
+    """Three seeds were the old protocol's count; a verdict needs MIN_SEEDS_TO_DECIDE paired seeds (the rerun
+    protocol), so a 3-seed figure is not "under the protocol" and its line names that number."""
+    assert MIN_SEEDS_TO_DECIDE > 3
+    _setup(tmp_path, [0.80, 0.81, 0.82], [0.70, 0.71, 0.72], seeds=(0, 1, 2))
+    rep = cpu_report("08_fedvssam", tmp_path)
+    assert not rep.figures[0].protocol
+    assert f"3 seed(s), fewer than the {MIN_SEEDS_TO_DECIDE} paired seeds a verdict needs" in rep.text()
+    assert "under the protocol" not in rep.text().split("claims tested here")[0]
+
+
+def test_the_claims_figure_says_it_reads_records_not_that_it_trains_nothing(tmp_path):
+    """The forest plot (kind "claims") reads the committed records of the claims' figures: its line counts them."""
+    meta = {"figure": "claims_forest", "kind": "claims", "caption": "c", "records": ["a-1", "b-2", "c-3"],
+            "parameters": {"seeds": [0, 1, 2, 3, 4, 5]}}
+    (tmp_path / "claims_forest.json").write_text(json.dumps(meta))
+    line = figure_from_sidecar(tmp_path / "claims_forest.json").evidence()
+    assert line == "the claims table's paired comparisons, read from the committed records of 3 runs over 6 seed(s)"
+    assert "no federated training" not in line
+
+
+def test_the_committed_forest_names_the_records_the_claims_read():
+    """figures/claims_forest.json (written by `python -m lab claims --write`) names every record of the claims'
+    figures, and the README row says so."""
+    from lab.repro import FIGURES_DIR
+    from lab.tools.forest import evidence_records
+
+    meta = json.loads((FIGURES_DIR / "claims_forest.json").read_text())
+    assert meta["kind"] == "claims" and meta["records"] == evidence_records()
+    line = figure_from_sidecar(FIGURES_DIR / "claims_forest.json").evidence()
+    assert f"records of {len(evidence_records())} runs" in line
+    row = next(r for r in (FIGURES_DIR / "README.md").read_text().splitlines() if r.startswith("| [claims_forest]"))
+    assert f"| {line} |" in row
+
+
+def test_the_inline_figure_line_states_the_partition_rule_of_its_records_configs(tmp_path):
+    """cpu.show's line reads the partition rule from the full configs in the sidecar (lab.evidence.facts), so the
+    paragraphs need not type it; a sidecar without configs states none."""
+    import fedlab
+
+    _setup(tmp_path, [0.60, 0.61, 0.62], [0.70, 0.71, 0.72])
+    sidecar = tmp_path / "08_fig.json"
+    meta = json.loads(sidecar.read_text())
+    assert "partition" not in cpu_report("08_fedvssam", tmp_path).figure_line("08_fig")
+    base = fedlab.Config(dataset="digits", rounds=4)
+    for paired, words in ((True, "partition drawn per seed"), (False, "partition fixed per split")):
+        meta["configs"] = {f"k{s}": base.replace(seed=s, partition_seed=s if paired else 0).to_dict() for s in (0, 1, 2)}
+        sidecar.write_text(json.dumps(meta))
+        assert cpu_report("08_fedvssam", tmp_path).figure_line("08_fig").endswith(words)

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlab.config import Config
+from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["EDGE_RULE", "FINAL_METRIC", "PARTITION_SEED", "RERUN_PROTOCOL", "SEEDS", "TUNING", "EdgeRule", "FinalValue",
@@ -68,11 +69,12 @@ the full test set (``eval_subsample`` None). A fraction, not a count, so that a 
 the same share of its training. Averaging the window divides the noise of a single evaluation; a drift over the
 window (the pilot's R4) is a bias that the methods of one seed share as far as their curves move alike."""
 
-RERUN_PROTOCOL: dict[str, Any] = {"partition_seed": "seed", "seeds": 6, **{f"final_{k}": v for k, v in
-                                                                         FINAL_METRIC.items()}}
+RERUN_PROTOCOL: dict[str, Any] = {"partition_seed": "seed", "seeds": MIN_SEEDS_TO_DECIDE,
+                                  **{f"final_{k}": v for k, v in FINAL_METRIC.items()}}
 """What the rerun changes: each training seed draws its own partition (``partition_seed = seed``; all methods of
-one seed share it, so seeds stay common random numbers and the pairing holds), 6 seeds
-(:data:`lab.evidence.paired.MIN_SEEDS_TO_DECIDE`), and the final metric of :data:`FINAL_METRIC`."""
+one seed share it, so seeds stay common random numbers and the pairing holds), as many seeds as a verdict needs
+(:data:`lab.evidence.paired.MIN_SEEDS_TO_DECIDE`, the one constant: 6), and the final metric of
+:data:`FINAL_METRIC`."""
 
 _FEDERATION_FIELDS = ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds",
                       "local_steps", "batch_size", "lr", "lr_schedule", "eval_every", "eval_subsample")

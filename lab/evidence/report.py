@@ -24,11 +24,11 @@ from typing import Any
 
 from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, leaning, load_claims
 from lab.evidence.validity import UNTESTED
-from lab.evidence.protocol import SEEDS
+from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 from lab.repro import FIGURES_DIR
 
 __all__ = ["CpuFigure", "CpuReport", "committed_final_accuracy", "committed_parameters", "committed_table", "cpu_report",
-           "figure_from_sidecar"]
+           "figure_from_sidecar", "sidecar_partition_rule"]
 
 
 @dataclass(frozen=True)
@@ -39,23 +39,33 @@ class CpuFigure:
     seeds: int  # seeds per comparison it states
     png: Path
     trains: bool = True  # federated runs behind it (False: partition statistics, toy problems)
-    kind: str = "results"  # save_figure's kind: results | tuning | analysis
+    kind: str = "results"  # save_figure's kind: results | tuning | analysis | claims
 
     def evidence(self) -> str:
-        """One line on what stands behind the figure."""
+        """One line on what stands behind the figure. The seed count it is held against is
+        :data:`~lab.evidence.paired.MIN_SEEDS_TO_DECIDE`, the paired seeds a verdict needs (the rerun protocol's
+        seeds): a figure on fewer seeds describes, it decides nothing."""
         if self.kind == "tuning":
             return "tuning runs on held-out validation data (one seed by protocol)"
+        if self.kind == "claims":  # the claims' reading of committed records: it trains nothing, it reads runs
+            return (f"the claims table's paired comparisons, read from the committed records of {self.records} runs "
+                    f"over {self.seeds} seed(s)")
         if not self.trains:
             return "no federated training (a toy problem or partition statistics)"
         if self.records == 0:
             return "made before the evidence protocol: no committed records (an illustration)"
-        extra = "" if self.seeds >= len(SEEDS) else f"; fewer than the protocol's {len(SEEDS)} seeds"
+        extra = "" if self.protocol else f"; {_too_few()}"
         return f"{self.records} run records, {self.seeds} seed(s){extra}"
 
     @property
     def protocol(self) -> bool:
-        """Backed by committed records over at least as many seeds as the protocol asks (or tuning data)."""
-        return self.kind == "tuning" or (self.records > 0 and self.seeds >= len(SEEDS))
+        """Backed by committed records over at least the paired seeds a verdict needs (or tuning data)."""
+        return self.kind == "tuning" or (self.records > 0 and self.seeds >= MIN_SEEDS_TO_DECIDE)
+
+
+def _too_few() -> str:
+    """What a figure on fewer than :data:`~lab.evidence.paired.MIN_SEEDS_TO_DECIDE` seeds is, in words."""
+    return f"fewer than the {MIN_SEEDS_TO_DECIDE} paired seeds a verdict needs"
 
 
 @dataclass
@@ -70,12 +80,12 @@ class CpuReport:
         """The evidence and the claims rows as plain text (deterministic: from committed files only)."""
         lines = [f"cpu-profile figures of {self.notebook}: {len(self.figures)}"]
         for f in self.figures:
-            if f.kind == "tuning" or not f.trains:
+            if f.kind in ("tuning", "claims") or not f.trains:
                 lines.append(f"  {f.name}: {f.evidence()}")
                 continue
             state = ("under the protocol" if f.protocol else
                      "made before the evidence protocol (no committed records; read it as an illustration)"
-                     if f.records == 0 else f"{f.seeds} seed(s), fewer than the protocol's {len(SEEDS)}")
+                     if f.records == 0 else f"{f.seeds} seed(s), {_too_few()}")
             lines.append(f"  {f.name}: {f.records} run record(s), {f.seeds} seed(s); {state}")
         if not self.verdicts:
             lines.append("claims tested here: none (this notebook illustrates; it makes no comparative claim)")
@@ -120,7 +130,9 @@ class CpuReport:
         fig = figure_from_sidecar(self.figures_dir / f"{name}.json", meta)
         seeds = (meta.get("parameters") or {}).get("seeds") or []
         setting = evidence_setting(list(meta.get("records") or []), seeds, self.figures_dir / "records")
-        return f"{name} (cpu profile, committed): {fig.evidence()}" + (f"; {setting}" if setting else "")
+        partitions = sidecar_partition_rule(meta)
+        return (f"{name} (cpu profile, committed): {fig.evidence()}" + (f"; {setting}" if setting else "")
+                + (f"; partition {partitions}" if partitions else ""))
 
     def show(self, name: str) -> None:
         """Embed the committed cpu figure ``name`` beside the paragraph that reads it, under its evidence line
@@ -174,6 +186,24 @@ def evidence_setting(keys: list[str], seeds: list[Any], records: Path) -> str | 
                     f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
                     + ", ".join(str(s) for s in seeds) + "; the papers used CIFAR and ResNets over hundreds of rounds")
     return None
+
+
+def sidecar_partition_rule(meta: dict[str, Any]) -> str:
+    """How the partitions of a figure's runs were drawn (:func:`lab.evidence.facts.partition_rule` of the full
+    configs its sidecar holds), or "" when the sidecar holds no configs or they follow no single rule (the line
+    then states nothing about partitions rather than something false)."""
+    import dataclasses
+
+    from fedlab.config import Config
+    from lab.evidence.facts import partition_rule
+
+    names = {f.name for f in dataclasses.fields(Config)}
+    try:
+        configs = [Config.from_dict({k: v for k, v in c.items() if k in names})
+                   for c in (meta.get("configs") or {}).values()]
+        return partition_rule(configs) if configs else ""
+    except (TypeError, ValueError):  # a config of an older schema, or mixed rules: say nothing
+        return ""
 
 
 def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> CpuFigure:

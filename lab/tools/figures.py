@@ -128,8 +128,10 @@ def _frames(data: "pd.DataFrame | dict[str, pd.DataFrame]") -> "pd.DataFrame":
                     f"got {type(data).__name__}")
 
 
-FIGURE_KINDS = ("results", "tuning", "analysis")
-"""What a figure shows (its sidecar's ``kind``): test-set results, tuning runs, or analysis without training."""
+FIGURE_KINDS = ("results", "tuning", "analysis", "claims")
+"""What a figure shows (its sidecar's ``kind``): test-set results, tuning runs, analysis without training, or the
+claims table's reading of committed records (the forest plot: it trains nothing and reads the records of many
+figures, which it names in ``records`` without writing them)."""
 
 
 def save_figure(
@@ -146,6 +148,7 @@ def save_figure(
     runs: "list[RunResult] | None" = None,
     kind: str = "results",
     command: str | None = None,
+    read_records: "list[str] | None" = None,
 ) -> dict[str, Path]:
     """Write ``name.png`` (150 dpi), ``name.pdf`` (no creation date) and ``name.json`` (provenance).
 
@@ -168,7 +171,10 @@ def save_figure(
     ``$FEDLAB_ALLOW_DIRTY_FIGURES`` is ``1``; other folders (``figures/_scratch/`` of the ``ci``
     profile, a test's folder) are never refused. ``kind`` says what the figure
     shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
-    protocol) or ``"analysis"`` (toy problems, partition statistics: no federated training).
+    protocol), ``"analysis"`` (toy problems, partition statistics: no federated training) or ``"claims"`` (the
+    claims' reading of committed records). ``read_records``: the keys of committed records the figure reads
+    without training or writing them (a figure of ``kind="claims"``); they are named in the sidecar's
+    ``records`` as ``runs``' would be, so its evidence line counts them.
     ``command``: for a figure made by a lab command rather than a notebook, the command that remakes it;
     ``notebook`` is then stored as given (the module that draws it), not as a notebook path.
     """
@@ -226,6 +232,8 @@ def save_figure(
         if not config_hashes:
             meta["config_hashes"] = [r.summary.get("config_hash") for r in _unique(runs)]
         meta["collapsed"] = [k for k, r in zip(meta["records"], _unique(runs)) if r.status == "collapsed"]
+    elif read_records:
+        meta["records"] = sorted(set(read_records))
     if table is not None:
         paths["csv"] = out / f"{name}.csv"
         table.to_csv(paths["csv"], index=False, float_format="%.6g")

@@ -9,12 +9,13 @@ no axis mixes units. :func:`claims_forest` evaluates, draws and saves with the p
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["claims_forest", "forest_table"]
+__all__ = ["claims_forest", "evidence_records", "forest_table"]
 
 
 def forest_table(figures_dir: Path | None = None, *, min_seeds_to_decide: int | None = None) -> pd.DataFrame:
@@ -45,6 +46,21 @@ def forest_table(figures_dir: Path | None = None, *, min_seeds_to_decide: int | 
     table["bound"] = table.apply(bound, axis=1)
     table["row_label"] = [f"{i} · vs {r}" if r else str(i) for i, r in zip(table["id"], table["right"])]
     return table
+
+
+def evidence_records(figures_dir: Path | None = None) -> list[str]:
+    """The keys of the committed run records the claims read: every record named by the sidecar of a figure that a
+    claim of ``<figures>/claims.yaml`` sets (sorted, each once). The forest plot names them in its sidecar, so its
+    evidence line counts the runs it reads instead of saying it trained none."""
+    from lab.evidence.claims import figures_root, load_claims
+
+    root = figures_root() if figures_dir is None else Path(figures_dir)
+    keys: set[str] = set()
+    for figure in sorted({c.figure for c in load_claims(root / "claims.yaml")}):
+        sidecar = root / f"{figure}.json"
+        if sidecar.is_file():  # a claim whose figure is not committed yet is "not run": it reads nothing
+            keys |= set(json.loads(sidecar.read_text()).get("records") or [])
+    return sorted(keys)
 
 
 def _effect_row(row: pd.Series, rows: pd.DataFrame) -> bool:
@@ -182,8 +198,10 @@ def claims_forest(figures_dir: Path | None = None, *, profile: str = "cpu", note
                "hundreds of rounds). Each axis fits the tested intervals; values beyond it are arrows with the value. "
                "Claims with no data yet: " + (", ".join(no_data) if no_data else "none") + ".")
     data = table.drop(columns=["note"])
+    seeds = sorted({s for cell in shown["seeds"] for s in json.loads(cell)}, key=str) if len(shown) else []
     paths = save_figure(fig, "claims_forest", notebook=notebook, profile=profile, caption=caption, data=data,
-                        out_dir=out_dir, kind="results",
-                        parameters={"min_seeds_to_decide": int(shown["min_seeds_to_decide"].max()) if len(shown) else 6})
+                        out_dir=out_dir, kind="claims", read_records=evidence_records(figures_dir),
+                        parameters={"min_seeds_to_decide": int(shown["min_seeds_to_decide"].max()) if len(shown) else 6,
+                                    "seeds": seeds})
     plt.close(fig)
     return paths
