@@ -284,6 +284,15 @@ assert (total < over).all() and (total < per_class).all(), "the total convention
 sizes = splits["dirichlet_client α=0.1"].sizes
 assert sizes.min() == sizes.max() and table.loc["dirichlet α=0.1", "size_gini"] > 0.3, "sizes"
 assert table.loc["iid", "mean_effective_classes"] > 0.95 * data.n_classes, "iid: nearly every class"
+# Whether a larger client weighs more is a property of the server, not of the split: measured on one FedAvg round
+# of notebook 10's cpu federation (a per-class split) shrunk to four clients, every one of them sampled
+from lab.evidence.aggregation import aggregation_weights
+from lab.evidence.protocol import profile_federation
+
+agg = aggregation_weights(profile_federation("cpu").replace(train_size=800, test_size=200, n_clients=4,
+                                                            participation=1.0, rounds=1, local_steps=2))
+# tolerance: one float32 round solved in float64 gives 1/m to ~1e-7
+assert np.ptp(agg.sizes) > 0 and agg.uniform(1e-5) and not agg.by_size(1e-5), "the server weighs clients equally"
 display(Markdown(
     f"* **α sets the label mix, monotonically.** Under the per-class split a client holds {over[lo]:.2f} effective "
     f"classes at α = {lo:g} and {over[hi]:.2f} at α = {hi:g} (of {data.n_classes}; an iid client "
@@ -294,8 +303,11 @@ display(Markdown(
     f"heterogeneous of the three. Read a paper's α with its convention (§3's table).\n"
     f"* **The conventions differ in client sizes too.** The per-class split draws each class's shares over the "
     f"clients, so sizes vary (Gini {table.loc['dirichlet α=0.1', 'size_gini']:.2f} at α = 0.1); the per-client "
-    f"prior gives every client exactly {int(sizes[0])} images (Gini 0). Notebook 10's splits are per class: a "
-    f"large client weighs more in every average.\n"
+    f"prior gives every client exactly {int(sizes[0])} images (Gini 0). Notebook 10's splits are per class, so its "
+    f"clients differ in size, but fedlab's server weighs every sampled client equally (p_i = 1/N, notebook 01b): "
+    f"one measured round of such a split, clients of {', '.join(str(int(n)) for n in agg.sizes)} images, averages "
+    f"them with weights {', '.join(f'{w:.3f}' for w in agg.weights)}. A large client does not weigh more; its K "
+    f"local steps cover a smaller share of its data.\n"
     "* A split is data: `to_json`/`from_file` replay it exactly, and its fingerprint names it (§5)."))
 
 # %% [markdown]

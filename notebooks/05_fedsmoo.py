@@ -84,7 +84,9 @@ from IPython.display import Markdown, display
 
 import fedlab
 from fedlab.engine.toy import quadratic_federation, run_functional
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params, tuning_dir
+from lab.evidence.facts import DRAWN_PER_SEED, partition_rule
+from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params, tuning_dir
+from lab.evidence.records import figure_runs
 from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES
@@ -263,8 +265,9 @@ display(Markdown(
 # %% [markdown]
 # ## 5. The six methods on Fashion-MNIST
 # For each training seed, all six share the federation, initial model, client sampling and minibatch
-# order; only the update rule differs. At the `ci` size the partition is the same for every seed; the cpu
-# figures' runs draw one per seed, shared by every method of it. Every
+# order; only the update rule differs. Whether the seeds share one partition or each draws its own (shared by every
+# method of it) depends on the profile: the cell prints it from the runs' configs
+# (`lab.evidence.facts.partition_rule`). Every
 # hyperparameter comes from `tuned_params(method, base)` — the committed choice of the protocol's
 # tuning on this split, or the method's defaults (labelled *untuned*) while none is committed —
 # unless the parameters `rho`, `lam` or `adaptive_rho_max` set it (the `paper` profile); the blog
@@ -301,6 +304,9 @@ for name, params in algorithm_params.items():
     runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
                            record=profile in CITABLE_PROFILES, paired=paired_partitions)
 print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
+run_configs = [r.config for rs in runs.values() for r in rs]
+print(f"this execution: {len({c.seed for c in run_configs})} seed(s), partition {partition_rule(run_configs)} "
+      f"(partition seeds {sorted({c.partition_seed for c in run_configs})})")
 ada_hp = fedlab.get_algorithm("fedsmoo_adaptive", algorithm_params["fedsmoo_adaptive"]).hp  # what it ran with
 
 # %% [markdown]
@@ -361,6 +367,8 @@ cpu.show("05_fedsmoo_curves")
 # checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
 # the final accuracy of the claims table (lab.evidence.protocol.final_metric): the mean of the last 20 % of rounds
 smoo_fin = committed_final_accuracy("05_fedsmoo_curves")  # seeds × methods, %
+assert partition_rule(r.config for r in figure_runs("05_fedsmoo_curves")) == DRAWN_PER_SEED, \
+    "the paragraph above says each seed of the committed runs has its own partition"
 smoo_params = committed_parameters("05_fedsmoo_curves")["algorithm_params"]
 
 
@@ -419,7 +427,7 @@ display(Markdown(
 
 # %%
 summary = pd.DataFrame({
-    "final acc %": {method_label(n): estimate(rs, lambda r: r.final_accuracy, 100.0, 1) for n, rs in runs.items()},
+    "final acc %": {method_label(n): estimate(rs, lambda r: final_metric(r).value, 100.0, 1) for n, rs in runs.items()},
     "best acc %": {method_label(n): estimate(rs, lambda r: r.metrics["test_acc"].max(), 100.0, 1)
                    for n, rs in runs.items()},
     "mean Δ_D": {method_label(n): estimate(rs, lambda r: r.metrics["flatness_distance"].mean())

@@ -57,6 +57,21 @@ def _final_accuracy() -> dict[str, dict[int, float]]:
     return {m: {s: _mean(v) for s, v in seeds.items()} for m, seeds in tails.items()}
 
 
+def _lesam_departs() -> dict:
+    """Per seed, the first round at which FedLESAM's test accuracy differs from FedAvg's in 04_sam_curves: how many
+    seeds, how many never differ, and {seed: round} for the others (keys as JSON writes them)."""
+    acc: dict[tuple[str, int], dict[int, str]] = defaultdict(dict)  # (method, seed) -> round -> the CSV's text
+    for r in _rows("04_sam_curves", "test_acc_pct_per_seed"):
+        if r["method"] in ("fedlesam", "fedavg") and r["test_acc_pct"]:
+            acc[(r["method"], int(float(r["seed"])))][int(r["round"])] = r["test_acc_pct"]
+    departs = {}
+    for s in sorted({s for m, s in acc if m == "fedlesam"} & {s for m, s in acc if m == "fedavg"}):
+        a, b = acc[("fedlesam", s)], acc[("fedavg", s)]
+        departs[s] = next((t for t in sorted(set(a) & set(b)) if float(a[t]) != float(b[t])), None)
+    return {"seeds": len(departs), "identical": sum(r is None for r in departs.values()),
+            "departs": {str(s): r for s, r in departs.items() if r is not None}}
+
+
 def test_04_rho_paragraph_matches_the_committed_data():
     params = _runs_params()
     grids: dict[str, list[dict]] = defaultdict(list)
@@ -122,16 +137,19 @@ def test_04_cost_paragraph_matches_the_committed_data():
             "cheap_best_vs_fedavg": _paired(last, cheap_best, "fedavg"),
             "fedsam_vs_fedavg": _paired(last, "fedsam", "fedavg"),
             "dear_best_vs_cheap_best": _paired(last, dear_best, cheap_best),
-            "fedlesam_is_fedavg": all(last["fedlesam"][s] == last["fedavg"][s] for s in last["fedavg"]),
-            "fedlesam_vs_fedsam": _paired(last, "fedlesam", "fedsam"),
-            "fedlesam_vs_fedsam_final": _paired(_final_accuracy(), "fedlesam", "fedsam")}
+            "fedlesam_is_fedavg": _lesam_departs(),
+            "fedlesam_vs_fedsam": _paired(last, "fedlesam", "fedsam")}
     _same(_got("cost"), want, "04 cost")
     c_cheap, c_sam, c_dear = want["cheap_best_vs_fedavg"], want["fedsam_vs_fedavg"], want["dear_best_vs_cheap_best"]
     assert want["grads"]["fedsam"] == 2 * want["grads"]["fedavg"]
     assert c_cheap["positive"] == c_cheap["seeds"] and c_sam["positive"] == c_sam["seeds"]
     assert c_sam["mean"] < c_cheap["mean"] and 0 < c_dear["positive"] < c_dear["seeds"]
-    assert want["fedlesam_is_fedavg"] and _runs_params()["fedlesam"]["rho"] == 0.0
-    assert want["fedlesam_vs_fedsam"]["positive"] == 0 and want["fedlesam_vs_fedsam_final"]["positive"] == 0
+    lesam = want["fedlesam_is_fedavg"]
+    assert lesam["identical"] >= lesam["seeds"] - 1 and _runs_params()["fedlesam"]["rho"] == 0.0
+    assert want["fedlesam_vs_fedsam"]["positive"] == 0
+    # the cost figure plots the claims table's final metric: §3's numbers (the CSV's %.6g: < 5e-4 points)
+    final = _final_accuracy()
+    assert all(abs(last[m][s] - final[m][s]) < 5e-4 for m in final for s in final[m])
 
 
 def test_04_flatness_paragraph_matches_the_committed_data():
