@@ -44,22 +44,21 @@ FINAL = {"final_acc": 1.0, "final_acc_pct": 100.0, "final_test_acc": 1.0, "test_
 REL_TOL = 5e-6  # half a unit of the 6th significant digit of the CSV's %.6g
 
 KNOWN = {
-    "02_sharpness_vs_alpha": "notebook 02 (another helper's): final_test_acc is the last evaluation, at 3 rows of a "
-                             "retrained θ (need_theta for λ_max), not final_metric of the record",
-    "06_fedmoswa_vs_scaffold": "notebook 06 (another helper's): the seed-0 FedAvg and SCAFFOLD curves come from a "
-                               "run trained again, not from the records the sidecar names",
-    "06_fedswa_vs_fedsam": "notebook 06 (another helper's): the seed-0 FedAvg and FedSAM curves come from a run "
-                           "trained again, not from the records the sidecar names",
-    "06_swa_ablation": "notebook 06 (another helper's): final_acc is the last evaluation, not final_metric",
-    "08_fedvssam_ablation": "notebook 08 (another helper's): final_acc is the last evaluation, not final_metric",
-    "08_fedvssam_gamma_variance": "notebook 08 (another helper's): final_acc is the last evaluation, not final_metric",
-    "09_curvature": "notebook 09 (another helper's): test_acc is the last evaluation of a retrained θ "
+    "02_sharpness_vs_alpha": "notebook 02's committed cpu figure: final_test_acc is the last evaluation, at 3 rows "
+                             "of a retrained θ (need_theta for λ_max), not final_metric of the record",
+    "06_fedmoswa_vs_scaffold": "notebook 06's committed cpu figure predates issue 41: the seed-0 FedAvg and SCAFFOLD "
+                               "curves come from a run trained again, not from the records the sidecar names",
+    "06_fedswa_vs_fedsam": "notebook 06's committed cpu figure predates issue 41: the seed-0 FedAvg and FedSAM "
+                           "curves come from a run trained again, not from the records the sidecar names",
+    "06_swa_ablation": "notebook 06's committed cpu figure predates issue 41: final_acc is the last evaluation",
+    "08_fedvssam_ablation": "notebook 08's committed cpu figure predates issue 41 (its cpu run replays training): "
+                            "final_acc is the last evaluation",
+    "08_fedvssam_gamma_variance": "notebook 08's committed cpu figure predates issue 41 (its cpu run replays "
+                                  "training): final_acc is the last evaluation",
+    "09_curvature": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
                     "(need_theta), not final_metric of the record",
-    "09_flatness_vs_accuracy": "notebook 09 (another helper's): test_acc is the last evaluation of a retrained θ "
+    "09_flatness_vs_accuracy": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
                                "(need_theta), not final_metric of the record",
-    "10_benchmarks_bars_fmnist": "notebook 10 (another helper's): final_acc is the last evaluation, not final_metric",
-    "10_claim_arms_fmnist": "notebook 10 (another helper's): final_acc and fedavg_acc are the last evaluation, "
-                            "not final_metric",
 }
 """Committed figures that break the rule today, each with why; strict: a fixed figure fails here until its entry
 is removed."""
