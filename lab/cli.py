@@ -89,6 +89,7 @@ def _claims_paired(args: argparse.Namespace, decide_at: int) -> int:
         for path in forest.values():
             print(f"wrote {path}")
         findings_table(findings).to_csv(FIGURES_DIR / "findings_cpu.csv", index=False, float_format="%.6g")
+        rerecord([FIGURES_DIR / "findings_cpu.csv"], FIGURES_DIR)  # findings data: recorded as it is written
         print(f"wrote {FIGURES_DIR / 'findings_cpu.csv'}")
         for path in write_claims(verdicts, findings=findings).values():
             print(f"wrote {path}")

@@ -10,6 +10,7 @@ import pytest
 
 import fedlab
 import lab.repro
+from lab.evidence import integrity
 from lab.evidence.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
 from lab.evidence.records import write_record
 from fedlab.results import RunResult
@@ -30,6 +31,7 @@ def _figure(tmp: Path, name: str, runs: list[RunResult]) -> None:
     for r in runs:
         write_record(r, tmp / "records")
     (tmp / f"{name}.json").write_text(json.dumps({"figure": name, "records": [r.run_dir.name for r in runs]}))
+    integrity.rerecord(tmp / f"{name}.json", tmp)  # a sidecar is evidence: read only with its manifest line
 
 
 def _claim(op: str, **extra) -> Claim:
@@ -100,6 +102,7 @@ def test_params_select_arms_and_cost_check(tmp_path):
 def test_csv_metric_and_abs_le(tmp_path):
     pd.DataFrame({"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "lambda_max": [1.0, 1.1, 1.2, 3.0, 3.1, 3.2],
                   "cross_relative": [0.01, -0.01, 0.0, 0.01, 0.02, 0.0]}).to_csv(tmp_path / "fig.csv", index=False)
+    integrity.add(tmp_path / "fig.csv", tmp_path)  # a figure's table is evidence: read only with its line
     c = dataclasses.replace(_claim("<"), metric={"column": "lambda_max", "arm_column": "method"})
     assert evaluate_claim(c, tmp_path).verdict == "holds"
     z = dataclasses.replace(_claim("abs_le", tol=0.05), metric={"column": "cross_relative", "arm_column": None},
@@ -179,6 +182,7 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
 def test_a_collapsed_arm_of_a_figure_table_is_counted_not_dropped(tmp_path):
     pd.DataFrame({"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "lambda_max": [1.0, 1.1, 1.2, 0.1, 0.1, 0.1],
                   "status": ["finished"] * 3 + ["collapsed"] * 3}).to_csv(tmp_path / "fig.csv", index=False)
+    integrity.add(tmp_path / "fig.csv", tmp_path)  # a figure's table is evidence: read only with its line
     claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"}, "setting": {"notebook": "nb",
                              "figure": "fig"}, "metric": {"column": "lambda_max", "arm_column": "method"},
                              "left": {"algorithm": "fedvssam"}, "op": "<", "right": {"algorithm": "fedsam"}})

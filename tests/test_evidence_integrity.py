@@ -86,6 +86,15 @@ def _rename(figs: Path, rewrite_key: bool) -> None:
         _edit(recs / f"{KEY}.json.gz", lambda p: p.update(key=KEY))
 
 
+def _forge_line(figs: Path, path: Path) -> None:
+    """Set ``path``'s manifest line to its current digest by hand: what no command does for an edited record
+    (``--rerecord`` refuses it), so the load's own content checks are what must refuse it."""
+    rel = path.relative_to(figs).as_posix()
+    manifest = figs / MANIFEST_NAME
+    manifest.write_text("".join((f"{integrity.file_digest(path.read_bytes())}  {rel}\n" if line.endswith(f"  {rel}")
+                                 else line + "\n") for line in manifest.read_text().splitlines()))
+
+
 def _drop_line(figs: Path) -> None:
     manifest = figs / MANIFEST_NAME
     manifest.write_text("".join(line + "\n" for line in manifest.read_text().splitlines() if KEY not in line))
@@ -126,13 +135,16 @@ def test_a_damaged_record_is_refused_naming_the_file(figs: Path, fault: str) -> 
 
 
 def test_an_edited_config_is_refused_even_with_its_manifest_line_re_recorded(figs: Path) -> None:
-    """Someone who edits lr and re-records the digest still cannot pass the record off for the run it
-    was made for: loaded for a config, the config block must be that config's (runs_dir aside)."""
+    """Someone who edits lr cannot re-record the digest (``--rerecord`` runs the load's checks: the config block
+    no longer hashes to the key, issue 46), and with the line forged by hand still cannot pass the record off for
+    the run it was made for: loaded for a config, the config block must be that config's (runs_dir aside)."""
     path = figs / "records" / f"{KEY}.json.gz"
     wanted = load_record(KEY, figs / "records").config.replace(runs_dir="/elsewhere")  # type: ignore[union-attr]
     assert load_record(KEY, figs / "records", config=wanted) is not None
     _edit(path, lambda p: p["config"]["config"].update(lr=0.5))
-    integrity.rerecord(path, figs)
+    with pytest.raises(RecordError, match=rf"record {path}: its config block hashes to"):
+        integrity.rerecord(path, figs)
+    _forge_line(figs, path)
     with pytest.raises(RecordError, match=rf"{path}.*another config \(differs in: lr\)"):
         load_record(KEY, figs / "records", config=wanted)
 
@@ -140,7 +152,7 @@ def test_an_edited_config_is_refused_even_with_its_manifest_line_re_recorded(fig
 def test_a_record_of_another_algorithm_under_this_key_is_refused(figs: Path) -> None:
     path = figs / "records" / f"{KEY}.json.gz"
     _edit(path, lambda p: p["config"]["config"].update(algorithm="fedavg", algorithm_params={}))
-    integrity.rerecord(path, figs)
+    _forge_line(figs, path)
     with pytest.raises(RecordError, match=rf"{path}.*algorithm 'fedavg'"):
         load_record(KEY, figs / "records")
 
@@ -250,8 +262,12 @@ def test_changed_evidence_is_never_re_recorded_silently(figs: Path) -> None:
     assert problems(figs)["changed"] == [f"records/{KEY}.json.gz"]
     (figs / "records" / f"{OTHER}.json.gz").unlink()
     assert problems(figs)["missing"] == [f"records/{OTHER}.json.gz"]
-    integrity.rerecord(path, figs)  # the explicit, named step
-    assert problems(figs)["changed"] == []
+    with pytest.raises(RecordError, match=rf"record {path}: its summary disagrees with its metrics"):
+        integrity.rerecord(path, figs)  # the explicit step still checks the content (issue 46)
+    tuning = figs / TUNING.with_suffix(".csv")
+    tuning.write_text(tuning.read_text() + "\n")  # a change that keeps the choice its table's best
+    integrity.rerecord(tuning, figs)  # the explicit, named step
+    assert problems(figs)["changed"] == [f"records/{KEY}.json.gz"]
 
 
 def test_the_manifest_command_lists_changes_and_re_records_only_when_asked(figs: Path) -> None:
@@ -263,16 +279,22 @@ def test_the_manifest_command_lists_changes_and_re_records_only_when_asked(figs:
     assert check.returncode == 1 and f"changed: records/{KEY}.json.gz" in check.stdout, check.stderr
     added = subprocess.run([*command, "--add", str(path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                            timeout=300)
-    assert added.returncode == 4 and "refusing to re-record it silently" in added.stderr
-    again = subprocess.run([*command, "--rerecord", str(path)], cwd=REPO_ROOT, env=env, capture_output=True,
+    assert added.returncode == 4 and "its summary disagrees with its metrics" in added.stderr
+    refused = subprocess.run([*command, "--rerecord", str(path)], cwd=REPO_ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert refused.returncode == 4 and f"record {path}: its summary disagrees" in refused.stderr
+    tuning = figs / TUNING.with_suffix(".csv")
+    tuning.write_text(tuning.read_text() + "\n")
+    again = subprocess.run([*command, "--rerecord", str(tuning)], cwd=REPO_ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
-    assert again.returncode == 0 and problems(figs)["changed"] == []
+    assert again.returncode == 0 and problems(figs)["changed"] == [f"records/{KEY}.json.gz"]
 
 
 def test_a_figure_naming_a_missing_record_is_refused(figs: Path) -> None:
     from lab.evidence.records import figure_runs
 
     (figs / "f.json").write_text(json.dumps({"records": [KEY, "fedsam-0123456789ab"]}))
+    integrity.add(figs / "f.json", figs)  # a sidecar is evidence: read only with its line
     with pytest.raises(RecordError, match="names record 'fedsam-0123456789ab', which is not in"):
         figure_runs("f", figs)
 
@@ -286,6 +308,7 @@ def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
     fedsam = [k for k in keys if k.startswith("fedsam-")]
     figs = _copy_evidence(tmp_path / "figures", [f"records/{k}.json.gz" for k in [KEY, *fedsam]])
     (figs / f"{SIDECAR}.json").write_text(json.dumps({"records": [KEY, KEY, KEY, *fedsam]}))
+    integrity.add(figs / f"{SIDECAR}.json", figs)
     import dataclasses
 
     claim = next(c for c in load_claims() if c.id == "fedvssam_above_best_baseline_dir01")
@@ -303,6 +326,7 @@ def test_identical_configs_in_a_figure_table_count_once(tmp_path: Path) -> None:
     rows = [{"method": m, "seed": s, "v": v} for m, s, v in
             [("a", 0, 1.0), ("a", 0, 1.0), ("a", 0, 1.0), ("a", 1, 1.2), ("b", 0, 0.1), ("b", 1, 0.2)]]
     pd.DataFrame(rows).to_csv(tmp_path / "fig.csv", index=False)
+    integrity.add(tmp_path / "fig.csv", tmp_path)  # a figure's table is evidence: read only with its line
     claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"}, "setting": {"notebook": "nb",
                              "figure": "fig"}, "metric": {"column": "v", "arm_column": "method"},
                              "left": {"algorithm": "a"}, "op": ">", "right": {"algorithm": "b"}})

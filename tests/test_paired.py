@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,8 +16,16 @@ from lab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_cl
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
                                     paired_difference, sign_flip_p)
 from fedlab.evidence.uncertainty import mean_interval
+from lab.evidence import integrity
+from lab.evidence.tuning_files import tuning_root
 from lab.evidence.validity import UNTESTED
 from test_claims import _claim, _fake, _figure  # the synthetic-run builders of the claims tests
+
+
+def _listed(path: Path) -> None:
+    """Give a figure table written by a test its manifest line (a figure's CSV is evidence, issue 46); a table
+    written again replaces its line, as save_figure does."""
+    integrity.rerecord(path, path.parent)
 
 
 def _arms(n: int, seed: int, shift: float = 0.3, noise: float = 1.0) -> tuple[dict[int, float], dict[int, float]]:
@@ -153,18 +162,22 @@ def test_tables_pair_by_their_seed_column_or_say_they_cannot(tmp_path):
     rows = {"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "seed": [0.0, 1.0, 2.0] * 2,
             "lambda_max": [11.0, 21.0, 31.0, 12.0, 22.5, 32.0]}
     pd.DataFrame(rows).to_csv(tmp_path / "fig.csv", index=False)
+    _listed(tmp_path / "fig.csv")
     c = dataclasses.replace(_claim("<"), metric={"column": "lambda_max", "arm_column": "method"})
     v = evaluate_claim_paired(c, tmp_path, min_seeds_to_decide=3)
     assert v.unpaired.verdict == "inconclusive" and v.verdict == "holds"
     assert v.comparisons[0].difference.seeds == (0, 1, 2)  # CSV floats read back as the integer seeds
     pd.DataFrame({k: x for k, x in rows.items() if k != "seed"}).to_csv(tmp_path / "fig.csv", index=False)
+    _listed(tmp_path / "fig.csv")
     v = evaluate_claim_paired(c, tmp_path)
     assert v.verdict == NOT_PAIRED and "no seed column" in v.note
     pd.DataFrame({**rows, "seed": [0, 0, 1, 0, 0, 1]}).to_csv(tmp_path / "fig.csv", index=False)
+    _listed(tmp_path / "fig.csv")
     assert "several values per seed" in evaluate_claim_paired(c, tmp_path).note
     # one arm (|left| ≤ tol): per-client rows averaged per seed, the interval over seeds
     pd.DataFrame({"seed": [0, 0, 1, 1, 2, 2], "cross": [0.01, -0.01, 0.02, 0.0, 0.0, 0.01]}).to_csv(
         tmp_path / "fig.csv", index=False)
+    _listed(tmp_path / "fig.csv")
     z = dataclasses.replace(_claim("abs_le", tol=0.05), metric={"column": "cross", "arm_column": None}, left={},
                             right=[])
     v = evaluate_claim_paired(z, tmp_path)
@@ -284,6 +297,7 @@ def test_sanity_checks_are_shown_not_counted_and_absent_arms_are_no_data(tmp_pat
             + [_fake("fedsam", s, 0.70 + 0.012 * s) for s in range(3)])
     _figure(tmp_path, "fig", runs)
     pd.DataFrame({"seed": [0, 1, 2], "cross_relative": [0.01, 0.0, 0.005]}).to_csv(tmp_path / "dec.csv", index=False)
+    _listed(tmp_path / "dec.csv")
     base = {"source": {"paper": "P", "where": "T1"}, "setting": {"notebook": "nb", "figure": "fig"},
             "metric": "final_test_acc"}
     claims = [Claim.from_dict({**base, "id": "a", "claim": "A", "left": {"algorithm": "fedvssam"}, "op": ">",
@@ -318,6 +332,7 @@ def test_unconverged_estimates_are_excluded_and_counted(tmp_path):
     pd.DataFrame({"method": ["fedvssam"] * 4 + ["fedsam"] * 4, "seed": [0, 1, 2, 3] * 2,
                   "lambda_max": [1.0, 1.1, 99.0, 1.2, 3.0, 3.1, 3.2, 3.3],
                   "converged": [True, True, False, True] + [True] * 4}).to_csv(tmp_path / "curv.csv", index=False)
+    _listed(tmp_path / "curv.csv")
     claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"},
                              "setting": {"notebook": "nb", "figure": "curv"},
                              "metric": {"column": "lambda_max", "arm_column": "method", "valid": "converged"},
@@ -355,6 +370,7 @@ def test_the_tuning_edges_finding_reads_the_folder_it_names_and_counts_edges_and
         path = tmp_path / folder / "dirichlet-0.1" / f"{name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"grid": grid, "best": best}))
+        integrity.add(path, tuning_root(path))  # a tuning file is evidence: read only with its manifest line
 
     tuned("rerun/tuning", "fedsam", {"rho": [0.0, 0.01, 0.05, 0.1]}, {"rho": 0.05})  # interior
     tuned("rerun/tuning", "fedlesam", {"rho": [0.0, 0.05, 0.1]}, {"rho": 0.0})  # lowest, and zero chosen

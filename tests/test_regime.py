@@ -151,7 +151,9 @@ def _write_synthetic(run: PlannedRun, criteria, folder: Path, last=(80.0, 81.0, 
     from fedlab.results import RunResult
     from lab.evidence.records import write_record
 
-    key = f"{run.algorithm}-{hashlib.sha256(repr(run.run_id).encode()).hexdigest()[:12]}"
+    # keyed by its config (Config.hash(), as a result built by hand is): every load re-forms the key from the
+    # record's config block (issue 46), so a made-up key would be refused
+    key = f"{run.algorithm}-{run.config.hash()}"
     metrics = _metrics(run.config.rounds, run.config.eval_every, last)
     summary = {"status": "finished", "config_hash": key.rsplit("-", 1)[1]}
     result = RunResult(run.config, metrics, None, "finished", folder / "nowhere" / key, summary)

@@ -77,8 +77,11 @@ def test_rekey_re_records_a_rewritten_file_that_another_manifest_lists(figures, 
     root, keys = figures
     tuning = root / "rerun" / "tuning" / "dirichlet-0.1"
     tuning.mkdir(parents=True)
-    (tuning / "fedacg.json").write_text(json.dumps({"scores": [{"run": keys[0]}]}))
-    integrity.add(tuning / "fedacg.json", root / "rerun")
+    # a tuning file as fedlab.tune writes it (a choice that is its table's best point: the re-record checks it)
+    (tuning / "fedacg.json").write_text(json.dumps({"best": {"beta": 0.1}, "grid": {"beta": [0.1]},
+                                                    "scores": [{"run": keys[0]}]}))
+    (tuning / "fedacg.csv").write_text("beta,score,status\n0.1,0.5,finished\n")
+    integrity.add([tuning / "fedacg.json", tuning / "fedacg.csv"], root / "rerun")
     old = {str(root / "records" / f"{k}.json.gz"): k for k in keys}
     new = {path: key.rsplit("-", 1)[0] + "-" + "fedcba%06d" % i for i, (path, key) in enumerate(old.items())}
     calls = iter([old, new])

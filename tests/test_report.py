@@ -26,6 +26,10 @@ def _setup(tmp_path, left, right, seeds=(0, 1, 2)):
     (tmp_path / "08_fig.json").write_text(json.dumps(meta))
     (tmp_path / "08_toy.json").write_text(json.dumps({"figure": "08_toy", "notebook": "08_fedvssam", "profile": "cpu"}))
     (tmp_path / "09_other.json").write_text(json.dumps({**meta, "notebook": "09_x"}))
+    from lab.evidence import integrity
+
+    # sidecars are evidence (issue 46): a claim reads one only with its manifest line
+    integrity.add([tmp_path / n for n in ("08_fig.json", "08_toy.json", "09_other.json")], tmp_path)
     (tmp_path / "claims.yaml").write_text(yaml.safe_dump({"claims": [CLAIM]}))
 
 

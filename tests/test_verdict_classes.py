@@ -13,6 +13,7 @@ from scipy import stats
 
 import fedlab
 from fedlab.results import RunResult
+from lab.evidence import integrity
 from lab.evidence.claims import Claim, claims_markdown, evaluate_claims_paired, load_claims
 from lab.evidence.records import write_record
 from lab.evidence.validity import (CONFOUNDED, IDENTITIES, NOT_TESTABLE_HEADROOM, NOT_TESTED_DEGENERATE,
@@ -41,6 +42,7 @@ def _figure(folder: Path, runs: list[RunResult], extra: list[RunResult] = (), na
     for r in [*runs, *extra]:
         write_record(r, folder / "records")
     (folder / f"{name}.json").write_text(json.dumps({"figure": name, "records": [r.run_dir.name for r in runs]}))
+    integrity.rerecord(folder / f"{name}.json", folder)  # a sidecar is evidence: read only with its manifest line
     return folder
 
 

@@ -534,13 +534,13 @@ class _Evidence:
 
 def _evidence(claim: Claim, figures_dir: Path) -> _Evidence | str:
     """The claim's evidence in ``figures_dir``, or (a string) why there is none: the claim is not run."""
-    from lab.evidence.records import figure_runs
+    from lab.evidence.records import figure_data, figure_runs
 
     if isinstance(claim.metric, Mapping):
-        csv = figures_dir / f"{claim.figure}.csv"
-        if not csv.exists():
-            return f"no {csv.name} yet"
-        return _Evidence(table=pd.read_csv(csv))
+        try:  # checked against the manifest: an edited (or deleted) table is refused, naming it
+            return _Evidence(table=figure_data(claim.figure, figures_dir))
+        except FileNotFoundError:
+            return f"no {claim.figure}.csv yet"
     try:
         runs = figure_runs(claim.figure, figures_dir)
     except FileNotFoundError as err:  # no sidecar: the figure was never made. A bad record raises (loudly).

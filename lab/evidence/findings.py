@@ -28,6 +28,8 @@ from typing import Any
 
 import pandas as pd
 
+from lab.evidence.integrity import EvidenceError
+
 from lab.evidence.paired import MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, margin_test, paired_difference, sign_flip_text
 
 __all__ = ["FINDINGS_FILE", "claims_block", "FINDING_TYPES", "Finding", "FindingResult", "evaluate_findings", "findings_table",
@@ -177,10 +179,12 @@ def _spearman(f: Finding, figures_dir: Path) -> FindingResult:
     from lab.evidence.claims import NO_DATA
 
     spec = f.spec
-    csv = figures_dir / f"{spec['figure']}.csv"
-    if not csv.exists():
-        return FindingResult(f, NO_DATA, f"no {csv.name}")
-    table = pd.read_csv(csv)
+    from lab.evidence.records import figure_data
+
+    try:  # checked against the manifest, as a claim's table is
+        table = figure_data(spec["figure"], figures_dir)
+    except FileNotFoundError:
+        return FindingResult(f, NO_DATA, f"no {spec['figure']}.csv")
     for key, value in (spec.get("where") or {}).items():
         table = table[table[key] == value]
     x, y = spec["x"], spec["y"]
@@ -212,11 +216,15 @@ def _tuning_edges(f: Finding, figures_dir: Path) -> FindingResult:
     keys = list(f.spec["keys"])
     folder = figures_dir / f.spec.get("folder", "tuning")  # the tuning the evidence uses (figures/<folder>)
     rows = []
+    from lab.evidence.integrity import verify
+    from lab.evidence.tuning_files import tuning_root
+
     for path in sorted(folder.glob("**/*.json")):
         try:
-            done = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
+            done = json.loads(verify(path, tuning_root(path)))  # an edited choice moves a finding: refused
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise EvidenceError(f"tuning file {path} is not JSON ({type(err).__name__}: {err}); restore it from "
+                                "git") from None
         grid, best = done.get("grid") or {}, done.get("best") or {}
         for key in keys:
             values = grid.get(key)

@@ -1,8 +1,11 @@
 """The evidence manifest: a SHA-256 digest of every committed evidence file, checked on every load.
 
 Evidence is what the claims and the notebooks read instead of training: the run records
-(``records/*.json.gz``), the tuning results (``tuning/**/*.csv`` and ``*.json``) and the claims data
-(``claims_<profile>.csv`` and ``.md``). Their digests live in one committed text file beside them,
+(``records/*.json.gz``), the tuning results (``tuning/**/*.csv`` and ``*.json``), the claims data
+(``claims_<profile>.csv`` and ``.md``, ``findings_<profile>.csv``) and every figure's sidecar and data
+(``<name>.json`` and ``<name>.csv`` beside a ``<name>.png``): a sidecar decides which records a claim
+reads and a figure's CSV is what a table claim is computed from, so they are evidence too
+(:func:`lab.tools.figures.save_figure` records their lines as it writes them). Their digests live in one committed text file beside them,
 ``figures/MANIFEST.sha256``, one line per file, sorted by path::
 
     <sha-256 of the file's bytes>  records/fedavg-0123456789ab.json.gz
@@ -14,12 +17,15 @@ move), and adding, removing or editing evidence shows in one reviewable diff.
 The rules, enforced by :func:`verify` (every load) and :func:`add` (every write):
 
 * a file that is not in the manifest, or whose bytes do not match its line, is refused with an
-  :class:`EvidenceError` naming the file;
+  :class:`EvidenceError` naming the file; so is a file the manifest lists that is gone
+  (:func:`read_listed`): deleted evidence is never read as "not made yet";
 * a writer adds its file's line when it writes the file; adding the line a file already has is a
   no-op, but a line for the same path with another digest is refused — evidence that changed is not
   silently re-recorded. :func:`rerecord` (``python -m lab.evidence.integrity --rerecord PATH...``)
-  is the one explicit step that replaces lines; :func:`problems` lists every difference between the
-  manifest and the files on disk.
+  is the one explicit step that replaces lines, and it first runs the checks a load runs on the file's
+  content (:func:`check_content`: a record must still be the run its key names), so re-recording cannot
+  launder an edited config; :func:`problems` lists every difference between the manifest and the
+  files on disk, and the command without arguments does so for every manifest under ``figures/``.
 
 The *root* of an evidence file (the folder the manifest is in, paths relative to it) is the folder
 above ``records/`` or ``tuning/`` when the folder has that name (``figures/``), else the folder itself
@@ -36,13 +42,16 @@ import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["MANIFEST_NAME", "EvidenceError", "add", "evidence_files", "evidence_root", "file_digest",
-           "manifest_path", "problems", "read_manifest", "rename", "rerecord", "verify"]
+__all__ = ["MANIFEST_NAME", "EvidenceError", "add", "check_content", "evidence_files", "evidence_root", "file_digest",
+           "manifest_path", "manifest_roots", "problems", "read_listed", "read_manifest", "rename", "rerecord",
+           "verify"]
 
 MANIFEST_NAME = "MANIFEST.sha256"
 # what counts as evidence under a root (figures/): records, tuning tables and choices, claims data
 EVIDENCE_PATTERNS: tuple[str, ...] = ("records/*.json.gz", "tuning/**/*.json", "tuning/**/*.csv",
-                                      "claims_*.csv", "claims_*.md", "*/calibration.json")
+                                      "claims_*.csv", "claims_*.md", "findings_*.csv", "*/calibration.json")
+# a figure (``<name>.png`` at the root, written by save_figure) brings these siblings: its sidecar and its data
+FIGURE_EVIDENCE_SUFFIXES: tuple[str, ...] = (".json", ".csv")
 _LINE = re.compile(r"^([0-9a-f]{64})  (\S(?:.*\S)?)$")
 RERECORD_HINT = ("if the change is intended, re-record it explicitly with "
                  "`python -m lab.evidence.integrity --rerecord <file>` and commit the manifest; "
@@ -119,6 +128,22 @@ def verify(path: str | os.PathLike, root: str | os.PathLike, data: bytes | None 
     return data
 
 
+def read_listed(path: str | os.PathLike, root: str | os.PathLike) -> bytes | None:
+    """``path``'s bytes, checked against ``root``'s manifest; None when the file does not exist and the
+    manifest does not list it (evidence not made yet).
+
+    Refused, naming the file: a file the manifest lists that is gone (deleted evidence is an error, never
+    a silent fallback to "not run" or to defaults), and everything :func:`verify` refuses."""
+    path, root = Path(path), Path(root)
+    if not path.exists():
+        if _relative(path, root) in read_manifest(root):
+            raise EvidenceError(f"evidence file {path} is listed in {manifest_path(root)} but is missing; "
+                                "restore it from git (`git checkout -- <file>`), or, if it was removed on purpose, "
+                                "remove its line with the change that removed it")
+        return None
+    return verify(path, root)
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     """An exclusive lock on the manifest, so concurrent writers (processes or threads) never lose a line."""
@@ -166,8 +191,57 @@ def add(paths: Path | Iterable[Path], root: str | os.PathLike) -> None:
 
 
 def rerecord(paths: Path | Iterable[Path], root: str | os.PathLike) -> None:
-    """The explicit re-record step: set the lines of ``paths`` to their current digests."""
-    _update(Path(root), [paths] if isinstance(paths, Path) else list(paths), replace=True)
+    """The explicit re-record step: set the lines of ``paths`` to their current digests, after
+    :func:`check_content` passed for every one of them (nothing is written if one fails)."""
+    paths = [paths] if isinstance(paths, Path) else [Path(p) for p in paths]
+    check_content(paths, Path(root))
+    _update(Path(root), paths, replace=True)
+
+
+def check_content(paths: Iterable[Path], root: str | os.PathLike) -> None:
+    """The checks a load runs on each file's content, without its manifest line (which is about to change).
+
+    A record must be the run its key names (:func:`lab.evidence.records.check_record_file`: its config block
+    hashes to its key, its summary agrees with its metrics); a tuning choice must be its table's best point
+    (:func:`lab.evidence.tuning_files.load_tuning`); a sidecar must be a JSON object whose ``records`` are
+    there; a CSV must parse. Raises :class:`EvidenceError` naming the first file that fails."""
+    import json
+
+    root = Path(root)
+    for path in (Path(p) for p in paths):
+        rel = _relative(path, root)
+        if not path.is_file():
+            raise EvidenceError(f"evidence file {path} does not exist; nothing to record")
+        if rel.startswith("records/") and rel.endswith(".json.gz"):
+            from lab.evidence.records import check_record_file
+
+            check_record_file(path)
+        elif rel.startswith("tuning/") or "/tuning/" in rel:
+            from lab.evidence.tuning_files import load_tuning
+
+            load_tuning(path.with_suffix(".json"), check_manifest=False)
+        elif path.suffix == ".csv":
+            import pandas as pd
+
+            try:
+                pd.read_csv(path)
+            except (ValueError, UnicodeDecodeError) as err:
+                raise EvidenceError(f"evidence file {path} is not a readable CSV ({type(err).__name__}: {err}); "
+                                    "restore it from git or write it again with the code that makes it") from None
+        elif path.suffix == ".json":
+            try:
+                meta = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise EvidenceError(f"evidence file {path} is not JSON ({type(err).__name__}: {err}); "
+                                    "restore it from git or write it again with the code that makes it") from None
+            if not isinstance(meta, dict):
+                raise EvidenceError(f"evidence file {path} is not a JSON object; restore it from git")
+            for key in meta.get("records") or []:  # a sidecar: the records it names must be there (and sound)
+                from lab.evidence.records import load_record
+
+                if load_record(str(key), path.parent / "records") is None:
+                    raise EvidenceError(f"sidecar {path} names record {key!r}, which is not in "
+                                        f"{path.parent / 'records'}; restore it, or remake the figure")
 
 
 def rename(moves: dict[Path, Path], root: str | os.PathLike) -> None:
@@ -187,18 +261,28 @@ def rename(moves: dict[Path, Path], root: str | os.PathLike) -> None:
 
 
 def evidence_files(root: str | os.PathLike) -> list[str]:
-    """The evidence files under ``root``, as sorted relative paths (orphan ``.*.tmp`` files excluded)."""
+    """The evidence files under ``root``, as sorted relative paths (orphan ``.*.tmp`` files excluded): the
+    :data:`EVIDENCE_PATTERNS` and, for every figure ``<name>.png`` at the root, its ``<name>.json`` and
+    ``<name>.csv`` (:data:`FIGURE_EVIDENCE_SUFFIXES`)."""
     root = Path(root)
     found = {p.relative_to(root).as_posix() for pattern in EVIDENCE_PATTERNS for p in root.glob(pattern)
              if p.is_file() and not p.name.startswith(".")}
+    found |= {p.with_suffix(s).name for p in root.glob("*.png") for s in FIGURE_EVIDENCE_SUFFIXES
+              if p.with_suffix(s).is_file()}
     return sorted(found)
+
+
+def manifest_roots(folder: str | os.PathLike) -> list[Path]:
+    """Every folder at or under ``folder`` that has a manifest (``figures/``, ``figures/rerun/``, ...), sorted."""
+    return sorted(p.parent for p in Path(folder).rglob(MANIFEST_NAME) if p.is_file())
 
 
 def problems(root: str | os.PathLike) -> dict[str, list[str]]:
     """How the manifest and the evidence on disk differ: ``{"changed", "unlisted", "missing"}`` → paths."""
     root = Path(root)
     entries = read_manifest(root)
-    on_disk = evidence_files(root)
+    # a listed file is checked whether or not it still matches a pattern (a sidecar whose PNG went away)
+    on_disk = sorted(set(evidence_files(root)) | {p for p in entries if (root / p).is_file()})
     return {"changed": [p for p in on_disk if p in entries and entries[p] != file_digest((root / p).read_bytes())],
             "unlisted": [p for p in on_disk if p not in entries],
             "missing": sorted(set(entries) - set(on_disk))}
@@ -206,27 +290,48 @@ def problems(root: str | os.PathLike) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m lab.evidence.integrity [--add PATH... | --rerecord PATH...] [--root DIR]``; without an action it
-    lists every difference between the manifest and the evidence on disk (exit 1 if there is one)."""
+    lists every difference between the evidence on disk and its manifest, for every manifest at or under
+    ``--root`` (``figures/``, ``figures/rerun/``, ``figures/regime/``; exit 1 if there is one)."""
     parser = argparse.ArgumentParser(prog="python -m lab.evidence.integrity", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("figures"),
-                        help="the folder of the manifest (default: figures/ of the current directory)")
+                        help="the folder of the manifest (default: figures/ of the current directory); "
+                             "the check without an action covers every manifest under it")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--add", nargs="+", type=Path, metavar="PATH", help="add new evidence files")
     group.add_argument("--rerecord", nargs="+", type=Path, metavar="PATH",
                        help="accept the current bytes of changed evidence files (an explicit, reviewed step)")
     args = parser.parse_args(argv)
+    # under `python -m`, this file runs as __main__: the records' and tuning files' errors subclass the
+    # EvidenceError of the imported module, a different class from this one's
+    from lab.evidence import integrity as imported
+
     try:
-        if args.add or args.rerecord:
-            (add if args.add else rerecord)(args.add or args.rerecord, args.root)
+        if args.add:
+            check_content(args.add, args.root)  # what --rerecord checks, for a file recorded by hand
+            add(args.add, args.root)
             return 0
-        found = problems(args.root)
-    except (EvidenceError, OSError) as err:
+        if args.rerecord:
+            rerecord(args.rerecord, args.root)
+            return 0
+        roots = manifest_roots(args.root)
+        if not roots:
+            print(f"error: no {MANIFEST_NAME} at or under {args.root}; run from the repository root or pass --root",
+                  file=sys.stderr)
+            return 4
+        found = {root: problems(root) for root in roots}
+    except (EvidenceError, imported.EvidenceError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 4
-    for kind, paths in found.items():
-        for p in paths:
-            print(f"{kind}: {p}")
-    return 1 if any(found.values()) else 0
+    bad = 0
+    for root, kinds in found.items():
+        for kind, paths in kinds.items():
+            for p in paths:
+                # relative to --root, so a line of figures/rerun/ reads rerun/tuning/...
+                print(f"{kind}: {(root / p).relative_to(args.root).as_posix()}")
+                bad += 1
+    checked = ", ".join(str(manifest_path(r)) for r in roots)
+    print(f"{bad} problem(s) in {len(roots)} manifest(s): {checked}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -319,7 +319,8 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     file if it is corrupt, edited, or its choice is not its grid's best finished point). A split without its own
     file takes the choice made on :func:`tuning_split` (with the default directory; ``source`` says so). Without
     either — a method with nothing to tune, or not tuned yet — the method runs at its defaults and ``source``
-    says so. The choice is the grid point only
+    says so; but a file the evidence manifest lists that is gone is a TuningError naming it (deleted evidence
+    is never a silent fallback to the defaults). The choice is the grid point only
     (e.g. ``{"rho": 0.02}``); merge it into ``algorithm_params``. The ``ci`` profile takes the cpu
     profile's choices (so the quick run exercises them); a profile in :data:`UNTUNED_PROFILES` gets
     the method's defaults (its parameter file sets the paper's values).
@@ -336,6 +337,8 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     reused = ""
     if not path.exists() and directory is None and (root / tuning_split() / path.name).exists():
         path, reused = root / tuning_split() / path.name, f" (tuned on {tuning_split()}, reused on {split})"
+    if not path.exists():
+        _check_not_deleted(root / split / f"{algorithm}.json")
     if path.exists():
         best = load_tuning(path)["best"]  # checked: digest, a finished best point of its own grid
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
@@ -343,6 +346,25 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     if not DEFAULT_GRIDS.get(algorithm):
         return Tuned({}, "defaults (nothing declared to tune)")
     return Tuned({}, f"defaults (untuned: no {path.name} for split {split_key(config)})")
+
+
+def _check_not_deleted(path: Path) -> None:
+    """A TuningError naming ``path`` when its evidence manifest lists it (as ``.json`` or ``.csv``) but it is gone:
+    a deleted tuning file must not turn into a run at the method's defaults."""
+    from lab.evidence.integrity import manifest_path, read_manifest
+    from lab.evidence.tuning_files import TuningError, tuning_root
+
+    root = tuning_root(path)
+    listed = read_manifest(root)
+    for file in (path, path.with_suffix(".csv")):
+        try:
+            rel = file.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            continue
+        if rel in listed and not file.exists():
+            raise TuningError(f"tuning file {file} is listed in {manifest_path(root)} but is missing; the "
+                              "method would silently run at its defaults; restore it from git "
+                              "(`git checkout -- <file>`), or remove its line with the change that removed it")
 
 
 def _grid_size(grid: dict[str, Sequence[Any]]) -> int:

@@ -37,13 +37,14 @@ def _same(chosen: Any, cell: Any) -> bool:
     return str(chosen) == str(cell)
 
 
-def load_tuning(json_path: str | Path) -> dict[str, Any]:
+def load_tuning(json_path: str | Path, *, check_manifest: bool = True) -> dict[str, Any]:
     """A committed tuning result (``<stem>.json`` with its ``<stem>.csv``), checked; TuningError naming the file.
 
     Checked: both files parse; ``best`` is a non-empty point of ``grid`` (same keys, each value one of
     its candidates); the CSV table has a row per grid point and ``best`` is its best-scored *usable*
     point (finished, with a score; ties to the first row, as :func:`fedlab.tune` chooses); and both files'
-    bytes match the evidence manifest (:mod:`lab.evidence.integrity`)."""
+    bytes match the evidence manifest (:mod:`lab.evidence.integrity`; ``check_manifest=False``: not this last
+    check, for ``--rerecord``, which is about to replace the lines)."""
     json_path = Path(json_path)
     csv_path = json_path.with_suffix(".csv")
     what = f"tuning file {json_path}"
@@ -82,6 +83,8 @@ def load_tuning(json_path: str | Path) -> dict[str, Any]:
         raise TuningError(f"{what} chooses {best}, but the best-scored finished point of {csv_path.name} is "
                           f"{ {k: getattr(top[k], 'item', lambda: top[k])() for k in grid} } (score {top['score']}); "
                           f"{state}; {fix}")
+    if not check_manifest:
+        return done
     root = tuning_root(json_path)
     try:
         verify(json_path, root, json_bytes)

@@ -157,7 +157,8 @@ def save_figure(
     quick check never overwrites a citable figure.
 
     ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
-    ``name.csv``. ``runs`` — the runs behind the figure — are committed as records
+    ``name.csv``; the sidecar and the CSV get their lines in ``out_dir``'s evidence manifest
+    (:mod:`lab.evidence.integrity`), replacing the previous version's. ``runs`` — the runs behind the figure — are committed as records
     (:mod:`lab.evidence.records`, in ``<out_dir>/records/``) and named in the sidecar together with their
     full configs, so the figure can be re-plotted and every number checked without training. The
     sidecar also holds the environment (python, OS, CPU, threads), the dataset files' checksums, the
@@ -239,6 +240,12 @@ def save_figure(
         table.to_csv(paths["csv"], index=False, float_format="%.6g")
         meta["data"] = f"{name}.csv"
     paths["json"].write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    # The sidecar decides which records a claim reads and the CSV is what a table claim computes from: both
+    # are evidence (lab.evidence.integrity), recorded here as they are written, so a figure remade on any
+    # branch keeps its manifest right. Remaking a figure is the explicit act that replaces their lines.
+    from lab.evidence.integrity import rerecord
+
+    rerecord([paths["json"], *([paths["csv"]] if "csv" in paths else [])], out)
     if out.resolve() == FIGURES_DIR.resolve():
         write_figure_index(FIGURES_DIR)
     return paths

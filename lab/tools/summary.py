@@ -24,16 +24,17 @@ def evidence_runs(figures_dir=None):  # type: ignore[no-untyped-def]
     """The committed evidence's seed-0 Dirichlet-0.1 run of each of :data:`METHODS`: ``{method: (config, record
     key)}``, read from the records behind :data:`BENCHMARK_FIGURE` (their settings are the ones the committed
     figures were measured with, whichever federation and tuning the cpu parameter files name for the next run)."""
-    import json
     from pathlib import Path
 
     from lab.evidence.protocol import split_key
-    from lab.evidence.records import load_record
+    from lab.evidence.records import _sidecar, load_record
     from lab.repro import FIGURES_DIR
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
-    sidecar = figures_dir / f"{BENCHMARK_FIGURE}.json"
-    keys = (json.loads(sidecar.read_text()).get("records") or []) if sidecar.exists() else []
+    try:  # the sidecar decides which records are shown: checked against the manifest like them
+        keys = _sidecar(BENCHMARK_FIGURE, figures_dir).get("records") or []
+    except FileNotFoundError:  # the figure was never made: every method is trained instead
+        keys = []
     out = {}
     for key in (k for k in keys if k.split("-", 1)[0] in METHODS):
         res = load_record(key, figures_dir / "records")
@@ -69,6 +70,21 @@ def shown_comparisons(verdicts) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.tools.summary``: damaged evidence (a record, sidecar, CSV or tuning file refused by
+    :mod:`lab.evidence.integrity`) is one line ``error: <file>: <what>; <fix>`` on stderr and exit 4, as in
+    ``python -m lab claims``, never a traceback."""
+    import sys
+
+    from lab.evidence.integrity import EvidenceError
+
+    try:
+        return _summary(argv)
+    except EvidenceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 4
+
+
+def _summary(argv: list[str] | None) -> int:
     import pandas as pd
 
     import fedlab

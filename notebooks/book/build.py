@@ -411,6 +411,24 @@ def copy_mathjax(dest: Path, source: Path = MATHJAX_SYSTEM) -> None:
             shutil.copy2(src, dst)
 
 
+def verify_published(records: list[dict], figures_dir: Path = FIGURES, claims: Path = CLAIMS_FILE) -> None:
+    """Check what the book publishes against the evidence manifest (``figures/MANIFEST.sha256``) before
+    anything is staged: the claims table (listed, and its bytes the listed ones) and every figure's
+    sidecar and data file that is evidence. A BookError names the first file that fails, with the fix."""
+    from lab.evidence.integrity import EvidenceError, evidence_files, read_listed
+
+    evidence = set(evidence_files(figures_dir))
+    published = [claims] + [path for rec in records for path in [rec["json"], *rec["data"]]]
+    for path in published:
+        if path != claims and path.name not in evidence:  # e.g. a table a caption names: not manifest evidence
+            continue
+        try:
+            if read_listed(path, figures_dir) is None:  # absent and unlisted: nothing published from it
+                continue
+        except EvidenceError as err:
+            raise BookError(f"refusing to publish unverified evidence: {err}") from None
+
+
 def stage(nb_dir: Path, src: Path) -> Path:
     """Write the complete Sphinx source folder ``src`` (removed first)."""
     import fedlab
@@ -420,6 +438,7 @@ def stage(nb_dir: Path, src: Path) -> Path:
     src.mkdir(parents=True)
     shutil.copy2(BOOK_DIR / "conf.py", src / "conf.py")
     records = figure_records()
+    verify_published(records)
     titles = stage_notebooks(notebook_paths(nb_dir), records, src / "notebooks")
     claims = None
     if CLAIMS_FILE.exists():
