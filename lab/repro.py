@@ -31,6 +31,8 @@ def lab_environment() -> None:
 
 # --- where figures go, and the stamp of where they were made -------------------------------------
 FIGURES_DIR: Path = REPO_ROOT / "figures"
+SCRATCH_DIR: Path = FIGURES_DIR / "_scratch"
+"""Where the ``ci`` profile's figures go: ignored by git, so nothing in it is evidence."""
 CITABLE_PROFILES = ("cpu", "paper")
 """Profiles whose figures are citable: saved to ``figures/`` (others to ``figures/_scratch/``)."""
 

@@ -302,6 +302,32 @@ def test_save_figure_records_its_sidecar_and_csv(tmp_path: Path) -> None:
     assert problems(tmp_path)["changed"] == ["t.csv"]
 
 
+def test_the_scratch_folder_is_not_evidence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ci profile's figures go to an ignored scratch folder: save_figure lists nothing there, and the
+    default integrity command does not read a manifest someone left in it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    import lab.repro
+    import lab.tools.figures as figures
+
+    scratch = tmp_path / "_scratch"
+    monkeypatch.setattr(lab.repro, "SCRATCH_DIR", scratch)
+    monkeypatch.setattr(figures, "SCRATCH_DIR", scratch)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    figures.save_figure(fig, "t", notebook="x", profile="ci", caption="c", out_dir=scratch,
+                        data=pd.DataFrame({"v": [1.0]}), kind="analysis")
+    plt.close(fig)
+    assert (scratch / "t.csv").is_file() and not (scratch / integrity.MANIFEST_NAME).exists()
+    (scratch / integrity.MANIFEST_NAME).write_text("0" * 64 + "  gone.csv\n")
+    (tmp_path / integrity.MANIFEST_NAME).write_text("")
+    assert integrity.manifest_roots(tmp_path) == [tmp_path]
+
+
 # --- the book publishes only verified evidence --------------------------------------------------------------
 def test_the_book_refuses_to_publish_an_unlisted_or_edited_claims_table(tmp_path: Path) -> None:
     import importlib.util

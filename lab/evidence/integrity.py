@@ -273,8 +273,13 @@ def evidence_files(root: str | os.PathLike) -> list[str]:
 
 
 def manifest_roots(folder: str | os.PathLike) -> list[Path]:
-    """Every folder at or under ``folder`` that has a manifest (``figures/``, ``figures/rerun/``, ...), sorted."""
-    return sorted(p.parent for p in Path(folder).rglob(MANIFEST_NAME) if p.is_file())
+    """Every folder at or under ``folder`` that has a manifest (``figures/``, ``figures/rerun/``, ...), sorted;
+    the ``ci`` profile's scratch folder is not evidence (git ignores it) and is left out."""
+    from lab.repro import SCRATCH_DIR
+
+    scratch = SCRATCH_DIR.resolve()
+    return sorted(p.parent for p in Path(folder).rglob(MANIFEST_NAME)
+                  if p.is_file() and not (p.parent.resolve() == scratch or scratch in p.parent.resolve().parents))
 
 
 def problems(root: str | os.PathLike) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from fedlab._paths import data_root
 from fedlab._version import __version__
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, environment, git_commit, package_versions
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, SCRATCH_DIR, environment, git_commit, package_versions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,7 +72,7 @@ def _check_clean(commit: str, out: Path) -> None:
     """Refuse to write a figure into the committed ``figures/`` (any folder of it but ``_scratch/``, e.g.
     ``figures/regime/``) when the code is not a commit."""
     root, where = FIGURES_DIR.resolve(), out.resolve()
-    scratch = root / "_scratch"
+    scratch = SCRATCH_DIR.resolve()
     committed = (where == root or root in where.parents) and not (where == scratch or scratch in where.parents)
     if not committed or not (commit.endswith("+dirty") or commit == "unknown"):
         return
@@ -187,7 +187,7 @@ def save_figure(
     if not re.fullmatch(r"[a-z0-9][a-z0-9_\-]*", name):
         raise ValueError(f"figure name {name!r} must be lower-case letters, digits, '_' or '-'")
     if out_dir is None:
-        out_dir = FIGURES_DIR if profile in CITABLE_PROFILES else FIGURES_DIR / "_scratch"
+        out_dir = FIGURES_DIR if profile in CITABLE_PROFILES else SCRATCH_DIR
     out = Path(out_dir)
     commit = git_commit()
     _check_clean(commit, out)  # before anything is written, records included
@@ -245,7 +245,8 @@ def save_figure(
     # branch keeps its manifest right. Remaking a figure is the explicit act that replaces their lines.
     from lab.evidence.integrity import rerecord
 
-    rerecord([paths["json"], *([paths["csv"]] if "csv" in paths else [])], out)
+    if not (out.resolve() == SCRATCH_DIR.resolve() or SCRATCH_DIR.resolve() in out.resolve().parents):
+        rerecord([paths["json"], *([paths["csv"]] if "csv" in paths else [])], out)
     if out.resolve() == FIGURES_DIR.resolve():
         write_figure_index(FIGURES_DIR)
     return paths
