@@ -91,3 +91,36 @@ def test_curvature_loss_is_the_mean_loss_on_the_sample():
 def test_convergence_line_counts():
     assert convergence_line([True, False, True], tol=1e-3, max_iter=50).startswith(
         "λ_max converged for 2 of 3 models (Lanczos, relative residual ≤ 0.001, at most 50 steps)")
+
+
+def _parameter(path, name):
+    """The default of ``name`` in the parameters cell of a jupytext notebook (``name = value  # ...``)."""
+    import ast
+    import re
+
+    text = path.read_text()
+    found = re.search(rf"^{name} = (.+?)(?:  #.*)?$", text, flags=re.M)
+    assert found, f"{path.name} has no parameter {name}"
+    return ast.literal_eval(found.group(1))
+
+
+@pytest.mark.parametrize("profile", [None, "cpu", "paper"])
+def test_02_and_09_measure_lambda_max_on_one_shared_sample(profile):
+    """Both notebooks build λ_max's function with ``curvature_loss`` at one ``curvature_size`` ≥ 2,000 (the
+    parameters' defaults, and each profile's file), and neither reads a run's ``.final_accuracy``."""
+    import yaml
+
+    from lab.repro import REPO_ROOT as ROOT
+
+    nb = {k: ROOT / "notebooks" / f"{k}.py" for k in ("02_flatness_incompatibility", "09_sharpness_and_landscapes")}
+    sizes = {}
+    for key, path in nb.items():
+        size = _parameter(path, "curvature_size")
+        if profile is not None:
+            size = yaml.safe_load((ROOT / "notebooks" / "params" / f"{key}.{profile}.yaml").read_text()).get(
+                "curvature_size", size)
+        sizes[key] = size
+        text = path.read_text()
+        assert "curvature_loss(" in text and "lambda_max(" in text, f"{key} measures λ_max on its own function"
+        assert ".final_accuracy" not in text, f"{key} reads a final accuracy around final_metric"
+    assert len(set(sizes.values())) == 1 and min(sizes.values()) >= 2000, sizes
