@@ -4,12 +4,16 @@ other notebooks' in ``test_cpu_lessons_<NN>.py``, with the helpers of ``_cpu_les
 Each of these notebooks prints the numbers of its cpu paragraphs as one ``cpu_lessons: {...}`` line, computed in
 the notebook from ``figures/<name>.csv`` and checked there by asserts on every direction the paragraphs state.
 This module reads that line from the committed ``.ipynb`` and recomputes every number another way, from the same
-CSV files, with plain loops over the rows. A rerun that changes the committed data without rebuilding the notebook,
+CSV files, with plain loops over the rows (02's accuracies from the run records the figure names, which are the
+evidence: the CSV's own column holds the models retrained for their θ). A rerun that changes the committed data without rebuilding the notebook,
 or a paragraph whose numbers no longer match the figure it sits beside, fails here; the directions are checked
 again on the recomputed numbers.
 """
 from __future__ import annotations
 
+import gzip
+import json
+import math
 from collections import defaultdict
 
 import pytest
@@ -18,6 +22,8 @@ from _cpu_lessons import line as _line
 from _cpu_lessons import mean as _mean
 from _cpu_lessons import rows as _rows
 from _cpu_lessons import same as _same
+
+from lab.repro import FIGURES_DIR
 
 
 def test_02_misalignment_paragraph_matches_the_committed_data():
@@ -33,10 +39,30 @@ def test_02_misalignment_paragraph_matches_the_committed_data():
     assert want["missed_positive"] == want["seeds"] and want["missed_fraction"] > 0.5
 
 
+def _record_accuracy(figure: str) -> dict[tuple[str, float, int], float]:
+    """(algorithm, α, seed) -> the final accuracy of each run record behind ``figure``, recomputed from the record
+    file itself: the mean test accuracy of the last 20 % of the rounds (every round is evaluated on the full test
+    set in the rerun's regime; the notebook reads it through lab.evidence.protocol.final_metric)."""
+    sidecar = json.loads((FIGURES_DIR / f"{figure}.json").read_text())
+    out = {}
+    for key in sidecar["records"]:
+        with gzip.open(FIGURES_DIR / "records" / f"{key}.json.gz", "rt") as fh:
+            record = json.load(fh)
+        cfg, cols = record["config"]["config"], record["metrics"]["columns"]
+        by_round = {int(row[cols.index("round")]): row[cols.index("test_acc")] for row in record["metrics"]["data"]}
+        last = [by_round[r] for r in range(int(0.8 * cfg["rounds"]) + 1, cfg["rounds"] + 1)]
+        assert all(v is not None and math.isfinite(v) for v in last), f"{key}: the last 20 % of rounds not evaluated"
+        out[(cfg["algorithm"], float(cfg["alpha"]), int(cfg["seed"]))] = sum(last) / len(last)
+    return out
+
+
 def test_02_sharpness_paragraph_matches_the_committed_data():
+    # the accuracy from the run records (issue 41: the CSV's column is that of the models retrained for their θ)
+    acc_of = _record_accuracy("02_sharpness_vs_alpha")
     cells = defaultdict(dict)  # (alpha, seed) -> method -> row
     for r in _rows("02_sharpness_vs_alpha", "per_seed"):
         if r["status"] == "finished":
+            r = dict(r, final_test_acc=acc_of[(r["method"], float(r["alpha"]), int(float(r["seed"])))])
             cells[(float(r["alpha"]), int(float(r["seed"])))][r["method"]] = r
     got = _line("02_flatness_incompatibility")["sharpness"]
     alphas = sorted({a for a, _ in cells})

@@ -13,7 +13,10 @@ Each finding is data (``figures/findings.yaml``), of one of four types:
   separated from the best;
 * ``spearman`` — a rank correlation between two columns of a figure's table over its per-seed rows (e.g.
   λ_max against test accuracy over methods and seeds), rows flagged invalid excluded (``valid``: an
-  unconverged λ_max), with scipy's p and the same over the per-method means;
+  unconverged λ_max), with scipy's p and the same over the per-method means; with ``distinct: <column>`` the
+  rows whose arm (the algorithm in that column) is another method in disguise are left out too, as
+  :func:`lab.evidence.validity.degenerate_arms` classifies the figure's records (a method tuned into FedAvg
+  repeats FedAvg's models, which would count them twice);
 * ``tuning_edges`` — where the committed tuning choices sit in their grids: how many chose the lowest or the
   highest candidate of a key (an optimum on an edge says the grid did not bracket it).
 """
@@ -193,6 +196,10 @@ def _spearman(f: Finding, figures_dir: Path) -> FindingResult:
     valid = spec.get("valid")
     if valid:
         rows = rows[rows[valid].astype(str).str.lower().isin(("true", "1", "1.0"))]
+    invalid = total - len(rows)
+    disguised = _degenerate_groups(spec, figures_dir) if spec.get("distinct") else {}
+    if disguised:  # an arm that is another method in disguise repeats that method's models: each counts once
+        rows = rows[~rows[spec["distinct"]].isin(list(disguised))]
     if len(rows) < 4:
         return FindingResult(f, "too few values", f"{len(rows)} rows")
     rho, p = stats.spearmanr(rows[x], rows[y])
@@ -207,9 +214,29 @@ def _spearman(f: Finding, figures_dir: Path) -> FindingResult:
             out |= {"spearman_of_means": float(rho_g), "p_of_means": float(p_g), "n_means": len(means)}
     strength = "no monotone relation resolved" if p >= 0.05 else ("higher goes with higher" if rho > 0 else
                                                                   "higher goes with lower")
-    dropped = f", {total - len(rows)} excluded ({valid} = False)" if valid else ""
+    dropped = f", {invalid} excluded ({valid} = False)" if valid else ""
+    if disguised:
+        from lab.style import method_label
+
+        # the names only: the reasons (long) are the claims table's, where the same arms are listed apart
+        dropped += (f", {total - invalid - len(rows)} of degenerate arms excluded ("
+                    + ", ".join(method_label(k) for k in sorted(disguised)) + ": another method in disguise)")
+        out["degenerate"] = sorted(disguised)
     return FindingResult(f, f"{strength} (Spearman ρ_s = {rho:+.2f}, p = {p:.2g})",
                          f"{len(rows)} per-seed values{dropped}{extra}", [out])
+
+
+def _degenerate_groups(spec: Mapping[str, Any], figures_dir: Path) -> dict[str, str]:
+    """``{algorithm: reason}`` for the arms of the figure's runs (its sidecar's records, grouped by algorithm)
+    that :func:`lab.evidence.validity.degenerate_arms` classifies as another method in disguise, the references
+    looked up in the whole records folder."""
+    from lab.evidence.records import figure_runs
+    from lab.evidence.validity import RecordPool, degenerate_arms
+
+    arms: dict[str, list[Any]] = {}
+    for run in figure_runs(spec["figure"], figures_dir):
+        arms.setdefault(run.config.algorithm, []).append(run)
+    return degenerate_arms(arms, RecordPool(figures_dir / "records"))
 
 
 def _tuning_edges(f: Finding, figures_dir: Path) -> FindingResult:

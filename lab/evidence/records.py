@@ -55,7 +55,7 @@ from fedlab.results import TERMINAL_STATUSES, RunResult
 from fedlab.store.atomic import TMP_SUFFIX
 
 __all__ = ["ALLOWED_STATUSES", "OLDER_CODE_NAME", "RecordError", "check_record_file", "check_run", "figure_data",
-           "figure_runs", "list_older_code", "load_record", "record_meta", "record_path", "records_dir",
+           "figure_runs", "list_older_code", "load_record", "record_meta", "record_path", "recorded", "records_dir",
            "remove_orphan_tmps", "repair_unlisted", "run_key", "write_record"]
 
 SUFFIX = ".json.gz"
@@ -505,6 +505,19 @@ def run_or_load(config: Config, *, need_theta: bool = False, dataset: Any = None
         if committed is not None:
             return committed
     return sim.run(progress=progress)
+
+
+def recorded(result: RunResult, directory: Path | None = None) -> RunResult:
+    """The committed record of ``result``'s run (same run key) when there is one, else ``result`` itself.
+
+    A model analysed for its θ may have been trained again here (:func:`run_or_load` with ``need_theta``), and
+    on another CPU its last bits, and so its accuracy after 100 chaotic rounds, can differ from the record's:
+    a figure's accuracy is read from the record, the evidence, and only θ from the retrained run. A run with
+    no record (a ``ci`` run, never committed) is its own evidence."""
+    if result.run_dir is None:
+        return result
+    committed = load_record(Path(result.run_dir).name.removesuffix(SUFFIX), directory, config=result.config)
+    return result if committed is None else committed
 
 
 def write_records(results: Iterable[RunResult], directory: Path | None = None) -> list[str]:

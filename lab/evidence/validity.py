@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,8 @@ import numpy as np
 from fedlab.results import RunResult
 
 __all__ = ["CONFOUNDED", "IDENTITIES", "NOT_TESTABLE_HEADROOM", "NOT_TESTED_DEGENERATE", "NOT_TESTED_DIVERGED",
-           "REFERENCES", "UNTESTED", "Identity", "RecordPool", "companion_runs", "degenerate", "diverged_arm",
-           "federation", "headroom", "identity_of", "matches", "same_series"]
+           "REFERENCES", "UNTESTED", "Identity", "RecordPool", "RunPool", "companion_runs", "degenerate",
+           "degenerate_arms", "diverged_arm", "federation", "headroom", "identity_of", "matches", "same_series"]
 
 NOT_TESTED_DEGENERATE = "not tested — degenerate arm"
 NOT_TESTED_DIVERGED = "not tested — diverged"
@@ -164,6 +164,30 @@ class RecordPool:
                       if not p.name.startswith(".")]
             self._runs[algorithm] = [r for r in loaded if r is not None and r.config.algorithm == algorithm]
         return self._runs[algorithm]
+
+
+class RunPool:
+    """:class:`RecordPool`'s interface over runs already in memory (a notebook's own, trained at a size whose runs
+    are never committed), so that :func:`degenerate` classifies them by the same rule as the committed ones."""
+
+    def __init__(self, runs: Iterable[RunResult]) -> None:
+        self._all = list(runs)
+
+    def runs(self, algorithm: str) -> list[RunResult]:
+        """The runs of ``algorithm`` among those given."""
+        return [r for r in self._all if r.config.algorithm == algorithm]
+
+
+def degenerate_arms(arms: Mapping[str, Sequence[RunResult]],
+                    pool: "RecordPool | RunPool | None" = None) -> dict[str, str]:
+    """``{arm: reason}`` for each arm of ``arms`` (name → its runs, one per seed) that is another method in
+    disguise by :func:`degenerate` (a declared identity at its resolved hyperparameters, or its test accuracy
+    equal to the reference method's bit for bit at every seed); arms that are not are left out. The references
+    are looked up in ``pool``, by default the runs of ``arms`` themselves. No arm pins hyperparameters here:
+    a set of models (a scatter, a rank correlation) counts each distinct model once, whatever was asked for."""
+    pool = RunPool(r for rs in arms.values() for r in rs) if pool is None else pool
+    found = {name: degenerate(name, {}, list(rs), pool) for name, rs in arms.items()}  # type: ignore[arg-type]
+    return {name: why for name, why in found.items() if why}
 
 
 def companion_runs(pool: RecordPool, arm: Mapping[str, Any], like: Sequence[RunResult],
