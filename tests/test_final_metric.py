@@ -26,6 +26,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("regime/pilot.py", "final_metric"): "the regime pilot's own score, pre-registered in lab/regime/criteria.yaml "
                                          "(mean of its last 3 evaluations) before its runs; it chose the regime and "
                                          "is not the evidence's final metric",
+    ("evidence/records.py", "check_run"): "checks a record's summary (its last and best accuracy) against its own "
+                                          "metrics on load; it reports no accuracy",
     ("regime/rerun.py", "evaluation_seconds"): "times the evaluated rounds (wall seconds), reads no accuracy",
 }
 """(module under lab/, function) → why it may touch a run's last accuracies itself."""
@@ -170,3 +172,51 @@ def test_a_record_without_the_final_window_falls_back_to_its_last_evaluation_lab
     assert not sub.protocol and sub.how == "last evaluation on a 500-image test subsample (pre-protocol record)"
     with pytest.raises(ValueError, match="last_fraction"):
         final_rounds(100, {"last_fraction": 0.0, "eval_every": 1})
+
+
+# --- the notebooks ------------------------------------------------------------------------------------------
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebook_reads_its_own(source: str) -> list[str]:
+    """Where a notebook's code (top level and every function) takes a final accuracy itself: a run's
+    ``final_accuracy``, ``FINAL_METRIC``'s window, or the tail of an expression that names an accuracy column.
+    Unlike the lab's check, variables are not followed (a notebook's top level reuses names across sections,
+    so following them would flag every mean of every table): only the direct forms count."""
+    tree = ast.parse(source)
+    scopes = [ast.Module(body=tree.body, type_ignores=[])] + [fn for _, fn in _functions(tree)]
+    found: set[str] = set()
+    for scope in scopes:
+        nodes = list(_own_nodes(scope))
+        found.update(f"line {n.lineno}: .final_accuracy" for n in nodes
+                     if isinstance(n, ast.Attribute) and n.attr == "final_accuracy")
+        for n in nodes:
+            if isinstance(n, ast.Subscript) and _negative_index(n) and _names_accuracy(n.value, set()):
+                found.add(f"line {n.lineno}: {ast.unparse(n)}")
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _REDUCERS \
+                    and any(_names_accuracy(x, set()) and _over_rounds(x) for x in [n.func.value, *n.args]):
+                found.add(f"line {n.lineno}: {ast.unparse(n)}")
+    return sorted(found)
+
+
+def _over_rounds(expr: ast.AST) -> bool:
+    """Whether an accuracy expression is taken over a window of rounds (it names the ``round`` column, or is a
+    ``tail``): a mean over seeds or methods of a per-run accuracy is not a final metric of its own."""
+    return any((isinstance(n, ast.Constant) and n.value == "round")
+               or (isinstance(n, ast.Attribute) and n.attr == "tail") for n in ast.walk(expr))
+
+
+def test_no_notebook_computes_its_own_final_accuracy():
+    found = {p.name: why for p in sorted(NOTEBOOKS.glob("*.py"))
+             if (why := notebook_reads_its_own(p.read_text(encoding="utf-8")))}
+    assert not found, f"read a run's final accuracy through lab.evidence.protocol.final_metric: {found}"
+
+
+def test_the_notebook_check_sees_what_it_forbids():
+    assert notebook_reads_its_own("acc = [r.final_accuracy for r in runs]")
+    assert notebook_reads_its_own("def f(one):\n    return one['test_acc'].iloc[-1]")
+    assert notebook_reads_its_own("x = t.loc[t['round'] > 80, 'test_acc'].mean()")
+    assert not notebook_reads_its_own("acc = [final_metric(r).value for r in runs]")
+    assert not notebook_reads_its_own("m = table['lambda_max'].mean()")
+    assert not notebook_reads_its_own("by_method = points.groupby('method')['test_acc'].mean()")  # over seeds
+    assert notebook_reads_its_own("x = curve['test_acc'].tail(20).mean()")
