@@ -23,8 +23,8 @@ PROSE = [
      {"fedsam_flatter_lambda_max_dir01": "holds", "fedsam_flatter_lambda_max_dir1": "holds"}),
     ("(not testable — headroom)",
      {"fednsam_much_above_fedsam": "not testable — headroom", "fednsam_paper_much_above_fedsam": "not testable — headroom"}),
-    ("Its Δ_D claims stay confounded",
-     {"fednsam_smaller_flatness_distance": "confounded", "fednsam_paper_smaller_flatness_distance": "confounded"}),
+    ("the paper variant's Δ_D is smaller than both,\nthe code variant's only than FedSAM at the matched radius, so its "
+     "claim fails", {"fednsam_smaller_flatness_distance": "fails", "fednsam_paper_smaller_flatness_distance": "holds"}),
     ("FedSWA and FedLESAM were tuned into FedAvg",
      {"fedswa_above_fedsam_high_het": "not tested — degenerate arm",
       "fedlesam_ge_fedsam_half_cost": "not tested — degenerate arm"}),

@@ -1,6 +1,6 @@
 """Verdicts that count and verdicts that do not (issue 41): each class on synthetic records — a degenerate arm, a
 diverged run, a margin above the room, a missing control — Holm inside a family, the computed smallest effect; and
-the committed claims table's own: FedSWA and FedLESAM tuned into FedAvg, FedGF diverged, FedNSAM's Δ_D confounded."""
+the committed claims table's own: FedSWA and FedLESAM tuned into FedAvg, FedGF diverged, FedNSAM's Δ_D confounded while its control lacks seeds."""
 from __future__ import annotations
 
 import json
@@ -216,15 +216,21 @@ def test_the_claims_file_declares_its_families_and_margins():
 
 def test_the_committed_table_sets_apart_the_arms_that_test_nothing():
     """FedSWA (ρ = 1, α = 1) and FedLESAM (ρ = 0) were tuned into FedAvg; FedGF's runs diverged; FedNSAM's Δ_D
-    claims lack FedSAM at FedNSAM's radius. None of them is counted as a verdict."""
+    claims are confounded while FedSAM at FedNSAM's radius has fewer seeds than a verdict needs. None of them is
+    counted as a verdict."""
     table = pd.read_csv(FIGURES_DIR / "claims_cpu.csv")
     verdict = table.groupby("id")["paired_verdict"].first()
     assert verdict["fedswa_above_fedsam_high_het"] == NOT_TESTED_DEGENERATE
     assert verdict["fedlesam_ge_fedsam_half_cost"] == NOT_TESTED_DEGENERATE
     assert verdict["fedmoswa_above_fedswa_scaffold"] == NOT_TESTED_DEGENERATE  # its FedSWA arm
     assert verdict["fedgf_above_fedsam_dir01"] == NOT_TESTED_DIVERGED
-    assert verdict["fednsam_smaller_flatness_distance"] == CONFOUNDED
-    assert verdict["fednsam_paper_smaller_flatness_distance"] == CONFOUNDED
+    for dd in ("fednsam_smaller_flatness_distance", "fednsam_paper_smaller_flatness_distance"):
+        rows = table[table["id"] == dd]
+        control = rows[rows["right"].str.contains("required control", regex=False)]
+        assert len(control) == 1, dd  # FedSAM at FedNSAM's radius, declared as the claim's required control
+        # confounded exactly while the control has fewer seeds than a verdict needs, a tested verdict after
+        short = int(control["n"].fillna(0).iloc[0]) < int(control["min_seeds_to_decide"].iloc[0])
+        assert (verdict[dd] == CONFOUNDED) == short, (dd, verdict[dd])
     assert verdict["fedswa_paper_best_cell"] != NOT_TESTED_DEGENERATE  # its ρ = 1, α = 1 cell is asked for
     classes = [NOT_TESTED_DEGENERATE, NOT_TESTED_DIVERGED, CONFOUNDED, NOT_TESTABLE_HEADROOM]
     untested = table[table["comparison_verdict"].isin(classes)]  # never decided, never in a family
