@@ -148,11 +148,16 @@ class CandidateResult:
         return bool(self.r1()) and bool(self.r2()) and bool(self.r3())
 
 
+REGISTERED_LATER = frozenset({"fedlesam_s", "fedlesam_d", "dp_fedavg", "dp_fedsam"})
+"""Methods registered after the pilot decided (issue 45). The share is of the registry the pilot read, so they
+are left out by name (as ``rerun.yaml`` leaves them out of its plan): else each new method moves a committed R5."""
+
+
 def two_gradient_share() -> float:
-    """The share of the registry's methods that take two gradients per local step (the SAM family)."""
+    """The share of the pilot's registry that takes two gradients per local step (the SAM family)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
 
-    names = list(algorithm_names())
+    names = [n for n in algorithm_names() if n not in REGISTERED_LATER]
     return sum(algorithm_class(n).grad_evals_per_step >= 2 for n in names) / len(names)
 
 
