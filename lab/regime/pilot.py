@@ -29,11 +29,9 @@ where it stopped (a run interrupted mid-way resumes from its checkpoint under ``
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,7 +43,7 @@ import pandas as pd
 
 from fedlab.config import Config, ConfigError
 from lab.evidence.integrity import EvidenceError
-from lab.regime.workers import clock
+from lab.study.workers import clock
 from lab.repro import FIGURES_DIR
 
 __all__ = ["CRITERIA_FILE", "FIRST_GUESS", "Candidate", "Criteria", "CriteriaError", "Pending", "PilotError", "PilotRecord",
@@ -609,17 +607,12 @@ def probe_costs(criteria: Criteria, candidates: Sequence[str], rounds: int = 5,
 
 # --- running ------------------------------------------------------------------------------------
 def _write(run: PlannedRun, criteria: Criteria, out: dict[str, Any], directory: Path) -> PilotRecord:
-    from fedlab.results import RunResult
-    from lab.evidence.records import write_record
+    from lab.study.workers import write_run
 
     metrics: pd.DataFrame = out["metrics"]
-    meta = {**run.meta(criteria), "wall_seconds": float(out["wall_seconds"]),
-            "round_seconds": float(metrics["wall_seconds"].sum()) if "wall_seconds" in metrics else 0.0,
-            "load_at_start": float(out["load_at_start"]), "host": platform.node(),
-            "cpu_count": os.cpu_count(), "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%SZ")}
-    result = RunResult(out["config"], metrics, None, out["status"], Path(out["run_dir"]), out["summary"], None)
-    path = write_record(result, directory, meta=meta)
+    # a run resumed from its checkpoint measured only part of its wall time: its rounds' seconds say the rest
+    rounds = float(metrics["wall_seconds"].sum()) if "wall_seconds" in metrics else 0.0
+    _, path, meta = write_run(out, {**run.meta(criteria), "round_seconds": rounds}, directory)
     return PilotRecord(path.name.removesuffix(".json.gz"), meta, out["config"], out["status"], metrics)
 
 
@@ -663,13 +656,13 @@ def dry_run(criteria: Criteria, stage: str, candidates: Sequence[str] | None, wo
 
 def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | None = None, workers: int = 2,
               directory: Path | None = None, out: TextIO | None = None, max_runs: int | None = None) -> int:
-    """Train every run of ``stage`` that has no record, ``workers`` at a time (:func:`lab.regime.workers.
+    """Train every run of ``stage`` that has no record, ``workers`` at a time (:func:`lab.study.workers.
     train_many`), writing each record as it finishes; return the number of records written.
 
     Re-planned after every finished run, so an arm that waits for the IID FedSAM runs (ρ*) starts as
     soon as they are recorded. Ctrl-C (or SIGTERM) stops the workers at once and keeps every record
     already written; run it again to continue."""
-    from lab.regime.workers import Progress, train_many
+    from lab.study.workers import Progress, train_many
 
     out = sys.stdout if out is None else out
     directory = records_dir() if directory is None else Path(directory)

@@ -359,16 +359,10 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     finishes, so it resumes from what is committed. A tuned method waits until ``<root>/tuning`` (no root:
     :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their arms; ``seconds``
     (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
-    import datetime
-    import os
-    import platform
-
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
-    from fedlab.results import RunResult
     from lab.evidence.protocol import final_metric, tuned_params
-    from lab.evidence.records import write_record
-    from lab.regime.workers import Progress, clock, train_many
+    from lab.study.workers import Progress, clock, train_many, write_run
 
     out = sys.stdout if out is None else out
     directory, tuning = _records(root), (RERUN_DIR if root is None else Path(root)) / "tuning"
@@ -388,15 +382,10 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
         return [i for i in items if i.key not in state["done"] and choice(i.run.method) is not None]
 
     def write(item: SeedRun, result: dict[str, Any]) -> str:
-        metrics = result["metrics"]
         meta = {"rerun": RERUN_NAME, "regime": plan["regime"], "split": item.run.split, "method": item.run.method,
-                "params": item.run.params, "seed": item.seed, "source": item.run.source,
-                "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
-                "host": platform.node(), "cpu_count": os.cpu_count(),
-                "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        res = RunResult(result["config"], metrics, None, result["status"], Path(result["run_dir"]), result["summary"],
-                        None)
-        state["done"][item.key] = write_record(res, directory, meta=meta).name
+                "params": item.run.params, "seed": item.seed, "source": item.run.source}
+        res, path, _ = write_run(result, meta, directory)
+        state["done"][item.key] = path.name
         return f"{100 * final_metric(res).value:5.2f} % ({result['wall_seconds']:.0f} s)"
 
     def eta(running: Sequence[SeedRun]) -> float:

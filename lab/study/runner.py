@@ -3,14 +3,11 @@
 ``python -m lab study plan FILE`` writes the plan and its budget estimate (``figures/<out>/plan.md``);
 ``python -m lab study train FILE`` refuses a file git does not hold unchanged (:func:`~lab.study.spec.require_registered`),
 measures the calibrated hyperparameters first, then trains every planned run no committed record holds,
-``workers`` at a time (:func:`lab.regime.workers.train_many`), writing each record to ``figures/records`` as it
+``workers`` at a time (:func:`lab.study.workers.train_many`), writing each record to ``figures/records`` as it
 finishes with a ``meta`` block naming the study, its file's SHA-256 and the run's cell, arm and seed.
 """
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -102,10 +99,8 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     study file (default this one)."""
     import math
 
-    from fedlab.results import RunResult
     from lab.evidence.protocol import final_metric
-    from lab.evidence.records import write_record
-    from lab.regime.workers import Progress, clock, train_many
+    from lab.study.workers import Progress, clock, train_many, write_run
 
     out = sys.stdout if out is None else out
     registered = require_registered(study, repository)
@@ -119,13 +114,9 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
 
     def write(run: StudyRun, result: dict[str, Any]) -> str:
         meta = {"study": study.name, "study_sha256": study.sha256, "registered_commit": registered,
-                "cell": run.cell.name, "arm": run.arm.name, "seed": run.seed,
-                "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
-                "host": platform.node(), "cpu_count": os.cpu_count(),
-                "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        res = RunResult(result["config"], result["metrics"], None, result["status"], Path(result["run_dir"]),
-                        result["summary"], None)
-        state["done"][run.key] = write_record(res, records, meta=meta).name
+                "cell": run.cell.name, "arm": run.arm.name, "seed": run.seed}
+        res, path, _ = write_run(result, meta, records)
+        state["done"][run.key] = path.name
         return f"{100 * final_metric(res).value:5.2f} % ({result['wall_seconds']:.0f} s)"
 
     def eta(running: Sequence[StudyRun]) -> float:
