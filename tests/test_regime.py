@@ -380,14 +380,19 @@ metric: {name: accuracy, last_k_evaluations: 3, percent: true}
 
 
 def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_path, monkeypatch):
+    import subprocess
+
     monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
     path = tmp_path / "criteria.yaml"
     path.write_text(TINY_CRITERIA)
+    for args in (["init", "-q"], ["add", "criteria.yaml"],  # pre-registered: a stage trains only a committed file
+                 ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "register"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
     tiny = load_criteria(path)
     folder = tmp_path / "records"
     log = tmp_path / "log"
     with open(log, "w") as out:
-        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 6
+        assert run_stage(tiny, "A", workers=2, directory=folder, out=out, repository=tmp_path) == 6
     records = load_records(folder, tiny)
     assert sorted(r.meta["arm"] for r in records) == sorted(
         ["fedavg", "fedsam@rho=0", "fedsam@rho=0.1", "fedavg", "scaffold", "fedsam@best_iid_rho"])
@@ -401,7 +406,7 @@ def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_pa
     text = log.read_text()
     assert "6/6 done" in text and "ETA" in text
     with open(log, "w") as out:  # everything recorded: nothing is trained again
-        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 0
+        assert run_stage(tiny, "A", workers=2, directory=folder, out=out, repository=tmp_path) == 0
 
 
 # --- stage B: the decisions (lab.regime.decide) -------------------------------------------------

@@ -52,3 +52,112 @@ def test_r5s_share_is_of_the_registry_the_pilot_read() -> None:
     from lab.regime.analyse import two_gradient_share
 
     assert two_gradient_share() == pytest.approx(11 / 21)
+
+
+# --- one runner: pre-registration and resumption, with a fake pool (nothing is trained) --------------
+def _git(root: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                   check=True, capture_output=True)
+
+
+def _fake_result(config) -> dict:
+    """What a worker returns for ``config``, without training: a finished run whose evaluated accuracy is
+    drawn from the config's hash, so the arms differ and the pilot's ρ* and best drift correction exist."""
+    import pandas as pd
+
+    key = config.hash()
+    final = 0.5 + int(key[:4], 16) / 0x10000 / 4
+    rounds = list(range(1, config.rounds + 1))
+    acc = [final if r % config.eval_every == 0 or r == config.rounds else float("nan") for r in rounds]
+    return {"config": config, "metrics": pd.DataFrame({"round": rounds, "test_acc": acc, "wall_seconds": 0.01}),
+            "status": "finished", "run_dir": str(Path("nowhere") / f"{config.algorithm}-{key}"),
+            "summary": {"status": "finished", "config_hash": key}, "wall_seconds": 1.0, "load_at_start": 0.0}
+
+
+class FakePool:
+    """Stands in for :func:`lab.study.workers.train_many`: trains each run the caller's plan offers by
+    writing a fake result through the caller's own ``write``, asking the plan again after every record
+    (as the real pool does); a run offered twice is a failure of the resumption under test."""
+
+    def __init__(self) -> None:
+        self.trained: list = []
+        self.offered: list[int] = []
+
+    def __call__(self, progress, *, config_of, key_of, label_of, write, workers=2, out=None, max_runs=None):
+        written = 0
+        while todo := list(progress.todo()):
+            self.offered.append(len(todo))
+            run = todo[0]
+            assert key_of(run) not in self.trained, f"{label_of(run)} offered again after its record was written"
+            write(run, _fake_result(config_of(run)))
+            self.trained.append(key_of(run))
+            written += 1
+        self.offered.append(0)
+        return written, 0, False
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> FakePool:
+    fake = FakePool()
+    monkeypatch.setattr("lab.study.workers.train_many", fake)
+    return fake
+
+
+def test_a_pilot_stage_is_refused_until_its_criteria_are_committed_unchanged(tmp_path: Path, pool: FakePool) -> None:
+    from lab.regime.pilot import CRITERIA_FILE, load_criteria, run_stage
+    from lab.study.spec import StudyError
+
+    path = tmp_path / "criteria.yaml"
+    path.write_bytes(CRITERIA_FILE.read_bytes())
+    _git(tmp_path, "init", "-q")
+    records = tmp_path / "records"
+    with pytest.raises(StudyError, match="not pre-registered"):
+        run_stage(load_criteria(path), "A", candidates=["M10k-K20"], directory=records, repository=tmp_path,
+                  out=io.StringIO())
+    _git(tmp_path, "add", "criteria.yaml")
+    _git(tmp_path, "commit", "-qm", "register")
+    path.write_text(path.read_text() + "# edited after registration\n")
+    with pytest.raises(StudyError, match="not pre-registered"):
+        run_stage(load_criteria(path), "A", candidates=["M10k-K20"], directory=records, repository=tmp_path,
+                  out=io.StringIO())
+    assert not records.exists() and pool.trained == []  # refused before anything was trained or written
+
+
+def test_a_resumed_pilot_stage_trains_nothing_twice(tmp_path: Path, pool: FakePool) -> None:
+    from lab.regime.pilot import build_plan, load_criteria, load_records, run_stage
+
+    criteria, records = load_criteria(), tmp_path / "records"
+    first = run_stage(criteria, "A", candidates=["M10k-K20"], directory=records, out=io.StringIO())
+    plan = build_plan(criteria, "A", load_records(records, criteria), ["M10k-K20"])
+    # every run of the stage, ρ*'s arm included once the grid was recorded; all on record now
+    assert first == len(pool.trained) == len(plan.done) == 26 and not plan.todo and not plan.pending
+    assert run_stage(criteria, "A", candidates=["M10k-K20"], directory=records, out=io.StringIO()) == 0
+    assert len(pool.trained) == 26 and pool.offered[-1] == 0
+
+
+def test_a_resumed_study_trains_nothing_twice_and_an_edited_one_nothing_at_all(tmp_path: Path,
+                                                                             pool: FakePool) -> None:
+    import yaml
+
+    from lab.study.runner import train
+    from lab.study.spec import StudyError, load_study
+
+    from test_study import TINY  # the tiny study of the runner's own tests
+
+    design = dict(TINY, seeds=[0, 1])
+    (tmp_path / "lab").mkdir()
+    path = tmp_path / "lab" / "tiny.yaml"
+    path.write_text(yaml.safe_dump(design, sort_keys=False))
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "lab/tiny.yaml")
+    _git(tmp_path, "commit", "-qm", "register")
+    records = tmp_path / "records"
+    assert train(load_study(path), workers=1, records=records, repository=tmp_path, out=io.StringIO()) == 2
+    log = io.StringIO()
+    assert train(load_study(path), workers=1, records=records, repository=tmp_path, out=log) == 0
+    assert "2/2 recorded, 0 to train now" in log.getvalue() and len(pool.trained) == 2
+    path.write_text(path.read_text() + "# edited after registration\n")
+    with pytest.raises(StudyError, match="not pre-registered"):
+        train(load_study(path), workers=1, records=records, repository=tmp_path, out=io.StringIO())

@@ -45,6 +45,7 @@ from fedlab.config import Config, ConfigError
 from lab.evidence.integrity import EvidenceError
 from lab.study.workers import clock
 from lab.repro import FIGURES_DIR
+from lab.study.spec import StudyError, need, read_design
 
 __all__ = ["CRITERIA_FILE", "FIRST_GUESS", "Candidate", "Criteria", "CriteriaError", "Pending", "PilotError", "PilotRecord",
            "Plan", "PlannedRun", "build_plan", "estimate_seconds", "final_metric", "load_criteria", "load_records",
@@ -65,8 +66,8 @@ measured there and is guessed at twice FedAvg: two gradients per step). Scaled l
 until a record of the candidate and method gives a measured cost."""
 
 
-class CriteriaError(ValueError):
-    """The criteria file cannot be read as the pilot's plan; the message names the file and the field."""
+CriteriaError = StudyError
+"""The pilot's name for a pre-registered file that cannot be read as its plan (one error for every study file)."""
 
 
 class PilotError(EvidenceError):
@@ -124,32 +125,6 @@ class Criteria:
         return self.rho_grid
 
 
-def _need(block: Any, name: str, where: str, path: Path, kind: type | tuple[type, ...] = object) -> Any:
-    if not isinstance(block, dict) or name not in block:
-        raise CriteriaError(f"{path}: {where}{name} is missing")
-    value = block[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise CriteriaError(f"{path}: {where}{name}={value!r} is not {getattr(kind, '__name__', kind)}")
-    return value
-
-
-def read_mapping(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
-    """The bytes of a YAML file and the mapping they hold (:class:`CriteriaError` naming ``what`` and the
-    file if it cannot be read, is not YAML or is not a mapping)."""
-    import yaml
-
-    try:
-        data = path.read_bytes()
-        raw = yaml.safe_load(data)
-    except OSError as err:
-        raise CriteriaError(f"{what} file {path} cannot be read ({type(err).__name__}: {err})") from None
-    except yaml.YAMLError as err:
-        raise CriteriaError(f"{what} file {path} is not YAML ({err})") from None
-    if not isinstance(raw, dict):
-        raise CriteriaError(f"{path}: the file must be a mapping of blocks, got {type(raw).__name__}")
-    return data, raw
-
-
 def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.PathLike | None = None) -> Criteria:
     """Read and check the criteria file (default ``lab/regime/criteria.yaml``) and its amendment
     (:mod:`lab.regime.amendment`; default: ``amendment1.yaml`` with the default criteria, none otherwise).
@@ -160,21 +135,21 @@ def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.Pat
     or arms, an arm naming an unknown method or placeholder, a grid that is not a list of numbers ≥ 0.
     """
     path = CRITERIA_FILE if path is None else Path(path)
-    data, raw = read_mapping(path, "criteria")
-    fixed = dict(_need(raw, "fixed", "", path, dict))
+    data, raw = read_design(path, "criteria")
+    fixed = dict(need(raw, "fixed", "", path, dict))
     cands: dict[str, Candidate] = {}
-    for name, spec in _need(raw, "candidates", "", path, dict).items():
+    for name, spec in need(raw, "candidates", "", path, dict).items():
         where = f"candidates.{name}."
-        size = _need(spec, "train_size", where, path, (int, type(None)))
-        cands[str(name)] = Candidate(str(name), _need(spec, "model", where, path, str), size,
-                                     _need(spec, "local_steps", where, path, int),
-                                     float(_need(spec, "lr", where, path, (int, float))),
-                                     _need(spec, "rounds", where, path, int))
+        size = need(spec, "train_size", where, path, (int, type(None)))
+        cands[str(name)] = Candidate(str(name), need(spec, "model", where, path, str), size,
+                                     need(spec, "local_steps", where, path, int),
+                                     float(need(spec, "lr", where, path, (int, float))),
+                                     need(spec, "rounds", where, path, int))
     if not cands:
         raise CriteriaError(f"{path}: candidates is empty")
-    splits = {str(k): dict(v) for k, v in _need(raw, "splits", "", path, dict).items()}
+    splits = {str(k): dict(v) for k, v in need(raw, "splits", "", path, dict).items()}
     for key, spec in splits.items():
-        _need(spec, "partition", f"splits.{key}.", path, str)
+        need(spec, "partition", f"splits.{key}.", path, str)
 
     def grid(values: Any, where: str) -> tuple[float, ...]:
         if not isinstance(values, list) or not values or not all(
@@ -182,15 +157,15 @@ def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.Pat
             raise CriteriaError(f"{path}: {where}={values!r} must be a non-empty list of numbers ≥ 0")
         return tuple(float(v) for v in values)
 
-    rho_grid = grid(_need(raw, "rho_grid", "", path), "rho_grid")
-    drifts = tuple(_need(raw, "drift_corrections", "", path, list))
-    stages = {str(k): dict(v) for k, v in _need(raw, "stages", "", path, dict).items()}
+    rho_grid = grid(need(raw, "rho_grid", "", path), "rho_grid")
+    drifts = tuple(need(raw, "drift_corrections", "", path, list))
+    stages = {str(k): dict(v) for k, v in need(raw, "stages", "", path, dict).items()}
     for stage in STAGES:
-        spec = _need(stages, stage, "stages.", path, dict)
-        seeds = _need(spec, "seeds", f"stages.{stage}.", path, list)
+        spec = need(stages, stage, "stages.", path, dict)
+        seeds = need(spec, "seeds", f"stages.{stage}.", path, list)
         if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
             raise CriteriaError(f"{path}: stages.{stage}.seeds={seeds!r} must be a non-empty list of integers ≥ 0")
-        arms = _need(spec, "arms", f"stages.{stage}.", path, dict)
+        arms = need(spec, "arms", f"stages.{stage}.", path, dict)
         for split, names in arms.items():
             if split not in splits:
                 raise CriteriaError(f"{path}: stages.{stage}.arms.{split} names no split of 'splits' "
@@ -201,8 +176,8 @@ def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.Pat
                 _check_arm(str(arm), f"stages.{stage}.arms.{split}", path)
     if "cnn_rho_grid" in stages["A"]:
         grid(stages["A"]["cnn_rho_grid"], "stages.A.cnn_rho_grid")
-    metric = _need(raw, "metric", "", path, dict)
-    last_k = _need(metric, "last_k_evaluations", "metric.", path, int)
+    metric = need(raw, "metric", "", path, dict)
+    last_k = need(metric, "last_k_evaluations", "metric.", path, int)
     if last_k < 1:
         raise CriteriaError(f"{path}: metric.last_k_evaluations={last_k} must be ≥ 1")
     from fedlab.algorithms import ALGORITHMS
@@ -655,15 +630,21 @@ def dry_run(criteria: Criteria, stage: str, candidates: Sequence[str] | None, wo
 
 
 def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | None = None, workers: int = 2,
-              directory: Path | None = None, out: TextIO | None = None, max_runs: int | None = None) -> int:
+              directory: Path | None = None, out: TextIO | None = None, max_runs: int | None = None,
+              repository: Path | None = None) -> int:
     """Train every run of ``stage`` that has no record, ``workers`` at a time (:func:`lab.study.workers.
-    train_many`), writing each record as it finishes; return the number of records written.
+    train_many`), writing each record as it finishes; return the number of records written. Refused
+    (:class:`~lab.study.spec.StudyError`) unless git in ``repository`` (default this one) holds the criteria
+    file, and the amendment if one is read, unchanged: :func:`lab.study.spec.require_registered`.
 
     Re-planned after every finished run, so an arm that waits for the IID FedSAM runs (ρ*) starts as
     soon as they are recorded. Ctrl-C (or SIGTERM) stops the workers at once and keeps every record
     already written; run it again to continue."""
+    from lab.study.spec import require_registered
     from lab.study.workers import Progress, train_many
 
+    for design in (criteria.path, *([] if criteria.amendment is None else [criteria.amendment.path])):
+        require_registered(design, repository)
     out = sys.stdout if out is None else out
     directory = records_dir() if directory is None else Path(directory)
     state = {"records": load_records(directory, criteria)}

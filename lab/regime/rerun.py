@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.regime.pilot import CriteriaError, load_criteria, load_records, read_mapping, records_dir
+from lab.regime.pilot import CriteriaError, load_criteria, load_records, records_dir
 from lab.repro import FIGURES_DIR
+from lab.study.spec import read_design
 
 __all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "federation", "main", "main_tune",
            "SeedRun", "analysed", "check_outcome", "claims_not_run", "is_tuned_run", "main_train", "method_seconds",
@@ -447,7 +448,7 @@ def analysis_seconds(model: str) -> float:
 def load_plan(path: Path | None = None) -> dict[str, Any]:
     """The plan file, checked for the fields :func:`estimate` reads (a :class:`CriteriaError` names one)."""
     path = RERUN_FILE if path is None else Path(path)
-    _, raw = read_mapping(path, "rerun plan")
+    _, raw = read_design(path, "rerun plan")
     for key in ("regime", "seeds", "splits", "workers", "budget_hours", "tuning", "families", "analyses"):
         if key not in raw:
             raise CriteriaError(f"{path}: {key} is missing")
