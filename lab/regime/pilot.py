@@ -641,7 +641,7 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
     soon as they are recorded. Ctrl-C (or SIGTERM) stops the workers at once and keeps every record
     already written; run it again to continue."""
     from lab.study.spec import require_registered
-    from lab.study.workers import Progress, train_many
+    from lab.study.workers import Progress, session
 
     for design in (criteria.path, *([] if criteria.amendment is None else [criteria.amendment.path])):
         require_registered(design, repository)
@@ -649,7 +649,6 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
     directory = records_dir() if directory is None else Path(directory)
     state = {"records": load_records(directory, criteria)}
     state["plan"] = build_plan(criteria, stage, state["records"], candidates)
-    n_at_start = len(state["plan"].done)
 
     def write(run: PlannedRun, result: dict[str, Any]) -> str:
         rec = _write(run, criteria, result, directory)
@@ -664,15 +663,13 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
     progress = Progress(todo=lambda: state["plan"].todo, done_total=done_total,
                         eta=lambda running: remaining_seconds(criteria, state["plan"], state["records"], workers,
                                                               running=running))
-    written, failed, stopped = train_many(progress, config_of=lambda r: r.config, key_of=lambda r: r.run_id,
-                                          label_of=PlannedRun.label, write=write, workers=workers, out=out,
-                                          max_runs=max_runs)
+    written, failed, stopped = session(f"stage {stage}", progress, config_of=lambda r: r.config,
+                                       key_of=lambda r: r.run_id, label_of=PlannedRun.label, write=write,
+                                       workers=workers, out=out, max_runs=max_runs)
     plan = state["plan"]
     if not stopped and not failed and plan.pending and not plan.todo:
         raise PilotError(f"stage {stage}: {len(plan.pending)} arm(s) wait for runs that are not planned: "
                          + "; ".join(f"{p.candidate} {p.split} {p.arm}" for p in plan.pending))
-    print(f"stage {stage}: {written} record(s) written this session, {n_at_start + written} in all"
-          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
     return written
 
 

@@ -363,7 +363,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
     from lab.evidence.protocol import final_metric, tuned_params
-    from lab.study.workers import Progress, clock, train_many, write_run
+    from lab.study.workers import Progress, session, write_run
 
     out = sys.stdout if out is None else out
     directory, tuning = _records(root), (RERUN_DIR if root is None else Path(root)) / "tuning"
@@ -399,15 +399,11 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
         return sum(i.key in state["done"] for i in items)
 
     waiting = sorted({i.run.method for i in items if i.key not in state["done"] and choice(i.run.method) is None})
-    print(f"rerun: {n_done()}/{len(items)} recorded, {len(todo())} to train now"
-          + (f", waiting for tuning: {', '.join(waiting)}" if waiting else "") + f" (ETA {clock(eta([]))} for all)",
-          file=out, flush=True)
-    progress = Progress(todo=todo, done_total=lambda: (n_done(), len(items)), eta=eta)
-    written, failed, stopped = train_many(
-        progress, config_of=lambda i: run_config(plan, criteria, i, choice(i.run.method) or {}),
+    written, _, _ = session(
+        "rerun", Progress(todo=todo, done_total=lambda: (n_done(), len(items)), eta=eta),
+        note=f", waiting for tuning: {', '.join(waiting)}" if waiting else "",
+        config_of=lambda i: run_config(plan, criteria, i, choice(i.run.method) or {}),
         key_of=lambda i: i.key, label_of=SeedRun.label, write=write, workers=workers, out=out, max_runs=max_runs)
-    print(f"rerun: {written} record(s) written this session, {n_done()}/{len(items)} in all"
-          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
     return written
 
 

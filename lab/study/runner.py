@@ -100,7 +100,7 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     import math
 
     from lab.evidence.protocol import final_metric
-    from lab.study.workers import Progress, clock, train_many, write_run
+    from lab.study.workers import Progress, session, write_run
 
     out = sys.stdout if out is None else out
     registered = require_registered(study, repository)
@@ -129,14 +129,9 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     def n_done() -> int:
         return sum(r.key in state["done"] for r in runs)
 
-    print(f"{study.name}: {n_done()}/{len(runs)} recorded, {len(todo())} to train now (ETA {clock(eta([]))})",
-          file=out, flush=True)
-    written, failed, stopped = train_many(
-        Progress(todo=todo, done_total=lambda: (n_done(), len(runs)), eta=eta),
-        config_of=lambda r: configs[r.key], key_of=lambda r: r.key, label_of=StudyRun.label, write=write,
-        workers=workers, out=out, max_runs=max_runs)
-    print(f"{study.name}: {written} record(s) written this session, {n_done()}/{len(runs)} in all"
-          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
+    written, _, _ = session(study.name, Progress(todo=todo, done_total=lambda: (n_done(), len(runs)), eta=eta),
+                            config_of=lambda r: configs[r.key], key_of=lambda r: r.key, label_of=StudyRun.label,
+                            write=write, workers=workers, out=out, max_runs=max_runs)
     return written
 
 

@@ -24,7 +24,7 @@ from typing import Any, Generic, TextIO, TypeVar
 
 from fedlab.config import Config
 
-__all__ = ["Progress", "bar", "clock", "train_many", "write_run"]
+__all__ = ["Progress", "bar", "clock", "session", "train_many", "write_run"]
 
 T = TypeVar("T")
 
@@ -154,3 +154,19 @@ def train_many(progress: Progress[T], *, config_of: Callable[[T], Config], key_o
         for s, handler in old.items():
             signal.signal(s, handler)
     return written, len(failed), stop["asked"]
+
+
+def session(name: str, progress: Progress[T], *, note: str = "", out: TextIO | None = None,
+            **pool: Any) -> tuple[int, int, bool]:
+    """One training session of a study: what is on record and what trains now (``note``: what waits), the runs
+    (:func:`train_many` with ``pool``'s arguments), and what the session wrote — the same lines for every
+    study, so that a log says alike how far any study is."""
+    out = sys.stdout if out is None else out
+    done, total = progress.done_total()
+    print(f"{name}: {done}/{total} recorded, {len(progress.todo())} to train now{note} (ETA {clock(progress.eta([]))})",
+          file=out, flush=True)
+    written, failed, stopped = train_many(progress, out=out, **pool)
+    done, total = progress.done_total()
+    print(f"{name}: {written} record(s) written this session, {done}/{total} in all"
+          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
+    return written, failed, stopped
