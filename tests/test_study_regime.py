@@ -19,16 +19,18 @@ PIXELS = ("pilot.png", "stage_b.png")
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``figures/regime``'s outputs written again from the committed records into a temporary folder."""
-    from lab.regime import analyse as an
-    from lab.regime import decide as dc
-    from lab.regime.pilot import load_criteria
+    """``figures/regime``'s outputs written again from the committed records into a temporary folder, through
+    the study command line: ``python -m lab study analyse|decide lab/regime/pilot.yaml``."""
+    from lab.cli import main
+    from lab.regime.pilot import PILOT_FILE
 
-    out = tmp_path_factory.mktemp("regime")
-    criteria = load_criteria()
-    an.write_outputs(criteria, out_dir=out)
-    dc.write_outputs(criteria, out_dir=out)
-    return out
+    figures = tmp_path_factory.mktemp("figures")
+    with pytest.MonkeyPatch.context() as mp:  # the outputs go to <figures>/regime, the records are read as committed
+        mp.setattr("lab.regime.analyse.FIGURES_DIR", figures)
+        mp.setattr("lab.regime.decide.FIGURES_DIR", figures)
+        assert main(["study", "analyse", str(PILOT_FILE)]) == 0
+        assert main(["study", "decide", str(PILOT_FILE)]) == 0
+    return figures / "regime"
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -105,36 +107,75 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> FakePool:
     return fake
 
 
-def test_a_pilot_stage_is_refused_until_its_criteria_are_committed_unchanged(tmp_path: Path, pool: FakePool) -> None:
-    from lab.regime.pilot import CRITERIA_FILE, load_criteria, run_stage
-    from lab.study.spec import StudyError
+def test_a_pilot_stage_is_refused_until_its_design_files_are_committed_unchanged(tmp_path: Path,
+                                                                                 pool: FakePool) -> None:
+    from test_regime import TINY_PILOT
 
-    path = tmp_path / "criteria.yaml"
-    path.write_bytes(CRITERIA_FILE.read_bytes())
+    from lab.regime.pilot import CRITERIA_FILE
+    from lab.study.runner import train
+    from lab.study.spec import StudyError, load_study
+
+    criteria, pilot = tmp_path / "criteria.yaml", tmp_path / "pilot.yaml"
+    criteria.write_bytes(CRITERIA_FILE.read_bytes())
+    pilot.write_text(TINY_PILOT)
     _git(tmp_path, "init", "-q")
     records = tmp_path / "records"
-    with pytest.raises(StudyError, match="not pre-registered"):
-        run_stage(load_criteria(path), "A", candidates=["M10k-K20"], directory=records, repository=tmp_path,
-                  out=io.StringIO())
+
+    def stage_a() -> int:
+        return train(load_study(pilot), stage="A", candidates=["M10k-K20"], records=records, repository=tmp_path,
+                     out=io.StringIO())
+
+    with pytest.raises(StudyError, match="pilot.yaml: not pre-registered"):
+        stage_a()
+    _git(tmp_path, "add", "pilot.yaml")
+    _git(tmp_path, "commit", "-qm", "register the study file only")
+    with pytest.raises(StudyError, match="criteria.yaml: not pre-registered"):  # the criteria are its design too
+        stage_a()
     _git(tmp_path, "add", "criteria.yaml")
     _git(tmp_path, "commit", "-qm", "register")
-    path.write_text(path.read_text() + "# edited after registration\n")
-    with pytest.raises(StudyError, match="not pre-registered"):
-        run_stage(load_criteria(path), "A", candidates=["M10k-K20"], directory=records, repository=tmp_path,
-                  out=io.StringIO())
+    criteria.write_text(criteria.read_text() + "# edited after registration\n")
+    with pytest.raises(StudyError, match="criteria.yaml: not pre-registered"):
+        stage_a()
     assert not records.exists() and pool.trained == []  # refused before anything was trained or written
 
 
 def test_a_resumed_pilot_stage_trains_nothing_twice(tmp_path: Path, pool: FakePool) -> None:
-    from lab.regime.pilot import build_plan, load_criteria, load_records, run_stage
+    from lab.regime.pilot import PILOT_FILE, build_plan, load_records
+    from lab.study.runner import train
+    from lab.study.spec import load_study
 
-    criteria, records = load_criteria(), tmp_path / "records"
-    first = run_stage(criteria, "A", candidates=["M10k-K20"], directory=records, out=io.StringIO())
+    study, records = load_study(PILOT_FILE), tmp_path / "records"
+    criteria = study.criteria
+    first = train(study, stage="A", candidates=["M10k-K20"], records=records, out=io.StringIO())
     plan = build_plan(criteria, "A", load_records(records, criteria), ["M10k-K20"])
     # every run of the stage, ρ*'s arm included once the grid was recorded; all on record now
     assert first == len(pool.trained) == len(plan.done) == 26 and not plan.todo and not plan.pending
-    assert run_stage(criteria, "A", candidates=["M10k-K20"], directory=records, out=io.StringIO()) == 0
+    assert train(study, stage="A", candidates=["M10k-K20"], records=records, out=io.StringIO()) == 0
     assert len(pool.trained) == 26 and pool.offered[-1] == 0
+
+
+def test_the_rerun_is_refused_until_its_plan_is_committed_unchanged(tmp_path: Path, pool: FakePool) -> None:
+    from lab.regime import rerun as rr
+    from lab.regime.pilot import load_criteria
+    from lab.study.spec import StudyError
+
+    design = tmp_path / "rerun.yaml"
+    design.write_bytes(rr.RERUN_FILE.read_bytes())
+    _git(tmp_path, "init", "-q")
+    root = tmp_path / "rerun"
+
+    def rerun() -> int:
+        return rr.train(rr.load_plan(design), load_criteria(), root=root, design=design, repository=tmp_path,
+                        claims=[], seconds={}, out=io.StringIO())
+
+    with pytest.raises(StudyError, match="rerun.yaml: not pre-registered"):
+        rerun()
+    _git(tmp_path, "add", "rerun.yaml")
+    _git(tmp_path, "commit", "-qm", "register")
+    design.write_text(design.read_text() + "# edited after registration\n")
+    with pytest.raises(StudyError, match="rerun.yaml: not pre-registered"):
+        rerun()
+    assert not root.exists() and pool.trained == []  # refused before anything was trained or written
 
 
 def test_a_resumed_study_trains_nothing_twice_and_an_edited_one_nothing_at_all(tmp_path: Path,

@@ -26,7 +26,6 @@ Outputs (``figures/regime/``): ``pilot_table.csv`` (one row per candidate × qua
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from lab.regime.pilot import (Criteria, PilotRecord, best_drift, best_iid_rho, l
 from lab.repro import FIGURES_DIR
 from lab.study.report import number, paired_text
 
-__all__ = ["CandidateResult", "RERUN_ASSUMPTION", "analyse", "main", "pilot_table", "rerun_hours", "scores_frame",
+__all__ = ["CandidateResult", "RERUN_ASSUMPTION", "analyse", "pilot_table", "rerun_hours", "scores_frame",
            "summary_markdown", "write_outputs"]
 
 RERUN_TUNING_RUNS = 150
@@ -498,15 +497,3 @@ def write_outputs(criteria: Criteria | None = None, records_folder: Path | None 
     paths["md"] = out / "pilot.md"
     paths["md"].write_text(summary_markdown(results, criteria, two_gradient_share()))
     return paths
-
-
-def main(args: Any) -> int:
-    """``python -m lab regime analyse``."""
-    criteria = load_criteria(getattr(args, "criteria", None))
-    for path in write_outputs(criteria).values():
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(None))

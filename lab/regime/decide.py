@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +56,7 @@ from lab.regime.pilot import (Criteria, CriteriaError, PilotRecord, best_drift, 
 from lab.repro import FIGURES_DIR
 from lab.study.report import number, paired_text
 
-__all__ = ["Decision", "Outcome", "Verdict", "amended_outcome", "decide", "main", "selection_outcome", "stage_b_markdown",
+__all__ = ["Decision", "Outcome", "Verdict", "amended_outcome", "decide", "report", "selection_outcome", "stage_b_markdown",
            "write_outputs"]
 
 HORIZON_FRACTION = 0.8  # R4's acc(0.8 T)
@@ -634,15 +633,13 @@ def write_outputs(criteria: Criteria | None = None, candidates: Sequence[str] | 
     return paths, outcome, decisions
 
 
-def main(args: Any) -> int:
-    """``python -m lab regime decide [--candidate NAME]``: print the verdicts and the outcome, write the outputs."""
-    criteria = load_criteria(getattr(args, "criteria", None))
-    names = getattr(args, "candidate", None)
+def report(criteria: Criteria, names: Sequence[str] | None = None) -> int:
+    """Decide ``names`` (default: every candidate with stage-B records), print the verdicts and the outcome and
+    write the outputs: the pilot's ``study decide`` (``python -m lab regime decide [--candidate NAME]``)."""
     unknown = [c for c in names or [] if c not in criteria.candidates]
     if unknown:
-        print(f"error: --candidate {', '.join(unknown)} not in {criteria.path} (declared: "
-              f"{', '.join(criteria.candidates)})", file=sys.stderr)
-        return 2
+        raise CriteriaError(f"--candidate {', '.join(unknown)} not in {criteria.path} (declared: "
+                            f"{', '.join(criteria.candidates)})")
     if not names:
         records = load_records(records_dir(), criteria)
         names = [c for c in criteria.candidates if any(r.meta["stage"] == "B" and r.meta["candidate"] == c
@@ -668,7 +665,3 @@ def main(args: Any) -> int:
     for path in paths.values():
         print(f"wrote {path}")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(None))

@@ -354,17 +354,25 @@ def recorded(directory: Path) -> dict[tuple[str, str, str, int], str]:
 
 def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Path | None = None,
           claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
-          max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None) -> int:
+          max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None,
+          design: Path | None = RERUN_FILE, repository: Path | None = None) -> int:
     """Train every run of the plan (``only``: of those notebooks' analyses, :func:`seed_runs`) that has no
     record, ``workers`` at a time, writing each record to ``<root>/records`` (no root: ``records_dir()``) as it
     finishes, so it resumes from what is committed. A tuned method waits until ``<root>/tuning`` (no root:
     :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their arms; ``seconds``
-    (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
+    (default: the regime's stage-B seconds) cost the ETA. Returns the records written.
+
+    Refused before anything trains unless git in ``repository`` (default this checkout) holds ``design``, the
+    file ``plan`` was read from, unchanged (:func:`~lab.study.spec.require_registered`): the rerun is
+    pre-registered like every study. ``design=None`` only for a plan made in memory (a test's tiny plan)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
     from lab.evidence.protocol import final_metric, tuned_params
+    from lab.study.spec import require_registered
     from lab.study.workers import Progress, session, write_run
 
+    if design is not None:
+        require_registered(design, repository)
     out = sys.stdout if out is None else out
     directory, tuning = _records(root), (RERUN_DIR if root is None else Path(root)) / "tuning"
     methods = list(algorithm_names())
@@ -609,7 +617,7 @@ def main_train(args: Any) -> int:
     plan = load_plan(getattr(args, "plan", None))
     check_outcome(plan)
     only = getattr(args, "only", None)
-    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs,
+    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs, design=args.plan or RERUN_FILE,
           only=None if only is None else [n.strip() for n in only.split(",") if n.strip()])
     return 0
 

@@ -10,27 +10,50 @@ shared by every run; ``splits`` (name → partition fields) × ``local_steps`` a
 every cell, ``controls`` each in one cell; ``seeds`` pair across arms and cells (``partition_seed: seed``:
 each seed draws its own partition). A control parameter ``calibrated`` is measured before the control runs
 (:mod:`lab.study.calibrate`).
+
+A file's ``kind`` says which design it is: ``map`` (the default, above) or ``staged`` (the regime pilot's
+``lab/regime/pilot.yaml``, read by :mod:`lab.regime.pilot`). :data:`KINDS` names the module that plans, trains
+and decides each kind for :mod:`lab.study.runner`.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lab.repro import REPO_ROOT
 
-__all__ = ["CALIBRATED", "Arm", "Cell", "Study", "StudyError", "load_study", "need", "read_design",
-           "require_registered"]
+__all__ = ["CALIBRATED", "KINDS", "Arm", "Cell", "Design", "Study", "StudyError", "kind_module", "load_study",
+           "need", "read_design", "require_registered"]
 
 CALIBRATED = "calibrated"
 """A parameter value that the study measures before the run (its ``calibration`` block says how)."""
 
 
+KINDS = {"map": "lab.study.runner", "staged": "lab.regime.pilot"}
+"""A study file's ``kind`` → the module implementing it: ``load_design(path, data, raw)`` (not for ``map``, read
+here), ``training``, ``plan``, ``analyse`` and ``decide`` (see :func:`lab.study.runner.train` and ``main``)."""
+
+
 class StudyError(ValueError):
     """A study file is missing, malformed or not pre-registered; the message names the file and field."""
+
+
+class Design(Protocol):
+    """What the runner asks of any kind of study: its file, that file's SHA-256, its name and kind, and every
+    pre-registered file it is read from (each must be committed unchanged before a run trains)."""
+
+    path: Path
+    sha256: str
+    name: str
+    kind: str
+
+    @property
+    def designs(self) -> tuple[Path, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -65,6 +88,11 @@ class Study:
     arms: tuple[Arm, ...]
     controls: tuple[Arm, ...]
     raw: Mapping[str, Any]
+    kind: str = "map"
+
+    @property
+    def designs(self) -> tuple[Path, ...]:
+        return (self.path,)  # a map is its one file
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -140,10 +168,28 @@ def _algorithm(name: Any, where: str, path: Path) -> str:
     return str(name)
 
 
-def load_study(path: str | Path) -> Study:
-    """Read and check a study file (:func:`read_design`), naming the field and what is allowed for a defect."""
+def kind_module(study: Design) -> Any:
+    """The module implementing ``study``'s kind (:data:`KINDS`), imported only when asked for: the map's
+    runner must not import the pilot's package, nor the pilot's the map's."""
+    return importlib.import_module(KINDS[study.kind])
+
+
+def load_study(path: str | Path) -> Design:
+    """Read and check a study file (:func:`read_design`) of any kind, naming the field and what is allowed for
+    a defect; a file without ``kind`` is a map (``failure_map.yaml`` was written before kinds existed)."""
     path = Path(path)
     data, raw = read_design(path)
+    kind = raw.get("kind", "map")
+    if kind not in KINDS:
+        raise StudyError(f"{path.name}: kind={kind!r} is invalid; allowed: {', '.join(KINDS)}")
+    if kind != "map":
+        design: Design = importlib.import_module(KINDS[kind]).load_design(path, data, raw)
+        return design
+    return _load_map(path, data, raw)
+
+
+def _load_map(path: Path, data: bytes, raw: dict[str, Any]) -> Study:
+    """A ``map`` study: the checks of the module docstring's design."""
     name = need(raw, "study", "", path, str)
     federation = need(raw, "federation", "", path, dict)
     _config_fields(federation, "federation", path)
@@ -203,13 +249,13 @@ def load_study(path: str | Path) -> Study:
                  arms=tuple(arms), controls=tuple(controls), raw=raw)
 
 
-def require_registered(design: Study | Path, root: Path | None = None) -> str:
+def require_registered(design: Design | Path, root: Path | None = None) -> str:
     """The commit that registered ``design`` (a study, or the path of any pre-registered file: the regime
     pilot's criteria and amendment) unchanged: the oldest commit holding these exact bytes. :class:`StudyError`
     when git does not hold the file as it is now — uncommitted, edited since its commit, or outside a git
     checkout. Training reads a design only once it is on record."""
     root = REPO_ROOT if root is None else Path(root)
-    path = design.path if isinstance(design, Study) else Path(design)
+    path = Path(design) if isinstance(design, (str, Path)) else design.path
     try:
         rel = path.resolve().relative_to(root.resolve())
     except ValueError:

@@ -1,7 +1,7 @@
 """Train many runs on a few worker processes, writing each one's record as it finishes.
 
-The pool of every pre-registered study: the study runner (:func:`lab.study.runner.train`), the regime
-pilot's stages (:func:`lab.regime.pilot.run_stage`) and the rerun (:func:`lab.regime.rerun.train`), each
+The pool of every pre-registered study: the study runner (:func:`lab.study.runner.train`: the failure map and
+the regime pilot's stages) and the rerun (:func:`lab.regime.rerun.train`), each
 writing its records through :func:`write_run`. Each worker is a spawned process with one intra-op thread that trains
 one :class:`fedlab.Config` at a time through :func:`fedlab.run` (resuming from its checkpoint under
 ``runs/``); the parent alone writes records, so a record is never half written by a worker being stopped.
