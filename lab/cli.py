@@ -112,28 +112,49 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _cmd_regime(args: argparse.Namespace) -> int:
-    """``regime pilot ...`` (train a stage of the regime pilot), ``regime analyse`` (stage A's table, figure,
-    summary) and ``regime decide`` (stage B's decisions R1–R5 and the selection outcome)."""
-    if args.regime_command == "pilot":
-        from lab.regime.pilot import main as pilot_main
+    """``regime pilot|analyse|decide``: aliases of ``study plan|train|analyse|decide lab/regime/pilot.yaml``
+    (``pilot --dry-run`` plans, ``pilot`` trains); ``regime rerun-*``: the rerun of the chosen regime."""
+    if args.regime_command in ("pilot", "analyse", "decide"):
+        from lab.regime.pilot import PILOT_FILE
+        from lab.study.runner import main as study_main
 
-        return pilot_main(args)
+        command = ("plan" if args.dry_run else "train") if args.regime_command == "pilot" else args.regime_command
+        return study_main(argparse.Namespace(**{**vars(args), "file": PILOT_FILE, "study_command": command}))
     if args.regime_command in ("rerun-plan", "rerun-tune", "rerun-train", "rerun-measured"):
         from lab.regime import rerun
 
         return {"rerun-plan": rerun.main, "rerun-tune": rerun.main_tune, "rerun-train": rerun.main_train,
                 "rerun-measured": rerun.main_measured}[args.regime_command](args)
-    if args.regime_command == "rerun-params":
-        from lab.regime.params import main as params_main
+    from lab.regime.params import main as params_main
 
-        return params_main(args)
-    if args.regime_command == "decide":
-        from lab.regime.decide import main as decide_main
+    return params_main(args)
 
-        return decide_main(args)
-    from lab.regime.analyse import main as analyse_main
 
-    return analyse_main(args)
+def _study_options(parser: argparse.ArgumentParser, command: str, *, file: bool = True) -> None:
+    """The options of ``study COMMAND`` (``file``: the study file; its ``regime`` aliases name the pilot's).
+    Every command takes every kind's options, so one parser serves a map and the staged pilot alike: a map
+    refuses ``--stage`` and ``--candidate`` when training, the pilot ignores ``--no-figure``."""
+    if file:
+        parser.add_argument("file", type=__import__("pathlib").Path,
+                            help="the study file (lab/study/failure_map.yaml, lab/regime/pilot.yaml)")
+    if command in ("plan", "train"):
+        parser.add_argument("--stage", choices=("A", "B"), default=None, help="a staged study's stage (default A)")
+        parser.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread "
+                                                                   "each); what a staged plan's wall time is for")
+    if command != "analyse":
+        parser.add_argument("--candidate", action="append", default=None, metavar="NAME",
+                            help="a staged study: only this candidate (repeatable; default: all, cheapest first; "
+                                 "decide: every candidate with stage-B records)")
+    if command == "plan":
+        parser.add_argument("--write", action="store_true", help="a map: write figures/<study>/plan.md")
+        parser.add_argument("--probe", type=int, default=0, metavar="ROUNDS",
+                            help="a staged study: first measure ROUNDS rounds of FedAvg and FedSAM per candidate "
+                                 "(a temporary runs folder) to cost what no record measured")
+    if command == "train":
+        parser.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
+    if command in ("analyse", "decide"):
+        parser.add_argument("--no-figure", action="store_true", help="a map: write the decision and table only")
+        parser.add_argument("--readme", action="store_true", help="a map: also write the headline into README.md")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -175,23 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "stage resumably, `regime analyse` writes figures/regime/pilot.*, `regime decide` "
                             "stage B's decisions figures/regime/stage_b.*, `regime rerun-plan` the rerun's R5")
     rsub = r.add_subparsers(dest="regime_command", required=True)
-    from lab.regime.pilot import add_arguments as pilot_arguments
-
-    pilot_arguments(rsub.add_parser("pilot", allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                    help="train the runs of a stage that have no record (figures/regime/records)"))
-    a = rsub.add_parser("analyse", allow_abbrev=False,
-                        help="R1-R5 from the records: figures/regime/pilot_table.csv, pilot.png/pdf, pilot.md")
-    a.add_argument("--criteria", type=__import__("pathlib").Path, default=None,
-                   help="the criteria file (default lab/regime/criteria.yaml)")
-    # the options are declared here, not imported from lab.regime.decide: building the parser of any
-    # command should not import scipy and the plotting stack
-    dc = rsub.add_parser("decide", allow_abbrev=False,
-                         help="stage B's decisions R1-R5 (test set, paired) and the selection outcome: "
-                              "figures/regime/stage_b.md, stage_b.csv, stage_b.png/pdf")
-    dc.add_argument("--candidate", action="append", default=None, metavar="NAME",
-                    help="decide this candidate (repeatable; default: every candidate with stage-B records)")
-    dc.add_argument("--criteria", type=__import__("pathlib").Path, default=None,
-                    help="the criteria file (default lab/regime/criteria.yaml)")
+    pilot = rsub.add_parser("pilot", allow_abbrev=False, help="train the runs of a stage that have no record "
+                            "(figures/regime/records): `study train lab/regime/pilot.yaml`; --dry-run: `study plan`")
+    _study_options(pilot, "train", file=False)
+    pilot.add_argument("--dry-run", action="store_true", help="print the planned runs and the expected wall time")
+    pilot.add_argument("--probe", type=int, default=0, metavar="ROUNDS", help="with --dry-run: see `study plan --help`")
+    _study_options(rsub.add_parser("analyse", allow_abbrev=False, help="stage A's R1-R5 from the records: figures/"
+                                   "regime/pilot_table.csv, pilot.png/pdf, pilot.md (`study analyse` of pilot.yaml)"),
+                   "analyse", file=False)
+    _study_options(rsub.add_parser("decide", allow_abbrev=False, help="stage B's decisions R1-R5 and the selection "
+                                   "outcome: figures/regime/stage_b.* (`study decide` of pilot.yaml)"),
+                   "decide", file=False)
     rp = rsub.add_parser("rerun-plan", allow_abbrev=False,
                          help="R5 for the rerun: every run of lab/regime/rerun.yaml and the claims, costed from "
                               "the regime's stage-B seconds: figures/regime/rerun_plan.md (exit 1 over budget)")
@@ -226,24 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the plan file (default lab/regime/rerun.yaml)")
     rq.add_argument("--check", action="store_true", help="only list the stale files (exit 1 if any)")
     st = sub.add_parser("study", allow_abbrev=False,
-                        help="a pre-registered study (lab/study/*.yaml): `study plan` its runs and budget, "
-                             "`study train` its runs resumably (refused unless the file is committed)")
+                        help="a pre-registered study (lab/study/failure_map.yaml, lab/regime/pilot.yaml): `study plan` "
+                             "its runs and cost, `study train` them resumably (refused unless committed), `study "
+                             "analyse|decide` its estimands and decisions")
     ssub = st.add_subparsers(dest="study_command", required=True)
-    sp = ssub.add_parser("plan", allow_abbrev=False, help="the runs and the budget estimate from measured seconds "
-                                                          "(exit 1 over budget)")
-    sp.add_argument("file", type=__import__("pathlib").Path, help="the study file (e.g. lab/study/failure_map.yaml)")
-    sp.add_argument("--write", action="store_true", help="write figures/<study>/plan.md")
-    stt = ssub.add_parser("train", allow_abbrev=False, help="train the runs no committed record holds, "
-                                                            "writing each record as it finishes")
-    stt.add_argument("file", type=__import__("pathlib").Path, help="the study file")
-    stt.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
-    stt.add_argument("--max-runs", type=int, default=None, help="stop after this many runs")
-    san = ssub.add_parser("analyse", allow_abbrev=False, help="the pre-registered estimands and decisions from the "
-                                                              "committed records: figures/<study>/decision.md, map.csv, "
-                                                              "the figure")
-    san.add_argument("file", type=__import__("pathlib").Path, help="the study file")
-    san.add_argument("--no-figure", action="store_true", help="write the decision and table only")
-    san.add_argument("--readme", action="store_true", help="also write the headline into README.md's map block")
+    for command, text in (("plan", "the runs and their estimated cost; a map writes its budget (exit 1 over it)"),
+                          ("train", "train the runs no committed record holds, writing each record as it finishes"),
+                          ("analyse", "the estimands from the committed records (a map: figures/<study>/decision.md, "
+                                      "map.csv, the figure; the pilot: stage A's screening)"),
+                          ("decide", "the pre-registered decisions (the pilot: stage B's; a map: as analyse)")):
+        _study_options(ssub.add_parser(command, allow_abbrev=False, help=text), command)
     return parser
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from lab.regime import analyse as an
 from lab.regime.pilot import (CRITERIA_FILE, CriteriaError, PilotError, PilotRecord, PlannedRun, build_plan,
-                              final_metric, load_criteria, load_records, rho_arm, run_stage)
+                              final_metric, load_criteria, load_records, rho_arm)
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +176,12 @@ def test_a_recorded_run_is_skipped_and_the_stage_resumes(criteria, tmp_path):
     while (todo := build_plan(criteria, "A", load_records(folder, criteria), [cand]).todo):
         for run in todo:
             _write_synthetic(run, criteria, folder)
-    assert run_stage(criteria, "A", candidates=[cand], workers=1, directory=folder,
-                     out=open(tmp_path / "log", "w")) == 0
+    from lab.regime.pilot import PILOT_FILE
+    from lab.study.runner import train
+    from lab.study.spec import load_study
+
+    assert train(load_study(PILOT_FILE), stage="A", candidates=[cand], workers=1, records=folder,
+                 out=open(tmp_path / "log", "w")) == 0
 
 
 def test_records_of_another_plan_are_refused(criteria, tmp_path):
@@ -379,17 +383,28 @@ stages:
     arms: {iid: [fedavg, "fedsam@rho_star"], dir0.1: [fedavg, "drift@best", "fedsam@rho_star"]}
 metric: {name: accuracy, last_k_evaluations: 3, percent: true}
 """
+TINY_PILOT = "study: regime-pilot-issue28\nkind: staged\ncriteria: criteria.yaml\n"
+"""A staged study file of the tiny criteria beside it (no amendment)."""
 
 
 def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_path, monkeypatch):
+    import subprocess
+
     monkeypatch.setenv("FEDLAB_RUNS", str(tmp_path / "runs"))
-    path = tmp_path / "criteria.yaml"
-    path.write_text(TINY_CRITERIA)
-    tiny = load_criteria(path)
+    from lab.study.runner import train
+    from lab.study.spec import load_study
+
+    (tmp_path / "criteria.yaml").write_text(TINY_CRITERIA)
+    (tmp_path / "pilot.yaml").write_text(TINY_PILOT)
+    for args in (["init", "-q"], ["add", "criteria.yaml", "pilot.yaml"],  # a stage trains only committed files
+                 ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "register"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    study = load_study(tmp_path / "pilot.yaml")
+    tiny = study.criteria
     folder = tmp_path / "records"
     log = tmp_path / "log"
     with open(log, "w") as out:
-        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 6
+        assert train(study, stage="A", workers=2, records=folder, out=out, repository=tmp_path) == 6
     records = load_records(folder, tiny)
     assert sorted(r.meta["arm"] for r in records) == sorted(
         ["fedavg", "fedsam@rho=0", "fedsam@rho=0.1", "fedavg", "scaffold", "fedsam@best_iid_rho"])
@@ -403,7 +418,7 @@ def test_a_tiny_stage_trains_on_two_workers_records_every_run_and_resumes(tmp_pa
     text = log.read_text()
     assert "6/6 done" in text and "ETA" in text
     with open(log, "w") as out:  # everything recorded: nothing is trained again
-        assert run_stage(tiny, "A", workers=2, directory=folder, out=out) == 0
+        assert train(study, stage="A", workers=2, records=folder, out=out, repository=tmp_path) == 0
 
 
 # --- stage B: the decisions (lab.regime.decide) -------------------------------------------------

@@ -184,12 +184,12 @@ def test_a_tiny_rerun_waits_for_tuning_then_trains_every_seed_resumably(tmp_path
     root = tmp_path / "rerun"
     log = tmp_path / "log"
     with open(log, "w") as out:  # FedSAM has a grid and no tuning file yet: only FedAvg trains
-        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 2
+        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out, design=None) == 2
     assert "waiting for tuning: fedsam" in log.read_text()
     rr.tune(plan, tiny, methods=["fedsam"], client_threads=1, root=root, progress=False)
     rho = json.loads((root / "tuning" / "dirichlet-0.1" / "fedsam.json").read_text())["best"]["rho"]
     with open(log, "w") as out:
-        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 2
+        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out, design=None) == 2
     done = rr.recorded(root / "records")
     assert sorted(done) == sorted((("dirichlet-0.1", m, "{}", s) for m in ("fedavg", "fedsam") for s in (1, 2)))
     for (split, method, _, seed), key in done.items():
@@ -198,7 +198,7 @@ def test_a_tiny_rerun_waits_for_tuning_then_trains_every_seed_resumably(tmp_path
         assert res.config.train_size == tiny.candidates["tiny"].train_size and res.config.parallel_clients == 1
         assert method == "fedavg" or res.config.algorithm_params["rho"] == rho
     with open(log, "w") as out:  # everything recorded: nothing trains again
-        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out) == 0
+        assert rr.train(plan, tiny, root=root, claims=[], seconds={}, out=out, design=None) == 0
     # what the records measured: each run's wall time once, and every grid point of the tuning
     got = rr.measured(plan, rr.plan_runs(plan, [], ["fedavg", "fedsam"]), root / "records", root / "tuning")
     walls = [record_meta(key, root / "records")["wall_seconds"] for key in done.values()]

@@ -42,10 +42,11 @@ def load_amendment(path: str | Path, criteria_digest: str, candidates: Any) -> A
     criteria), an ``order`` naming no declared candidate or repeating one, a ``fixed`` field that
     :class:`fedlab.Config` does not have, ``require`` tiers that are not lists of R1–R5."""
     from fedlab.config import Config
-    from lab.regime.pilot import CriteriaError, read_mapping
+    from lab.regime.pilot import CriteriaError
+    from lab.study.spec import read_design
 
     path = Path(path)
-    data, raw = read_mapping(path, "amendment")
+    data, raw = read_design(path, "amendment")
     amends = (raw.get("amends") or {}).get("sha256") if isinstance(raw.get("amends"), dict) else None
     if amends != criteria_digest:
         raise CriteriaError(f"{path}: amends.sha256={amends!r} is not the digest of the criteria it is read with "

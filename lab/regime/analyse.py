@@ -26,7 +26,6 @@ Outputs (``figures/regime/``): ``pilot_table.csv`` (one row per candidate × qua
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +38,9 @@ from lab.evidence.paired import PairedDifference, paired_difference
 from lab.regime.pilot import (Criteria, PilotRecord, best_drift, best_iid_rho, load_criteria, load_records,
                               record_score, records_dir, rho_arm)
 from lab.repro import FIGURES_DIR
+from lab.study.report import number, paired_text
 
-__all__ = ["CandidateResult", "RERUN_ASSUMPTION", "analyse", "main", "pilot_table", "rerun_hours", "scores_frame",
+__all__ = ["CandidateResult", "RERUN_ASSUMPTION", "analyse", "pilot_table", "rerun_hours", "scores_frame",
            "summary_markdown", "write_outputs"]
 
 RERUN_TUNING_RUNS = 150
@@ -148,11 +148,16 @@ class CandidateResult:
         return bool(self.r1()) and bool(self.r2()) and bool(self.r3())
 
 
+REGISTERED_LATER = frozenset({"fedlesam_s", "fedlesam_d", "dp_fedavg", "dp_fedsam"})
+"""Methods registered after the pilot decided (issue 45). The share is of the registry the pilot read, so they
+are left out by name (as ``rerun.yaml`` leaves them out of its plan): else each new method moves a committed R5."""
+
+
 def two_gradient_share() -> float:
-    """The share of the registry's methods that take two gradients per local step (the SAM family)."""
+    """The share of the pilot's registry that takes two gradients per local step (the SAM family)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
 
-    names = list(algorithm_names())
+    names = [n for n in algorithm_names() if n not in REGISTERED_LATER]
     return sum(algorithm_class(n).grad_evals_per_step >= 2 for n in names) / len(names)
 
 
@@ -393,14 +398,6 @@ def _word(v: bool | None) -> str:
     return "undecided (runs missing)" if v is None else "met" if v else "not met"
 
 
-def _num(value: float, spec: str) -> str:
-    return format(value, spec) if math.isfinite(value) else "–"
-
-
-def _fmt(d: PairedDifference | None) -> str:
-    return "–" if d is None else d.format(digits=2)
-
-
 def summary_markdown(results: Sequence[CandidateResult], criteria: Criteria, share: float) -> str:
     """``pilot.md``: per candidate and criterion, met / not met / undecided on stage A's point estimates."""
     lines = ["# Regime pilot, stage A (screening)", "",
@@ -426,13 +423,13 @@ def summary_markdown(results: Sequence[CandidateResult], criteria: Criteria, sha
         rho = "–" if r.rho_star is None else f"ρ* = {r.rho_star:g} ({'interior' if r.rho_star_interior else 'edge'})"
         h = max((abs(v) for v in r.horizon.values() if math.isfinite(v)), default=math.nan)
         rank = "–" if r.ranking_stable is None else ("stable" if r.ranking_stable else "changes")
-        secs = f"{_num(r.seconds.get('fedavg', math.nan), '.0f')} / {_num(r.seconds.get('fedsam', math.nan), '.0f')}, " \
-               f"{_num(r.rerun_hours, '.1f')} h"
+        secs = f"{number(r.seconds.get('fedavg', math.nan), '.0f')} / {number(r.seconds.get('fedsam', math.nan), '.0f')}, " \
+               f"{number(r.rerun_hours, '.1f')} h"
         lines.append(
-            f"| {r.name} | {r.n_records}/{r.n_planned} | {_fmt(r.gap)}: **{_word(r.r1())}** | "
-            f"{r.best_drift or '–'} {_fmt(best)}: **{_word(r.r2())}** | {rho}, {_fmt(gain)}: **{_word(r.r3())}** | "
-            f"{_fmt(r.dir_sam_gain)} | {_num(h, '.2f')}, {rank}: **{_word(r.r4_point())}** (indicative) | {secs}: "
-            f"**{_word(r.r5())}** | {_num(r.load, '.1f')} | {'yes' if r.qualifies() else 'no' if r.n_records == r.n_planned else 'not yet'} |")
+            f"| {r.name} | {r.n_records}/{r.n_planned} | {paired_text(r.gap)}: **{_word(r.r1())}** | "
+            f"{r.best_drift or '–'} {paired_text(best)}: **{_word(r.r2())}** | {rho}, {paired_text(gain)}: **{_word(r.r3())}** | "
+            f"{paired_text(r.dir_sam_gain)} | {number(h, '.2f')}, {rank}: **{_word(r.r4_point())}** (indicative) | {secs}: "
+            f"**{_word(r.r5())}** | {number(r.load, '.1f')} | {'yes' if r.qualifies() else 'no' if r.n_records == r.n_planned else 'not yet'} |")
     qualified = sorted((r for r in results if r.qualifies()), key=lambda r: r.rerun_hours)
     lines += ["", "## Selection (criteria.yaml, `selection`)", ""]
     if qualified:
@@ -457,7 +454,7 @@ def summary_markdown(results: Sequence[CandidateResult], criteria: Criteria, sha
               "| candidate | " + " | ".join(f"ρ = {r:g}" for r in criteria.rho_grid) + " |",
               "|---|" + "---|" * len(criteria.rho_grid)]
     for r in results:
-        cells = [_fmt(r.rho_gain.get(rho)) if rho in r.rho_gain else "not screened" for rho in criteria.rho_grid]
+        cells = [paired_text(r.rho_gain.get(rho)) if rho in r.rho_gain else "not screened" for rho in criteria.rho_grid]
         lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
     lines += ["", "R4's acc(0.8 T) is the score a run would have had had it stopped at round ⌊0.8 T⌋ (its last "
               f"{criteria.last_k} evaluations at or before that round).", ""]
@@ -500,15 +497,3 @@ def write_outputs(criteria: Criteria | None = None, records_folder: Path | None 
     paths["md"] = out / "pilot.md"
     paths["md"].write_text(summary_markdown(results, criteria, two_gradient_share()))
     return paths
-
-
-def main(args: Any) -> int:
-    """``python -m lab regime analyse``."""
-    criteria = load_criteria(getattr(args, "criteria", None))
-    for path in write_outputs(criteria).values():
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(None))

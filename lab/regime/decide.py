@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +54,9 @@ from lab.regime import analyse as an
 from lab.regime.pilot import (Criteria, CriteriaError, PilotRecord, best_drift, best_iid_rho, build_plan, load_criteria,
                               load_records, record_score, records_dir)
 from lab.repro import FIGURES_DIR
+from lab.study.report import number, paired_text
 
-__all__ = ["Decision", "Outcome", "Verdict", "amended_outcome", "decide", "main", "selection_outcome", "stage_b_markdown",
+__all__ = ["Decision", "Outcome", "Verdict", "amended_outcome", "decide", "report", "selection_outcome", "stage_b_markdown",
            "write_outputs"]
 
 HORIZON_FRACTION = 0.8  # R4's acc(0.8 T)
@@ -363,14 +363,6 @@ def _rule(criteria: Criteria, key: str) -> str:
     return re.sub(r"\s+", " ", str(criteria.raw["criteria"][key]["rule"])).strip().replace("|", "\\|")
 
 
-def _fmt(d: PairedDifference | None) -> str:
-    return "–" if d is None else d.format(digits=2)
-
-
-def _num(v: float, spec: str = ".2f") -> str:
-    return format(v, spec) if math.isfinite(v) else "–"
-
-
 def _secs(seconds: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {v:.0f} s" for k, v in sorted(seconds.items())) or "–"
 
@@ -419,26 +411,26 @@ def stage_b_markdown(decisions: Sequence[Decision], criteria: Criteria, outcome:
         where = "interior" if d.rho_star_interior else "edge"
         rho = "–" if d.rho_star is None else f"ρ* = {d.rho_star:g} ({where} of {list(d.rho_grid)})"
         r4_effect = ("–" if worst is None else
-                     f"max \\|acc(T) − acc(0.8T)\\| = {abs(moves[worst]):.2f} ({worst}) vs R3 half-width {_num(hw)}; "
+                     f"max \\|acc(T) − acc(0.8T)\\| = {abs(moves[worst]):.2f} ({worst}) vs R3 half-width {number(hw)}; "
                      f"ranking {'stable' if rank_t == rank_08 else 'changes'}")
-        r5_effect = (f"{_num(d.hours_rule, '.1f')} h (stage-A seconds: {_secs(d.seconds_rule)}; median load at start "
-                     f"{_num(d.load_rule, '.1f')})")
+        r5_effect = (f"{number(d.hours_rule, '.1f')} h (stage-A seconds: {_secs(d.seconds_rule)}; median load at start "
+                     f"{number(d.load_rule, '.1f')})")
         lines += [f"## {d.name}: {d.n_records}/{d.n_planned} stage-B runs recorded", "",
                   f"drift@best = {d.best_drift or '–'}, {rho} (both from stage A).", "",
                   "| criterion | rule (criteria.yaml) | paired effect (mean ± half-width, n) | verdict |",
                   "|---|---|---|---|",
-                  f"| R1 | {_rule(criteria, 'R1')} | FedAvg IID − Dir 0.1: {_fmt(d.gap)} | **{v['R1'].word}** |",
+                  f"| R1 | {_rule(criteria, 'R1')} | FedAvg IID − Dir 0.1: {paired_text(d.gap)} | **{v['R1'].word}** |",
                   f"| R2 | {_rule(criteria, 'R2')} | {d.best_drift or 'drift@best'} − FedAvg (Dir 0.1): "
-                  f"{_fmt(d.drift_gain)} | **{v['R2'].word}** |",
-                  f"| R3 | {_rule(criteria, 'R3')} | {rho}; FedSAM@ρ* − FedAvg (IID): {_fmt(d.sam_gain)}"
+                  f"{paired_text(d.drift_gain)} | **{v['R2'].word}** |",
+                  f"| R3 | {_rule(criteria, 'R3')} | {rho}; FedSAM@ρ* − FedAvg (IID): {paired_text(d.sam_gain)}"
                   + (f" ({v['R3'].why})" if v['R3'].met is False and v['R3'].why else "") + f" | **{v['R3'].word}** |",
                   "| (R3, informative) | not a criterion | FedSAM@ρ* − FedAvg (Dir 0.1): "
-                  f"{_fmt(d.sam_gain_dir)} | – |",
+                  f"{paired_text(d.sam_gain_dir)} | – |",
                   f"| R4 | {_rule(criteria, 'R4')} | {r4_effect} | **{v['R4'].word}** |",
                   f"| R5 | {_rule(criteria, 'R5')} | {r5_effect} | **{v['R5'].word}** |", "",
                   f"R5's estimate assumes {an.RERUN_ASSUMPTION}. **Not the rule**, for comparison only: the same "
-                  f"estimate from the stage-B runs' seconds is {_num(d.hours_stage_b, '.1f')} h "
-                  f"({_secs(d.seconds_stage_b)}; median load at start {_num(d.load_stage_b, '.1f')}; stage B also "
+                  f"estimate from the stage-B runs' seconds is {number(d.hours_stage_b, '.1f')} h "
+                  f"({_secs(d.seconds_stage_b)}; median load at start {number(d.load_stage_b, '.1f')}; stage B also "
                   "evaluates the 10,000 test samples). "
                   "The machine is shared: seconds measured at a load of 4–6 on 2 cores overstate a quiet machine's; "
                   "the verdict is the rule's.", "",
@@ -449,8 +441,8 @@ def stage_b_markdown(decisions: Sequence[Decision], criteria: Criteria, outcome:
         diffs = [dict(x.differences) if x is not None else {}
                  for x in (d.gap, d.drift_gain, d.sam_gain, d.sam_gain_dir)]
         for s in d.seeds:
-            cells = [_num(d.arms[k].get(s, math.nan)) for k in d.arms]
-            cells += [_num(x.get(s, math.nan), "+.2f") for x in diffs]
+            cells = [number(d.arms[k].get(s, math.nan)) for k in d.arms]
+            cells += [number(x.get(s, math.nan), "+.2f") for x in diffs]
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
         lines += ["", "### R4: acc(T) and acc(0.8 T), mean over seeds (%)", "",
                   "| arm | method | seeds | acc(0.8T) | acc(T) | acc(T) − acc(0.8T) | rank at 0.8T | rank at T |",
@@ -641,15 +633,13 @@ def write_outputs(criteria: Criteria | None = None, candidates: Sequence[str] | 
     return paths, outcome, decisions
 
 
-def main(args: Any) -> int:
-    """``python -m lab regime decide [--candidate NAME]``: print the verdicts and the outcome, write the outputs."""
-    criteria = load_criteria(getattr(args, "criteria", None))
-    names = getattr(args, "candidate", None)
+def report(criteria: Criteria, names: Sequence[str] | None = None) -> int:
+    """Decide ``names`` (default: every candidate with stage-B records), print the verdicts and the outcome and
+    write the outputs: the pilot's ``study decide`` (``python -m lab regime decide [--candidate NAME]``)."""
     unknown = [c for c in names or [] if c not in criteria.candidates]
     if unknown:
-        print(f"error: --candidate {', '.join(unknown)} not in {criteria.path} (declared: "
-              f"{', '.join(criteria.candidates)})", file=sys.stderr)
-        return 2
+        raise CriteriaError(f"--candidate {', '.join(unknown)} not in {criteria.path} (declared: "
+                            f"{', '.join(criteria.candidates)})")
     if not names:
         records = load_records(records_dir(), criteria)
         names = [c for c in criteria.candidates if any(r.meta["stage"] == "B" and r.meta["candidate"] == c
@@ -662,20 +652,16 @@ def main(args: Any) -> int:
     for d in decisions:
         print(f"{d.name}: {d.n_records}/{d.n_planned} stage-B runs recorded; drift@best = {d.best_drift or '–'}, "
               f"ρ* = {'–' if d.rho_star is None else format(d.rho_star, 'g')}")
-        effects = {"R1": _fmt(d.gap), "R2": _fmt(d.drift_gain), "R3": _fmt(d.sam_gain),
-                   "R4": f"max |Δ| {_num(max((abs(t - e) for t, e, _ in d.horizon().values()), default=math.nan))}"
-                         f" vs h3 {_num(d.sam_gain.half_width if d.sam_gain else math.nan)}",
-                   "R5": f"{_num(d.hours_rule, '.1f')} h (stage-A seconds, load {_num(d.load_rule, '.1f')})"}
+        effects = {"R1": paired_text(d.gap), "R2": paired_text(d.drift_gain), "R3": paired_text(d.sam_gain),
+                   "R4": f"max |Δ| {number(max((abs(t - e) for t, e, _ in d.horizon().values()), default=math.nan))}"
+                         f" vs h3 {number(d.sam_gain.half_width if d.sam_gain else math.nan)}",
+                   "R5": f"{number(d.hours_rule, '.1f')} h (stage-A seconds, load {number(d.load_rule, '.1f')})"}
         for k, v in d.verdicts().items():
             print(f"  {k}: {effects[k]:40s} {v.word}" + (f" ({v.why})" if v.met is False and v.why else ""))
-        print(f"  R3 at Dir 0.1 (informative): {_fmt(d.sam_gain_dir)}")
-        print(f"  not the rule: R5's estimate from stage-B seconds {_num(d.hours_stage_b, '.1f')} h "
-              f"(median load {_num(d.load_stage_b, '.1f')})")
+        print(f"  R3 at Dir 0.1 (informative): {paired_text(d.sam_gain_dir)}")
+        print(f"  not the rule: R5's estimate from stage-B seconds {number(d.hours_stage_b, '.1f')} h "
+              f"(median load {number(d.load_stage_b, '.1f')})")
     print(f"outcome: {outcome.text}")
     for path in paths.values():
         print(f"wrote {path}")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(None))

@@ -29,11 +29,9 @@ where it stopped (a run interrupted mid-way resumes from its checkpoint under ``
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,14 +43,18 @@ import pandas as pd
 
 from fedlab.config import Config, ConfigError
 from lab.evidence.integrity import EvidenceError
-from lab.regime.workers import clock
+from lab.study.workers import clock
 from lab.repro import FIGURES_DIR
+from lab.study.spec import StudyError, need, read_design
 
-__all__ = ["CRITERIA_FILE", "FIRST_GUESS", "Candidate", "Criteria", "CriteriaError", "Pending", "PilotError", "PilotRecord",
-           "Plan", "PlannedRun", "build_plan", "estimate_seconds", "final_metric", "load_criteria", "load_records",
-           "main", "probe_costs", "records_dir", "run_stage"]
+__all__ = ["CRITERIA_FILE", "FIRST_GUESS", "PILOT_FILE", "Candidate", "Criteria", "CriteriaError", "Pending", "Pilot",
+           "PilotError", "PilotRecord", "Plan", "PlannedRun", "analyse", "build_plan", "decide", "estimate_seconds",
+           "final_metric", "load_criteria", "load_design", "load_records", "plan", "probe_costs", "records_dir",
+           "training"]
 
 CRITERIA_FILE = Path(__file__).with_name("criteria.yaml")
+PILOT_FILE = Path(__file__).with_name("pilot.yaml")
+"""The pilot's study file (``python -m lab study plan|train|analyse|decide lab/regime/pilot.yaml``)."""
 PILOT_NAME = "regime-pilot-issue28"
 """``meta.pilot`` of every record this module writes (records of other experiments in the folder are ignored)."""
 STAGES = ("A", "B")
@@ -67,8 +69,8 @@ measured there and is guessed at twice FedAvg: two gradients per step). Scaled l
 until a record of the candidate and method gives a measured cost."""
 
 
-class CriteriaError(ValueError):
-    """The criteria file cannot be read as the pilot's plan; the message names the file and the field."""
+CriteriaError = StudyError
+"""The pilot's name for a pre-registered file that cannot be read as its plan (one error for every study file)."""
 
 
 class PilotError(EvidenceError):
@@ -126,32 +128,6 @@ class Criteria:
         return self.rho_grid
 
 
-def _need(block: Any, name: str, where: str, path: Path, kind: type | tuple[type, ...] = object) -> Any:
-    if not isinstance(block, dict) or name not in block:
-        raise CriteriaError(f"{path}: {where}{name} is missing")
-    value = block[name]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise CriteriaError(f"{path}: {where}{name}={value!r} is not {getattr(kind, '__name__', kind)}")
-    return value
-
-
-def read_mapping(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
-    """The bytes of a YAML file and the mapping they hold (:class:`CriteriaError` naming ``what`` and the
-    file if it cannot be read, is not YAML or is not a mapping)."""
-    import yaml
-
-    try:
-        data = path.read_bytes()
-        raw = yaml.safe_load(data)
-    except OSError as err:
-        raise CriteriaError(f"{what} file {path} cannot be read ({type(err).__name__}: {err})") from None
-    except yaml.YAMLError as err:
-        raise CriteriaError(f"{what} file {path} is not YAML ({err})") from None
-    if not isinstance(raw, dict):
-        raise CriteriaError(f"{path}: the file must be a mapping of blocks, got {type(raw).__name__}")
-    return data, raw
-
-
 def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.PathLike | None = None) -> Criteria:
     """Read and check the criteria file (default ``lab/regime/criteria.yaml``) and its amendment
     (:mod:`lab.regime.amendment`; default: ``amendment1.yaml`` with the default criteria, none otherwise).
@@ -162,21 +138,21 @@ def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.Pat
     or arms, an arm naming an unknown method or placeholder, a grid that is not a list of numbers ≥ 0.
     """
     path = CRITERIA_FILE if path is None else Path(path)
-    data, raw = read_mapping(path, "criteria")
-    fixed = dict(_need(raw, "fixed", "", path, dict))
+    data, raw = read_design(path, "criteria")
+    fixed = dict(need(raw, "fixed", "", path, dict))
     cands: dict[str, Candidate] = {}
-    for name, spec in _need(raw, "candidates", "", path, dict).items():
+    for name, spec in need(raw, "candidates", "", path, dict).items():
         where = f"candidates.{name}."
-        size = _need(spec, "train_size", where, path, (int, type(None)))
-        cands[str(name)] = Candidate(str(name), _need(spec, "model", where, path, str), size,
-                                     _need(spec, "local_steps", where, path, int),
-                                     float(_need(spec, "lr", where, path, (int, float))),
-                                     _need(spec, "rounds", where, path, int))
+        size = need(spec, "train_size", where, path, (int, type(None)))
+        cands[str(name)] = Candidate(str(name), need(spec, "model", where, path, str), size,
+                                     need(spec, "local_steps", where, path, int),
+                                     float(need(spec, "lr", where, path, (int, float))),
+                                     need(spec, "rounds", where, path, int))
     if not cands:
         raise CriteriaError(f"{path}: candidates is empty")
-    splits = {str(k): dict(v) for k, v in _need(raw, "splits", "", path, dict).items()}
+    splits = {str(k): dict(v) for k, v in need(raw, "splits", "", path, dict).items()}
     for key, spec in splits.items():
-        _need(spec, "partition", f"splits.{key}.", path, str)
+        need(spec, "partition", f"splits.{key}.", path, str)
 
     def grid(values: Any, where: str) -> tuple[float, ...]:
         if not isinstance(values, list) or not values or not all(
@@ -184,15 +160,15 @@ def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.Pat
             raise CriteriaError(f"{path}: {where}={values!r} must be a non-empty list of numbers ≥ 0")
         return tuple(float(v) for v in values)
 
-    rho_grid = grid(_need(raw, "rho_grid", "", path), "rho_grid")
-    drifts = tuple(_need(raw, "drift_corrections", "", path, list))
-    stages = {str(k): dict(v) for k, v in _need(raw, "stages", "", path, dict).items()}
+    rho_grid = grid(need(raw, "rho_grid", "", path), "rho_grid")
+    drifts = tuple(need(raw, "drift_corrections", "", path, list))
+    stages = {str(k): dict(v) for k, v in need(raw, "stages", "", path, dict).items()}
     for stage in STAGES:
-        spec = _need(stages, stage, "stages.", path, dict)
-        seeds = _need(spec, "seeds", f"stages.{stage}.", path, list)
+        spec = need(stages, stage, "stages.", path, dict)
+        seeds = need(spec, "seeds", f"stages.{stage}.", path, list)
         if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
             raise CriteriaError(f"{path}: stages.{stage}.seeds={seeds!r} must be a non-empty list of integers ≥ 0")
-        arms = _need(spec, "arms", f"stages.{stage}.", path, dict)
+        arms = need(spec, "arms", f"stages.{stage}.", path, dict)
         for split, names in arms.items():
             if split not in splits:
                 raise CriteriaError(f"{path}: stages.{stage}.arms.{split} names no split of 'splits' "
@@ -203,8 +179,8 @@ def load_criteria(path: str | os.PathLike | None = None, amendment: str | os.Pat
                 _check_arm(str(arm), f"stages.{stage}.arms.{split}", path)
     if "cnn_rho_grid" in stages["A"]:
         grid(stages["A"]["cnn_rho_grid"], "stages.A.cnn_rho_grid")
-    metric = _need(raw, "metric", "", path, dict)
-    last_k = _need(metric, "last_k_evaluations", "metric.", path, int)
+    metric = need(raw, "metric", "", path, dict)
+    last_k = need(metric, "last_k_evaluations", "metric.", path, int)
     if last_k < 1:
         raise CriteriaError(f"{path}: metric.last_k_evaluations={last_k} must be ≥ 1")
     from fedlab.algorithms import ALGORITHMS
@@ -609,17 +585,12 @@ def probe_costs(criteria: Criteria, candidates: Sequence[str], rounds: int = 5,
 
 # --- running ------------------------------------------------------------------------------------
 def _write(run: PlannedRun, criteria: Criteria, out: dict[str, Any], directory: Path) -> PilotRecord:
-    from fedlab.results import RunResult
-    from lab.evidence.records import write_record
+    from lab.study.workers import write_run
 
     metrics: pd.DataFrame = out["metrics"]
-    meta = {**run.meta(criteria), "wall_seconds": float(out["wall_seconds"]),
-            "round_seconds": float(metrics["wall_seconds"].sum()) if "wall_seconds" in metrics else 0.0,
-            "load_at_start": float(out["load_at_start"]), "host": platform.node(),
-            "cpu_count": os.cpu_count(), "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%SZ")}
-    result = RunResult(out["config"], metrics, None, out["status"], Path(out["run_dir"]), out["summary"], None)
-    path = write_record(result, directory, meta=meta)
+    # a run resumed from its checkpoint measured only part of its wall time: its rounds' seconds say the rest
+    rounds = float(metrics["wall_seconds"].sum()) if "wall_seconds" in metrics else 0.0
+    _, path, meta = write_run(out, {**run.meta(criteria), "round_seconds": rounds}, directory)
     return PilotRecord(path.name.removesuffix(".json.gz"), meta, out["config"], out["status"], metrics)
 
 
@@ -635,47 +606,65 @@ def remaining_seconds(criteria: Criteria, plan: Plan, records: Sequence[PilotRec
     return total / max(1, workers)
 
 
-def dry_run(criteria: Criteria, stage: str, candidates: Sequence[str] | None, workers: int,
-            directory: Path, probe: Mapping[tuple[str, bool], float] | None = None, out: TextIO | None = None) -> float:
-    """Print the planned runs with their expected seconds and the stage's expected wall time; return it."""
-    out = sys.stdout if out is None else out
-    records = load_records(directory, criteria)
-    plan = build_plan(criteria, stage, records, candidates)
-    print(f"stage {stage}: {len(plan.done)} recorded, {len(plan.todo)} to train, "
-          f"{sum(len(p.seeds) for p in plan.pending)} waiting (pending arms); records in {directory}", file=out)
-    sources: dict[str, int] = {}
-    for run in plan.todo:
-        sec, source = estimate_seconds(criteria, run, records, probe)
-        sources[source] = sources.get(source, 0) + 1
-        params = " ".join(f"{k}={v:g}" for k, v in run.params.items())
-        print(f"  {run.candidate:14s} {run.split:6s} {run.arm:20s} seed {run.seed:<4d} {run.algorithm:8s} "
-              f"{params:10s} ~{sec:6.0f} s ({source})", file=out)
-    for p in plan.pending:
-        sec, source = estimate_seconds(criteria, p, records, probe)
-        sources[source] = sources.get(source, 0) + len(p.seeds)
-        print(f"  {p.candidate:14s} {p.split:6s} {p.arm:20s} seeds {','.join(map(str, p.seeds)):9s} waits for "
-              f"{p.needs} ~{sec:6.0f} s each ({source})", file=out)
-    wall = remaining_seconds(criteria, plan, records, workers, probe)
-    print(f"estimated wall time: {clock(wall)} on {workers} worker(s) (cost sources: "
-          + ", ".join(f"{n} {s}" for s, n in sorted(sources.items())) + ")", file=out)
-    return wall
+# --- the pilot as a study (lab/regime/pilot.yaml): the ``staged`` kind of lab.study.runner -------------
+@dataclass(frozen=True)
+class Pilot:
+    """The pilot's study file: a thin wrapper naming the criteria and their amendment, which stay where they
+    are because every committed pilot record names the criteria file's SHA-256."""
+
+    path: Path
+    sha256: str
+    name: str
+    criteria: Criteria
+    kind: str = "staged"
+
+    @property
+    def designs(self) -> tuple[Path, ...]:
+        """The study file, the criteria and the amendment: each must be committed unchanged before a run."""
+        amendment = self.criteria.amendment
+        return (self.path, self.criteria.path, *(() if amendment is None else (amendment.path,)))
 
 
-def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | None = None, workers: int = 2,
-              directory: Path | None = None, out: TextIO | None = None, max_runs: int | None = None) -> int:
-    """Train every run of ``stage`` that has no record, ``workers`` at a time (:func:`lab.regime.workers.
-    train_many`), writing each record as it finishes; return the number of records written.
+def load_design(path: Path, data: bytes, raw: Mapping[str, Any]) -> Pilot:
+    """A ``kind: staged`` study file (:func:`lab.study.spec.load_study`): ``study`` (the name the records
+    carry, :data:`PILOT_NAME`), ``criteria`` and an optional ``amendment``, both beside the file."""
+    name = need(raw, "study", "", path, str)
+    if name != PILOT_NAME:
+        raise StudyError(f"{path}: study={name!r} is invalid; allowed: {PILOT_NAME} (its records' meta.pilot)")
+    criteria = path.parent / need(raw, "criteria", "", path, str)
+    amendment = None if "amendment" not in raw else path.parent / need(raw, "amendment", "", path, str)
+    return Pilot(path, hashlib.sha256(data).hexdigest(), name, load_criteria(criteria, amendment))
 
-    Re-planned after every finished run, so an arm that waits for the IID FedSAM runs (ρ*) starts as
-    soon as they are recorded. Ctrl-C (or SIGTERM) stops the workers at once and keeps every record
-    already written; run it again to continue."""
-    from lab.regime.workers import Progress, train_many
 
-    out = sys.stdout if out is None else out
-    directory = records_dir() if directory is None else Path(directory)
+def _stage(criteria: Criteria, stage: str | None, candidates: Sequence[str] | None) -> str:
+    """The stage a command plans or trains (default A); stage B only for candidates named, and under an
+    amendment only for those of its order (stage A chose them: the criteria's selection)."""
+    stage = "A" if stage is None else stage
+    order = criteria.amendment.order if criteria.amendment is not None else None
+    if stage == "B" and not candidates:
+        raise StudyError("stage B runs only the candidates chosen from stage A (criteria.yaml, selection): name "
+                         "them with --candidate")
+    if stage == "B" and order is not None and any(c not in order for c in candidates or ()):
+        raise StudyError(f"--candidate {', '.join(c for c in candidates or () if c not in order)}: stage B runs "
+                         f"only the candidates of {criteria.amendment.path.name} (stage_b.order: {', '.join(order)})")
+    return stage
+
+
+def training(study: Pilot, *, registered: str, stage: str | None, candidates: Sequence[str] | None,
+             workers: int, records: Path | None, out: TextIO) -> Any:
+    """A stage's session for :func:`lab.study.runner.train` (records in ``records``, default :func:`records_dir`).
+
+    Re-planned after every finished run, so an arm that waits for the IID FedSAM runs (ρ*) starts as soon
+    as they are recorded; after a complete session an arm still waiting names runs no plan has (an error).
+    ``registered`` is not written: a pilot record names the criteria's digest, as the first ones did."""
+    from lab.study.runner import Training
+    from lab.study.workers import Progress
+
+    criteria = study.criteria
+    stage = _stage(criteria, stage, candidates)
+    directory = records_dir() if records is None else Path(records)
     state = {"records": load_records(directory, criteria)}
     state["plan"] = build_plan(criteria, stage, state["records"], candidates)
-    n_at_start = len(state["plan"].done)
 
     def write(run: PlannedRun, result: dict[str, Any]) -> str:
         rec = _write(run, criteria, result, directory)
@@ -687,58 +676,62 @@ def run_stage(criteria: Criteria, stage: str, *, candidates: Sequence[str] | Non
         plan = state["plan"]
         return len(plan.done), len(plan.done) + len(plan.todo) + sum(len(p.seeds) for p in plan.pending)
 
+    def finish(failed: int, stopped: bool) -> None:
+        plan = state["plan"]
+        if not stopped and not failed and plan.pending and not plan.todo:
+            raise PilotError(f"stage {stage}: {len(plan.pending)} arm(s) wait for runs that are not planned: "
+                             + "; ".join(f"{p.candidate} {p.split} {p.arm}" for p in plan.pending))
+
     progress = Progress(todo=lambda: state["plan"].todo, done_total=done_total,
                         eta=lambda running: remaining_seconds(criteria, state["plan"], state["records"], workers,
                                                               running=running))
-    written, failed, stopped = train_many(progress, config_of=lambda r: r.config, key_of=lambda r: r.run_id,
-                                          label_of=PlannedRun.label, write=write, workers=workers, out=out,
-                                          max_runs=max_runs)
-    plan = state["plan"]
-    if not stopped and not failed and plan.pending and not plan.todo:
-        raise PilotError(f"stage {stage}: {len(plan.pending)} arm(s) wait for runs that are not planned: "
-                         + "; ".join(f"{p.candidate} {p.split} {p.arm}" for p in plan.pending))
-    print(f"stage {stage}: {written} record(s) written this session, {n_at_start + written} in all"
-          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
-    return written
+    return Training(f"stage {stage}", progress, config_of=lambda r: r.config, key_of=lambda r: r.run_id,
+                    label_of=PlannedRun.label, write=write, finish=finish)
 
 
-# --- command line -------------------------------------------------------------------------------
-def add_arguments(parser: Any) -> None:
-    """The options of ``python -m lab regime pilot``."""
-    parser.add_argument("--stage", choices=STAGES, default="A", help="the stage of criteria.yaml to run")
-    parser.add_argument("--candidate", action="append", default=None, metavar="NAME",
-                        help="only this candidate (repeatable; default: all, cheapest first)")
-    parser.add_argument("--workers", type=int, default=2, help="runs trained at once (one process, one thread each)")
-    parser.add_argument("--dry-run", action="store_true", help="print the planned runs and the expected wall time")
-    parser.add_argument("--probe", type=int, default=0, metavar="ROUNDS",
-                        help="with --dry-run: first measure ROUNDS rounds of FedAvg and FedSAM per candidate "
-                             "(a temporary runs folder) and estimate from them where no record measured a cost")
-    parser.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (a timing check)")
-    parser.add_argument("--criteria", type=Path, default=None, help="the criteria file (default lab/regime/criteria.yaml)")
-
-
-def main(args: Any) -> int:
-    """``python -m lab regime pilot ...``."""
-    if args.workers < 1:
-        print(f"error: --workers must be at least 1, got {args.workers}", file=sys.stderr)
-        return 2
-    criteria = load_criteria(args.criteria)
-    if args.stage == "B" and not args.candidate:
-        print("error: stage B runs only the candidates chosen from stage A (criteria.yaml, selection): name "
-              "them with --candidate", file=sys.stderr)
-        return 2
-    order = criteria.amendment.order if criteria.amendment is not None else None
-    if args.stage == "B" and order is not None and any(c not in order for c in args.candidate):
-        print(f"error: --candidate {', '.join(c for c in args.candidate if c not in order)}: stage B runs only the "
-              f"candidates of {criteria.amendment.path.name} (stage_b.order: {', '.join(order)})", file=sys.stderr)
-        return 2
+def plan(study: Pilot, args: Any) -> int:
+    """``study plan lab/regime/pilot.yaml [--stage S] [--candidate C] [--probe N]``: print a stage's planned runs
+    with their expected seconds and the stage's wall time on ``--workers``; trains nothing (a probe measures N
+    rounds per candidate in a temporary runs folder first, for the candidates no record costs yet)."""
+    criteria, candidates, workers = study.criteria, args.candidate, args.workers
+    stage = _stage(criteria, args.stage, candidates)
+    names = candidates or sorted(criteria.candidates, key=lambda c: first_guess_stage_seconds(criteria, c))
+    probe = probe_costs(criteria, names, args.probe) if args.probe > 0 else None
     directory = records_dir()
-    if args.dry_run:
-        names = args.candidate or sorted(criteria.candidates,
-                                         key=lambda c: first_guess_stage_seconds(criteria, c))
-        probe = probe_costs(criteria, names, args.probe) if args.probe > 0 else None
-        dry_run(criteria, args.stage, args.candidate, args.workers, directory, probe)
-        return 0
-    run_stage(criteria, args.stage, candidates=args.candidate, workers=args.workers, directory=directory,
-              max_runs=args.max_runs)
+    records = load_records(directory, criteria)
+    todo = build_plan(criteria, stage, records, candidates)
+    print(f"stage {stage}: {len(todo.done)} recorded, {len(todo.todo)} to train, "
+          f"{sum(len(p.seeds) for p in todo.pending)} waiting (pending arms); records in {directory}")
+    sources: dict[str, int] = {}
+    for run in todo.todo:
+        sec, source = estimate_seconds(criteria, run, records, probe)
+        sources[source] = sources.get(source, 0) + 1
+        params = " ".join(f"{k}={v:g}" for k, v in run.params.items())
+        print(f"  {run.candidate:14s} {run.split:6s} {run.arm:20s} seed {run.seed:<4d} {run.algorithm:8s} "
+              f"{params:10s} ~{sec:6.0f} s ({source})")
+    for p in todo.pending:
+        sec, source = estimate_seconds(criteria, p, records, probe)
+        sources[source] = sources.get(source, 0) + len(p.seeds)
+        print(f"  {p.candidate:14s} {p.split:6s} {p.arm:20s} seeds {','.join(map(str, p.seeds)):9s} waits for "
+              f"{p.needs} ~{sec:6.0f} s each ({source})")
+    wall = remaining_seconds(criteria, todo, records, workers, probe)
+    print(f"estimated wall time: {clock(wall)} on {workers} worker(s) (cost sources: "
+          + ", ".join(f"{n} {s}" for s, n in sorted(sources.items())) + ")")
     return 0
+
+
+def analyse(study: Pilot, args: Any) -> int:
+    """``study analyse lab/regime/pilot.yaml``: stage A's screening (:func:`lab.regime.analyse.write_outputs`)."""
+    from lab.regime.analyse import write_outputs
+
+    for path in write_outputs(study.criteria).values():
+        print(f"wrote {path}")
+    return 0
+
+
+def decide(study: Pilot, args: Any) -> int:
+    """``study decide lab/regime/pilot.yaml [--candidate C]``: stage B's decisions and the outcome
+    (:func:`lab.regime.decide.report`)."""
+    from lab.regime.decide import report
+
+    return report(study.criteria, args.candidate)

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.regime.pilot import CriteriaError, load_criteria, load_records, read_mapping, records_dir
+from lab.regime.pilot import CriteriaError, load_criteria, load_records, records_dir
 from lab.repro import FIGURES_DIR
+from lab.study.spec import read_design
 
 __all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "federation", "main", "main_tune",
            "SeedRun", "analysed", "check_outcome", "claims_not_run", "is_tuned_run", "main_train", "method_seconds",
@@ -353,23 +354,25 @@ def recorded(directory: Path) -> dict[tuple[str, str, str, int], str]:
 
 def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Path | None = None,
           claims: Sequence[Mapping[str, Any]] | None = None, seconds: Mapping[str, float] | None = None,
-          max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None) -> int:
+          max_runs: int | None = None, only: Sequence[str] | None = None, out: Any = None,
+          design: Path | None = RERUN_FILE, repository: Path | None = None) -> int:
     """Train every run of the plan (``only``: of those notebooks' analyses, :func:`seed_runs`) that has no
     record, ``workers`` at a time, writing each record to ``<root>/records`` (no root: ``records_dir()``) as it
     finishes, so it resumes from what is committed. A tuned method waits until ``<root>/tuning`` (no root:
     :data:`RERUN_DIR`'s) has its file. ``claims`` (default ``figures/claims.yaml``) add their arms; ``seconds``
-    (default: the regime's stage-B seconds) cost the ETA. Returns the records written."""
-    import datetime
-    import os
-    import platform
+    (default: the regime's stage-B seconds) cost the ETA. Returns the records written.
 
+    Refused before anything trains unless git in ``repository`` (default this checkout) holds ``design``, the
+    file ``plan`` was read from, unchanged (:func:`~lab.study.spec.require_registered`): the rerun is
+    pre-registered like every study. ``design=None`` only for a plan made in memory (a test's tiny plan)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
     from fedlab.evidence.tuning import DEFAULT_GRIDS
-    from fedlab.results import RunResult
     from lab.evidence.protocol import final_metric, tuned_params
-    from lab.evidence.records import write_record
-    from lab.regime.workers import Progress, clock, train_many
+    from lab.study.spec import require_registered
+    from lab.study.workers import Progress, session, write_run
 
+    if design is not None:
+        require_registered(design, repository)
     out = sys.stdout if out is None else out
     directory, tuning = _records(root), (RERUN_DIR if root is None else Path(root)) / "tuning"
     methods = list(algorithm_names())
@@ -388,15 +391,10 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
         return [i for i in items if i.key not in state["done"] and choice(i.run.method) is not None]
 
     def write(item: SeedRun, result: dict[str, Any]) -> str:
-        metrics = result["metrics"]
         meta = {"rerun": RERUN_NAME, "regime": plan["regime"], "split": item.run.split, "method": item.run.method,
-                "params": item.run.params, "seed": item.seed, "source": item.run.source,
-                "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
-                "host": platform.node(), "cpu_count": os.cpu_count(),
-                "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        res = RunResult(result["config"], metrics, None, result["status"], Path(result["run_dir"]), result["summary"],
-                        None)
-        state["done"][item.key] = write_record(res, directory, meta=meta).name
+                "params": item.run.params, "seed": item.seed, "source": item.run.source}
+        res, path, _ = write_run(result, meta, directory)
+        state["done"][item.key] = path.name
         return f"{100 * final_metric(res).value:5.2f} % ({result['wall_seconds']:.0f} s)"
 
     def eta(running: Sequence[SeedRun]) -> float:
@@ -409,15 +407,11 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
         return sum(i.key in state["done"] for i in items)
 
     waiting = sorted({i.run.method for i in items if i.key not in state["done"] and choice(i.run.method) is None})
-    print(f"rerun: {n_done()}/{len(items)} recorded, {len(todo())} to train now"
-          + (f", waiting for tuning: {', '.join(waiting)}" if waiting else "") + f" (ETA {clock(eta([]))} for all)",
-          file=out, flush=True)
-    progress = Progress(todo=todo, done_total=lambda: (n_done(), len(items)), eta=eta)
-    written, failed, stopped = train_many(
-        progress, config_of=lambda i: run_config(plan, criteria, i, choice(i.run.method) or {}),
+    written, _, _ = session(
+        "rerun", Progress(todo=todo, done_total=lambda: (n_done(), len(items)), eta=eta),
+        note=f", waiting for tuning: {', '.join(waiting)}" if waiting else "",
+        config_of=lambda i: run_config(plan, criteria, i, choice(i.run.method) or {}),
         key_of=lambda i: i.key, label_of=SeedRun.label, write=write, workers=workers, out=out, max_runs=max_runs)
-    print(f"rerun: {written} record(s) written this session, {n_done()}/{len(items)} in all"
-          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
     return written
 
 
@@ -458,7 +452,7 @@ def analysis_seconds(model: str) -> float:
 def load_plan(path: Path | None = None) -> dict[str, Any]:
     """The plan file, checked for the fields :func:`estimate` reads (a :class:`CriteriaError` names one)."""
     path = RERUN_FILE if path is None else Path(path)
-    _, raw = read_mapping(path, "rerun plan")
+    _, raw = read_design(path, "rerun plan")
     for key in ("regime", "seeds", "splits", "workers", "budget_hours", "tuning", "families", "analyses"):
         if key not in raw:
             raise CriteriaError(f"{path}: {key} is missing")
@@ -623,7 +617,7 @@ def main_train(args: Any) -> int:
     plan = load_plan(getattr(args, "plan", None))
     check_outcome(plan)
     only = getattr(args, "only", None)
-    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs,
+    train(plan, load_criteria(), workers=args.workers, max_runs=args.max_runs, design=args.plan or RERUN_FILE,
           only=None if only is None else [n.strip() for n in only.split(",") if n.strip()])
     return 0
 

@@ -12,8 +12,8 @@ from lab.study.analysis import MapCell, analyse, estimate_of, fails_anywhere
 from lab.study.plan import committed_runs, planned_runs, run_config
 from lab.study.spec import Study
 
-__all__ = ["README_END", "README_START", "control_rows", "decision_markdown", "headline", "load_values",
-           "replace_readme_block", "write_outputs"]
+__all__ = ["README_END", "README_START", "control_rows", "decision_markdown", "headline", "load_values", "number",
+           "paired_text", "replace_readme_block", "write_outputs"]
 
 def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple[str, str, int], float],
                                                                      dict[tuple[str, str], str], dict[str, Any]]:
@@ -95,8 +95,8 @@ def decision_markdown(study: Study, cells: Sequence[MapCell], controls: Sequence
              "| split | K | arm | G = FedSAM − FedAvg | p(Holm) | I = G − G(IID) | p(Holm) | H = FedAvg IID − split | "
              "verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
-        lines.append(f"| {_split_label(c.split)} | {c.local_steps} | {c.arm} | {c.gap.text()} | {_p(c.gap.p_holm)} | "
-                     f"{c.interaction.text()} | {_p(c.interaction.p_holm)} | {c.cost.text()} | {c.verdict} |")
+        lines.append(f"| {_split_label(c.split)} | {c.local_steps} | {c.arm} | {c.gap.text()} | {number(c.gap.p_holm, '.3g')} | "
+                     f"{c.interaction.text()} | {number(c.interaction.p_holm, '.3g')} | {c.cost.text()} | {c.verdict} |")
     lines += ["", "## Controls (read by the claims; not in the map's families)", "",
               "| control | cell | against | paired difference (points) |", "|---|---|---|---|"]
     lines += [f"| {r['control']} | {r['cell']} | {r['against']} | {r['estimate'].text()} |" for r in controls]
@@ -106,8 +106,15 @@ def decision_markdown(study: Study, cells: Sequence[MapCell], controls: Sequence
     return "\n".join(lines) + "\n"
 
 
-def _p(p: float) -> str:
-    return "–" if not math.isfinite(p) else f"{p:.3g}"
+def number(value: float, spec: str = ".2f") -> str:
+    """``value`` as a decision page writes it, or an en dash where there is none (NaN: a missing or diverged run)."""
+    return format(value, spec) if math.isfinite(value) else "–"
+
+
+def paired_text(diff: Any) -> str:
+    """A paired difference (:class:`lab.evidence.paired.PairedDifference`) as the regime's pages write it, or an
+    en dash where the runs to pair are missing."""
+    return "–" if diff is None else diff.format(digits=2)
 
 
 def replace_readme_block(text: str, sentence: str) -> str:

@@ -3,26 +3,32 @@
 ``python -m lab study plan FILE`` writes the plan and its budget estimate (``figures/<out>/plan.md``);
 ``python -m lab study train FILE`` refuses a file git does not hold unchanged (:func:`~lab.study.spec.require_registered`),
 measures the calibrated hyperparameters first, then trains every planned run no committed record holds,
-``workers`` at a time (:func:`lab.regime.workers.train_many`), writing each record to ``figures/records`` as it
+``workers`` at a time (:func:`lab.study.workers.train_many`), writing each record to ``figures/records`` as it
 finishes with a ``meta`` block naming the study, its file's SHA-256 and the run's cell, arm and seed.
+
+That is the ``map`` kind, implemented here; ``train`` and ``main`` serve every kind of study file alike
+(:data:`lab.study.spec.KINDS`: the regime pilot, ``lab/regime/pilot.yaml``, is ``staged``), each kind giving
+:func:`train` a :class:`Training` and ``main`` its ``plan``, ``analyse`` and ``decide``.
 """
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Generic, TextIO, TypeVar
 
 from lab.repro import FIGURES_DIR
 from lab.study.calibrate import fedgf_threshold, load_calibration, save_calibration
 from lab.study.plan import (StudyRun, committed_runs, estimate, measured_seconds, planned_runs, run_config,
                              seconds_of)
-from lab.study.spec import CALIBRATED, Study, StudyError, load_study, require_registered
+from lab.study.spec import CALIBRATED, Design, Study, StudyError, kind_module, load_study, require_registered
+from lab.study.workers import Progress, session, write_run
 
-__all__ = ["calibrate", "main", "out_dir", "plan_markdown", "train"]
+__all__ = ["Training", "analyse", "calibrate", "decide", "main", "out_dir", "plan", "plan_markdown", "train",
+           "training"]
+
+T = TypeVar("T")
 
 
 def out_dir(study: Study) -> Path:
@@ -95,37 +101,62 @@ def plan_markdown(study: Study, est: dict[str, Any], seconds: dict[tuple[str, st
     return "\n".join(lines) + "\n"
 
 
-def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: TextIO | None = None,
-          records: Path | None = None, repository: Path | None = None) -> int:
-    """Train every planned run of ``study`` that no committed record holds (in ``records``, default
-    ``figures/records``); returns the records written. ``repository``: the git checkout that must hold the
-    study file (default this one)."""
+@dataclass
+class Training(Generic[T]):
+    """What a kind of study gives :func:`train` for one session: its name, the runs (``progress``), how each is
+    configured, keyed, labelled and recorded (``write`` returns the progress line's summary), what waits
+    (``note``), and ``finish(failed, stopped)``, the kind's check of the plan once the session ends."""
+
+    name: str
+    progress: Progress[T]
+    config_of: Callable[[T], Any]
+    key_of: Callable[[T], Hashable]
+    label_of: Callable[[T], str]
+    write: Callable[[T, dict[str, Any]], str]
+    note: str = ""
+    finish: Callable[[int, bool], None] = lambda failed, stopped: None
+
+
+def train(study: Design, *, stage: str | None = None, candidates: Sequence[str] | None = None, workers: int = 2,
+          max_runs: int | None = None, out: TextIO | None = None, records: Path | None = None,
+          repository: Path | None = None) -> int:
+    """Train every planned run of ``study`` (of any kind; ``stage``, ``candidates``: a staged study's) that no
+    record in ``records`` holds (default: the kind's folder), ``workers`` at a time; returns the records
+    written. Refused before anything trains unless git in ``repository`` (default this checkout) holds every
+    file of ``study.designs`` unchanged (:func:`~lab.study.spec.require_registered`)."""
+    out = sys.stdout if out is None else out
+    commits = [require_registered(path, repository) for path in study.designs]
+    t = kind_module(study).training(study, registered=commits[0], stage=stage, candidates=candidates,
+                                    workers=workers, records=records, out=out)
+    written, failed, stopped = session(t.name, t.progress, note=t.note, config_of=t.config_of, key_of=t.key_of,
+                                       label_of=t.label_of, write=t.write, workers=workers, out=out,
+                                       max_runs=max_runs)
+    t.finish(failed, stopped)
+    return written
+
+
+def training(study: Study, *, registered: str, stage: str | None, candidates: Sequence[str] | None, workers: int,
+             records: Path | None, out: TextIO) -> Training[StudyRun]:
+    """The map's session (the ``map`` kind of :func:`train`): the calibrated hyperparameters measured first, then
+    every run no committed record holds (in ``records``, default ``figures/records``), each record's ``meta``
+    naming the study, its file's SHA-256, the commit that registered it and the run's cell, arm and seed."""
     import math
 
-    from fedlab.results import RunResult
     from lab.evidence.protocol import final_metric
-    from lab.evidence.records import write_record
-    from lab.regime.workers import Progress, clock, train_many
 
-    out = sys.stdout if out is None else out
-    registered = require_registered(study, repository)
+    if stage is not None or candidates:
+        raise StudyError(f"{study.path.name}: a map has no stages or candidates to choose (--stage, --candidate)")
     calibrate(study, out)
     runs = planned_runs(study)
     configs = _configs(study, runs)
     state = {"done": committed_runs(configs, records)}
     seconds = measured_seconds()  # the rerun's measured costs, wherever this study's records go
-    def todo() -> list[StudyRun]:
-        return [r for r in runs if r.key in configs and r.key not in state["done"]]
 
     def write(run: StudyRun, result: dict[str, Any]) -> str:
         meta = {"study": study.name, "study_sha256": study.sha256, "registered_commit": registered,
-                "cell": run.cell.name, "arm": run.arm.name, "seed": run.seed,
-                "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
-                "host": platform.node(), "cpu_count": os.cpu_count(),
-                "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        res = RunResult(result["config"], result["metrics"], None, result["status"], Path(result["run_dir"]),
-                        result["summary"], None)
-        state["done"][run.key] = write_record(res, records, meta=meta).name
+                "cell": run.cell.name, "arm": run.arm.name, "seed": run.seed}
+        res, path, _ = write_run(result, meta, records)
+        state["done"][run.key] = path.name
         return f"{100 * final_metric(res).value:5.2f} % ({result['wall_seconds']:.0f} s)"
 
     def eta(running: Sequence[StudyRun]) -> float:
@@ -138,39 +169,50 @@ def train(study: Study, *, workers: int = 2, max_runs: int | None = None, out: T
     def n_done() -> int:
         return sum(r.key in state["done"] for r in runs)
 
-    print(f"{study.name}: {n_done()}/{len(runs)} recorded, {len(todo())} to train now (ETA {clock(eta([]))})",
-          file=out, flush=True)
-    written, failed, stopped = train_many(
-        Progress(todo=todo, done_total=lambda: (n_done(), len(runs)), eta=eta),
-        config_of=lambda r: configs[r.key], key_of=lambda r: r.key, label_of=StudyRun.label, write=write,
-        workers=workers, out=out, max_runs=max_runs)
-    print(f"{study.name}: {written} record(s) written this session, {n_done()}/{len(runs)} in all"
-          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
-    return written
+    def todo() -> list[StudyRun]:  # a calibrated arm's runs wait until its calibration is committed
+        return [r for r in runs if r.key in configs and r.key not in state["done"]]
+
+    return Training(study.name, Progress(todo=todo, done_total=lambda: (n_done(), len(runs)), eta=eta),
+                    config_of=lambda r: configs[r.key], key_of=lambda r: r.key, label_of=StudyRun.label, write=write)
+
+
+def plan(study: Study, args: Any) -> int:
+    """``study plan FILE [--write]`` of a map: the runs and the budget estimate; exit 1 over budget."""
+    runs = planned_runs(study)
+    seconds = measured_seconds()
+    est = estimate(study, runs, committed_runs(_configs(study, runs)), seconds)
+    text = plan_markdown(study, est, seconds)
+    print(text)
+    if args.write:
+        target = out_dir(study) / "plan.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(f"wrote {target}")
+    return 0 if est["fits"] else 1
+
+
+def analyse(study: Study, args: Any) -> int:
+    """``study analyse|decide FILE [--no-figure] [--readme]`` of a map: its estimands and decisions are one page
+    (:func:`lab.study.report.write_outputs`)."""
+    from lab.repro import REPO_ROOT
+    from lab.study.report import write_outputs
+
+    write_outputs(study, figure=not args.no_figure, readme=REPO_ROOT / "README.md" if args.readme else None)
+    return 0
+
+
+decide = analyse
 
 
 def main(args: Any) -> int:
+    """``python -m lab study plan|train|analyse|decide FILE``: ``train`` is :func:`train`; the others are the
+    functions of the study's kind (:data:`lab.study.spec.KINDS`)."""
     study = load_study(args.file)
-    if args.study_command == "plan":
-        runs = planned_runs(study)
-        seconds = measured_seconds()
-        est = estimate(study, runs, committed_runs(_configs(study, runs)), seconds)
-        text = plan_markdown(study, est, seconds)
-        print(text)
-        if args.write:
-            target = out_dir(study) / "plan.md"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-            print(f"wrote {target}")
-        return 0 if est["fits"] else 1
-    if args.study_command == "analyse":
-        from lab.study.report import write_outputs
-
-        from lab.repro import REPO_ROOT
-
-        write_outputs(study, figure=not args.no_figure, readme=REPO_ROOT / "README.md" if args.readme else None)
-        return 0
     if args.study_command == "train":
-        train(study, workers=args.workers, max_runs=args.max_runs)
+        if args.workers < 1:
+            raise StudyError(f"--workers must be at least 1, got {args.workers}")
+        train(study, stage=args.stage, candidates=args.candidate, workers=args.workers, max_runs=args.max_runs)
         return 0
-    raise StudyError(f"unknown study command {args.study_command!r}")
+    if args.study_command not in ("plan", "analyse", "decide"):
+        raise StudyError(f"unknown study command {args.study_command!r}")
+    return int(getattr(kind_module(study), args.study_command)(study, args))

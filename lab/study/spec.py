@@ -10,26 +10,50 @@ shared by every run; ``splits`` (name → partition fields) × ``local_steps`` a
 every cell, ``controls`` each in one cell; ``seeds`` pair across arms and cells (``partition_seed: seed``:
 each seed draws its own partition). A control parameter ``calibrated`` is measured before the control runs
 (:mod:`lab.study.calibrate`).
+
+A file's ``kind`` says which design it is: ``map`` (the default, above) or ``staged`` (the regime pilot's
+``lab/regime/pilot.yaml``, read by :mod:`lab.regime.pilot`). :data:`KINDS` names the module that plans, trains
+and decides each kind for :mod:`lab.study.runner`.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lab.repro import REPO_ROOT
 
-__all__ = ["CALIBRATED", "Arm", "Cell", "Study", "StudyError", "load_study", "require_registered"]
+__all__ = ["CALIBRATED", "KINDS", "Arm", "Cell", "Design", "Study", "StudyError", "kind_module", "load_study",
+           "need", "read_design", "require_registered"]
 
 CALIBRATED = "calibrated"
 """A parameter value that the study measures before the run (its ``calibration`` block says how)."""
 
 
+KINDS = {"map": "lab.study.runner", "staged": "lab.regime.pilot"}
+"""A study file's ``kind`` → the module implementing it: ``load_design(path, data, raw)`` (not for ``map``, read
+here), ``training``, ``plan``, ``analyse`` and ``decide`` (see :func:`lab.study.runner.train` and ``main``)."""
+
+
 class StudyError(ValueError):
     """A study file is missing, malformed or not pre-registered; the message names the file and field."""
+
+
+class Design(Protocol):
+    """What the runner asks of any kind of study: its file, that file's SHA-256, its name and kind, and every
+    pre-registered file it is read from (each must be committed unchanged before a run trains)."""
+
+    path: Path
+    sha256: str
+    name: str
+    kind: str
+
+    @property
+    def designs(self) -> tuple[Path, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,11 @@ class Study:
     arms: tuple[Arm, ...]
     controls: tuple[Arm, ...]
     raw: Mapping[str, Any]
+    kind: str = "map"
+
+    @property
+    def designs(self) -> tuple[Path, ...]:
+        return (self.path,)  # a map is its one file
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -88,14 +117,37 @@ class Study:
         raise StudyError(f"{self.path.name}: no arm or control named {name!r}")
 
 
-def _need(block: Any, name: str, where: str, path: Path, kind: type | tuple[type, ...]) -> Any:
+def need(block: Any, name: str, where: str, path: Path, kind: type | tuple[type, ...] = object) -> Any:
+    """``block[name]`` if it is a ``kind``; else :class:`StudyError` naming the file, the field and what is
+    allowed (a bool is no int here: ``seeds: [true]`` is a typo, not seed 1)."""
     if not isinstance(block, dict) or name not in block:
-        raise StudyError(f"{path.name}: {where}{name} is missing")
+        raise StudyError(f"{path}: {where}{name} is missing")
     value = block[name]
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise StudyError(f"{path.name}: {where}{name}={value!r} is invalid; allowed: {want}")
+        raise StudyError(f"{path}: {where}{name}={value!r} is invalid; allowed: {want}")
     return value
+
+
+def read_design(path: Path, what: str = "study") -> tuple[bytes, dict[str, Any]]:
+    """The bytes of a pre-registered YAML file (their SHA-256 is what records name) and the mapping they hold.
+    YAML aliases are refused: a design is written out in full, so that what a reader sees is what runs.
+    :class:`StudyError` naming ``what`` and the file when it cannot be read, is not YAML or not a mapping."""
+    import yaml
+
+    from fedlab.sweep.gridfile import load_yaml_without_aliases
+
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise StudyError(f"{what} file {path} cannot be read ({type(err).__name__}: {err})") from None
+    try:
+        raw = load_yaml_without_aliases(data)
+    except yaml.YAMLError as err:
+        raise StudyError(f"{what} file {path} is not YAML ({err})") from None
+    if not isinstance(raw, dict):
+        raise StudyError(f"{path}: a {what} file is a mapping of blocks, got {type(raw).__name__}")
+    return data, raw
 
 
 def _config_fields(fields: Mapping[str, Any], where: str, path: Path) -> None:
@@ -116,49 +168,54 @@ def _algorithm(name: Any, where: str, path: Path) -> str:
     return str(name)
 
 
-def load_study(path: str | Path) -> Study:
-    """Read and check a study file (YAML aliases refused: a design is written out, not expanded)."""
-    import yaml
+def kind_module(study: Design) -> Any:
+    """The module implementing ``study``'s kind (:data:`KINDS`), imported only when asked for: the map's
+    runner must not import the pilot's package, nor the pilot's the map's."""
+    return importlib.import_module(KINDS[study.kind])
 
-    from fedlab.sweep.gridfile import load_yaml_without_aliases
 
+def load_study(path: str | Path) -> Design:
+    """Read and check a study file (:func:`read_design`) of any kind, naming the field and what is allowed for
+    a defect; a file without ``kind`` is a map (``failure_map.yaml`` was written before kinds existed)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise StudyError(f"study file {path} cannot be read ({type(err).__name__}: {err})") from None
-    try:
-        raw = load_yaml_without_aliases(data)
-    except yaml.YAMLError as err:
-        raise StudyError(f"study file {path} is not YAML ({err})") from None
-    if not isinstance(raw, dict):
-        raise StudyError(f"{path.name}: a study file is a mapping of blocks, got {type(raw).__name__}")
-    name = _need(raw, "study", "", path, str)
-    federation = _need(raw, "federation", "", path, dict)
+    data, raw = read_design(path)
+    kind = raw.get("kind", "map")
+    if kind not in KINDS:
+        raise StudyError(f"{path.name}: kind={kind!r} is invalid; allowed: {', '.join(KINDS)}")
+    if kind != "map":
+        design: Design = importlib.import_module(KINDS[kind]).load_design(path, data, raw)
+        return design
+    return _load_map(path, data, raw)
+
+
+def _load_map(path: Path, data: bytes, raw: dict[str, Any]) -> Study:
+    """A ``map`` study: the checks of the module docstring's design."""
+    name = need(raw, "study", "", path, str)
+    federation = need(raw, "federation", "", path, dict)
     _config_fields(federation, "federation", path)
-    seeds = _need(raw, "seeds", "", path, list)
+    seeds = need(raw, "seeds", "", path, list)
     if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds) \
             or len(set(seeds)) != len(seeds):
         raise StudyError(f"{path.name}: seeds={seeds!r} is invalid; allowed: distinct integers >= 0")
     if raw.get("partition_seed", "seed") != "seed":
         raise StudyError(f"{path.name}: partition_seed={raw['partition_seed']!r} is invalid; allowed: seed")
-    splits = _need(raw, "splits", "", path, dict)
+    splits = need(raw, "splits", "", path, dict)
     for split, fields in splits.items():
         if not isinstance(fields, dict) or "partition" not in fields:
             raise StudyError(f"{path.name}: splits.{split} must be a mapping with a partition field")
         _config_fields(fields, f"splits.{split}", path)
-    ks = _need(raw, "local_steps", "", path, list)
+    ks = need(raw, "local_steps", "", path, list)
     if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
         raise StudyError(f"{path.name}: local_steps={ks!r} is invalid; allowed: a list of integers >= 1")
     arms = []
-    for arm, spec in _need(raw, "arms", "", path, dict).items():
-        arms.append(Arm(str(arm), _algorithm(_need(spec, "algorithm", f"arms.{arm}.", path, str), f"arms.{arm}.",
+    for arm, spec in need(raw, "arms", "", path, dict).items():
+        arms.append(Arm(str(arm), _algorithm(need(spec, "algorithm", f"arms.{arm}.", path, str), f"arms.{arm}.",
                                              path), dict(spec.get("params") or {})))
     controls = []
     for arm, spec in (raw.get("controls") or {}).items():
-        cell = _need(spec, "cell", f"controls.{arm}.", path, dict)
-        split = _need(cell, "split", f"controls.{arm}.cell.", path, str)
-        k = _need(cell, "local_steps", f"controls.{arm}.cell.", path, int)
+        cell = need(spec, "cell", f"controls.{arm}.", path, dict)
+        split = need(cell, "split", f"controls.{arm}.cell.", path, str)
+        k = need(cell, "local_steps", f"controls.{arm}.cell.", path, int)
         if split not in splits or k not in ks:
             raise StudyError(f"{path.name}: controls.{arm}.cell={cell!r} is not a cell of the map; allowed: a split "
                              f"of {', '.join(splits)} and local_steps of {ks}")
@@ -167,7 +224,7 @@ def load_study(path: str | Path) -> Study:
             if value == CALIBRATED and arm not in (raw.get("calibration") or {}):
                 raise StudyError(f"{path.name}: controls.{arm}.params.{key} is {CALIBRATED!r} but calibration.{arm} "
                                  "is missing")
-        controls.append(Arm(str(arm), _algorithm(_need(spec, "algorithm", f"controls.{arm}.", path, str),
+        controls.append(Arm(str(arm), _algorithm(need(spec, "algorithm", f"controls.{arm}.", path, str),
                                                  f"controls.{arm}.", path), params, Cell(split, k)))
     names = [a.name for a in (*arms, *controls)]
     if len(set(names)) != len(names):
@@ -178,13 +235,13 @@ def load_study(path: str | Path) -> Study:
     if raw.get("baseline_arm") not in {a.name for a in arms}:
         raise StudyError(f"{path.name}: baseline_arm={raw.get('baseline_arm')!r} is invalid; allowed: "
                          f"{', '.join(a.name for a in arms)}")
-    frac = _need(_need(raw, "final_metric", "", path, dict), "last_fraction", "final_metric.", path, (int, float))
+    frac = need(need(raw, "final_metric", "", path, dict), "last_fraction", "final_metric.", path, (int, float))
     if not 0 < frac <= 1:
         raise StudyError(f"{path.name}: final_metric.last_fraction={frac!r} is invalid; allowed: (0, 1]")
     for block in ("estimands", "decision", "budget"):
-        _need(raw, block, "", path, dict)
-    hours = _need(raw["budget"], "hours", "budget.", path, (int, float))
-    workers = _need(raw["budget"], "workers", "budget.", path, int)
+        need(raw, block, "", path, dict)
+    hours = need(raw["budget"], "hours", "budget.", path, (int, float))
+    workers = need(raw["budget"], "workers", "budget.", path, int)
     if hours <= 0 or workers < 1:
         raise StudyError(f"{path.name}: budget needs hours > 0 and workers >= 1, got {hours}, {workers}")
     return Study(path=path, sha256=hashlib.sha256(data).hexdigest(), name=name, federation=dict(federation),
@@ -192,15 +249,17 @@ def load_study(path: str | Path) -> Study:
                  arms=tuple(arms), controls=tuple(controls), raw=raw)
 
 
-def require_registered(study: Study, root: Path | None = None) -> str:
-    """The commit that registered ``study``'s file unchanged (the oldest commit holding these exact bytes);
-    :class:`StudyError` when git does not hold the file as it is now — uncommitted, edited since its
-    commit, or outside a git checkout. Training reads the design only once it is on record."""
+def require_registered(design: Design | Path, root: Path | None = None) -> str:
+    """The commit that registered ``design`` (a study, or the path of any pre-registered file: the regime
+    pilot's criteria and amendment) unchanged: the oldest commit holding these exact bytes. :class:`StudyError`
+    when git does not hold the file as it is now — uncommitted, edited since its commit, or outside a git
+    checkout. Training reads a design only once it is on record."""
     root = REPO_ROOT if root is None else Path(root)
+    path = Path(design) if isinstance(design, (str, Path)) else design.path
     try:
-        rel = study.path.resolve().relative_to(root.resolve())
+        rel = path.resolve().relative_to(root.resolve())
     except ValueError:
-        raise StudyError(f"{study.path}: a study file must live in the repository ({root}) to be pre-registered") \
+        raise StudyError(f"{path}: a study file must live in the repository ({root}) to be pre-registered") \
             from None
 
     def git(*args: str) -> str:

@@ -1,7 +1,8 @@
 """Train many runs on a few worker processes, writing each one's record as it finishes.
 
-Shared by the pilot's stages (:func:`lab.regime.pilot.run_stage`) and the rerun
-(:func:`lab.regime.rerun.train`). Each worker is a spawned process with one intra-op thread that trains
+The pool of every pre-registered study: the study runner (:func:`lab.study.runner.train`: the failure map and
+the regime pilot's stages) and the rerun (:func:`lab.regime.rerun.train`), each
+writing its records through :func:`write_run`. Each worker is a spawned process with one intra-op thread that trains
 one :class:`fedlab.Config` at a time through :func:`fedlab.run` (resuming from its checkpoint under
 ``runs/``); the parent alone writes records, so a record is never half written by a worker being stopped.
 Ctrl-C (or SIGTERM) ends the workers at once and keeps every record already written; a second Ctrl-C
@@ -10,17 +11,20 @@ raises. A run that fails is reported and not retried in this session.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import datetime
 import os
+import platform
 import signal
 import sys
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TextIO, TypeVar
 
 from fedlab.config import Config
 
-__all__ = ["Progress", "bar", "clock", "train_many"]
+__all__ = ["Progress", "bar", "clock", "session", "train_many", "write_run"]
 
 T = TypeVar("T")
 
@@ -46,6 +50,23 @@ def train_config(config: Config) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     return {"config": res.config, "metrics": res.metrics, "status": res.status, "run_dir": str(res.run_dir),
             "summary": res.summary, "wall_seconds": wall, "load_at_start": load}
+
+
+def write_run(result: Mapping[str, Any], meta: Mapping[str, Any],
+              directory: Path | None = None) -> tuple[Any, Path, dict[str, Any]]:
+    """Write the record of a run :func:`train_config` finished to ``directory`` (default ``figures/records``):
+    ``meta`` (what the study planned it as) plus what it cost where it ran — wall seconds, load at start, host,
+    cores, when it finished — since the next plan's budget is estimated from measured seconds, not guessed.
+    Returns the run as a :class:`fedlab.results.RunResult`, the record's path and the meta written."""
+    from fedlab.results import RunResult
+    from lab.evidence.records import write_record
+
+    full = {**meta, "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
+            "host": platform.node(), "cpu_count": os.cpu_count(),
+            "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    res = RunResult(result["config"], result["metrics"], None, result["status"], Path(result["run_dir"]),
+                    result["summary"], None)
+    return res, write_record(res, directory, meta=full), full
 
 
 def clock(seconds: float) -> str:
@@ -133,3 +154,19 @@ def train_many(progress: Progress[T], *, config_of: Callable[[T], Config], key_o
         for s, handler in old.items():
             signal.signal(s, handler)
     return written, len(failed), stop["asked"]
+
+
+def session(name: str, progress: Progress[T], *, note: str = "", out: TextIO | None = None,
+            **pool: Any) -> tuple[int, int, bool]:
+    """One training session of a study: what is on record and what trains now (``note``: what waits), the runs
+    (:func:`train_many` with ``pool``'s arguments), and what the session wrote — the same lines for every
+    study, so that a log says alike how far any study is."""
+    out = sys.stdout if out is None else out
+    done, total = progress.done_total()
+    print(f"{name}: {done}/{total} recorded, {len(progress.todo())} to train now{note} (ETA {clock(progress.eta([]))})",
+          file=out, flush=True)
+    written, failed, stopped = train_many(progress, out=out, **pool)
+    done, total = progress.done_total()
+    print(f"{name}: {written} record(s) written this session, {done}/{total} in all"
+          + (f", {failed} failed" if failed else "") + (" (stopped)" if stopped else ""), file=out, flush=True)
+    return written, failed, stopped
