@@ -235,6 +235,13 @@ MUTATIONS: dict[str, list[Mutation]] = {
     "fedlesam_d": [
         M("fedlesam_d.py", 'g, loss = self.perturbed_gradient(theta, cstate, msg, batch, grad_fn)', 'g, loss = grad_fn(theta, batch)', "no perturbation"),
     ],
+    "fedscar": [
+        # read only at a third participation (a nonzero b_i that sat a round out)
+        M("fedscar.py", 'hp.gamma ** (t - cstate["last_round"]) * cstate["b"]', 'hp.gamma * cstate["b"]', "b_i decayed once, not once per round away"),
+        M("fedscar.py", 'normalized(msg["theta"] - cstate["last_end"], hp.eps)', 'normalized(cstate["last_end"] - msg["theta"], hp.eps)', "bias step away from the new global model"),
+        M("fedscar.py", '+ (msg["b_mean"] - b)', '+ (b - msg["b_mean"])', "sign of the bias correction b̄ − b_i"),
+        M("fedscar.py", "self.hp.beta * (h_mean - b_mean)", "self.hp.beta * h_mean", "b̄ dropped from the server model"),
+    ],
     "dp_fedavg": [
         M("dp_fedavg.py", "self.hp.update_clip / info.n_sampled", "self.hp.update_clip / info.n_sampled**0.5", "noise σC/√m on the mean (the per-client scale)"),
         M("dp_fedavg.py", '"delta": clip_by_norm(thetaK - theta0, self.hp.update_clip)', '"delta": thetaK - theta0', "updates not clipped"),
