@@ -187,6 +187,10 @@ CASES: tuple[Case, ...] = (
     Case("dp_fedsam", "dp_fedsam-no_privacy", {"noise_multiplier": 0.0, "update_clip": None}, 1, 1, 2,
          reduces_to=Reduction({}, "fedsam", {"rho": 0.5})),
     Case("dp_fedsam", "dp_fedsam-code", {"preset": "code"}, 1, 1, 2, expect_hp={"adaptive": True}),
+    # FedScar: up Δ_i, b_i and the bias step s_i; down θ^t and b̄. With α = β = 0 no bias and no dual act
+    Case("fedscar", "fedscar", {}, 3, 2, 2, expect_hp={"rho": 0.1, "alpha": 0.1, "gamma": 0.9, "beta": 0.06},
+         reduces_to=Reduction({"alpha": 0.0, "beta": 0.0}, "fedsam")),
+    Case("fedscar", "fedscar-strong", {"alpha": 0.3, "beta": 0.3, "gamma": 0.5, "rho": 0.05}, 3, 2, 2),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

@@ -12,7 +12,8 @@ coefficient, a dropped term, the wrong K or learning rate). For every mutant the
 working tree is never touched), and runs the contract tests of that method — every row of
 ``tests/cases.py`` for the method through the sequential executor in fixed-K and epoch mode (the
 mutants are arithmetic bugs, which every executor shares; the executors are compared with each other
-by the full suite), its communication and gradient counts, and the reductions from or onto it —
+by the full suite), its communication and gradient counts, the reductions from or onto it, and its default row over the
+four-round schedule (a third participation) —
 with ``-x`` in a subprocess
 whose ``PYTHONPATH`` and working directory are the copy. A mutant is *killed* when that run fails.
 
@@ -213,9 +214,10 @@ MUTATIONS: dict[str, list[Mutation]] = {
         M("fedgmt.py", 'Distill(msg["teacher"], hp.tau,', 'Distill(msg["teacher"], 1.0,', "no temperature in the softmaxes"),
         M("fedgmt.py", 'Distill(msg["teacher"]', 'Distill(msg["theta"]', "teacher = θ^t, not the trajectory"),
         M("fedgmt.py", 'g = g + cstate["h"] / hp.beta', 'g = g - cstate["h"] / hp.beta', "sign of the dual term"),
-        # h_i ← Δ_i instead of h_i + Δ_i would survive: no client takes part three times in the
-        # contract's schedule, so an accumulated h_i is never read (the server's h̄ is built from the uploads)
         M("fedgmt.py", '{"h": cstate["h"] + delta}', '{"h": cstate["h"] + delta / self.hp.beta}', "client dual scaled by 1/β (FedGloSS's convention)"),
+        # survived the three-round schedule (no client takes part three times there); killed by the
+        # fourth round of test_client_state_read_at_a_third_participation
+        M("fedgmt.py", '{"h": cstate["h"] + delta}', '{"h": delta}', "client dual not accumulated, h_i ← Δ_i"),
         M("fedgmt.py", 'uploads["delta"].sum(dim=0) / info.n_clients', 'uploads["delta"].sum(dim=0) / info.n_sampled', "h̄ over the m sampled clients, not all N"),
     ],
     "fedsol": [
@@ -232,6 +234,13 @@ MUTATIONS: dict[str, list[Mutation]] = {
     ],
     "fedlesam_d": [
         M("fedlesam_d.py", 'g, loss = self.perturbed_gradient(theta, cstate, msg, batch, grad_fn)', 'g, loss = grad_fn(theta, batch)', "no perturbation"),
+    ],
+    "fedscar": [
+        # read only at a third participation (a nonzero b_i that sat a round out)
+        M("fedscar.py", 'hp.gamma ** (t - cstate["last_round"]) * cstate["b"]', 'hp.gamma * cstate["b"]', "b_i decayed once, not once per round away"),
+        M("fedscar.py", 'normalized(msg["theta"] - cstate["last_end"], hp.eps)', 'normalized(cstate["last_end"] - msg["theta"], hp.eps)', "bias step away from the new global model"),
+        M("fedscar.py", '+ (msg["b_mean"] - b)', '+ (b - msg["b_mean"])', "sign of the bias correction b̄ − b_i"),
+        M("fedscar.py", "self.hp.beta * (h_mean - b_mean)", "self.hp.beta * h_mean", "b̄ dropped from the server model"),
     ],
     "dp_fedavg": [
         M("dp_fedavg.py", "self.hp.update_clip / info.n_sampled", "self.hp.update_clip / info.n_sampled**0.5", "noise σC/√m on the mean (the per-client scale)"),
@@ -300,6 +309,8 @@ def node_ids(methods: list[str]) -> list[str]:
     out += [f"tests/test_contract.py::test_communication_and_gradient_evaluations_through_the_engine[{lab}]"
             for lab in labels]
     out += [f"tests/test_contract.py::test_reduction_is_exact[{lab}]" for lab in reducing]
+    out += [f"tests/test_contract.py::test_client_state_read_at_a_third_participation[{c.label}]"
+            for c in CASES if c.label in labels and c.is_default]
     return out
 
 

@@ -725,6 +725,50 @@ def dp_fedsam(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
+# Issue 45: FedScar (§26; the code's clientscar.py / serverscar.py)
+# ------------------------------------------------------------------------------------------------
+@method
+def fedscar(ctx: Context, t: int, S: list[int]) -> Round:
+    """As serverscar.py keeps it: a table of every client's bias and dual (N rows, all biases × γ at the
+    start of each round), each client's last model on the server; a returning client's bias gains
+    α·(θ^t − its last model)/‖·‖ and it trains from θ^t + b_i. Steps: ESAM's gradient, then the loss
+    β/2‖θ − last_para‖ + β⟨θ, dual_i + b_i⟩ backpropagated at θ, then (b̄ − b_i) added to the gradient.
+    b̄ is the mean bias before this round's additions (fedlab's documented contract difference)."""
+    hp, lr, n = ctx.hp, ctx.lrs[t], ctx.n_clients
+    rho, alpha, gamma, beta, eps = hp["rho"], hp["alpha"], hp["gamma"], hp["beta"], hp["eps"]
+    bias = ctx.server.setdefault("bias", [ctx.zeros() for _ in range(n)])
+    dual = ctx.server.setdefault("dual", [ctx.zeros() for _ in range(n)])
+    models = ctx.server.setdefault("models", {})  # client id -> its model when it last finished
+    for j in range(n):
+        bias[j] = gamma * bias[j]
+    b_bar = sum(bias, ctx.zeros()) / n
+    ends = {}
+    for i in S:
+        if i in models:
+            v = ctx.theta - models[i]
+            bias[i] = bias[i] + v * (alpha / (v.norm() + eps))
+        start = ctx.theta + bias[i]
+        last_para = models.get(i, start)
+        main, drift = dual[i] + bias[i], b_bar - bias[i]
+        th = start
+        for idx in ctx.batches(t, i):
+            g = ctx.grad(th, idx)[0]
+            g_sam = ctx.grad(th + rho * unit(g, eps), idx)[0]
+            leaf = th.detach().clone().requires_grad_(True)
+            reg = beta / 2 * torch.sqrt(((leaf - last_para) ** 2).sum()) + beta * (leaf * main).sum()
+            (g_reg,) = torch.autograd.grad(reg, leaf)
+            if torch.equal(th, last_para):  # autograd's subgradient 0 of the norm at its kink
+                g_reg = beta * main
+            th = ctx.sgd(th, g_sam + g_reg + drift, lr)
+        ends[i] = th
+        dual[i] = dual[i] + (th - start)
+        models[i] = th
+    b_new = sum(bias, ctx.zeros()) / n
+    new = mean(list(ends.values())) + beta * (sum(dual, ctx.zeros()) / n - b_new)
+    return ends, new
+
+
+# ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
     fn = METHODS[name]

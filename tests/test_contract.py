@@ -47,6 +47,9 @@ from reference import DTYPE, Context, run_reference
 N_IN, HIDDEN, N_OUT = 10, 200, 3
 SIZES = (9, 14, 22, 15)
 SCHEDULE = ((0, 2, 3), (1, 2), (0, 1, 3))
+# a fourth round in which clients 0 and 2 come back a third time: client state accumulated over two
+# participations (h_i = Δ_i + Δ_i', FedScar's decayed b_i) is first read there
+LONG_SCHEDULE = SCHEDULE + ((0, 2),)
 ROUNDS = len(SCHEDULE)
 BATCH, FIXED_K, EPOCHS = 5, 3, 1
 LR, DECAY, WD, CLIP = 0.1, 0.9, 0.05, 1.5
@@ -68,6 +71,7 @@ class World:
     partition_path: str
     schedule_path: str
     runs_dir: str
+    long_schedule_path: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +86,11 @@ def world(tmp_path_factory) -> World:
     perm = torch.randperm(n, generator=gen).tolist()
     bounds = np.cumsum((0,) + SIZES)
     clients = [sorted(perm[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-    part, sched = root / "partition.json", root / "schedule.json"
+    part, sched, long = root / "partition.json", root / "schedule.json", root / "long_schedule.json"
     part.write_text(json.dumps({"clients": clients}))
     sched.write_text(json.dumps([list(s) for s in SCHEDULE]))
-    return World(ds, str(part), str(sched), str(root / "runs"))
+    long.write_text(json.dumps([list(s) for s in LONG_SCHEDULE]))
+    return World(ds, str(part), str(sched), str(root / "runs"), str(long))
 
 
 def epoch_config(**fields) -> Config:
@@ -120,6 +125,7 @@ class EngineRun:
 
 
 def engine_run(cfg: Config, world: World, *, count_grads: bool = False) -> EngineRun:
+    rounds = cfg.rounds
     sim = fedlab.Simulation.build(cfg, dataset=world.dataset)
     counter = [0]
     if count_grads:  # wrap the oracle the sequential executor uses
@@ -133,7 +139,7 @@ def engine_run(cfg: Config, world: World, *, count_grads: bool = False) -> Engin
     state = sim.initial_state()
     theta0 = state.theta0.clone()
     ends, globals_, outcomes, calls = [], [], [], []
-    for t in range(ROUNDS):
+    for t in range(rounds):
         before = counter[0]
         out = sim.train_round(state, t)
         calls.append(counter[0] - before)
@@ -159,20 +165,29 @@ def dp_noise(t: int, theta0: torch.Tensor) -> torch.Tensor:
 _REFERENCE: dict[tuple[str, str], tuple] = {}
 
 
-def reference(case: Case, mode: str, world: World):
-    """(θ⁰, reference rounds, the engine's batches) for a case and mode; cached per module."""
-    key = (case.label, mode)
+def reference(case: Case, mode: str, world: World, schedule=SCHEDULE):
+    """(θ⁰, reference rounds, the engine's batches) for a case, mode and schedule; cached per module."""
+    key = (case.label, mode, schedule)
     if key not in _REFERENCE:
-        sim = fedlab.Simulation.build(make_config(case, mode, "sequential", world), dataset=world.dataset)
+        cfg = make_config(case, mode, "sequential", world, **_schedule_fields(schedule, world))
+        sim = fedlab.Simulation.build(cfg, dataset=world.dataset)
         theta0 = sim.initial_state().theta0.clone()
-        batches = {t: engine_batches(sim, t, SCHEDULE[t]) for t in range(ROUNDS)}
+        batches = {t: engine_batches(sim, t, schedule[t]) for t in range(len(schedule))}
         ds = world.dataset
         ctx = Context(hp=get_algorithm(case.method, case.params).hp.to_dict(), x=ds.x_train.to(DTYPE),
                       y=ds.y_train, dims=(N_IN, HIDDEN, N_OUT), n_clients=len(SIZES), wd=WD, clip_norm=CLIP,
-                      lrs=[LR * DECAY**t for t in range(ROUNDS)], batches=lambda t, i: batches[t][i],
+                      lrs=[LR * DECAY**t for t in range(len(schedule))], batches=lambda t, i: batches[t][i],
                       theta=theta0.to(DTYPE), noise=lambda t: dp_noise(t, theta0))
-        _REFERENCE[key] = (theta0, run_reference(case.method, ctx, SCHEDULE), batches)
+        _REFERENCE[key] = (theta0, run_reference(case.method, ctx, schedule), batches)
     return _REFERENCE[key]
+
+
+def _schedule_fields(schedule, world: World) -> dict:
+    """Config fields of a run on ``schedule`` (SCHEDULE or LONG_SCHEDULE)."""
+    if schedule == SCHEDULE:
+        return {}
+    assert schedule == LONG_SCHEDULE
+    return {"schedule_path": world.long_schedule_path, "rounds": len(LONG_SCHEDULE)}
 
 
 def _params():
@@ -202,6 +217,29 @@ def test_engine_matches_independent_reference(case, mode, executor, world):
         torch.testing.assert_close(run.globals_[t], ref_global.float(), atol=ATOL, rtol=RTOL,
                                    msg=lambda m, t=t: f"global model after round {t}: {m}")
     assert not torch.equal(run.globals_[-1], theta0)
+
+
+DEFAULT_ROWS = [c for c in CASES if c.is_default]
+
+
+@pytest.mark.parametrize("case", DEFAULT_ROWS, ids=[c.label for c in DEFAULT_ROWS])
+def test_client_state_read_at_a_third_participation(case, world):
+    """Four rounds (LONG_SCHEDULE) for each method whose clients keep state: in SCHEDULE no client takes
+    part three times, so state built over two participations is never read, and a client dual that is
+    overwritten (h_i ← Δ_i) instead of accumulated survives the three-round comparison."""
+    if not get_algorithm(case.method, case.params).client_init(torch.zeros(4)):
+        pytest.skip("stateless clients")
+    theta0, ref, _ = reference(case, "fixed", world, LONG_SCHEDULE)
+    run = engine_run(make_config(case, "fixed", "sequential", world, **_schedule_fields(LONG_SCHEDULE, world)),
+                     world)
+    assert torch.equal(run.theta0, theta0)
+    for t in range(len(LONG_SCHEDULE)):
+        ref_ends, ref_global = ref[t]
+        for i, end in run.ends[t].items():
+            torch.testing.assert_close(end, ref_ends[i].float(), atol=ATOL, rtol=RTOL,
+                                       msg=lambda m, t=t, i=i: f"round {t}, client {i} end point: {m}")
+        torch.testing.assert_close(run.globals_[t], ref_global.float(), atol=ATOL, rtol=RTOL,
+                                   msg=lambda m, t=t: f"global model after round {t}: {m}")
 
 
 # --- the table's static facts ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ State: server θ, p (2·d), the window of W bits and c. Clients are stateless. C
 down 2·d + 1 scalar (θ^t, w̃^t, c_t; w̃⁰ = θ⁰ in round 0), up 1·d (the client model).
 Gradient evaluations per step: 2.
 
-Defaults: ρ = 0.05, ρ_g = ρ, W = 30, T_D = 0.2 (the middle of the released grid).
+Defaults: ρ = 0.05 (its grid's middle), ρ_g = ρ, W = 30, T_D = 0.2 (the lower of the script's c_o ∈ {0.2, 0.3}).
 Paper vs code: guide/methods.md#fedgf.
 """
 from __future__ import annotations

@@ -28,7 +28,9 @@ State: server θ, m, c (3·d) and α; client c_i (d). Communication per round: d
 evaluations per step: 1.
 
 Presets: default / ``paper`` — ρ = 0.01, perturbation toward the predicted point, κ = 1, α_0 = 0.1.
-``code`` — ρ = 0.1, s = −1, κ = 0.998, ε = 1e-7. Paper vs code: guide/methods.md#fedwmsam.
+``code`` — ρ = 0.1, s = −1, κ = 0.998, ε = 1e-7. With s = −1 the gradient is not SAM's: e points downhill
+on F (cos(e, ∇F) ≈ −0.98 measured, +0.98 with s = +1), a look-ahead descent point, not an ascent.
+Paper vs code: guide/methods.md#fedwmsam.
 """
 from __future__ import annotations
 

@@ -86,6 +86,8 @@ DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
     # client-level DP: σ and C set the privacy and are chosen, not tuned (a tuning run would spend privacy)
     "dp_fedavg": {},
     "dp_fedsam": {"rho": _with_paper(SAM_RADII, 0.5)},  # code and README 0.5
+    # FedScar: the README's ρ 0.1; β weighs its dual and bias terms (README 0.06; main.py also tried 0.01)
+    "fedscar": {"rho": _with_paper(SAM_RADII, 0.1), "beta": (0.01, 0.06)},
 }
 """Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
 
