@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from lab.evidence.paired import PairedDifference, paired_difference
-from lab.regime.pilot import (Criteria, PilotRecord, best_drift, best_iid_rho, load_criteria, load_records,
-                              record_score, records_dir, rho_arm)
+from lab.regime.pilot import (REGISTERED_LATER, Criteria, PilotRecord, best_drift, best_iid_rho, load_criteria,
+                              load_records, record_score, records_dir, rho_arm)
 from lab.repro import FIGURES_DIR
 from lab.study.report import number, paired_text
 
@@ -146,11 +146,6 @@ class CandidateResult:
     def qualifies(self) -> bool:
         """The file's selection rule on stage-A point estimates: R1, R2 and R3 met."""
         return bool(self.r1()) and bool(self.r2()) and bool(self.r3())
-
-
-REGISTERED_LATER = frozenset({"fedlesam_s", "fedlesam_d", "dp_fedavg", "dp_fedsam"})
-"""Methods registered after the pilot decided (issue 45). The share is of the registry the pilot read, so they
-are left out by name (as ``rerun.yaml`` leaves them out of its plan): else each new method moves a committed R5."""
 
 
 def two_gradient_share() -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.regime.pilot import CriteriaError, load_criteria, load_records, records_dir
+from lab.regime.pilot import REGISTERED_LATER, CriteriaError, load_criteria, load_records, records_dir
 from lab.repro import FIGURES_DIR
 from lab.study.spec import read_design
 
@@ -106,7 +106,7 @@ def plan_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], meth
                 raise CriteriaError(f"{RERUN_FILE.name}: family {fam['label']!r} trains on {split}, which is not one "
                                     f"of the plan's splits ({', '.join(plan['splits'])})")
             if fam["methods"] == "all":
-                names = [m for m in methods if m not in fam.get("exclude", ())]
+                names = [m for m in methods if m not in fam.get("exclude", ()) and m not in REGISTERED_LATER]
             elif fam["methods"] == "claims":
                 names = sorted({a.method for a in arms if a.split == split})
             else:
