@@ -147,11 +147,11 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
              "interaction_p": c.interaction.p, "interaction_p_holm": c.interaction.p_holm,
              "fedavg_cost": c.cost.mean, "verdict": c.verdict} for c in cells]
     pd.DataFrame(rows).to_csv(paths["table"], index=False, float_format="%.6g")
+    if figure:  # before the README: a citable figure is refused once a tracked file outside figures/ changed
+        paths.update(_figure(study, cells, list(results.values()), values))
     if readme is not None:
         readme.write_text(replace_readme_block(readme.read_text(), headline(study, cells, len(results), planned)))
         paths["readme"] = readme
-    if figure:
-        paths.update(_figure(study, cells, list(results.values()), values))
     print(text)
     print("fails anywhere:", fails_anywhere(cells))
     return paths
