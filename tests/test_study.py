@@ -222,3 +222,20 @@ def test_readmes_map_headline_is_the_one_the_committed_records_give() -> None:
     text = (REPO / "README.md").read_text()
     block = text[text.index(README_START) + len(README_START):text.index(README_END)].strip()
     assert block == headline(study, cells, len(results), len(planned_runs(study)))
+
+
+def test_an_incomplete_map_is_adjusted_for_its_whole_declared_family() -> None:
+    """Read before every cell has its seeds, a cell's Holm p is the one the whole family would give it with the
+    missing cells at p = 1: m = 8 Gs, not the 4 cells tested so far (a verdict read early is never looser)."""
+    from lab.evidence.paired import holm
+
+    study = load_study(MAP)
+    effect = {(s, k): 0.3 for s in study.splits for k in study.local_steps}
+    effect[("path2", 50)] = -0.6
+    values = {key: v for key, v in _synthetic(study, effect, noise=0.2).items() if not key[0].endswith("K200")}
+    cells = analyse(study, values)
+    tested = [c for c in cells if not c.untested]
+    assert len(cells) == 8 and len(tested) == 4
+    whole = holm([c.gap.p for c in tested] + [1.0] * 4)
+    assert [c.gap.p_holm for c in tested] == pytest.approx(whole[:4])
+    assert [c.gap.p_holm for c in tested] != pytest.approx(holm([c.gap.p for c in tested]))  # not over 4

@@ -100,7 +100,7 @@ def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], 
             holm: Callable[[Sequence[float]], list[float]] | None = None) -> list[MapCell]:
     """Every non-reference (split, K, SAM arm) of ``study`` from the final metrics ``values``; ``untested``
     maps (cell name, arm) to why that arm is not read there (a diverged or missing run). Holm's adjustment
-    runs over the cells that were tested."""
+    runs over the whole declared family, an untested cell counted with p = 1."""
     if holm is None:
         from lab.evidence.paired import holm as holm_adjust
 
@@ -128,9 +128,12 @@ def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], 
                 if len(gap_cell) < len(seeds) or len(inter) < len(seeds):
                     why += (f"{min(len(gap_cell), len(inter))}/{len(seeds)} seeds recorded",)
                 cells.append(MapCell(split, k, arm, estimate_of(gap_cell), estimate_of(inter), cost, why))
-    for field in ("gap", "interaction"):  # one Holm family each, over the tested cells
+    # One Holm family each, of the size the file declares: a cell not tested yet enters with p = 1, so a verdict
+    # read while the map is incomplete is never looser than the one the whole family will allow.
+    for field in ("gap", "interaction"):
         tested = [i for i, c in enumerate(cells) if not c.untested]
-        adjusted = holm([getattr(cells[i], field).p for i in tested])
+        whole = holm([getattr(c, field).p if not c.untested else 1.0 for c in cells])
+        adjusted = [whole[i] for i in tested]
         for i, p in zip(tested, adjusted):
             est = getattr(cells[i], field)
             cells[i] = dataclasses.replace(cells[i], **{field: Effect(est.values, est.mean, est.half_width, est.p, p)})
