@@ -166,7 +166,7 @@ def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
     from lab.repro import FIGURES_DIR
     from lab.tools.figures import save_figure
 
-    base = study.baseline_arm, study.reference_split
+    base = study.baseline_arm
     arms = [a.name for a in study.arms if a.name != base]
     rows = []
     for k in study.local_steps:
@@ -185,10 +185,16 @@ def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
     splits = list(study.splits)
     for ax, k in zip(axes[0], study.local_steps):
         for j, arm in enumerate(arms):
-            sub = data[(data.local_steps == k) & (data.arm == arm)]
+            sub = data[(data.local_steps == k) & (data.arm == arm) & (data.n > 0)]
             x = [splits.index(s) + (j - (len(arms) - 1) / 2) * 0.18 for s in sub.split]
             err = [sub.gap - sub.low, sub.high - sub.gap]
-            ax.errorbar(x, sub.gap, yerr=err, fmt="o", capsize=3, label=f"FedSAM ρ = {arm.split('-')[-1]}")
+            ax.errorbar(x, sub.gap, yerr=err, fmt="o", capsize=3, color=f"C{j}",
+                        label=f"FedSAM ρ = {arm.split('-')[-1]}")
+            fails = sub[sub.verdict == "local SAM fails here"]
+            ax.scatter([splits.index(s) + (j - (len(arms) - 1) / 2) * 0.18 for s in fails.split], fails.gap, s=160,
+                       facecolors="none", edgecolors="red", zorder=3)
+        if not (data[data.local_steps == k].n > 0).any():
+            ax.text(0.5, 0.5, "no runs recorded yet", transform=ax.transAxes, ha="center", color="0.4")
         ax.axhline(0, color="0.4", lw=0.8)
         ax.set_xticks(range(len(splits)), [_split_label(s).replace(", ", "\n") for s in splits])
         ax.set_title(f"K = {k} local steps")
@@ -197,7 +203,8 @@ def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
     fig.tight_layout()
     caption = ("The failure map: FedSAM − FedAvg in final accuracy (mean over the last 20 % of rounds), paired over "
                f"{len(study.seeds)} seeds (each its own partition), mean and 95 % t-interval, per split and local "
-               "work K, at two fixed radii; below 0, local SAM loses to FedAvg.")
+               "work K, at two fixed radii; below 0, local SAM loses to FedAvg; a red ring marks a cell where the "
+               "pre-registered rule decides that local SAM fails (G and I below 0 after Holm, G ≤ −0.3).")
     saved = save_figure(fig, "failure_map", notebook="lab/study/report.py", profile="cpu", caption=caption,
                         parameters={"study": study.name, "study_sha256": study.sha256}, out_dir=FIGURES_DIR,
                         data=data, runs=runs, kind="results",
