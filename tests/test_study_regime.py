@@ -24,7 +24,18 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from lab.cli import main
     from lab.regime.pilot import PILOT_FILE
 
+    import shutil
+
+    from lab.evidence.records import OLDER_CODE_NAME
+    from lab.repro import FIGURES_DIR
+
     figures = tmp_path_factory.mktemp("figures")
+    # a copy of the committed folder (records, manifest, the older-code list): save_figure commits the runs behind
+    # a figure as records next to it, which there are the committed records themselves, as in figures/regime
+    shutil.copytree(FIGURES_DIR / "regime", figures / "regime")
+    assert (figures / "regime" / OLDER_CODE_NAME).is_file()
+    for name in EXACT + PIXELS:  # the outputs go, so only the commands below can bring them back
+        (figures / "regime" / name).unlink()
     with pytest.MonkeyPatch.context() as mp:  # the outputs go to <figures>/regime, the records are read as committed
         mp.setattr("lab.regime.analyse.FIGURES_DIR", figures)
         mp.setattr("lab.regime.decide.FIGURES_DIR", figures)
