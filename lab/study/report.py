@@ -1,5 +1,5 @@
 """The failure map's decision written by code from the committed records: ``figures/failure_map/decision.md``,
-``map.csv`` and the figure ``figures/failure_map.png`` (FedSAM − FedAvg, paired, over split × K × ρ), with its
+``map.csv`` and the figure ``figures/failure_map/failure_map.png`` (FedSAM − FedAvg, paired, over split × K × ρ), with its
 provenance sidecar (``python -m lab study analyse lab/study/failure_map.yaml``)."""
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from lab.repro import FIGURES_DIR
+    from lab.study.runner import out_dir
     from lab.tools.figures import save_figure
 
     base = study.baseline_arm
@@ -206,7 +206,8 @@ def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
                "work K, at two fixed radii; below 0, local SAM loses to FedAvg; a red ring marks a cell where the "
                "pre-registered rule decides that local SAM fails (G and I below 0 after Holm, G ≤ −0.3).")
     saved = save_figure(fig, "failure_map", notebook="lab/study/report.py", profile="cpu", caption=caption,
-                        parameters={"study": study.name, "study_sha256": study.sha256}, out_dir=FIGURES_DIR,
+                        parameters={"study": study.name, "study_sha256": study.sha256, "seeds": list(study.seeds)},
+                        out_dir=out_dir(study),
                         data=data, runs=runs, kind="results",
                         command=f"python -m lab study analyse {study.path.relative_to(study.path.parents[2])}")
     plt.close(fig)
