@@ -148,7 +148,7 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
              "fedavg_cost": c.cost.mean, "verdict": c.verdict} for c in cells]
     pd.DataFrame(rows).to_csv(paths["table"], index=False, float_format="%.6g")
     if figure:  # before the README: a citable figure is refused once a tracked file outside figures/ changed
-        paths.update(_figure(study, cells, list(results.values()), values))
+        paths.update(_figure(study, cells, sorted(results), values))
     if readme is not None:
         readme.write_text(replace_readme_block(readme.read_text(), headline(study, cells, len(results), planned)))
         paths["readme"] = readme
@@ -157,9 +157,10 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
     return paths
 
 
-def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
+def _figure(study: Study, cells: Sequence[MapCell], records: list[str],
             values: Mapping[tuple[str, str, int], float]) -> dict[str, Path]:
-    """FedSAM − FedAvg (points, paired) per split, one panel per K, one marker per ρ, IID included."""
+    """FedSAM − FedAvg (points, paired) per split, one panel per K, one marker per ρ, IID included; the sidecar
+    names the committed ``records`` it reads (in ``figures/records/``, not copied beside it)."""
     import matplotlib.pyplot as plt
     import pandas as pd
 
@@ -208,7 +209,7 @@ def _figure(study: Study, cells: Sequence[MapCell], runs: list[Any],
     saved = save_figure(fig, "failure_map", notebook="lab/study/report.py", profile="cpu", caption=caption,
                         parameters={"study": study.name, "study_sha256": study.sha256, "seeds": list(study.seeds)},
                         out_dir=out_dir(study),
-                        data=data, runs=runs, kind="results",
+                        data=data, read_records=records, kind="results",
                         command=f"python -m lab study analyse {study.path.relative_to(study.path.parents[2])}")
     plt.close(fig)
     return {f"figure_{k}": v for k, v in saved.items()}
