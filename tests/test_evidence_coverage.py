@@ -347,3 +347,20 @@ def test_the_book_refuses_to_publish_an_unlisted_or_edited_claims_table(tmp_path
                                               if not line.endswith("claims_cpu.md")))
     with pytest.raises(book.BookError, match=rf"{claims} is not in the evidence manifest"):
         book.verify_published(records, figs, claims)
+
+
+def test_a_study_figure_names_records_kept_in_the_figures_folder(tmp_path: Path) -> None:
+    """A figure saved in a study's sub-folder (figures/failure_map/) reads the committed records of figures/records
+    without copying them: its sidecar's ``records_dir`` says where they are, and both readers follow it."""
+    key = _current_key()
+    figs = _copy(tmp_path / "figures", [f"records/{key}.json.gz"])
+    study = figs / "study"
+    study.mkdir()
+    sidecar = study / "map.json"
+    sidecar.write_text(json.dumps({"records": [key], "records_dir": "../records"}))
+    integrity.rerecord([sidecar], study)
+    assert [r.config.algorithm for r in figure_runs("map", study)] == ["fedsam"]
+    integrity.check_content([sidecar], study)
+    sidecar.write_text(json.dumps({"records": [key]}))  # without it, the records are looked for beside it
+    with pytest.raises(EvidenceError, match="names record"):
+        integrity.rerecord([sidecar], study)

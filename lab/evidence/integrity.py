@@ -239,9 +239,10 @@ def check_content(paths: Iterable[Path], root: str | os.PathLike) -> None:
             for key in meta.get("records") or []:  # a sidecar: the records it names must be there (and sound)
                 from lab.evidence.records import load_record
 
-                if load_record(str(key), path.parent / "records") is None:
+                folder = path.parent / str(meta.get("records_dir", "records"))
+                if load_record(str(key), folder) is None:
                     raise EvidenceError(f"sidecar {path} names record {key!r}, which is not in "
-                                        f"{path.parent / 'records'}; restore it, or remake the figure")
+                                        f"{folder}; restore it, or remake the figure")
 
 
 def rename(moves: dict[Path, Path], root: str | os.PathLike) -> None:

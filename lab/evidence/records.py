@@ -552,12 +552,14 @@ def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
 def figure_runs(name: str, figures_dir: Path | None = None) -> list[RunResult]:
     """The runs behind figure ``name``, loaded from its committed records (no training, no θ)."""
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
-    keys: Sequence[str] = _sidecar(name, figures_dir).get("records", [])
+    sidecar = _sidecar(name, figures_dir)
+    keys: Sequence[str] = sidecar.get("records", [])
+    folder = figures_dir / str(sidecar.get("records_dir", "records"))  # a study's figure names figures/records
     runs = []
     for key in keys:
-        res = load_record(key, figures_dir / "records")
+        res = load_record(key, folder)
         if res is None:
-            raise RecordError(f"figure {name!r} names record {key!r}, which is not in {figures_dir / 'records'}")
+            raise RecordError(f"figure {name!r} names record {key!r}, which is not in {folder}")
         runs.append(res)
     return runs
 

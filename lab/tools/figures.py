@@ -174,8 +174,9 @@ def save_figure(
     shows: ``"results"`` (test-set runs), ``"tuning"`` (validation-set selection runs: one seed by
     protocol), ``"analysis"`` (toy problems, partition statistics: no federated training) or ``"claims"`` (the
     claims' reading of committed records). ``read_records``: the keys of committed records the figure reads
-    without training or writing them (a figure of ``kind="claims"``); they are named in the sidecar's
-    ``records`` as ``runs``' would be, so its evidence line counts them.
+    without training or writing them (a figure of ``kind="claims"``, or a study's figure); they are named in the
+    sidecar's ``records`` as ``runs``' would be, so its evidence line counts them, and a figure saved outside
+    ``figures/`` itself names where they are (``records_dir``, relative to the sidecar).
     ``command``: for a figure made by a lab command rather than a notebook, the command that remakes it;
     ``notebook`` is then stored as given (the module that draws it), not as a notebook path.
     """
@@ -235,6 +236,8 @@ def save_figure(
         meta["collapsed"] = [k for k, r in zip(meta["records"], _unique(runs)) if r.status == "collapsed"]
     elif read_records:
         meta["records"] = sorted(set(read_records))
+        if out.resolve() != FIGURES_DIR.resolve():  # committed records live in figures/records, named from here
+            meta["records_dir"] = os.path.relpath(FIGURES_DIR / "records", out)
     if table is not None:
         paths["csv"] = out / f"{name}.csv"
         table.to_csv(paths["csv"], index=False, float_format="%.6g")
