@@ -16,6 +16,7 @@ from scipy import stats
 
 import fedlab
 from fedlab.results import RunResult
+from lab.evidence.integrity import rerecord
 from lab.evidence.findings import Finding, evaluate_findings
 from lab.evidence.records import recorded, write_record
 from lab.evidence.validity import RunPool, degenerate_arms
@@ -67,6 +68,7 @@ def _figure(folder: Path, arms: dict[str, list[RunResult]], table: pd.DataFrame)
         write_record(r, folder / "records")
     (folder / "fig.json").write_text(json.dumps({"figure": "fig", "records": [r.run_dir.name for r in runs]}))
     table.to_csv(folder / "fig.csv", index=False)
+    rerecord([folder / "fig.json", folder / "fig.csv"], folder)  # evidence, as save_figure would list it
 
 
 def test_a_spearman_finding_with_distinct_leaves_the_degenerate_arms_out(tmp_path):

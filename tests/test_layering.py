@@ -140,9 +140,11 @@ def test_the_checks_see_what_they_forbid():
 # flags (issue 41), two hardening checks and the data folder outside site-packages (issue 46); 12,627 with
 # FedLESAM-S/-D, the privacy accountant, DP-FedAvg and DP-FedSAM (issue 45: four methods, +456); 12,635
 # with three more declared limits (issue 46); 12,752 with FedScar (issue 45: its module, 115 lines, and its
-# tuning grid, 2); 12,754 with FedWMSAM's sign consequence in its docstring. Lower the number as the library
-# shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 12_754
+# tuning grid, 2); 12,754 with FedWMSAM's sign consequence in its docstring; 12,851 with
+# fedlab.analysis.curvature (issue 41: one class-balanced curvature sample and λ_max with its convergence flag,
+# shared by notebooks 02 and 09, 95 lines, +2 for its re-exports). Lower the number as the library shrinks;
+# raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 12_851
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 

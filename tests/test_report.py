@@ -5,6 +5,7 @@ import json
 
 import yaml
 
+from lab.evidence.integrity import rerecord
 from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 from lab.evidence.report import cpu_report, figure_from_sidecar
 from test_claims import _fake  # the synthetic-run builder of the claims tests
@@ -183,4 +184,5 @@ def test_the_inline_figure_line_states_the_partition_rule_of_its_records_configs
     for paired, words in ((True, "partition drawn per seed"), (False, "partition fixed per split")):
         meta["configs"] = {f"k{s}": base.replace(seed=s, partition_seed=s if paired else 0).to_dict() for s in (0, 1, 2)}
         sidecar.write_text(json.dumps(meta))
+        rerecord([sidecar], tmp_path)  # the sidecar is evidence: a remade one is re-recorded, as save_figure does
         assert cpu_report("08_fedvssam", tmp_path).figure_line("08_fig").endswith(words)
