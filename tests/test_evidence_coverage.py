@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from test_evidence_integrity import _copy_evidence
 from lab.evidence import integrity
 from lab.evidence.integrity import MANIFEST_NAME, EvidenceError, problems
 from lab.evidence.records import OLDER_CODE_NAME, RecordError, figure_data, figure_runs, load_record, write_record
@@ -26,14 +27,7 @@ SIDECAR = "10_benchmarks_bars_fmnist"  # the figure whose records the FedVSSAM/F
 CSV_FIGURE = "09_curvature"  # a figure CSV a claim is computed from (λ_max)
 
 
-def _copy(dest: Path, rels: list[str]) -> Path:
-    """Copy committed evidence ``rels`` (relative to figures/) with their committed manifest lines."""
-    lines = integrity.read_manifest(FIGURES_DIR)
-    for rel in rels:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(FIGURES_DIR / rel, dest / rel)
-    (dest / MANIFEST_NAME).write_text("".join(f"{lines[r]}  {r}\n" for r in sorted(rels)))
-    return dest
+_copy = _copy_evidence  # committed evidence files and their manifest lines, copied to a test folder
 
 
 def _sidecar_keys() -> list[str]:
