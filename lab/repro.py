@@ -37,6 +37,13 @@ CITABLE_PROFILES = ("cpu", "paper")
 """Profiles whose figures are citable: saved to ``figures/`` (others to ``figures/_scratch/``)."""
 
 
+def in_scratch(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is :data:`SCRATCH_DIR` or inside it: nothing there is evidence, so no manifest lists it
+    and no check reads it. Reads the module attribute at call time (tests point it at a temporary folder)."""
+    scratch, where = Path(SCRATCH_DIR).resolve(), Path(path).resolve()
+    return where == scratch or scratch in where.parents
+
+
 def git_commit(root: Path | None = None) -> str:
     """The HEAD commit of the checkout at ``root`` (default: this repository), ``+dirty`` when tracked
     files outside ``figures/`` have uncommitted changes; ``unknown`` outside a git checkout.

@@ -310,7 +310,6 @@ def test_the_scratch_folder_is_not_evidence(tmp_path: Path, monkeypatch: pytest.
 
     scratch = tmp_path / "_scratch"
     monkeypatch.setattr(lab.repro, "SCRATCH_DIR", scratch)
-    monkeypatch.setattr(figures, "SCRATCH_DIR", scratch)
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])
     figures.save_figure(fig, "t", notebook="x", profile="ci", caption="c", out_dir=scratch,

@@ -185,6 +185,7 @@ def test_a_citable_figure_from_uncommitted_code_is_refused(tmp_path, monkeypatch
     committed = tmp_path / "figures"
     monkeypatch.setattr(figures, "FIGURES_DIR", committed)
     monkeypatch.setattr(figures, "SCRATCH_DIR", committed / "_scratch")
+    monkeypatch.setattr(repro, "SCRATCH_DIR", committed / "_scratch")
     monkeypatch.setattr(figures, "git_commit", lambda: stamp)
     monkeypatch.delenv(figures.ALLOW_DIRTY_ENV, raising=False)
     fig = _figure()

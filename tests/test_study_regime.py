@@ -118,6 +118,20 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> FakePool:
     return fake
 
 
+def _refused_until_committed_unchanged(repository: Path, design: Path, call) -> None:
+    """``call`` is refused while ``design`` is uncommitted, and again once it is edited after its commit."""
+    from lab.study.spec import StudyError
+
+    match = f"{design.name}: not pre-registered"
+    with pytest.raises(StudyError, match=match):
+        call()
+    _git(repository, "add", design.name)
+    _git(repository, "commit", "-qm", f"register {design.name}")
+    design.write_text(design.read_text() + "# edited after registration\n")
+    with pytest.raises(StudyError, match=match):
+        call()
+
+
 def test_a_pilot_stage_is_refused_until_its_design_files_are_committed_unchanged(tmp_path: Path,
                                                                                  pool: FakePool) -> None:
     from test_regime import TINY_PILOT
@@ -140,13 +154,7 @@ def test_a_pilot_stage_is_refused_until_its_design_files_are_committed_unchanged
         stage_a()
     _git(tmp_path, "add", "pilot.yaml")
     _git(tmp_path, "commit", "-qm", "register the study file only")
-    with pytest.raises(StudyError, match="criteria.yaml: not pre-registered"):  # the criteria are its design too
-        stage_a()
-    _git(tmp_path, "add", "criteria.yaml")
-    _git(tmp_path, "commit", "-qm", "register")
-    criteria.write_text(criteria.read_text() + "# edited after registration\n")
-    with pytest.raises(StudyError, match="criteria.yaml: not pre-registered"):
-        stage_a()
+    _refused_until_committed_unchanged(tmp_path, criteria, stage_a)  # the criteria are its design too
     assert not records.exists() and pool.trained == []  # refused before anything was trained or written
 
 
@@ -168,7 +176,6 @@ def test_a_resumed_pilot_stage_trains_nothing_twice(tmp_path: Path, pool: FakePo
 def test_the_rerun_is_refused_until_its_plan_is_committed_unchanged(tmp_path: Path, pool: FakePool) -> None:
     from lab.regime import rerun as rr
     from lab.regime.pilot import load_criteria
-    from lab.study.spec import StudyError
 
     design = tmp_path / "rerun.yaml"
     design.write_bytes(rr.RERUN_FILE.read_bytes())
@@ -179,13 +186,7 @@ def test_the_rerun_is_refused_until_its_plan_is_committed_unchanged(tmp_path: Pa
         return rr.train(rr.load_plan(design), load_criteria(), root=root, design=design, repository=tmp_path,
                         claims=[], seconds={}, out=io.StringIO())
 
-    with pytest.raises(StudyError, match="rerun.yaml: not pre-registered"):
-        rerun()
-    _git(tmp_path, "add", "rerun.yaml")
-    _git(tmp_path, "commit", "-qm", "register")
-    design.write_text(design.read_text() + "# edited after registration\n")
-    with pytest.raises(StudyError, match="rerun.yaml: not pre-registered"):
-        rerun()
+    _refused_until_committed_unchanged(tmp_path, design, rerun)
     assert not root.exists() and pool.trained == []  # refused before anything was trained or written
 
 

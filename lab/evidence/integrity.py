@@ -276,11 +276,9 @@ def evidence_files(root: str | os.PathLike) -> list[str]:
 def manifest_roots(folder: str | os.PathLike) -> list[Path]:
     """Every folder at or under ``folder`` that has a manifest (``figures/``, ``figures/rerun/``, ...), sorted;
     the ``ci`` profile's scratch folder is not evidence (git ignores it) and is left out."""
-    from lab.repro import SCRATCH_DIR
+    from lab.repro import in_scratch
 
-    scratch = SCRATCH_DIR.resolve()
-    return sorted(p.parent for p in Path(folder).rglob(MANIFEST_NAME)
-                  if p.is_file() and not (p.parent.resolve() == scratch or scratch in p.parent.resolve().parents))
+    return sorted(p.parent for p in Path(folder).rglob(MANIFEST_NAME) if p.is_file() and not in_scratch(p.parent))
 
 
 def problems(root: str | os.PathLike) -> dict[str, list[str]]:

@@ -48,7 +48,7 @@ from typing import Any
 import pandas as pd
 
 from fedlab.config import Config
-from lab.repro import FIGURES_DIR, SCRATCH_DIR
+from lab.repro import FIGURES_DIR, in_scratch
 from lab.evidence.integrity import (EvidenceError, add, evidence_root, file_digest, manifest_path, read_listed,
                                     read_manifest, verify)
 from fedlab.results import TERMINAL_STATUSES, RunResult
@@ -220,7 +220,7 @@ def repair_unlisted(directory: Path | None = None) -> list[Path]:
         return []
     root = evidence_root(folder, "records")
     listed = read_manifest(root)
-    scratch = SCRATCH_DIR.resolve() in (folder.resolve(), *folder.resolve().parents)
+    scratch = in_scratch(folder)
     repaired = []
     for path in sorted(folder.glob(f"*{SUFFIX}")):
         rel = path.relative_to(root).as_posix()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from fedlab._paths import data_root
 from fedlab._version import __version__
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, SCRATCH_DIR, environment, git_commit, package_versions
+from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, SCRATCH_DIR, environment, git_commit, in_scratch, package_versions
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,8 +72,7 @@ def _check_clean(commit: str, out: Path) -> None:
     """Refuse to write a figure into the committed ``figures/`` (any folder of it but ``_scratch/``, e.g.
     ``figures/regime/``) when the code is not a commit."""
     root, where = FIGURES_DIR.resolve(), out.resolve()
-    scratch = SCRATCH_DIR.resolve()
-    committed = (where == root or root in where.parents) and not (where == scratch or scratch in where.parents)
+    committed = (where == root or root in where.parents) and not in_scratch(where)
     if not committed or not (commit.endswith("+dirty") or commit == "unknown"):
         return
     if os.environ.get(ALLOW_DIRTY_ENV) == "1":
@@ -248,7 +247,7 @@ def save_figure(
     # branch keeps its manifest right. Remaking a figure is the explicit act that replaces their lines.
     from lab.evidence.integrity import rerecord
 
-    if not (out.resolve() == SCRATCH_DIR.resolve() or SCRATCH_DIR.resolve() in out.resolve().parents):
+    if not in_scratch(out):
         rerecord([paths["json"], *([paths["csv"]] if "csv" in paths else [])], out)
     if out.resolve() == FIGURES_DIR.resolve():
         write_figure_index(FIGURES_DIR)
