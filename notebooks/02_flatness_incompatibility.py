@@ -33,7 +33,7 @@
 # describe the same failure ("locally flat, not globally flat") and FedNSAM measures it with the
 # *flatness distance* $\Delta_D = \frac1m\sum_i\lVert\theta_{i,K} - \theta^{t+1}\rVert^2$.
 #
-# This notebook looks for the failure twice:
+# This notebook looks for the failure three times:
 # 1. on a **2-D toy federation** whose losses are written down in closed form, where we can see every
 #    basin, and where the real fedlab algorithm objects run on it (`fedlab.engine.toy.run_functional`):
 #    paths from one start point, then a basin map over a grid of start points with controls that carry a
@@ -42,7 +42,10 @@
 #    100-round models), with the measurements of `fedlab.analysis`: misalignment of the local perturbations,
 #    missed sharpness, the γ_l mixing of FedVSSAM, the top Hessian eigenvalue as heterogeneity grows, and Δ_D.
 #    The network shows whether it *does*: the paragraphs marked "The cpu run" read the committed figures, and on
-#    this federation the answer is mixed — the perturbations are misaligned, yet FedSAM's global model ends flatter.
+#    this federation the answer is mixed — the perturbations are misaligned, yet FedSAM's global model ends flatter;
+# 3. on a **pre-registered map** of the regimes where the failure should appear (section 4): clients that hold
+#    two classes each, more local work, two radii, six paired seeds per cell, with the rule that decides "local
+#    SAM fails here" written down before any run. Its paragraph is generated from the committed records.
 #
 # Sizes: the defaults are the `ci` profile (a minute or two on a laptop CPU, one seed; the network analyses
 # then use a few clients and a few dozen samples each, so their numbers are noisy).
@@ -1203,6 +1206,44 @@ display(Markdown(
     f"{sharp_cpu[hi]['dd_fedavg']:.3f} for FedAvg), that is as heterogeneity *falls*. With K = 50 local steps Δ_D "
     f"measures how far the clients walk in a round, and SAM's perturbed steps walk further; it is no reading of "
     f"how sharp their average lands."))
+
+# %% [markdown]
+# ## 4. Where on data should local SAM fail? The failure map
+#
+# Sections 2 and 3 measured one federation, and there FedSAM ends flatter and a little more accurate than
+# FedAvg. That does not refute the thesis; it may only miss the regime where it bites. The papers' explanation
+# names two dials: how different the clients are, and how far each walks from the global model in a round. The
+# **failure map** turns both, on the rerun's federation (the MLP, 10 000 images, 100 clients, 10 % a round,
+# η = 0.1, B = 32, 100 rounds): splits IID, Dirichlet 0.1 and *pathological* (each client holds 2 classes),
+# local work K ∈ {50, 200}, and FedSAM at two fixed radii ρ ∈ {0.05, 0.1} (ρ is an axis, not tuned), against
+# FedAvg, six seeds per arm, each seed its own partition. For split s, K and ρ, paired over the seeds j:
+#
+# $$G = 	ext{final}(	ext{FedSAM}_
+# ho\mid s,K) - 	ext{final}(	ext{FedAvg}\mid s,K),\qquad
+# I = G(s,K,
+# ho) - G(	ext{IID},K,
+# ho),$$
+#
+# where final(·) is the protocol's final metric (mean test accuracy over the last 20 % of rounds). G asks
+# whether SAM loses to FedAvg in the split; I asks whether it loses *because of* the split, against its own
+# result on IID clients. Written down before the first run (`lab/study/failure_map.yaml`, in git history before
+# any map record): "local SAM fails" in a cell when G < 0 and I < 0 are both decided — Holm's step-down over the
+# eight G's and, separately, the eight I's, at family-wise error 0.05 — and G is at most −0.3 points, the size of
+# SAM's own gain in the rerun's regime. Anything else is reported as it came out. The decision page
+# `figures/failure_map/decision.md` and the budget page `figures/failure_map/measured.md` are written by
+# `python -m lab study analyse lab/study/failure_map.yaml` from the same records.
+
+# %%
+from IPython.display import Image
+
+from lab.repro import FIGURES_DIR
+from lab.study.report import map_lesson
+
+display(Image(filename=str(FIGURES_DIR / "failure_map" / "failure_map.png")))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+display(Markdown(map_lesson()))
 
 # %% [markdown]
 # ## What we learned

@@ -84,16 +84,21 @@ def _paired(values: Values, a: tuple[str, str], b: tuple[str, str], seeds: Seque
 
 
 def map_verdict(cell: MapCell, smallest: float, alpha: float = 0.05) -> str:
-    """The pre-registered outcome of one cell (``fails here``, ``hurts everywhere``, ``does not fail``) or
-    ``not tested`` with the reason."""
+    """The pre-registered outcome of one cell (``fails here``, ``hurts everywhere``, or not failing) or ``not
+    tested`` with the reason. The study file's ``not_failing`` is "any other decided or undecided outcome"; it is
+    written in three words so that a second reader sees which: SAM's gain decided (``does not fail: SAM helps
+    here``), a loss decided but smaller than the smallest effect of interest, or nothing decided (``failure not
+    shown``) — a G of −0.4 ± 0.3 undecided after Holm is not "does not fail"."""
     if cell.untested:
         return f"not tested ({'; '.join(cell.untested)})"
     g, i = cell.gap, cell.interaction
-    g_below = g.p_holm < alpha and g.mean < 0
+    g_decided = g.p_holm < alpha
     i_below = i.p_holm < alpha and i.mean < 0
-    if g_below and g.mean <= -smallest:
+    if g_decided and g.mean < 0 and g.mean <= -smallest:
         return "local SAM fails here" if i_below else "SAM hurts here, as much in the IID federation"
-    return "does not fail"
+    if g_decided:
+        return "does not fail: SAM helps here" if g.mean > 0 else "does not fail: SAM loses less than the smallest effect"
+    return "failure not shown: G not decided"
 
 
 def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], str] | None = None,

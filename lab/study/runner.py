@@ -25,8 +25,8 @@ from lab.study.plan import (StudyRun, committed_runs, estimate, measured_seconds
 from lab.study.spec import CALIBRATED, Design, Study, StudyError, kind_module, load_study, require_registered
 from lab.study.workers import Progress, session, write_run
 
-__all__ = ["Training", "analyse", "calibrate", "decide", "main", "out_dir", "plan", "plan_markdown", "train",
-           "training"]
+__all__ = ["Training", "analyse", "calibrate", "decide", "main", "out_dir", "plan", "plan_markdown", "study_configs",
+           "train", "training"]
 
 T = TypeVar("T")
 
@@ -36,7 +36,8 @@ def out_dir(study: Study) -> Path:
     return FIGURES_DIR / study.path.stem
 
 
-def _configs(study: Study, runs: Sequence[StudyRun]) -> dict[tuple[str, str, int], Any]:
+def study_configs(study: Study, runs: Sequence[StudyRun]) -> dict[tuple[str, str, int], Any]:
+    """The Config of each of ``runs`` whose hyperparameters are known (a calibrated arm's wait for its calibration)."""
     calibrated = load_calibration(out_dir(study) / "calibration.json")
     out = {}
     for run in runs:
@@ -148,7 +149,7 @@ def training(study: Study, *, registered: str, stage: str | None, candidates: Se
         raise StudyError(f"{study.path.name}: a map has no stages or candidates to choose (--stage, --candidate)")
     calibrate(study, out)
     runs = planned_runs(study)
-    configs = _configs(study, runs)
+    configs = study_configs(study, runs)
     state = {"done": committed_runs(configs, records)}
     seconds = measured_seconds()  # the rerun's measured costs, wherever this study's records go
 
@@ -180,7 +181,7 @@ def plan(study: Study, args: Any) -> int:
     """``study plan FILE [--write]`` of a map: the runs and the budget estimate; exit 1 over budget."""
     runs = planned_runs(study)
     seconds = measured_seconds()
-    est = estimate(study, runs, committed_runs(_configs(study, runs)), seconds)
+    est = estimate(study, runs, committed_runs(study_configs(study, runs)), seconds)
     text = plan_markdown(study, est, seconds)
     print(text)
     if args.write:
