@@ -86,7 +86,7 @@ class FinalValue:
 
     value: float
     how: str  # "mean of the last 20 % of rounds (81–100 of 100), full test set" or the labelled fallback
-    protocol: bool  # True: FINAL_METRIC; False: the fallback of a pre-protocol record
+    protocol: bool  # True: FINAL_METRIC; False: the last evaluation, for a run off the protocol's grid
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,12 @@ def final_metric(result: Any, final: Mapping[str, Any] | None = None) -> FinalVa
         span = f"round {grid[0]}" if len(grid) == 1 else f"rounds {grid[0]}–{grid[-1]}"
         how = f"mean of the last {100 * share:.3g} % of rounds ({span} of {curve.total_rounds}), full test set"
         return FinalValue(sum(curve.by_round[r] for r in grid) / len(grid), how, True)
+    # Why the mean cannot be taken, in the words a reader of a ci run (or of an old record) can act on
     sub = "" if curve.subsample is None else f" on a {curve.subsample}-image test subsample"
-    return FinalValue(float(curve.last), f"last evaluation{sub} (pre-protocol record)", False)
+    span = f"round {grid[0]}" if len(grid) == 1 else f"rounds {grid[0]}–{grid[-1]}"
+    why = ("not on the full test set" if curve.subsample is not None else
+           f"not evaluated at every one of {span}")
+    return FinalValue(float(curve.last), f"last evaluation{sub} ({why}, so not the protocol's mean)", False)
 
 
 def rerun_config(config: Config, seed: int) -> Config:
