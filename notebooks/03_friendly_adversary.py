@@ -43,12 +43,12 @@
 # sources at once (the paper uses γ_l = 0.4 for moderate and 0.1 for high heterogeneity).
 #
 # The measurements below use `fedlab.analysis.friendly`; the paper's own measurement protocol is not public,
-# so these are fedlab's operational definitions (see `shared/docs/PAPERS.md`). Sizes: the defaults are the
-# `ci` profile (a few clients and batches, so every number is noisy); `params/03_friendly_adversary.cpu.yaml`
-# is the rerun's regime (chosen by the pilot of `figures/regime/`, planned in `lab/regime/rerun.yaml`): the
-# MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds
-# of K = 50 local steps at η = 0.1, six seeds (three for a run no claim judges), each seed drawing its own
-# partition; the models measured are its FedAvg runs on Dirichlet 0.1.
+# so these are fedlab's operational definitions (what the paper leaves out: `book/guide/papers.md#fedvssam`).
+# Sizes: the defaults are the `ci` profile (a few clients and batches, so every number is noisy);
+# `params/03_friendly_adversary.cpu.yaml` is the rerun's regime (chosen by the pilot of `figures/regime/`,
+# planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images,
+# 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no
+# claim judges), each seed drawing its own partition; the models measured are its FedAvg runs on Dirichlet 0.1.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -365,10 +365,10 @@ print(f"this execution: {len({r.config.seed for r in all_runs(runs)})} seed(s), 
 # thin, FedAvg's mean grey. The papers' claims
 # to compare with, at their sizes (CIFAR-10, ResNet-18, 100 clients, 10 %):
 #
-# * FedVSSAM's table (PAPERS.md §1): at Dirichlet 0.5 FedAvg reaches 77.05 % and the best of the
+# * FedVSSAM's table (`book/guide/papers.md#fedvssam`): at Dirichlet 0.5 FedAvg reaches 77.05 % and the best of the
 #   baselines here is FedGAMMA (82.36 %); at Dirichlet 0.1 FedAvg 72.57 % and the best baseline is
 #   MoFedSAM (78.94 %). The SAM methods *with* a drift correction or a global direction win.
-# * FedSWA's paper (PAPERS.md §2): under strong heterogeneity plain FedSAM can lose to FedAvg
+# * FedSWA's paper (`book/guide/papers.md#fedswa`): under strong heterogeneity plain FedSAM can lose to FedAvg
 #   (CIFAR-100, Dirichlet 0.1: 40.1 % vs 45.8 %) — local flatness is not global flatness.
 # * FedLESAM with the released code (issue #1): 76.40 % vs FedSAM's 77.51 % on CIFAR-10 Dir-0.1,
 #   blamed on the code's indexing bug; the paper presents FedLESAM as FedSAM's accuracy or better at

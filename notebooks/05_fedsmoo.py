@@ -31,7 +31,7 @@
 # | fedlab name | what it is | source |
 # |---|---|---|
 # | `fedsmoo` | **the paper's method**: FedDyn duals $h_i$ + global perturbation correction ($\mu_i$, $s$) | the authors' code (FL-Simulator, after the Oct-2024 fix of issue #13) |
-# | `fedsmoo_adaptive` | **a blog's adaptive variant**: FedAvg + a proximal term and a SAM radius that each client tunes every round ($\lambda_k$, $\rho_k$) | a practitioner's blog post about the paper (PAPERS.md §4); *not* the paper's algorithm |
+# | `fedsmoo_adaptive` | **a blog's adaptive variant**: FedAvg + a proximal term and a SAM radius that each client tunes every round ($\lambda_k$, $\rho_k$) | a practitioner's blog post about the paper (`book/guide/papers.md#fedsmoo`); *not* the paper's algorithm |
 #
 # Both are trained below next to FedDyn, FedSpeed (FedDyn + local SAM, Sun et al., ICLR'23), FedSAM and
 # FedAvg. Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed). At that size the
@@ -148,7 +148,7 @@ def estimate(results, value, scale=1.0, digits=3):
 # unrelated ones. The price: two gradients per step, like every SAM method, and a second vector each
 # way ($s$ down, $\mu_i$ up), so twice FedAvg's communication.
 #
-# Implementation notes (ALGORITHMS.md §6): the released code drops the paper's extra $\hat s_{i,K}$
+# Implementation notes (`book/guide/methods.md#fedsmoo`): the released code drops the paper's extra $\hat s_{i,K}$
 # term in the server rule ("its norm is small"); before October 2024 a reshaping bug filled $\mu_i$ and
 # $s$ from the first slice of the vector only (issue #13). fedlab implements the fixed code.
 #
@@ -316,7 +316,7 @@ ada_hp = fedlab.get_algorithm("fedsmoo_adaptive", algorithm_params["fedsmoo_adap
 # panels marks its warm-up rounds, where it *is* FedAvg; it is drawn only on a panel that has data inside it (the accuracy is evaluated every
 # `eval_every` rounds, so in the larger profiles no evaluation falls in the warm-up).
 #
-# What the literature reports, at the papers' sizes: in FedVSSAM's benchmark (PAPERS.md §1,
+# What the literature reports, at the papers' sizes: in FedVSSAM's benchmark (`book/guide/papers.md#fedvssam`,
 # CIFAR-10/100, ResNet-18/WRN-28-4, 100 clients) FedSMOO is the strongest baseline on CIFAR-100
 # Dirichlet 0.5 (56.87 % vs FedAvg's 46.52 %) and on the pathological splits CIFAR-10 c = 3 and
 # CIFAR-100 c = 10. Users of the released code also report runs where it does not beat FedAvg

@@ -280,8 +280,8 @@ print("30 % participation: SCAFFOLD reaches θ* (< 1e-4):", rel[0.3, "scaffold"]
 
 # %% [markdown]
 # ## 5. FedSWA against FedSAM under high heterogeneity
-# The paper's central claim, and its numbers (ResNet-18, 100 clients, 10 % per round; Table from
-# PAPERS.md §2):
+# The paper's central claim, and its numbers (ResNet-18, 100 clients, 10 % per round; the paper's
+# main table, `book/guide/papers.md#fedswa`):
 #
 # | method | CIFAR-10 Dir-0.6 | CIFAR-100 Dir-0.6 | CIFAR-100 Dir-0.3 | CIFAR-100 Dir-0.1 |
 # |---|---|---|---|---|
@@ -294,8 +294,8 @@ print("30 % participation: SCAFFOLD reaches θ* (< 1e-4):", rel[0.3, "scaffold"]
 #
 # (The text gives FedAvg 45.8 % on CIFAR-100 Dir-0.1. Note that the SCAFFOLD of the authors' code adds
 # its correction through a Python float, so it has no effect — their SCAFFOLD column is effectively
-# FedAvg; ALGORITHMS.md §8.) The claim to look for: FedSWA above FedSAM, by 10 points at Dir-0.1,
-# and FedMoSWA above everything.
+# FedAvg; `book/guide/methods.md#scaffold`.) The claim to look for: FedSWA above FedSAM, by 10 points
+# at Dir-0.1, and FedMoSWA above everything.
 #
 # Here, for each training seed, all methods share one federation, initial model, client sampling and
 # minibatch order (at the `ci` size the partition is the same for every seed; the cpu profile draws one per

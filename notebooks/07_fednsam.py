@@ -45,7 +45,7 @@
 #    the local $\rho\, g/\|g\|$. Each step is then $\theta \leftarrow \theta - \eta_t \nabla f_i(\theta + \delta;\xi)$:
 #    one gradient per step, half of FedSAM's cost.
 #
-# **Paper and code disagree** (ALGORITHMS.md §9), so fedlab implements both:
+# **Paper and code disagree** (`book/guide/methods.md#fednsam`), so fedlab implements both:
 #
 # | `variant` | start point | SAM ascent | gradients / step | down / up per client |
 # |---|---|---|---|---|

@@ -465,7 +465,7 @@ print(f"cos(g, h) = {cos(g, h):.3f}   cos(h_i, h) = {cos(h_i, h):.3f}   cos(g~, 
 # so $h^{t+1} = (1-\beta)\,h^t + \beta\, d^t$ with $\beta = \gamma_l\gamma_g$: $h$ is an EMA of the fresh
 # direction $d^t$ with weight β. We recover $d^t$ from $h^t$ and $h^{t+1}$ (that identity is its definition
 # here) and measure it against $\nabla F(\theta^t)$ too: $d^t$ is what the server would hold without the
-# EMA and the mixing. **The paper's bound** (PAPERS.md §1) is $\mathbb E\|h^t - \nabla F(\theta^t)\|^2 =
+# EMA and the mixing. **The paper's bound** (`book/guide/papers.md#fedvssam`) is $\mathbb E\|h^t - \nabla F(\theta^t)\|^2 =
 # O\big(L\Delta/(\beta T) + \beta\Sigma\big)$ with $L$ the smoothness constant, $\Delta$ the initial
 # suboptimality and Σ the bound on gradient noise and heterogeneity: a start-up term that falls as
 # $1/(\beta T)$ (with $h^0 = 0$ the error starts at $\|\nabla F(\theta^0)\|^2$) and a noise floor proportional to

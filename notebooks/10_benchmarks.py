@@ -805,8 +805,8 @@ display(Markdown(
 # The two papers disagree on baselines (FedAvg on CIFAR-100 Dir 0.1: 36.76 % in the FedVSSAM table, 45.8 %
 # in the FedSWA paper's text, which leaves FedAvg out of that column of its table; FedSAM below FedAvg in
 # one, near it in the other) because their code bases differ in model stems,
-# augmentation, partitioners and hyperparameters (ALGORITHMS.md §1, §19–21). With `profile = "paper"`
-# the next cell prints our numbers beside theirs for the splits both have.
+# augmentation, partitioners and hyperparameters (`book/guide/methods.md#how-the-reference-code-bases-differ`).
+# With `profile = "paper"` the next cell prints our numbers beside theirs for the splits both have.
 
 # %%
 PAPER_FEDVSSAM = {  # (dataset, split) -> {method: (accuracy %, rounds to target or None)}

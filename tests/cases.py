@@ -1,8 +1,8 @@
 """The one table of algorithm cases that drives the contract suite (optax ``alias_test.py`` style).
 
 Every row is one registered method with one set of hyperparameters (its defaults, a preset, or a
-non-default value that switches a term on). The facts in a row come from ALGORITHMS.md and the
-method's docstring, not from running fedlab:
+non-default value that switches a term on). The facts in a row come from the method's docstring and
+its section of ``notebooks/book/guide/methods.md``, not from running fedlab:
 
 * ``up`` / ``down`` — floats sent per participating client per round, in units of d (the model
   size), in real FL; ``up_scalars`` extra scalars on the uplink; ``down_round0`` where round 0

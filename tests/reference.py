@@ -1,16 +1,17 @@
 """Independent reference implementations of every fedlab method, for the contract suite.
 
-Written from the update rules in ``shared/docs/ALGORITHMS.md`` (and, where the spec leaves a choice
-to fedlab, from the choice the method's docstring documents), *not* from fedlab's code: plain torch
-autograd in float64 on a 2-hidden-layer MLP whose forward pass is written here, per-client state in
+Written from the update rules of the reference code, as the fedlab developers' notes on reading that
+code give them (each method's module docstring in ``fedlab/algorithms/`` and its section of
+``notebooks/book/guide/methods.md`` state the same rules), and, where the code leaves a choice to
+fedlab, from the choice the docstring documents; *not* from fedlab's code: plain torch autograd in float64 on a 2-hidden-layer MLP whose forward pass is written here, per-client state in
 ordinary dicts, one function per method that performs a whole round. Nothing from
 ``fedlab.algorithms`` is imported; the only inputs shared with fedlab are data — θ⁰, the samples,
 the clients of each round, each client's minibatch index lists, the learning rates and the resolved
 hyperparameter values.
 
-Conventions (ALGORITHMS.md §0): Δ_i = θ_{i,K} − θ_{i,0} is a descent displacement; clipping is
-global-norm clipping v·min(1, C/(‖v‖ + 1e-6)) of the direction the optimiser receives, and weight
-decay wd·θ is added after the clip. K_i is the number of steps client i actually ran (its number of
+Conventions (``notebooks/book/guide/methods.md#conventions-and-the-reference-code``): Δ_i = θ_{i,K} − θ_{i,0}
+is a descent displacement; clipping is global-norm clipping v·min(1, C/(‖v‖ + 1e-6)) of the direction
+the optimiser receives, and weight decay wd·θ is added after the clip. K_i is the number of steps client i actually ran (its number of
 minibatches); where a rule divides a *mean* update by K, K̄ is the mean of the K_i of that round's
 clients (the correct epoch-mode rule of issue 11, defect 1).
 """

@@ -2,8 +2,8 @@
 
 For each case, three rounds of fedlab — driven through its public engine (``Config`` with a partition
 file and a client schedule, ``fedlab.Simulation.build(cfg, dataset=...)``, ``train_round``) — are
-compared with ``tests/reference.py``, a float64 re-implementation written from ALGORITHMS.md, on
-the same θ⁰, samples, clients and minibatch index lists:
+compared with ``tests/reference.py``, a float64 re-implementation written from the reference code's
+update rules, on the same θ⁰, samples, clients and minibatch index lists:
 
 * federation: 4 clients holding n_i = 9, 14, 22, 15 of 60 random samples (10 features, 3 classes);
   round 0 trains clients {0, 2, 3}, round 1 clients {1, 2}, round 2 clients {0, 1, 3} (partial

@@ -44,8 +44,8 @@ MATHJAX_SYSTEM = Path("/usr/share/javascript/mathjax")
 MATHJAX_PARTS = ["MathJax.js", "config/TeX-AMS_CHTML.js", "extensions", "jax/input/TeX",
                  "jax/output/CommonHTML", "jax/element", "fonts/HTML-CSS/TeX/woff"]
 NOTEBOOK_GLOB = "[0-9][0-9]*_*.ipynb"
-GUIDES = ("running", "results", "data", "methods", "tracking", "sweeps", "cluster", "paper_profile",
-          "flower")
+GUIDES = ("running", "results", "data", "methods", "papers", "tracking", "sweeps", "cluster",
+          "paper_profile", "flower")
 """The hand-written guide pages (``notebooks/book/guide/<name>.md``, linked from the README), in book order."""
 
 
