@@ -65,7 +65,11 @@ def _parse_value(text: str) -> Any:
 
 
 def _int_or_auto(text: str) -> int | str:
-    return text if text == "auto" else int(text)
+    """An integer or the word ``auto`` (``parallel_clients``); argparse prefixes the flag to the message."""
+    try:
+        return text if text == "auto" else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; allowed: an integer ≥ 1 or 'auto'") from None
 
 
 _ARG_KINDS: dict[frozenset, Any] = {
