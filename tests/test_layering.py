@@ -143,9 +143,11 @@ def test_the_checks_see_what_they_forbid():
 # tuning grid, 2); 12,754 with FedWMSAM's sign consequence in its docstring; 12,851 with
 # fedlab.analysis.curvature (issue 41: one class-balanced curvature sample and λ_max with its convergence flag,
 # shared by notebooks 02 and 09, 95 lines, +2 for its re-exports); 12,862 with messages that name what is
-# allowed (issue 46 item 4: a bool among the seeds, --parallel-clients abc, a sweep log naming its run key).
+# allowed (issue 46 item 4: a bool among the seeds, --parallel-clients abc, a sweep log naming its run key);
+# 12,950 with fedlab.analysis.costs (issue 46 item 4: the accuracy-against-cost panels moved from the lab,
+# which kept a 21-line house-style wrapper of its 81, plus the wall-time panel).
 # Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 12_862
+MAX_LIBRARY_LINES = 12_950
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 
