@@ -129,8 +129,9 @@ def _add_log_flag(p: argparse.ArgumentParser) -> None:
     from fedlab.tracking import LOGGERS
 
     p.add_argument("--log", choices=sorted(LOGGERS), default=None,
-                   help="hand every round trained to a tracker (tensorboard: event files in the run's folder, "
-                        "tensorboard --logdir RUNS_DIR; needs the [track] extra)")
+                   help="hand every round trained to a tracker, offline, the run named by its method, settings "
+                        "and seed (tensorboard: tensorboard --logdir RUNS_DIR/tensorboard, the [track] extra; "
+                        "wandb: the [wandb] extra, wandb sync; mlflow: the [mlflow] extra, RUNS_DIR/mlruns)")
 
 
 class _Parser(argparse.ArgumentParser):

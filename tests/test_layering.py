@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # What the library may import besides itself and the standard library: pyproject's dependencies and
 # extras, by import name (the Flower and Ray extras are imported only where they are used).
 THIRD_PARTY = frozenset({"torch", "torchvision", "numpy", "pandas", "sklearn", "matplotlib", "tqdm", "yaml",
-                         "filelock", "scipy", "flwr", "ray"})
+                         "filelock", "scipy", "flwr", "ray", "wandb", "mlflow"})
 
 
 def _module_name(path: Path) -> str:
@@ -145,9 +145,11 @@ def test_the_checks_see_what_they_forbid():
 # shared by notebooks 02 and 09, 95 lines, +2 for its re-exports); 12,862 with messages that name what is
 # allowed (issue 46 item 4: a bool among the seeds, --parallel-clients abc, a sweep log naming its run key);
 # 12,950 with fedlab.analysis.costs (issue 46 item 4: the accuracy-against-cost panels moved from the lab,
-# which kept a 21-line house-style wrapper of its 81, plus the wall-time panel).
+# which kept a 21-line house-style wrapper of its 81, plus the wall-time panel); 13,057 with trackers that
+# name runs by what they are (fedlab.tracking.run_name) and W&B and MLflow built in as optional extras
+# (issue 46 item 4: the guide's paste-in adapter became WandbLogger and MLflowLogger, +107).
 # Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 12_950
+MAX_LIBRARY_LINES = 13_057
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 
