@@ -147,9 +147,11 @@ def test_the_checks_see_what_they_forbid():
 # 12,950 with fedlab.analysis.costs (issue 46 item 4: the accuracy-against-cost panels moved from the lab,
 # which kept a 21-line house-style wrapper of its 81, plus the wall-time panel); 13,057 with trackers that
 # name runs by what they are (fedlab.tracking.run_name) and W&B and MLflow built in as optional extras
-# (issue 46 item 4: the guide's paste-in adapter became WandbLogger and MLflowLogger, +107).
+# (issue 46 item 4: the guide's paste-in adapter became WandbLogger and MLflowLogger, +107); 13,106 with
+# flower-sim storing its run as `run` does (issue 46 item 4: the engine's rows, store and tracker from the
+# Flower server, +65; flower-sim's flags and defaults derived from Config instead of restated, -16).
 # Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_057
+MAX_LIBRARY_LINES = 13_106
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 
