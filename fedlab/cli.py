@@ -1,4 +1,4 @@
-"""Command line: ``python -m fedlab run | sweep | algorithms | flower-sim``.
+"""Command line: ``python -m fedlab run | sweep | algorithms | flower-sim | flower-run``.
 
 Every ``run`` option is a :class:`fedlab.Config` field, its help that field's description
 (:func:`fedlab.config.help_text`); every fedlab error is one line ``error: ...`` on stderr and an
@@ -26,7 +26,8 @@ from fedlab.results import CheckpointError
 
 EXIT_CODES: dict[int, str] = {
     0: "the run finished or collapsed (a completed measurement; the status line says which), or was loaded so",
-    1: "sweep: some runs failed (each is named with its error and log file; the others finished)",
+    1: "sweep: some runs failed (each is named with its error and log file; the others finished); flower-run: "
+       "the Flower run failed (its status and error are printed)",
     2: "invalid input: a config value, hyperparameter, schedule or partition file (the message names it)",
     3: "the run ended without finishing: diverged, or stopped early",
     4: "a run file is corrupted or belongs to another run (CheckpointError; nothing was changed)",
@@ -345,8 +346,35 @@ def _cmd_flower_sim(args: argparse.Namespace) -> int:
     return _report(config, run.result)
 
 
+def _add_flower_run_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("flower-run", help="run fedlab's Flower App with `flwr run` on a SuperLink this command starts "
+                                          "and stops; exit 1 when the run fails (needs the [flower] extra)",
+                       allow_abbrev=False, description="Unlike `flwr run . local`, which exits 0 once a run is "
+                       "submitted and leaves its SuperLink running, this waits for the run, exits with its outcome "
+                       "and stops every process it started (fedlab.flower.launch).")
+    p.add_argument("app", nargs="?", default=None, help="the Flower App folder (default: fedlab/flower/deploy)")
+    p.add_argument("--run-config", default=None, metavar="'KEY=VALUE ...'",
+                   help="overrides of the App's [tool.flwr.app.config], as flwr run takes them, e.g. "
+                        "\"rounds=3 algorithm='fedsam'\"")
+    p.add_argument("--num-supernodes", type=int, default=None, help="virtual SuperNodes (default: the run's n-clients)")
+
+
+def _cmd_flower_run(args: argparse.Namespace) -> int:
+    from fedlab.flower.launch import DEPLOY_APP, run_local
+
+    try:
+        run = run_local(args.app or DEPLOY_APP, args.run_config, args.num_supernodes)
+    except RuntimeError as err:  # the SuperLink did not start (its log's tail is in the message)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    if run.exit_code:  # what flwr printed is above; this line says how the run ended
+        details = f": {_one_line(Exception(run.details))}" if run.details else ""
+        print(f"error: the Flower run ended {run.status}{details}", file=sys.stderr)
+    return run.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m fedlab`` parser (run, sweep, algorithms, flower-sim)."""
+    """The ``python -m fedlab`` parser (run, sweep, algorithms, flower-sim, flower-run)."""
     parser = _Parser(prog="python -m fedlab", description=__doc__.splitlines()[0],
                      allow_abbrev=False, epilog=_exit_code_text())
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
@@ -356,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("algorithms", help="list registered algorithms: paper, state, communication, cost",
                    allow_abbrev=False)
     _add_flower_parser(sub)
+    _add_flower_run_parser(sub)
     return parser
 
 
@@ -390,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     # the command line fixes the allocator's thresholds (timing only, never numbers; fedlab.engine.malloc);
     # a library call leaves the process's allocator as it found it
     stable_malloc()
-    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim}
+    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim,
+                "flower-run": _cmd_flower_run}
     return dispatch(commands[args.command], args)
 
 

@@ -126,6 +126,35 @@ def test_flower_sim_stores_its_run_as_run_does(tmp_path, capsys):
         assert [e.step for e in events.Scalars("train_loss")] == [1, 2], root
 
 
+def test_flower_run_exits_with_the_runs_failure_and_leaves_no_process(monkeypatch, capsys):
+    """`flwr run . local` exits 0 once a run is submitted and keeps its SuperLink running; `flower-run` waits
+    for the run (here one that fails inside the ServerApp: its schedule file is missing), exits 1 naming
+    Flower's status and the error, and no process it started (SuperLink, SuperExec, the simulation) is left."""
+    import fedlab.flower.launch as launch
+    from fedlab.cli import main
+
+    runs, original = [], launch.run_local
+
+    def recorded(*args):
+        runs.append(original(*args))
+        return runs[-1]
+
+    monkeypatch.setattr(launch, "run_local", recorded)
+    code = main(["flower-run", "--run-config", "sampling='schedule' schedule-path='/nonexistent/s.json' rounds=1"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 1 and "ended finished:failed" in err and "schedule_path='/nonexistent/s.json'" in err, err
+    (run,) = runs
+    assert run.run_id is not None and len(run.processes) >= 2  # the SuperLink and what it started (SuperExec, ...)
+    assert not [pid for pid in run.processes if launch.alive(pid)]
+
+
+def test_flower_run_refuses_a_bad_run_config_before_anything_starts(capsys):
+    from fedlab.cli import main
+
+    assert main(["flower-run", "--run-config", "algorithm='fedfoo'"]) == 2
+    assert "unknown algorithm 'fedfoo'; allowed:" in capsys.readouterr().err
+
+
 # --- bad input (no Ray) -----------------------------------------------------------------------------
 def test_unservable_algorithm_names_the_allowed_ones():
     with pytest.raises(ConfigError, match=r"cannot serve 'fedfoo'; allowed: .*fedavg.*scaffold"):
@@ -241,6 +270,14 @@ def test_server_reports_a_failed_client_by_name(tmp_path, flower_task):
                for m in sent]
     with pytest.raises(RuntimeError, match=r"node 10 failed in round 1 \(client 0\): client 2 took part"):
         strategy.aggregate_train(1, replies)
+
+
+def test_a_field_a_simulation_does_not_honour_is_refused_before_ray(tmp_path):
+    from fedlab.flower import run_flower_simulation
+
+    for field, value in (("client_threads", 2), ("checkpoint_every", 1), ("parallel_clients", "auto")):
+        with pytest.raises(ConfigError, match=rf"{field}=.*does not honour it; allowed: "):
+            run_flower_simulation(_config(tmp_path, "fedavg", **{field: value}))
 
 
 def test_flower_sim_cli_rejects_an_unservable_algorithm(capsys):

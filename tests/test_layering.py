@@ -149,9 +149,12 @@ def test_the_checks_see_what_they_forbid():
 # name runs by what they are (fedlab.tracking.run_name) and W&B and MLflow built in as optional extras
 # (issue 46 item 4: the guide's paste-in adapter became WandbLogger and MLflowLogger, +107); 13,106 with
 # flower-sim storing its run as `run` does (issue 46 item 4: the engine's rows, store and tracker from the
-# Flower server, +65; flower-sim's flags and defaults derived from Config instead of restated, -16).
+# Flower server, +65; flower-sim's flags and defaults derived from Config instead of restated, -16); 13,311
+# with fedlab.flower.launch and `flower-run` (issue 46 item 4: `flwr run . local` exits 0 on a failed run and
+# leaves a SuperLink running; the launcher owns its SuperLink, waits for the run's status and stops every
+# process under it, +205).
 # Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_106
+MAX_LIBRARY_LINES = 13_311
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 
