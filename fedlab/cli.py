@@ -1,4 +1,4 @@
-"""Command line: ``python -m fedlab run | sweep | algorithms | flower-sim``.
+"""Command line: ``python -m fedlab run | sweep | algorithms | flower-sim | flower-run``.
 
 Every ``run`` option is a :class:`fedlab.Config` field, its help that field's description
 (:func:`fedlab.config.help_text`); every fedlab error is one line ``error: ...`` on stderr and an
@@ -26,7 +26,8 @@ from fedlab.results import CheckpointError
 
 EXIT_CODES: dict[int, str] = {
     0: "the run finished or collapsed (a completed measurement; the status line says which), or was loaded so",
-    1: "sweep: some runs failed (each is named with its error and log file; the others finished)",
+    1: "sweep: some runs failed (each is named with its error and log file; the others finished); flower-run: "
+       "the Flower run failed (its status and error are printed)",
     2: "invalid input: a config value, hyperparameter, schedule or partition file (the message names it)",
     3: "the run ended without finishing: diverged, or stopped early",
     4: "a run file is corrupted or belongs to another run (CheckpointError; nothing was changed)",
@@ -65,7 +66,11 @@ def _parse_value(text: str) -> Any:
 
 
 def _int_or_auto(text: str) -> int | str:
-    return text if text == "auto" else int(text)
+    """An integer or the word ``auto`` (``parallel_clients``); argparse prefixes the flag to the message."""
+    try:
+        return text if text == "auto" else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; allowed: an integer ≥ 1 or 'auto'") from None
 
 
 _ARG_KINDS: dict[frozenset, Any] = {
@@ -93,16 +98,23 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="train one federated experiment (resumes or loads it if it exists)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False,
                        epilog=_exit_code_text())
+    _add_config_flags(p)
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _add_config_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = (), no_choice: tuple[str, ...] = ()) -> None:
+    """A flag per Config field but ``skip`` (Config's default, its description, its type; choices but
+    ``no_choice``), then the flags ``run`` and ``flower-sim`` share: --param, --partition-param, --log, --debug."""
     defaults = Config()
     hints = typing.get_type_hints(Config)
     for f in dataclasses.fields(Config):
-        if f.name in ("algorithm_params", "partition_params"):
+        if f.name in ("algorithm_params", "partition_params", *skip):
             continue
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         kwargs: dict[str, Any] = {"default": default, "help": _help(f.name)}
         if f.name in _CHOICES:
-            kwargs["choices"] = _CHOICES[f.name]
+            kwargs["choices"] = [c for c in _CHOICES[f.name] if c not in no_choice]
         kind = _ARG_KINDS.get(_types_of(hints[f.name]))
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -115,7 +127,6 @@ def _add_run_parser(sub: argparse._SubParsersAction) -> None:
                    help="algorithm hyperparameter, repeatable (e.g. --param rho=0.05 --param preset=high)")
     p.add_argument("--partition-param", action="append", default=[], metavar="NAME=VALUE",
                    help=f"partitioner option, repeatable ({', '.join(PARTITION_OPTIONS)})")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _add_log_flag(p)
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the Python traceback of an error")
@@ -125,8 +136,9 @@ def _add_log_flag(p: argparse.ArgumentParser) -> None:
     from fedlab.tracking import LOGGERS
 
     p.add_argument("--log", choices=sorted(LOGGERS), default=None,
-                   help="hand every round trained to a tracker (tensorboard: event files in the run's folder, "
-                        "tensorboard --logdir RUNS_DIR; needs the [track] extra)")
+                   help="hand every round trained to a tracker, offline, the run named by its method, settings "
+                        "and seed (tensorboard: tensorboard --logdir RUNS_DIR/tensorboard, the [track] extra; "
+                        "wandb: the [wandb] extra, wandb sync; mlflow: the [mlflow] extra, RUNS_DIR/mlruns)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,7 +158,7 @@ def _one_line(err: BaseException) -> str:
 
 def _config_from_args(args: argparse.Namespace) -> Config:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config)
-              if f.name not in ("algorithm_params", "partition_params")}
+              if f.name not in ("algorithm_params", "partition_params") and hasattr(args, f.name)}
     if values["local_steps"] is None and values["local_epochs"] is None:
         values["local_steps"] = Config().local_steps
     if values["clip_norm"] is not None and values["clip_norm"] <= 0:
@@ -186,6 +198,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     with _stop_on_ctrl_c(stop):
         result = run(config, progress=not args.no_progress, stop=stop, logger=args.log)
+    return _report(config, result)
+
+
+def _report(config: Config, result: Any) -> int:
+    """Print what a run of ``run`` or ``flower-sim`` gave (a RunResult); its exit code."""
     s = result.summary
     print(f"method    {config.name or config.algorithm} on {config.dataset} ({config.partition}, "
           f"{config.n_clients} clients)")
@@ -282,64 +299,37 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-_FLOWER_DEFAULTS: dict[str, Any] = dict(algorithm="fedvssam", dataset="fmnist", model="cnn", n_clients=10,
-                                        participation=0.5, rounds=5, local_steps=10, batch_size=32, lr=0.05,
-                                        train_size=None, test_size=None, partition="dirichlet", alpha=0.1, seed=0)
-"""flower-sim's defaults: a laptop-sized Fashion-MNIST federation (every other field: Config's)."""
-_FLOWER_SUBSETS: dict[str, tuple[int, int]] = {"fmnist": (2000, 1000), "cifar10": (2000, 1000),
-                                               "cifar100": (2000, 1000)}
-"""flower-sim's train/test subsets when --train-size/--test-size are not given (digits and synthetic are
-smaller than that: they are used whole)."""
-
-
 def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("flower-sim", help="train one method as a Flower app with Flower's simulation engine "
-                                          "(needs the [flower] extra)", allow_abbrev=False,
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for name, default in _FLOWER_DEFAULTS.items():
-        # Config's description without the run command's notes (flower-sim has no --local-epochs)
-        kwargs: dict[str, Any] = {"default": default, "help": help_text(name)}
-        if name in _CHOICES:  # a Flower app trains named datasets only: no "custom" tensors
-            kwargs["choices"] = [c for c in _CHOICES[name] if c != "custom"]
-        if isinstance(default, (int, float)) and not isinstance(default, bool):
-            kwargs["type"] = type(default)
-        if name in ("train_size", "test_size"):
-            kwargs["type"] = int
-            which = "training" if name == "train_size" else "test"
-            kwargs["help"] = (f"class-balanced subset of the {which} set; %(default)s: " + ", ".join(
-                f"{sizes[name == 'test_size']} of {d}" for d, sizes in _FLOWER_SUBSETS.items()) + ", all of the others")
-        if name == "n_clients":
-            kwargs["help"] += " (one Flower SuperNode each: at most 1000 per --num-cpus)"
-        p.add_argument("--" + name.replace("_", "-"), **kwargs)
-    p.add_argument("--sampling", default="uniform", choices=SAMPLINGS, help=_help("sampling"))
-    p.add_argument("--schedule-path", default=None, help=_help("schedule_path"))
-    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="algorithm hyperparameter, repeatable (e.g. --param rho=0.05)")
-    p.add_argument("--num-cpus", type=int, default=1, help="CPUs Ray may use")
+    from fedlab.config import CUSTOM_DATASET
+
+    try:
+        from fedlab.flower.simulation import NOT_SIMULATED
+    except ImportError:  # without the [flower] extra the command says only that (_cmd_flower_sim)
+        NOT_SIMULATED = ()
+
+    p = sub.add_parser("flower-sim", help="train one method as a Flower app with Flower's simulation engine, "
+                                          "stored as `run` stores it (needs the [flower] extra)",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False,
+                       epilog="the run's folder: RUNS_DIR/flower/<algorithm>-<run key>/; " + _exit_code_text())
+    _add_config_flags(p, skip=NOT_SIMULATED, no_choice=(CUSTOM_DATASET,))
+    p.add_argument("--num-cpus", type=int, default=1, help="CPUs Ray may use (one Flower SuperNode per client: "
+                                                          "at most 1000 per CPU)")
     p.add_argument("--cpus-per-client", type=float, default=1.0,
                    help="CPUs each ClientApp actor reserves (num_cpus / this = clients training at once)")
     p.add_argument("--verbose", action="store_true", help="Flower's and Ray's full logs")
 
 
 def _cmd_flower_sim(args: argparse.Namespace) -> int:
-    try:
-        from fedlab.flower import check_servable, run_flower_simulation
-        from fedlab.flower.simulation import check_federation_size
-    except ImportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    from fedlab.flower import check_servable, run_flower_simulation
+    from fedlab.flower.simulation import check_federation_size
+
     check_servable(args.algorithm)
     check_federation_size(args.n_clients, args.num_cpus)  # before the Config, whose other limits it explains
     if not args.verbose:  # Flower logs every round at INFO; the lines below say what matters
         import logging
 
         logging.getLogger("flwr").setLevel(logging.WARNING)
-    values = {name: getattr(args, name) for name in _FLOWER_DEFAULTS}
-    subsets = _FLOWER_SUBSETS.get(args.dataset, (None, None))
-    for name, size in zip(("train_size", "test_size"), subsets):
-        values[name] = size if values[name] is None else values[name]
-    config = Config(**values, sampling=args.sampling, schedule_path=args.schedule_path,
-                    algorithm_params=_key_values(args.param, "--param"), eval_every=1)
+    config = _config_from_args(args)
 
     def show(r: Any) -> None:
         print(f"round {r.round:3d}/{config.rounds}  clients {len(r.clients):3d}  acc {r.test_acc:.4f}  "
@@ -349,15 +339,42 @@ def _cmd_flower_sim(args: argparse.Namespace) -> int:
     print(f"Flower simulation: {config.algorithm} on {config.dataset} ({config.partition}, "
           f"{config.n_clients} SuperNodes)", flush=True)
     run = run_flower_simulation(config, num_cpus=args.num_cpus, cpus_per_client=args.cpus_per_client,
-                                on_round=show, verbose=args.verbose)
-    for label, t in (("downlink", run.downlink), ("uplink", run.uplink)):
+                                on_round=show, verbose=args.verbose, logger=args.log)
+    for label, t in (("downlink", run.downlink), ("uplink", run.uplink)) if run.rounds else ():
         print(f"{label:9s} {t.floats:,} floats = {t.payload_bytes:,} B of array payload "
               f"({t.serialized_bytes:,} B as serialised by Flower, numpy headers included)")
-    return 0
+    return _report(config, run.result)
+
+
+def _add_flower_run_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("flower-run", help="run fedlab's Flower App with `flwr run` on a SuperLink this command starts "
+                                          "and stops; exit 1 when the run fails (needs the [flower] extra)",
+                       allow_abbrev=False, description="Unlike `flwr run . local`, which exits 0 once a run is "
+                       "submitted and leaves its SuperLink running, this waits for the run, exits with its outcome "
+                       "and stops every process it started (fedlab.flower.launch).")
+    p.add_argument("app", nargs="?", default=None, help="the Flower App folder (default: fedlab/flower/deploy)")
+    p.add_argument("--run-config", default=None, metavar="'KEY=VALUE ...'",
+                   help="overrides of the App's [tool.flwr.app.config], as flwr run takes them, e.g. "
+                        "\"rounds=3 algorithm='fedsam'\"")
+    p.add_argument("--num-supernodes", type=int, default=None, help="virtual SuperNodes (default: the run's n-clients)")
+
+
+def _cmd_flower_run(args: argparse.Namespace) -> int:
+    from fedlab.flower.launch import DEPLOY_APP, run_local
+
+    try:
+        run = run_local(args.app or DEPLOY_APP, args.run_config, args.num_supernodes)
+    except RuntimeError as err:  # the SuperLink did not start (its log's tail is in the message)
+        print(f"error: {_one_line(err)}", file=sys.stderr)
+        return 1
+    if run.exit_code:  # what flwr printed is above; this line says how the run ended
+        details = f": {_one_line(Exception(run.details))}" if run.details else ""
+        print(f"error: the Flower run ended {run.status}{details}", file=sys.stderr)
+    return run.exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m fedlab`` parser (run, sweep, algorithms, flower-sim)."""
+    """The ``python -m fedlab`` parser (run, sweep, algorithms, flower-sim, flower-run)."""
     parser = _Parser(prog="python -m fedlab", description=__doc__.splitlines()[0],
                      allow_abbrev=False, epilog=_exit_code_text())
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
@@ -367,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("algorithms", help="list registered algorithms: paper, state, communication, cost",
                    allow_abbrev=False)
     _add_flower_parser(sub)
+    _add_flower_run_parser(sub)
     return parser
 
 
@@ -401,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     # the command line fixes the allocator's thresholds (timing only, never numbers; fedlab.engine.malloc);
     # a library call leaves the process's allocator as it found it
     stable_malloc()
-    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim}
+    commands = {"run": _cmd_run, "sweep": _cmd_sweep, "algorithms": _cmd_algorithms, "flower-sim": _cmd_flower_sim,
+                "flower-run": _cmd_flower_run}
     return dispatch(commands[args.command], args)
 
 

@@ -629,8 +629,8 @@ for ds in datasets:
     fig = plot_cost_accuracy(runs, target_pct=100 * target,
                              title=f"{ds}, {split}: accuracy against cumulative cost")
     save_figure(fig, f"10_cost_accuracy_{ds}", notebook="10_benchmarks", profile=profile,
-                caption=f"Test accuracy (%) on {ds} ({split}) against cumulative communication (MB, up + down) "
-                        f"and cumulative gradient evaluations, mean over the finished seeds of "
+                caption=f"Test accuracy (%) on {ds} ({split}) against cumulative communication (MB, up + down), "
+                        f"cumulative gradient evaluations and cumulative wall time, mean over the finished seeds of "
                         f"{', '.join(map(method_label, shown))}; dotted: the rounds-to-target level.",
                 parameters=dict(dataset=ds, split=split, methods=shown, seeds=seeds),
                 data=cost_curves(runs), runs=runs)

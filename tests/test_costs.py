@@ -1,5 +1,5 @@
 """Cost axes: cumulative communication and gradient evaluations against the registry's per-method counts,
-rounds-to-target at round resolution, and the lab's accuracy-vs-cost figure."""
+rounds-to-target at round resolution, the library's accuracy-vs-cost panels and the lab's figure."""
 from __future__ import annotations
 
 import math
@@ -77,8 +77,31 @@ def test_the_cost_figure_draws_accuracy_against_cumulative_costs(tiny):
                        "grad_evals"))]), legacy.theta, legacy.status, legacy.run_dir, legacy.summary)
     pd.testing.assert_frame_equal(cost_frame(old), cost_frame(legacy), check_dtype=False)
     fig = plot_cost_accuracy(runs, target_pct=20.0)
-    assert len(fig.axes) == 2 and [len(ax.get_lines()) for ax in fig.axes] == [3, 3]  # 2 methods + target
+    assert [len(ax.get_lines()) for ax in fig.axes] == [3, 3, 3]  # 2 methods + target, on three axes
     assert fig.axes[0].get_ylabel() == "test accuracy (%)"
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_the_librarys_cost_panels_draw_the_cumulative_costs_of_the_metrics(tiny):
+    """fedlab.analysis.plot_cost_accuracy: one panel per cost, communication, gradients, wall time (in that
+    order), each line's x the run's cumulative cost at its evaluated rounds, read from its own metrics."""
+    from fedlab.analysis import COST_AXES, plot_cost_accuracy
+
+    run = fedlab.run(tiny(algorithm="scaffold", rounds=4, eval_every=2), progress=False)
+    m = run.metrics
+    evaluated = m["test_acc"].notna().to_numpy()
+    expected = {"comm_mb": (m["cum_uplink_bytes"] + m["cum_downlink_bytes"]) / 1e6,
+                "grad_evals": m["grad_evals"].cumsum(), "wall_s": m["wall_seconds"].cumsum()}
+    fig = plot_cost_accuracy([run], label=str.upper)
+    assert [ax.get_xlabel() for ax in fig.axes] == list(COST_AXES.values())
+    assert "wall time" in fig.axes[2].get_xlabel()
+    for ax, x in zip(fig.axes, COST_AXES):
+        (line,) = ax.get_lines()
+        np.testing.assert_allclose(line.get_xdata(), expected[x].to_numpy()[evaluated], rtol=1e-12, err_msg=x)
+        np.testing.assert_allclose(line.get_ydata(), 100 * m["test_acc"].to_numpy()[evaluated], rtol=1e-12)
+        assert line.get_label() == "SCAFFOLD (n=1)"
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -84,6 +84,77 @@ def test_flower_simulation_matches_the_engine_bit_for_bit_and_byte_for_byte(tmp_
     assert dyn.uplink.floats == avg.uplink.floats and dyn.downlink.floats == avg.downlink.floats
 
 
+def test_flower_sim_stores_its_run_as_run_does(tmp_path, capsys):
+    """`flower-sim` and `run` on the same flags (their defaults are Config's) leave the same run folder: the same
+    files, metric columns, summary keys and config record, under the same run key (the Flower run in
+    RUNS_DIR/flower/), and the same numbers but wall time and flatness_distance, NaN for Flower (each
+    client's final model never travels). Both hand their rounds to the tracker under the run's name."""
+    import pandas as pd
+    import ray
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fedlab.cli import main
+    from fedlab.tracking import run_name
+
+    flags = ["--dataset", "digits", "--model", "mlp", "--n-clients", "4", "--participation", "0.5", "--rounds", "2",
+             "--local-steps", "2", "--batch-size", "16", "--client-eval", "--client-eval-size", "20",
+             "--runs-dir", str(tmp_path), "--log", "tensorboard"]
+    ours = not ray.is_initialized()
+    try:
+        assert main(["flower-sim", *flags]) == 0
+    finally:
+        if ours:
+            ray.shutdown()
+    assert main(["run", *flags, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    (engine,), (flower,) = tmp_path.glob("fedavg-*"), (tmp_path / "flower").glob("fedavg-*")
+    assert flower.name == engine.name and out.count("status    finished after 2/2 rounds") == 2
+    assert sorted(p.name for p in flower.iterdir()) == sorted(p.name for p in engine.iterdir())
+    ours_m, theirs = pd.read_csv(flower / "metrics.csv"), pd.read_csv(engine / "metrics.csv")
+    assert list(ours_m.columns) == list(theirs.columns) and "client_acc_mean" in ours_m and len(ours_m) == 2
+    same = [c for c in theirs.columns if c not in ("wall_seconds", "flatness_distance")]
+    pd.testing.assert_frame_equal(ours_m[same], theirs[same])
+    assert ours_m["flatness_distance"].isna().all()
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (flower, engine)]
+    assert summaries[0].keys() == summaries[1].keys()
+    assert summaries[0]["final_test_acc"] == summaries[1]["final_test_acc"]
+    assert json.loads((flower / "config.json").read_text()) == json.loads((engine / "config.json").read_text())
+    config = Config.from_dict(json.loads((engine / "config.json").read_text())["config"])
+    for root in (tmp_path / "flower", tmp_path):
+        events = EventAccumulator(str(root / "tensorboard" / run_name(config)))
+        events.Reload()
+        assert [e.step for e in events.Scalars("train_loss")] == [1, 2], root
+
+
+def test_flower_run_exits_with_the_runs_failure_and_leaves_no_process(monkeypatch, capsys):
+    """`flwr run . local` exits 0 once a run is submitted and keeps its SuperLink running; `flower-run` waits
+    for the run (here one that fails inside the ServerApp: its schedule file is missing), exits 1 naming
+    Flower's status and the error, and no process it started (SuperLink, SuperExec, the simulation) is left."""
+    import fedlab.flower.launch as launch
+    from fedlab.cli import main
+
+    runs, original = [], launch.run_local
+
+    def recorded(*args):
+        runs.append(original(*args))
+        return runs[-1]
+
+    monkeypatch.setattr(launch, "run_local", recorded)
+    code = main(["flower-run", "--run-config", "sampling='schedule' schedule-path='/nonexistent/s.json' rounds=1"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 1 and "ended finished:failed" in err and "schedule_path='/nonexistent/s.json'" in err, err
+    (run,) = runs
+    assert run.run_id is not None and len(run.processes) >= 2  # the SuperLink and what it started (SuperExec, ...)
+    assert not [pid for pid in run.processes if launch.alive(pid)]
+
+
+def test_flower_run_refuses_a_bad_run_config_before_anything_starts(capsys):
+    from fedlab.cli import main
+
+    assert main(["flower-run", "--run-config", "algorithm='fedfoo'"]) == 2
+    assert "unknown algorithm 'fedfoo'; allowed:" in capsys.readouterr().err
+
+
 # --- bad input (no Ray) -----------------------------------------------------------------------------
 def test_unservable_algorithm_names_the_allowed_ones():
     with pytest.raises(ConfigError, match=r"cannot serve 'fedfoo'; allowed: .*fedavg.*scaffold"):
@@ -199,6 +270,14 @@ def test_server_reports_a_failed_client_by_name(tmp_path, flower_task):
                for m in sent]
     with pytest.raises(RuntimeError, match=r"node 10 failed in round 1 \(client 0\): client 2 took part"):
         strategy.aggregate_train(1, replies)
+
+
+def test_a_field_a_simulation_does_not_honour_is_refused_before_ray(tmp_path):
+    from fedlab.flower import run_flower_simulation
+
+    for field, value in (("client_threads", 2), ("checkpoint_every", 1), ("parallel_clients", "auto")):
+        with pytest.raises(ConfigError, match=rf"{field}=.*does not honour it; allowed: "):
+            run_flower_simulation(_config(tmp_path, "fedavg", **{field: value}))
 
 
 def test_flower_sim_cli_rejects_an_unservable_algorithm(capsys):

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # What the library may import besides itself and the standard library: pyproject's dependencies and
 # extras, by import name (the Flower and Ray extras are imported only where they are used).
 THIRD_PARTY = frozenset({"torch", "torchvision", "numpy", "pandas", "sklearn", "matplotlib", "tqdm", "yaml",
-                         "filelock", "scipy", "flwr", "ray"})
+                         "filelock", "scipy", "flwr", "ray", "wandb", "mlflow"})
 
 
 def _module_name(path: Path) -> str:
@@ -142,9 +142,19 @@ def test_the_checks_see_what_they_forbid():
 # with three more declared limits (issue 46); 12,752 with FedScar (issue 45: its module, 115 lines, and its
 # tuning grid, 2); 12,754 with FedWMSAM's sign consequence in its docstring; 12,851 with
 # fedlab.analysis.curvature (issue 41: one class-balanced curvature sample and λ_max with its convergence flag,
-# shared by notebooks 02 and 09, 95 lines, +2 for its re-exports). Lower the number as the library shrinks;
-# raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 12_851
+# shared by notebooks 02 and 09, 95 lines, +2 for its re-exports); 12,862 with messages that name what is
+# allowed (issue 46 item 4: a bool among the seeds, --parallel-clients abc, a sweep log naming its run key);
+# 12,950 with fedlab.analysis.costs (issue 46 item 4: the accuracy-against-cost panels moved from the lab,
+# which kept a 21-line house-style wrapper of its 81, plus the wall-time panel); 13,057 with trackers that
+# name runs by what they are (fedlab.tracking.run_name) and W&B and MLflow built in as optional extras
+# (issue 46 item 4: the guide's paste-in adapter became WandbLogger and MLflowLogger, +107); 13,106 with
+# flower-sim storing its run as `run` does (issue 46 item 4: the engine's rows, store and tracker from the
+# Flower server, +65; flower-sim's flags and defaults derived from Config instead of restated, -16); 13,311
+# with fedlab.flower.launch and `flower-run` (issue 46 item 4: `flwr run . local` exits 0 on a failed run and
+# leaves a SuperLink running; the launcher owns its SuperLink, waits for the run's status and stops every
+# process under it, +205).
+# Lower the number as the library shrinks; raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 13_311
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 

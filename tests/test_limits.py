@@ -13,7 +13,9 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -365,7 +367,14 @@ def test_flower_sim_help_and_limits(capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["flower-sim", "--help"])
     text = capsys.readouterr().out
-    assert "--local-epochs" not in text and "{fmnist,cifar10,cifar100,digits,synthetic}" in text
+    from fedlab.flower.simulation import NOT_SIMULATED
+
+    # a flag for every Config field a Flower simulation honours, none for those it does not; no "custom" tensors
+    for f in dataclasses.fields(fedlab.Config):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name not in ("algorithm_params", "partition_params"):
+            assert (re.search(rf"{flag}\b", text) is None) == (f.name in NOT_SIMULATED), flag
+    assert "{fmnist,cifar10,cifar100,digits,synthetic}" in text and "--param" in text and "--log" in text
     t0 = time.monotonic()
     code, line = _cli(["flower-sim", "--n-clients", str(10**7)], capsys)
     assert code == 2 and "n_clients=10000000" in line and "--num-cpus" in line
@@ -377,7 +386,7 @@ def test_flower_sim_help_and_limits(capsys, monkeypatch):
         raise fedlab.ConfigError("stop here")  # the Config is what this test checks
 
     monkeypatch.setattr("fedlab.flower.run_flower_simulation", fake)
-    code, _ = _cli(["flower-sim", "--dataset", "digits"], capsys)
-    assert code == 2 and seen["config"].train_size is None and seen["config"].test_size is None
+    code, _ = _cli(["flower-sim", "--dataset", "digits", "--lr", "0.05"], capsys)
+    assert code == 2 and seen["config"] == fedlab.Config(dataset="digits", lr=0.05)
     code, _ = _cli(["flower-sim"], capsys)
-    assert (seen["config"].train_size, seen["config"].test_size) == (2000, 1000)
+    assert seen["config"] == fedlab.Config()  # the defaults are Config's, as for `run` (lr 0.1, 100 clients, ...)

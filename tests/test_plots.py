@@ -151,6 +151,7 @@ def _costed(algorithm, seed, acc_scale):
     run.metrics["cum_uplink_bytes"] = 4000.0 * rounds
     run.metrics["cum_downlink_bytes"] = 4000.0 * rounds
     run.metrics["cum_grad_evals"] = pd.Series(20 * rounds, dtype=float)
+    run.metrics["wall_seconds"] = 0.5 + 0.25 * seed  # a round's seconds: cumulated by cost_frame
     return run
 
 
@@ -162,7 +163,8 @@ def test_plot_cost_accuracy_draws_the_data_where_it_is():
     runs = [_costed("fedavg", 0, 1.0), _costed("fedavg", 1, 0.9), _costed("fedsam", 0, 0.95)]
     curves = cost_curves(runs)
     fig = plot_cost_accuracy(runs, target_pct=50.0)
-    for ax, x in zip(fig.axes, ("comm_mb", "grad_evals")):
+    assert len(fig.axes) == 3
+    for ax, x in zip(fig.axes, ("comm_mb", "grad_evals", "wall_s")):
         lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
         assert len(lines) == 2
         for line, (_, df) in zip(lines, curves.groupby("label", sort=False)):

@@ -1,5 +1,5 @@
-"""Analysis tools: curvature, loss landscapes, flatness incompatibility, the friendly adversary and the
-privacy a DP run spends (:mod:`~fedlab.analysis.privacy`).
+"""Analysis tools: curvature, loss landscapes, flatness incompatibility, the friendly adversary, the
+privacy a DP run spends (:mod:`~fedlab.analysis.privacy`) and accuracy against cost (:mod:`~fedlab.analysis.costs`).
 
 Everything works on a *federation view* — a :class:`~fedlab.models.FlatModel` and per-client data
 ``[(x_i, y_i), ...]`` (:mod:`~fedlab.analysis.federation`) — and on flat parameter vectors θ::
@@ -40,6 +40,7 @@ from fedlab.analysis.hessian import (
     sam_sharpness,
 )
 from fedlab.analysis.eigen import EigenResult, HessianEigen, lanczos, power_iteration, top_eigenvalues
+from fedlab.analysis.costs import COST_AXES, cost_curves, cost_frame, plot_cost_accuracy
 from fedlab.analysis.curvature import convergence_line, curvature_loss, curvature_sample, lambda_max
 from fedlab.analysis.incompatibility import (
     IncompatibilityReport,
@@ -61,13 +62,13 @@ from fedlab.analysis.landscape import (
 )
 
 __all__ = [
-    "ClientData", "ClientGradients", "EigenResult", "EmpiricalLoss", "FriendlyReport", "GradientDecomposition",
-    "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep", "PrivacySpent", "Slice1D",
-    "Slice2D", "TraceEstimate", "client_data", "client_gradients", "client_loss_fn", "convergence_line",
-    "curvature_loss", "curvature_sample", "evaluate_affine", "evaluate_points",
-    "federation_from_config", "filter_normalized_direction", "flatness_incompatibility", "friendly_adversary",
-    "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition", "hessian_matrix",
-    "hessian_trace", "hvp", "interpolate", "lambda_max", "lanczos", "mixing_sweep", "perturbation", "plot_contour",
-    "plot_surface", "power_iteration", "privacy_of_config", "privacy_spent", "rdp_sampled_gaussian",
-    "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
+    "COST_AXES", "ClientData", "ClientGradients", "EigenResult", "EmpiricalLoss", "FriendlyReport",
+    "GradientDecomposition", "HessianEigen", "HessianOperator", "IncompatibilityReport", "LossFn", "MixingSweep",
+    "PrivacySpent", "Slice1D", "Slice2D", "TraceEstimate", "client_data", "client_gradients", "client_loss_fn",
+    "convergence_line", "cost_curves", "cost_frame", "curvature_loss", "curvature_sample", "evaluate_affine",
+    "evaluate_points", "federation_from_config", "filter_normalized_direction", "flatness_incompatibility",
+    "friendly_adversary", "friendly_vs_alpha", "friendly_vs_batch_size", "global_loss_fn", "gradient_decomposition",
+    "hessian_matrix", "hessian_trace", "hvp", "interpolate", "lambda_max", "lanczos", "mixing_sweep",
+    "perturbation", "plot_contour", "plot_cost_accuracy", "plot_surface", "power_iteration", "privacy_of_config",
+    "privacy_spent", "rdp_sampled_gaussian", "sam_sharpness", "slice_1d", "slice_2d", "top_eigenvalues",
 ]

@@ -5,12 +5,21 @@ Round t of :class:`FedlabStrategy`: ``configure_train`` takes S_t from fedlab's 
 ``algorithm.broadcast(server, info)`` as is; ``aggregate_train`` stacks the uploads in client-id order
 (the engine's, so float sums agree) and applies ``algorithm.aggregate``. The whole server state stays
 on the server; of the clients it knows only the round each last took part in. Every array sent or
-received is measured (:class:`~fedlab.flower.protocol.Traffic`) to compare with fedlab's accounting."""
+received is measured (:class:`~fedlab.flower.protocol.Traffic`) to compare with fedlab's accounting.
+
+A Flower run is stored as ``fedlab.run`` stores a run (:mod:`fedlab.results`: config.json, metrics.csv with
+the engine's columns, summary.json, checkpoint.pt), in ``<runs_dir>/flower/<algorithm>-<run key>/`` beside
+the engine's runs, and handed to a tracker (:mod:`fedlab.tracking`) round by round; a finished one is
+loaded, not trained again. Each round's row is the engine's (``Simulation._round_row``) but for
+``flatness_distance``, NaN: it needs every client's final model, which never leaves the client. The
+checkpoint is written once, when the run ends: the client states a resume would need live on the clients."""
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from logging import INFO
 
 import numpy as np
@@ -22,8 +31,12 @@ from flwr.supercore import log
 
 from fedlab.algorithms import RoundInfo, State
 from fedlab.config import Config
-from fedlab.engine.evaluate import evaluate
+from fedlab.engine.clients import ClientResult
+from fedlab.engine.costs import cost_columns
 from fedlab.engine.loop import Simulation
+from fedlab.engine.state import RoundOutcome, TrainingState
+from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore
+from fedlab.tracking import Logger, get_logger, tracked
 from fedlab.flower.protocol import (
     BROADCAST, METRICS, QUERY_CLIENT_ID, ROUND, UPLOAD, Traffic, check_servable, config_from_run_config,
     from_record, named_configs, round_info, to_record, traffic,
@@ -50,8 +63,20 @@ class _Pending:
     clients: list[int]
     info: RoundInfo
     server: State
+    msg: State
     downlink: Traffic
     started: float
+    results: list[ClientResult] | None = None  # the round's uploads and losses, once aggregated
+
+
+class _Diverged(Exception):
+    """Ends ``Strategy.start`` after a diverged round, as the engine stops there."""
+
+
+def flower_simulation(config: Config) -> Simulation:
+    """The server's view of a run: the engine's Simulation, its store ``<runs_dir>/flower/<algorithm>-<key>``."""
+    sim = Simulation.build(config)
+    return replace(sim, store=RunStore.for_run(sim.store.dir.parent / "flower", config.algorithm, sim.config_hash))
 
 
 class FedlabStrategy(Strategy):
@@ -70,18 +95,34 @@ class FedlabStrategy(Strategy):
         self.node_of: dict[int, int] = {}  # fedlab client id -> Flower node id
         self.last_round: dict[int, int] = {}  # client id -> the round it last took part in
         self.rounds: list[RoundRecord] = []
+        self.rows: list[dict] = []  # the metrics rows, as the engine writes them
+        self.status = "running"
+        self.server: State = self.algorithm.server_init(simulation.model.theta0())
+        self.log: Callable[[int, dict], None] = lambda round, row: None
         self._pending: _Pending | None = None
+        self._eval_set = simulation.eval_set()
 
     # --- the run ---------------------------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
         """The server state of round 0, ``server_init(θ_0)``, as the ArrayRecord ``start`` carries."""
-        return to_record(self.algorithm.server_init(self.sim.model.theta0()))
+        return to_record(self.server)
 
-    def run(self, grid: Grid) -> torch.Tensor:
-        """All ``config.rounds`` rounds through ``Strategy.start``; returns the final global model."""
-        result = self.start(grid, self.initial_arrays(), num_rounds=self.sim.config.rounds,
-                            timeout=self.timeout, evaluate_fn=self.evaluate_global)
-        return self.algorithm.global_model(from_record(result.arrays, self.sim.config.device))
+    def run(self, grid: Grid, logger: Logger | str | None = None) -> RunResult:
+        """All ``config.rounds`` rounds through ``Strategy.start`` (until one diverges), stored and tracked as
+        ``fedlab.run`` does (see the module docstring); a finished run in the store is returned as is."""
+        sim = self.sim
+        with sim.store.lock(quiet=True):
+            done = sim.store.load_checkpoint(sim.config_hash)
+            if done is not None and done.status in TERMINAL_STATUSES:
+                return sim._result(done.rows, done.status, done.server)
+            sim.store.write_config(sim._config_info())
+            with tracked(get_logger(logger), sim.config, sim.config_hash, sim.store.dir, 0,
+                         lambda: sim._summary(self.rows, self.status) if self.rows else {"status": self.status}) \
+                    as self.log, contextlib.suppress(_Diverged):
+                self.start(grid, self.initial_arrays(), num_rounds=sim.config.rounds, timeout=self.timeout,
+                           evaluate_fn=self.evaluate_global)
+            sim._save(TrainingState(self.server, {}, sim.model.theta0(), len(self.rows)), self.rows, self.status)
+            return sim._result(self.rows, self.status, self.server)
 
     def connect(self, grid: Grid) -> None:
         """Map fedlab client ids to node ids: ask every node its ``partition-id`` (a "query" message)."""
@@ -129,7 +170,7 @@ class FedlabStrategy(Strategy):
             content = RecordDict({BROADCAST: record, ROUND: rnd})
             messages.append(Message(content, dst_node_id=self.node_of[i], message_type=MessageType.TRAIN,
                                     group_id=str(server_round)))
-        self._pending = _Pending(t, clients, info, server, down, time.perf_counter())
+        self._pending = _Pending(t, clients, info, server, msg, down, time.perf_counter())
         return messages
 
     def aggregate_train(self, server_round: int,
@@ -147,20 +188,21 @@ class FedlabStrategy(Strategy):
         if missing:
             raise RuntimeError(f"round {server_round}: no reply from client(s) {missing} within {self.timeout:g} s")
         up = Traffic()
-        uploads_list, losses = [], []
+        nowhere = torch.full((self.sim.model.dim,), math.nan, device=self.sim.config.device)  # θ_{i,K}: not sent
+        p.results = []
         for i in p.clients:  # client-id order, as the engine stacks them
             record = by_client[i].content.array_records[UPLOAD]
             up = up + traffic(record)
-            uploads_list.append(from_record(record, self.sim.config.device))
-            losses.append(float(by_client[i].content.metric_records[METRICS]["train-loss"]))
-        uploads = {k: torch.stack([u[k] for u in uploads_list]) for k in uploads_list[0]}
-        server = self.algorithm.aggregate(p.server, uploads, p.info)
+            loss = torch.tensor(float(by_client[i].content.metric_records[METRICS]["train-loss"]))  # float32, exact
+            p.results.append(ClientResult(i, nowhere, from_record(record, self.sim.config.device), {}, loss))
+        uploads = {k: torch.stack([r.upload[k] for r in p.results]) for k in p.results[0].upload}
+        self.server = self.algorithm.aggregate(p.server, uploads, p.info)
         for i in p.clients:
             self.last_round[i] = p.t
-        self.rounds.append(RoundRecord(server_round, p.clients, p.downlink, up, float(np.mean(losses)),
+        train_loss = float(torch.stack([r.mean_loss for r in p.results]).mean())
+        self.rounds.append(RoundRecord(server_round, p.clients, p.downlink, up, train_loss,
                                        wall_seconds=time.perf_counter() - p.started))
-        self._pending = None
-        return to_record(server), MetricRecord({"train-loss": float(np.mean(losses))})
+        return to_record(self.server), MetricRecord({"train-loss": train_loss})
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -170,20 +212,27 @@ class FedlabStrategy(Strategy):
         return None
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """Test accuracy of ``global_model`` every ``eval_every`` rounds and at the end (not before round 1)."""
-        c = self.sim.config
-        if server_round == 0:
+        """The round's metrics row, the engine's (test accuracy every ``eval_every`` rounds and at the end,
+        client evaluation, costs), handed to the tracker; raises ``_Diverged`` after a diverged round."""
+        p = self._pending
+        if server_round == 0 or p is None or p.results is None:
             return None
+        self._pending = None
+        outcome = RoundOutcome(np.asarray(p.clients), p.info, p.msg, p.results)
+        row, diverged = self.sim._round_row(p.t, outcome, self.server, self._eval_set)
+        row.update(cost_columns(row, self.rows[-1] if self.rows else None, outcome,
+                                self.algorithm.grad_evals_per_step))
+        row["wall_seconds"] = time.perf_counter() - p.started
+        self.rows.append(row)
+        self.log(server_round, row)
+        self.status = self.sim._status(p.t, diverged, self.rows)
         rec = self.rounds[-1]
-        if server_round % c.eval_every == 0 or server_round == c.rounds:
-            theta = self.algorithm.global_model(from_record(arrays, c.device))
-            rec.test_acc, rec.test_loss = evaluate(self.sim.model, theta, self.sim.dataset.x_test,
-                                                   self.sim.dataset.y_test)
+        rec.test_acc, rec.test_loss = row["test_acc"], row["test_loss"]
         if self.on_round is not None:
             self.on_round(rec)
-        if np.isnan(rec.test_acc):
-            return None
-        return MetricRecord({"accuracy": rec.test_acc, "loss": rec.test_loss})
+        if diverged:
+            raise _Diverged
+        return None if np.isnan(rec.test_acc) else MetricRecord({"accuracy": rec.test_acc, "loss": rec.test_loss})
 
     def summary(self) -> None:
         c = self.sim.config
@@ -199,11 +248,11 @@ def _raise_on_error(reply: Message, doing: str) -> None:
 
 def make_server_app(experiments: Config | Mapping[str, Config] | None = None, *,
                     on_round: Callable[[RoundRecord], None] | None = None,
-                    on_finish: Callable[[str | None, FedlabStrategy, torch.Tensor], None] | None = None,
-                    timeout: float = 3600.0) -> ServerApp:
+                    on_finish: Callable[[str | None, FedlabStrategy, RunResult], None] | None = None,
+                    timeout: float = 3600.0, logger: Logger | str | None = None) -> ServerApp:
     """fedlab's ServerApp for one Config, for named Configs run one after another over one federation,
-    or (None) for the Config in Flower's run config. ``on_finish(name, strategy, θ_final)`` receives each
-    experiment's result."""
+    or (None) for the Config in Flower's run config. ``on_finish(name, strategy, result)`` receives each
+    experiment's stored run; ``logger``: a tracker, as for ``fedlab.run``."""
     named = named_configs(experiments)
     app = ServerApp()
 
@@ -211,9 +260,9 @@ def make_server_app(experiments: Config | Mapping[str, Config] | None = None, *,
     def main(grid: Grid, context: Context) -> None:
         runs = named if named is not None else {None: config_from_run_config(context.run_config)}
         for name, cfg in runs.items():
-            strategy = FedlabStrategy(Simulation.build(cfg), on_round=on_round, timeout=timeout, experiment=name)
-            theta = strategy.run(grid)
+            strategy = FedlabStrategy(flower_simulation(cfg), on_round=on_round, timeout=timeout, experiment=name)
+            result = strategy.run(grid, logger)
             if on_finish is not None:
-                on_finish(name, strategy, theta)
+                on_finish(name, strategy, result)
 
     return app

@@ -3,7 +3,8 @@
 :func:`run_flower_simulation` starts ``n_clients`` virtual SuperNodes, runs the ServerApp here and the
 ClientApps in Ray actors, and returns the final model with the traffic measured per round, through
 ``flwr.simulation.run_simulation`` (deprecated in Flower 1.42 for ``flwr run``, still the in-process
-entry point; the apps are those ``flwr run`` deploys). Ray starts once per process and is reused."""
+entry point; the apps are those ``flwr run`` deploys). Ray starts once per process and is reused. Each
+run is stored and tracked as ``fedlab.run`` does (:mod:`fedlab.flower.server`)."""
 from __future__ import annotations
 
 import os
@@ -18,15 +19,23 @@ from fedlab.engine.loop import Simulation
 from fedlab.flower.client import make_client_app
 from fedlab.flower.protocol import Traffic, check_servable, named_configs
 from fedlab.flower.server import FedlabStrategy, RoundRecord, make_server_app
+from fedlab.results import RunResult
+from fedlab.tracking import Logger, get_logger
+
+NOT_SIMULATED = ("device", "parallel_clients", "client_threads", "memory_budget_mb", "checkpoint_every")
+"""Config fields a Flower simulation does not honour (``flower-sim`` offers no flag for them): its ClientApps
+train one client at a time in Ray actors without a GPU, and its run is checkpointed once, at the end."""
 
 
 @dataclass
 class FlowerRun:
-    """The outcome of a Flower simulation: the final global model and the server's round records."""
+    """The outcome of a Flower simulation: the final global model, the server's round records (none for a
+    run loaded from the store) and the stored run (``result.run_dir``, ``result.metrics``)."""
 
     config: Config
     theta: torch.Tensor
     rounds: list[RoundRecord] = field(default_factory=list)
+    result: RunResult | None = None
 
     @property
     def uplink(self) -> Traffic:
@@ -38,19 +47,20 @@ class FlowerRun:
 
 
 def run_flower_simulation(config: Config, *, num_cpus: int = 1, cpus_per_client: float = 1.0,
-                          on_round: Callable[[RoundRecord], None] | None = None,
-                          verbose: bool = False) -> FlowerRun:
-    """Train ``config`` as a Flower app; ``num_cpus`` for Ray, ``cpus_per_client`` per ClientApp actor."""
+                          on_round: Callable[[RoundRecord], None] | None = None, verbose: bool = False,
+                          logger: Logger | str | None = None) -> FlowerRun:
+    """Train ``config`` as a Flower app; ``num_cpus`` for Ray, ``cpus_per_client`` per ClientApp actor,
+    ``logger`` a tracker (as for ``fedlab.run``)."""
     check_servable(config.algorithm)
-    return _simulate(config, num_cpus, cpus_per_client, on_round, verbose)[None]
+    return _simulate(config, num_cpus, cpus_per_client, on_round, verbose, logger)[None]
 
 
 def run_flower_experiments(configs: Mapping[str, Config], *, num_cpus: int = 1, cpus_per_client: float = 1.0,
-                           on_round: Callable[[RoundRecord], None] | None = None,
-                           verbose: bool = False) -> dict[str, FlowerRun]:
+                           on_round: Callable[[RoundRecord], None] | None = None, verbose: bool = False,
+                           logger: Logger | str | None = None) -> dict[str, FlowerRun]:
     """Several named Configs (one ``n_clients``) in ONE simulation, sharing SuperNodes and Ray actors
     (each with its own client state), which saves seconds of start-up per experiment."""
-    return _simulate(configs, num_cpus, cpus_per_client, on_round, verbose)  # type: ignore[return-value]
+    return _simulate(configs, num_cpus, cpus_per_client, on_round, verbose, logger)  # type: ignore[return-value]
 
 
 NODES_PER_CPU = 1_000
@@ -81,26 +91,32 @@ def check_federation_size(n_clients: int, num_cpus: int) -> None:
 
 
 def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_per_client: float,
-              on_round: Callable[[RoundRecord], None] | None, verbose: bool) -> dict[str | None, FlowerRun]:
+              on_round: Callable[[RoundRecord], None] | None, verbose: bool,
+              logger: Logger | str | None) -> dict[str | None, FlowerRun]:
     named = named_configs(experiments)
     assert named is not None
     if cpus_per_client <= 0 or num_cpus < cpus_per_client:
         raise ValueError(f"cpus_per_client must be in (0, num_cpus={num_cpus}] (got {cpus_per_client})")
     for cfg in named.values():  # everything that can be refused is refused before Ray and Flower start
         check_federation_size(cfg.n_clients, num_cpus)
+        for name in NOT_SIMULATED:
+            if getattr(cfg, name) != getattr(Config(), name):
+                raise ConfigError(f"{name}={getattr(cfg, name)!r}: a Flower simulation does not honour it; allowed: "
+                                  f"{getattr(Config(), name)!r}, the default (fedlab.flower.simulation.NOT_SIMULATED)")
         Simulation.build(cfg)  # dataset, partition, schedule, sampling (the dataset stays cached in-process)
+    logger = get_logger(logger)  # a bad name or a missing extra, before Ray starts
     import ray
 
     if not ray.is_initialized():
         _start_ray(num_cpus, verbose)
     runs: dict[str | None, FlowerRun] = {}
 
-    def finish(name: str | None, strategy: FedlabStrategy, theta: torch.Tensor) -> None:
-        runs[name] = FlowerRun(named[name], theta, strategy.rounds)
+    def finish(name: str | None, strategy: FedlabStrategy, result: RunResult) -> None:
+        runs[name] = FlowerRun(named[name], result.theta, strategy.rounds, result)
 
     n_clients = next(iter(named.values())).n_clients
     backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
-    run_simulation(make_server_app(experiments, on_round=on_round, on_finish=finish),
+    run_simulation(make_server_app(experiments, on_round=on_round, on_finish=finish, logger=logger),
                    make_client_app(experiments), num_supernodes=n_clients, backend_config=backend,
                    verbose_logging=verbose)
     unfinished = [str(name) for name in named if name not in runs]

@@ -70,8 +70,10 @@ def expand_grid(base: Config, grid: Mapping[str, Sequence[Any]], seeds: Sequence
             raise ConfigError(f"grid[{key!r}] lists {values[twice]!r} twice: its runs would be the same runs "
                               "counted again, not independent evidence; list each value once")
     seeds = list(seeds)
-    if not seeds:
-        raise ConfigError("seeds must be a non-empty list of integers ≥ 0")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    if bad or not seeds:  # before the repeat check: True == 1, so [True, 1] would read as seed 1 listed twice
+        raise ConfigError(f"seeds={seeds!r}" + (f": {bad[0]!r} is not a seed" if bad else "") +
+                          "; allowed: a non-empty list of integers ≥ 0 (a bool is not a seed)")
     twice = _first_repeat(seeds)
     if twice is not None:
         raise ConfigError(f"seeds {seeds} list seed {seeds[twice]} twice: a seed names one run, so a repeat "

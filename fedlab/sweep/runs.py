@@ -63,7 +63,8 @@ def runs_root(config: Config) -> Path:
 
 
 def log_path(config: Config) -> Path:
-    """The log file of one run of a sweep (appended to by every attempt)."""
+    """The log file of one run of a sweep (appended to by every attempt), named by :meth:`Config.hash` of
+    the config alone; its ``== run key`` line names the run folder's key."""
     return runs_root(config) / LOG_DIR_NAME / f"{config.algorithm}-seed{config.seed}-{config.hash()}.log"
 
 
@@ -132,7 +133,7 @@ def execute_one(key: int, config: Config, threads: int, backend: str, logger: An
     Runs at ``threads`` intra-op threads, sends the run's output to its log file and returns its
     error instead of raising, so one failing run never takes a pool or a sweep down with it.
     """
-    from fedlab.engine import run
+    from fedlab.engine import Simulation
 
     path = log_path(config)
     try:
@@ -148,13 +149,17 @@ def execute_one(key: int, config: Config, threads: int, backend: str, logger: An
             now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
             where = _placement(backend)
             node = f" (Ray node {where['ray_node_id']})" if where["ray_node_id"] else ""
-            print(f"== {now} start: {config.algorithm} seed {config.seed} (config hash {config.hash()}) on "
+            print(f"== {now} start: {config.algorithm} seed {config.seed} on "
                   f"{where['host']}{node} pid {where['pid']}, backend {backend}, {threads} intra-op thread(s)",
                   flush=True)
             _append_placement(config, {"started": now, **where})
             try:
                 with _crash_hook(config):
-                    result = run(config, progress=False, logger=logger)
+                    sim = Simulation.build(config)
+                    # the run key names the run folder; it covers the data and the split, which this log's
+                    # file name (Config.hash of the fields alone, known before anything is loaded) cannot
+                    print(f"== run key {sim.config_hash}: {sim.store.dir}", flush=True)
+                    result = sim.run(progress=False, logger=logger)
             except Exception as err:  # noqa: BLE001 — any failure of a run is reported, not raised
                 traceback.print_exc(file=log)
                 print(f"== failed after {time.perf_counter() - t0:.1f} s", flush=True)

@@ -436,11 +436,13 @@ def _load(key: str, directory: Path | None = None, *, partition: Any = None, con
     if missing:
         raise RecordError(f"record {path} lacks required field(s) {', '.join(missing)}; restore it from git")
     info, summary = payload["config"], payload["summary"]
-    record_hash = str(info["hash"])
-    if payload["key"] != key or key != f"{key.rsplit('-', 1)[0]}-{record_hash}" \
-            or summary.get("config_hash", record_hash) != record_hash:
-        raise RecordError(f"record {path} holds run {payload['key']!r} (hash {info['hash']}), "
-                          f"not {key!r}; refusing to mix runs")
+    # each place a record names its run must name the key's hash; the message says which one does not
+    named = {"key": payload["key"], "config.hash": f"{key.rsplit('-', 1)[0]}-{info['hash']}",
+             "summary.config_hash": f"{key.rsplit('-', 1)[0]}-{summary.get('config_hash', info['hash'])}"}
+    wrong = [f"{field} names {value!r}" for field, value in named.items() if value != key]
+    if wrong:
+        raise RecordError(f"record {path} is filed as {key!r} but its {', '.join(wrong)}; allowed: the run its "
+                          "file name names (a record of another run, or an edited one); refusing to mix runs")
     try:
         loaded = Config.from_dict(info["config"])
         metrics = pd.DataFrame(payload["metrics"]["data"], columns=payload["metrics"]["columns"])
