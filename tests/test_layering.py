@@ -144,9 +144,11 @@ def test_the_checks_see_what_they_forbid():
 # fedlab.analysis.curvature (issue 41: one class-balanced curvature sample and λ_max with its convergence flag,
 # shared by notebooks 02 and 09, 95 lines, +2 for its re-exports); 12,888 with each method's label, colour,
 # place and tuning grid on its own class (issue 44: +89 in the method modules, base.py, sam.py and the
-# registry, −52 for the tuning table they replace; lab/style.py's three lists of the methods are gone).
-# Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 12_888
+# registry, −52 for the tuning table they replace; lab/style.py's three lists of the methods are gone); 12,898
+# with Config.built_algorithm, the one instance a run trains with and its key reads (issue 44: built once per
+# run, not again by Simulation.build and by every hash()). Lower the number as the library shrinks; raising
+# it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 12_898
 MAX_MODULE_LINES = 450
 SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 
