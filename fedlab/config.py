@@ -12,9 +12,12 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedlab._version import __version__
+
+if TYPE_CHECKING:
+    from fedlab.algorithms import Algorithm
 
 CUSTOM_DATASET = "custom"
 """The dataset name of tensors the user hands to ``fedlab.run(cfg, dataset=fedlab.data.from_tensors(...))``."""
@@ -207,7 +210,6 @@ class Config:
         self.validate()
 
     def validate(self) -> None:
-        from fedlab.algorithms import algorithm_class
         from fedlab.models import MODELS
 
         def bad(name: str, allowed: str) -> ConfigError:
@@ -245,7 +247,7 @@ class Config:
         if self.lr_schedule not in LR_SCHEDULES:
             raise bad("lr_schedule", ", ".join(LR_SCHEDULES))
         try:
-            algorithm_class(self.algorithm)(self.algorithm_params)
+            _ = self.built_algorithm  # built once, here: the run trains with it and its key reads it
         except ValueError as err:
             raise ConfigError(f"algorithm: {err}") from None
         if self.partition in ("dirichlet", "dirichlet_client"):
@@ -356,25 +358,34 @@ class Config:
     def replace(self, **changes: Any) -> "Config":
         return dataclasses.replace(self, **changes)
 
-    def hashed_fields(self, hparams: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The fields that determine the numbers, with algorithm hyperparameters fully resolved
-        (``hparams``: the resolved ones of an algorithm already built from this config)."""
-        from fedlab.algorithms import get_algorithm
+    @property
+    def built_algorithm(self) -> Algorithm:
+        """The algorithm of this config, built once by :meth:`validate` (``fedlab.run`` trains with this
+        instance, :meth:`hash` reads its resolved hyperparameters); again only if ``algorithm_params`` was
+        changed in place since."""
+        params, algorithm = self.__dict__.get("_built", (None, None))
+        if algorithm is None or params != self.algorithm_params:
+            from fedlab.algorithms import algorithm_class
 
+            algorithm = algorithm_class(self.algorithm)(self.algorithm_params)
+            object.__setattr__(self, "_built", (dict(self.algorithm_params), algorithm))
+        return algorithm
+
+    def hashed_fields(self) -> dict[str, Any]:
+        """The fields that determine the numbers, with algorithm hyperparameters fully resolved."""
         values = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
         if not self.client_eval:  # off, its fields change no number: the keys of earlier configs stay
             del values["client_eval"], values["client_eval_size"]
-        values["algorithm_params"] = (get_algorithm(self.algorithm, self.algorithm_params).hp.to_dict()
-                                      if hparams is None else dict(hparams))
+        values["algorithm_params"] = self.built_algorithm.hp.to_dict()
         return values
 
-    def hash(self, extra: str = "", schedule: str = "", hparams: dict[str, Any] | None = None) -> str:
+    def hash(self, extra: str = "", schedule: str = "") -> str:
         """The run key: 12 hex digits of SHA-256 over the hashed fields, ``extra`` (the partition
         fingerprint), ``schedule`` (a digest of the client schedule's contents, for
         ``sampling="schedule"``), the numeric-path code digest and the version."""
         from fedlab.store.code_digest import code_digest
 
-        payload = json.dumps({"config": self.hashed_fields(hparams), "extra": extra, "version": __version__,
+        payload = json.dumps({"config": self.hashed_fields(), "extra": extra, "version": __version__,
                               "schedule": schedule, "code": code_digest()},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]

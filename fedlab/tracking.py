@@ -69,8 +69,10 @@ def run_name(config: Config) -> str:
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
-    """The finite numbers of a metrics row, ``round`` aside (it is the step); NaN means "not evaluated"."""
-    return {k: v for k, v in metrics.items() if k != "round" and isinstance(v, (int, float))
+    """The finite numbers of a metrics row, ``round`` aside (it is the step); NaN means "not evaluated". The
+    per-client columns (``client_acc/<i>``: one scalar per client and round) stay in the run folder: a tracker
+    would draw a hundred curves no one reads; their summaries (``client_acc_mean`` ...) are logged."""
+    return {k: v for k, v in metrics.items() if k != "round" and "/" not in k and isinstance(v, (int, float))
             and not isinstance(v, bool) and math.isfinite(v)}
 
 

@@ -98,6 +98,13 @@ def test_per_client_statistics_match_a_direct_evaluation_and_change_no_other_num
     assert last["client_loss_mean"] == pytest.approx(losses.mean(), rel=1e-5)
     assert last["client_loss_worst10"] == pytest.approx(np.sort(losses)[-k:].mean(), rel=1e-5)
     assert last["client_loss_std"] == pytest.approx(losses.std(), rel=1e-4)
+    # every client's own values are stored beside their summaries, NaN where the round was not evaluated
+    vector_acc = np.array([last[f"client_acc/{i}"] for i in ids])
+    vector_loss = np.array([last[f"client_loss/{i}"] for i in ids])
+    np.testing.assert_allclose(vector_acc, accs)
+    np.testing.assert_allclose(vector_loss, losses, rtol=1e-5)
+    assert [c for c in m.columns if c.startswith("client_acc/")] == [f"client_acc/{i}" for i in ids]
+    assert m[f"client_acc/{ids[0]}"].isna().tolist() == m["test_acc"].isna().tolist()
     assert res.summary["final_client_acc_worst10"] == last["client_acc_worst10"]
     assert set(f"final_{s}" for s in STATS) <= set(res.summary)
     assert res.summary["client_eval_clients"] == len(ids) and len(res.summary["client_eval_split"]) == 64

@@ -14,6 +14,7 @@ import torch
 from fedlab.data import (
     DATASETS,
     Dataset,
+    DatasetError,
     DatasetNotFoundError,
     balanced_subset,
     load_dataset,
@@ -216,6 +217,33 @@ def test_cifar100_tiny_unverified_and_verified(tmp_path):
     assert d.y_train.tolist() == y_tr.tolist() and d.y_test.tolist() == y_te.tolist()
     with pytest.raises(RuntimeError, match="md5"):
         load_dataset("cifar100", root=tmp_path, download=False, verify=True)
+
+
+class _Payload:
+    """Unpickling this runs ``os.system`` (the crafted file of the hardening probe); here it would write a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_an_unverified_cifar_file_that_names_code_is_refused_never_run(tmp_path):
+    _write_cifar10(tmp_path)
+    marker = tmp_path / "ran"
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    with open(batch, "rb") as f:
+        entry = pickle.load(f)
+    _dump(batch, {**entry, "labels": _Payload(marker)})
+    with pytest.raises(DatasetError, match=r"data_batch_3 names (posix|os|nt)\.system, which no CIFAR file holds"):
+        load_dataset("cifar10", root=tmp_path, verify=False, download=False)
+    assert not marker.exists()
+    with pytest.raises(RuntimeError, match="md5"):  # verified, torchvision refuses it on its checksum first
+        load_dataset("cifar10", root=tmp_path, verify=True, download=False)
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("name,folder", [("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python")])

@@ -78,10 +78,12 @@ def test_finished_run_loads_from_disk_without_training(tiny, monkeypatch):
     pd.testing.assert_frame_equal(_numbers(again.metrics), _numbers(first.metrics), check_dtype=False)
 
 
-def test_build_instantiates_the_algorithm_it_uses(tiny, monkeypatch):
+def test_the_algorithm_is_built_once_per_run(tiny, monkeypatch):
+    """``Config.validate`` builds the algorithm; the run trains with that instance and its key reads that
+    instance's resolved hyperparameters, however often the key is asked for (issue 44: it was built by
+    validate, again by Simulation.build, and again by every ``hash()``)."""
     from fedlab.algorithms import algorithm_class
 
-    cfg = tiny(algorithm="fedsam")
     cls = algorithm_class("fedsam")
     made = []
     real_init = cls.__init__
@@ -91,12 +93,16 @@ def test_build_instantiates_the_algorithm_it_uses(tiny, monkeypatch):
         real_init(self, *args, **kwargs)
 
     monkeypatch.setattr(cls, "__init__", counting_init)
+    cfg = tiny(algorithm="fedsam", rounds=1, eval_every=1)
     sim = Simulation.build(cfg)
-    # one instance: the Simulation's, whose resolved hyperparameters also go into the run key
-    assert made == [sim.algorithm]
-    made.clear()
-    sim.train_round(sim.initial_state(), 0)  # training reuses the instance
-    assert made == []
+    sim.train_round(sim.initial_state(), 0)
+    fedlab.run(cfg, progress=False)
+    cfg.hash(), cfg.hash("other-partition"), cfg.hashed_fields()
+    assert made == [cfg.built_algorithm] and sim.algorithm is cfg.built_algorithm
+    # a params dict changed in place after validation is not ignored: the instance and the key follow it
+    before = cfg.hash()
+    cfg.algorithm_params["rho"] = 0.05
+    assert cfg.built_algorithm.hp.rho == 0.05 and cfg.hash() != before and len(made) == 2
 
 
 def test_fedsam_with_rho_zero_equals_fedavg(tiny, tmp_path):

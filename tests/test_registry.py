@@ -13,10 +13,9 @@ import torch
 
 import fedlab
 from cases import DEFAULTS, communication
-from fedlab.algorithms import algorithm_class, algorithm_names
+from fedlab.algorithms import algorithm_class, algorithm_classes, algorithm_names
 from fedlab.engine.accounting import communication_vectors
 
-REQUIRED = set(DEFAULTS)
 METHODS_PAGE_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "book" / "guide" / "methods.md"
 METHODS_PAGE = METHODS_PAGE_PATH.read_text()
 NAMES = algorithm_names()
@@ -24,8 +23,8 @@ COLUMNS = ["round", "lr", "train_loss", "test_acc", "test_loss", "flatness_dista
            "downlink_floats"]
 
 
-def test_all_sixteen_methods_registered():
-    missing = REQUIRED - set(NAMES)
+def test_every_method_of_the_table_is_registered():
+    missing = set(DEFAULTS) - set(algorithm_names())
     assert not missing, f"not registered: {sorted(missing)}"
 
 
@@ -62,9 +61,33 @@ def test_registry_metadata(name):
     assert f"\n## {name}\n" in METHODS_PAGE, f"{name}: no '## {name}' section in {METHODS_PAGE_PATH}"
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_facts_stated_on_the_class(name):
+    """What figures, tables and ``fedlab.tune`` show of a method is stated by its own class (an inherited
+    label, colour or grid would be its parent's), and the lab's style reads it from there."""
+    from lab.style import method_color, method_label
+
+    cls = algorithm_class(name)
+    missing = [a for a in ("label", "color", "order", "paper", "tuning") if a not in vars(cls)]
+    assert not missing, f"{name}: {cls.__name__} does not state {missing} itself"
+    assert isinstance(cls.label, str) and cls.label.strip(), name
+    assert re.fullmatch(r"#[0-9a-f]{6}", cls.color), f"{name}: color {cls.color!r} is not '#rrggbb'"
+    assert type(cls.order) is int, f"{name}: order {cls.order!r} is not an integer"
+    assert (method_label(name), method_color(name)) == (cls.label, cls.color)
+
+
+def test_no_two_methods_share_a_label_colour_or_place():
+    for attr in ("label", "color", "order"):
+        holders: dict = {}
+        for cls in algorithm_classes():
+            holders.setdefault(getattr(cls, attr), []).append(cls.name)
+        shared = {value: names for value, names in holders.items() if len(names) > 1}
+        assert not shared, f"{attr} shared by {shared}; taken: {sorted(holders)}"
+
+
 def test_methods_page_has_one_section_per_registered_method():
     sections = re.findall(r"^## (\S+)$", METHODS_PAGE, flags=re.MULTILINE)
-    assert sorted(sections) == sorted(NAMES), "methods page sections differ from the registry"
+    assert sorted(sections) == sorted(algorithm_names()), "methods page sections differ from the registry"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from fedlab.algorithms._registry import algorithm_class, algorithm_names, get_algorithm, register
+from fedlab.algorithms._registry import algorithm_class, algorithm_classes, algorithm_names, get_algorithm, register
 from fedlab.algorithms.base import (
     Algorithm,
     HParams,
@@ -29,6 +29,6 @@ ALGORITHMS: tuple[str, ...] = algorithm_names()
 
 __all__ = [
     "ALGORITHMS", "Algorithm", "HParams", "RoundInfo", "State", "StepInfo", "algorithm_class",
-    "algorithm_names", "clip_by_norm", "descend", "get_algorithm", "normalized", "register",
+    "algorithm_classes", "algorithm_names", "clip_by_norm", "descend", "get_algorithm", "normalized", "register",
     "sam_gradient", "sam_perturbation",
 ]

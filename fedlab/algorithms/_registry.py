@@ -21,6 +21,11 @@ def algorithm_names() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
+def algorithm_classes() -> tuple[type[Algorithm], ...]:
+    """Every registered class in the order figures and tables show them (their ``order``, then name)."""
+    return tuple(sorted(_REGISTRY.values(), key=lambda cls: (cls.order, cls.name)))
+
+
 def algorithm_class(name: str) -> type[Algorithm]:
     try:
         return _REGISTRY[name]

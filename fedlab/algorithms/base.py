@@ -272,14 +272,22 @@ def check_range(name: str, value: float, lo: float | None = None, hi: float | No
 class Algorithm:
     """Base class. Subclasses set the class attributes and override the contract methods.
 
-    Class attributes (they feed ``python -m fedlab algorithms``):
-    ``name``, ``paper`` (short citation), ``hparams_cls``, ``grad_evals_per_step``,
+    The class attributes are everything known about a method, stated once (``python -m fedlab algorithms``,
+    the lab's figures and tables and :func:`fedlab.tune` read them from here): ``name`` (the registry key),
+    ``label`` (how figures and tables name it), ``color`` (its colour in every figure, no two methods
+    alike), ``order`` (its place in figures and tables), ``paper`` (short citation), ``hparams_cls``,
+    ``tuning`` (each sensitive hyperparameter's candidates, from its declared default, e.g.
+    :func:`~fedlab.algorithms.sam.sam_radii`: ``fedlab.tune``'s default grid), ``grad_evals_per_step``,
     ``state_where`` (where persistent state lives), ``presets`` (named hyperparameter sets).
     """
 
     name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    color: ClassVar[str] = ""
+    order: ClassVar[int] = 0
     paper: ClassVar[str] = ""
     hparams_cls: ClassVar[type[HParams]] = HParams
+    tuning: ClassVar[Mapping[str, tuple[Any, ...]]] = {}
     grad_evals_per_step: ClassVar[int] = 1
     state_where: ClassVar[str] = "server: θ"
     presets: ClassVar[dict[str, dict[str, Any]]] = {}

@@ -54,8 +54,11 @@ class DPFedAvgParams(FedAvgParams):
 @register
 class DPFedAvg(FedAvg):
     name = "dp_fedavg"
+    label, color, order = "DP-FedAvg", "#525252", 23
     paper = "McMahan et al., ICLR 2018"
     hparams_cls = DPFedAvgParams
+    # σ and C set the privacy and are chosen, not tuned (a tuning run would spend privacy)
+    tuning = {}
     grad_evals_per_step = 1
     state_where = "server: θ"
 

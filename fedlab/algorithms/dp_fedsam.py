@@ -32,7 +32,7 @@ from torch import Tensor
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import State, StepInfo, descend, hparam
 from fedlab.algorithms.dp_fedavg import DPFedAvg, DPFedAvgParams
-from fedlab.algorithms.sam import sam_gradient, sam_perturbation
+from fedlab.algorithms.sam import sam_gradient, sam_perturbation, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -46,8 +46,10 @@ class DPFedSAMParams(DPFedAvgParams):
 @register
 class DPFedSAM(DPFedAvg):
     name = "dp_fedsam"
+    label, color, order = "DP-FedSAM", "#fdbf6f", 24
     paper = "Shi et al., CVPR 2023"
     hparams_cls = DPFedSAMParams
+    tuning = {"rho": sam_radii(DPFedSAMParams.rho)}  # code and README 0.5
     grad_evals_per_step = 2
     presets = {"code": {"adaptive": True}}
 

@@ -44,8 +44,10 @@ class FedACGParams(HParams):
 @register
 class FedACG(Algorithm):
     name = "fedacg"
+    label, color, order = "FedACG", "#9467bd", 4
     paper = "Kim et al., CVPR 2024"
     hparams_cls = FedACGParams
+    tuning = {}
     grad_evals_per_step = 1
     state_where = "server: θ, m"
 

@@ -26,8 +26,10 @@ class FedAvgParams(HParams):
 @register
 class FedAvg(Algorithm):
     name = "fedavg"
+    label, color, order = "FedAvg", "#000000", 0
     paper = "McMahan et al., AISTATS 2017"
     hparams_cls = FedAvgParams
+    tuning = {}
     grad_evals_per_step = 1
     state_where = "server: θ"
 

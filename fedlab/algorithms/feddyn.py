@@ -35,6 +35,10 @@ from fedlab.algorithms.base import (
 from fedlab.models.functional import Batch, GradFn
 
 
+REGULARISER_WEIGHTS = (0.01, 0.1)
+"""λ candidates in the dynamic regularisers' tuning grids (FL-Simulator's default 0.1 and its README's 0.01)."""
+
+
 @dataclass(frozen=True)
 class FedDynParams(HParams):
     lam: float = hparam(0.1, lo=0)  # λ, dynamic-regulariser weight (FL-Simulator `--lamb` default; README also 0.01)
@@ -43,8 +47,10 @@ class FedDynParams(HParams):
 @register
 class FedDyn(Algorithm):
     name = "feddyn"
+    label, color, order = "FedDyn", "#17becf", 3
     paper = "Acar et al., ICLR 2021"
     hparams_cls = FedDynParams
+    tuning = {"lam": REGULARISER_WEIGHTS}
     grad_evals_per_step = 1
     state_where = "server: θ, h̄ (mean of all h_i); client: h_i"
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import hparam
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.algorithms.scaffold import Scaffold, ScaffoldParams
 from fedlab.models.functional import Batch, GradFn
 
@@ -41,8 +41,10 @@ class FedGammaParams(ScaffoldParams):
 @register
 class FedGamma(Scaffold):
     name = "fedgamma"
+    label, color, order = "FedGAMMA", "#8c564b", 7
     paper = "Dai et al., IEEE TNNLS 2023"
     hparams_cls = FedGammaParams
+    tuning = {"rho": sam_radii(FedGammaParams.rho)}  # FL-Simulator README 0.01
     grad_evals_per_step = 2
     state_where = "server: θ, c; client: c_i"
     presets = {"corrected_perturbation": {"perturb_with_correction": True}}

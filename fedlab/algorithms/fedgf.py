@@ -34,7 +34,7 @@ from torch import Tensor
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam, stacked_mean
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
-from fedlab.algorithms.sam import sam_perturbation
+from fedlab.algorithms.sam import sam_perturbation, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -50,8 +50,10 @@ class FedGFParams(FedAvgParams):
 @register
 class FedGF(FedAvg):
     name = "fedgf"
+    label, color, order = "FedGF", "#a6761d", 18
     paper = "Lee et al., ICML 2024"
     hparams_cls = FedGFParams
+    tuning = {"rho": sam_radii(FedGFParams.rho), "divergence_threshold": (0.2, 0.3)}  # code default 0.05
     grad_evals_per_step = 2
     state_where = "server: θ, p (last update), W-round window, c"
 

@@ -45,7 +45,7 @@ from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
     Algorithm, HParams, RoundInfo, State, StepInfo, check_range, descend, hparam, stacked_mean,
 )
-from fedlab.algorithms.sam import sam_gradient, sam_perturbation
+from fedlab.algorithms.sam import sam_gradient, sam_perturbation, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 Warmup = Literal["ramp", "code"]
@@ -71,8 +71,10 @@ class FedGloSSParams(HParams):
 @register
 class FedGloSS(Algorithm):
     name = "fedgloss"
+    label, color, order = "FedGloSS", "#4daf4a", 17
     paper = "Caldarola et al., CVPR 2025 (arXiv 2412.03752)"
     hparams_cls = FedGloSSParams
+    tuning = {"rho": sam_radii(FedGloSSParams.rho), "rho_server": sam_radii(FedGloSSParams.rho_server)}  # CIFAR-10 0.15
     grad_evals_per_step = 2
     state_where = "server: θ, σ, Δ̃ (last pseudo-gradient); client: λ_i"
     presets = {

@@ -52,8 +52,11 @@ class FedGMTParams(HParams):
 @register
 class FedGMT(Algorithm):
     name = "fedgmt"
+    label, color, order = "FedGMT", "#fb9a99", 19
     paper = "Li et al., ICML 2025"
     hparams_cls = FedGMTParams
+    # the FL-SAM README's sharpness-strength grid; its α grid (0.95, 0.995, 0.998) is for 500 rounds
+    tuning = {"gamma": (0.5, 1.0, 2.0)}
     grad_evals_per_step = 1
     state_where = "server: θ, θ̃ (EMA of the global models), h̄; client: h_i"
     presets = {"code": {"gamma": 1.0, "alpha": 0.95, "tau": 3.0, "beta": 10.0}}  # README's command

@@ -34,7 +34,7 @@ from torch import Tensor
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 Variant = Literal["paper", "last_global_update"]
@@ -53,8 +53,10 @@ class FedLESAM(FedAvg):
     upload and server. Constructing ``FedLESAM`` builds the subclass of ``hp.variant``."""
 
     name = "fedlesam"
+    label, color, order = "FedLESAM", "#b15928", 11
     paper = "Fan et al., ICML 2024"
     hparams_cls = FedLESAMParams
+    tuning = {"rho": sam_radii(FedLESAMParams.rho)}  # issue #1: 0.01 "as in the paper"
     grad_evals_per_step = 1
     state_where = "server: θ; client: θ_old,i, seen_i"
     presets = {"readme": {"rho": 0.5}}

@@ -31,8 +31,9 @@ from torch import Tensor
 from fedlab.algorithms._lesam import LocallyEstimatedPerturbation
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import State, StepInfo, hparam
-from fedlab.algorithms.feddyn import FedDyn, FedDynParams
+from fedlab.algorithms.feddyn import REGULARISER_WEIGHTS, FedDyn, FedDynParams
 from fedlab.algorithms.fedlesam import Variant
+from fedlab.algorithms.sam import sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -46,8 +47,10 @@ class FedLESAMDParams(FedDynParams):
 @register
 class FedLESAMD(LocallyEstimatedPerturbation, FedDyn):
     name = "fedlesam_d"
+    label, color, order = "FedLESAM-D", "#80b1d3", 22
     paper = "Fan et al., ICML 2024"
     hparams_cls = FedLESAMDParams
+    tuning = {"rho": sam_radii(FedLESAMDParams.rho), "lam": REGULARISER_WEIGHTS}  # ρ = 0 is FedDyn
     grad_evals_per_step = 1
     state_where = "server: θ, h̄ (+ Δ^{t−1}: last_global_update); client: h_i (+ θ_old,i, seen_i: paper)"
 

@@ -34,6 +34,7 @@ from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import State, StepInfo, descend, hparam
 from fedlab.algorithms.fedlesam import FedLESAMParams
 from fedlab.algorithms.scaffold import Scaffold
+from fedlab.algorithms.sam import sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -45,11 +46,13 @@ class FedLESAMSParams(FedLESAMParams):
 @register
 class FedLESAMS(LocallyEstimatedPerturbation, Scaffold):
     name = "fedlesam_s"
+    label, color, order = "FedLESAM-S", "#cab2d6", 21
     paper = "Fan et al., ICML 2024"
     hparams_cls = FedLESAMSParams
     grad_evals_per_step = 1
     state_where = "server: θ, c (+ Δ^{t−1}: last_global_update); client: c_i (+ θ_old,i, seen_i: paper)"
     presets = {"readme": {"rho": 0.5}, "unscaled": {"correction_scale": 1.0}}
+    tuning = {"rho": sam_radii(presets["readme"]["rho"])}  # README 0.5; ρ = 0 is SCAFFOLD
 
     def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,
                    step: StepInfo) -> tuple[Tensor, State, Tensor]:

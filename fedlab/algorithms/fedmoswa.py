@@ -47,8 +47,10 @@ class FedMoSWAParams(FedSWAParams):
 @register
 class FedMoSWA(ControlVariates, FedSWA):
     name = "fedmoswa"
+    label, color, order = "FedMoSWA", "#393b79", 13
     paper = "Liu et al., ICML 2025 (FedMoSWA)"
     hparams_cls = FedMoSWAParams
+    tuning = {"rho": (0.1, 0.5), "gamma": (0.1, 0.2)}
     grad_evals_per_step = 1
     state_where = "server: θ, c; client: c_i"
     presets = {

@@ -44,7 +44,7 @@ from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
     Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 Variant = Literal["code", "paper"]
@@ -73,8 +73,10 @@ class _GradEvals:
 @register
 class FedNSAM(Algorithm):
     name = "fednsam"
+    label, color, order = "FedNSAM", "#e6ab02", 14
     paper = "Liu et al., MM 2025 (arXiv 2602.23827)"
     hparams_cls = FedNSAMParams
+    tuning = {"rho": sam_radii(FedNSAMParams.rho)}  # official client 0.05
     grad_evals_per_step = _GradEvals()  # type: ignore[assignment]  # class: 2 (the maximum); instance: its variant's
     state_where = "server: θ, m"
     presets = {

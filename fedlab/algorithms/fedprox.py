@@ -35,8 +35,10 @@ class FedProxParams(FedAvgParams):
 @register
 class FedProx(FedAvg):
     name = "fedprox"
+    label, color, order = "FedProx", "#8c8c8c", 1
     paper = "Li et al., MLSys 2020"
     hparams_cls = FedProxParams
+    tuning = {"mu": (0.01, 0.1)}  # the default and FL-Simulator's
     grad_evals_per_step = 1
     state_where = "server: θ"
     presets = {"flsim_default": {"mu": 0.1}}

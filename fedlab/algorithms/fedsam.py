@@ -20,7 +20,7 @@ from torch import Tensor
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import State, StepInfo, descend, hparam
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -33,8 +33,10 @@ class FedSAMParams(FedAvgParams):
 @register
 class FedSAM(FedAvg):
     name = "fedsam"
+    label, color, order = "FedSAM", "#ff7f0e", 5
     paper = "Qu et al., ICML 2022; Caldarola et al., ECCV 2022"
     hparams_cls = FedSAMParams
+    tuning = {"rho": sam_radii(FedSAMParams.rho)}  # FL-Simulator 0.1 (Liu's code 0.05)
     grad_evals_per_step = 2
 
     def local_step(self, theta: Tensor, cstate: State, msg: State, batch: Batch, grad_fn: GradFn,

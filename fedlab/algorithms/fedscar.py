@@ -43,7 +43,7 @@ from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
     Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, normalized,
 )
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -59,8 +59,11 @@ class FedScarParams(HParams):
 @register
 class FedScar(Algorithm):
     name = "fedscar"
+    label, color, order = "FedScar", "#b2df8a", 25
     paper = "ICML 2026, code Ultraman6/FedScar"  # the authors are not named in what could be read
     hparams_cls = FedScarParams
+    # the README's ρ 0.1; β weighs its dual and bias terms (README 0.06; main.py also tried 0.01)
+    tuning = {"rho": sam_radii(FedScarParams.rho), "beta": (0.01, 0.06)}
     grad_evals_per_step = 2
     state_where = "server: θ, h̄, b̄; client: h_i, b_i, θ̂_i (last end point), seen_i, t_i"
 

@@ -33,8 +33,8 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import RoundInfo, State, StepInfo, hparam, stacked_mean
-from fedlab.algorithms.feddyn import FedDyn, FedDynParams
-from fedlab.algorithms.sam import sam_gradient, sam_perturbation
+from fedlab.algorithms.feddyn import REGULARISER_WEIGHTS, FedDyn, FedDynParams
+from fedlab.algorithms.sam import sam_gradient, sam_perturbation, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -47,8 +47,10 @@ class FedSMOOParams(FedDynParams):
 @register
 class FedSMOO(FedDyn):
     name = "fedsmoo"
+    label, color, order = "FedSMOO", "#2ca02c", 9
     paper = "Sun et al., ICML 2023"
     hparams_cls = FedSMOOParams
+    tuning = {"rho": sam_radii(FedSMOOParams.rho), "lam": REGULARISER_WEIGHTS}  # README / issue #17: 0.1
     grad_evals_per_step = 2
     state_where = "server: θ, h̄, s; client: h_i, μ_i"
 

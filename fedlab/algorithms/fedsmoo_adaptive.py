@@ -74,8 +74,11 @@ class FedSMOOAdaptiveParams(FedAvgParams):
 @register
 class FedSMOOAdaptive(FedAvg):
     name = "fedsmoo_adaptive"
+    label, color, order = "FedSMOO (adaptive)", "#006d2c", 10
     paper = "blog variant of Sun et al., ICML 2023 (not the paper's method)"
     hparams_cls = FedSMOOAdaptiveParams
+    # ρ_k = max(ρ_min, ρ_max e^{−λ_k}) needs ρ_max ≥ ρ_min = 0.001: no ρ = 0 point (FedSMOO's is the control)
+    tuning = {"rho_max": (0.02, 0.05, 0.1)}
     grad_evals_per_step = 2
     state_where = "server: θ; client: g_prev, angle ring buffer, λ_k, ρ_k"
 

@@ -44,8 +44,11 @@ class FedSOLParams(FedAvgParams):
 @register
 class FedSOL(FedAvg):
     name = "fedsol"
+    label, color, order = "FedSOL", "#6a3d9a", 20
     paper = "Lee et al., CVPR 2024"
     hparams_cls = FedSOLParams
+    # ρ scales a unit vector along the proximal gradient (configs: 1.0), not a loss-gradient radius
+    tuning = {"rho": (0.0, 0.1, 0.5, 1.0)}  # ρ = 0 is FedAvg bit for bit
     grad_evals_per_step = 2
     state_where = "server: θ"
 

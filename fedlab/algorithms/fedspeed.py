@@ -25,8 +25,8 @@ from torch import Tensor
 
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import State, StepInfo, hparam
-from fedlab.algorithms.feddyn import FedDyn, FedDynParams
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.feddyn import REGULARISER_WEIGHTS, FedDyn, FedDynParams
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -39,8 +39,10 @@ class FedSpeedParams(FedDynParams):
 @register
 class FedSpeed(FedDyn):
     name = "fedspeed"
+    label, color, order = "FedSpeed", "#e377c2", 8
     paper = "Sun et al., ICLR 2023"
     hparams_cls = FedSpeedParams
+    tuning = {"rho": sam_radii(FedSpeedParams.rho), "lam": REGULARISER_WEIGHTS}  # README ρ 0.1
     grad_evals_per_step = 2
     state_where = "server: θ, h̄ (mean of all h_i); client: h_i"
 

@@ -54,8 +54,11 @@ class FedSWAParams(HParams):
 @register
 class FedSWA(Algorithm):
     name = "fedswa"
+    label, color, order = "FedSWA", "#1b9e77", 12
     paper = "Liu et al., ICML 2025 (FedSWA)"
     hparams_cls = FedSWAParams
+    # rho is the end of the in-round lr decay (a fraction of η), not a SAM radius
+    tuning = {"rho": (0.1, 0.5), "alpha": (1.0, 1.5)}
     grad_evals_per_step = 1
     state_where = "server: θ"
     presets = {

@@ -40,7 +40,7 @@ from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import (
     Algorithm, HParams, RoundInfo, State, StepInfo, descend, hparam, stacked_mean,
 )
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 HInit = Literal["zero", "first_round"]
@@ -70,8 +70,10 @@ class FedVSSAMParams(HParams):
 @register
 class FedVSSAM(Algorithm):
     name = "fedvssam"
+    label, color, order = "FedVSSAM", "#d62728", 15
     paper = "Xiao et al., NeurIPS 2026 (arXiv 2605.09144)"
     hparams_cls = FedVSSAMParams
+    tuning = {"rho": sam_radii(FedVSSAMParams.rho), "preset": ("moderate", "high")}  # paper 0.05
     grad_evals_per_step = 2
     state_where = "server: θ, h"
     presets = {

@@ -43,7 +43,7 @@ from torch import Tensor
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam, stacked_mean
 from fedlab.algorithms.fedavg import FedAvg, FedAvgParams
-from fedlab.algorithms.sam import sam_perturbation
+from fedlab.algorithms.sam import sam_perturbation, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 ALPHA_KEEP, ALPHA_LO, ALPHA_HI = 0.99, 0.1, 0.9  # hard-coded in server/FedWMSAM.py
@@ -65,8 +65,10 @@ class FedWMSAMParams(FedAvgParams):
 @register
 class FedWMSAM(FedAvg):
     name = "fedwmsam"
+    label, color, order = "FedWMSAM", "#f781bf", 16
     paper = "Li et al., NeurIPS 2025 (arXiv 2511.22080)"
     hparams_cls = FedWMSAMParams
+    tuning = {"rho": sam_radii(FedWMSAMParams.rho)}  # paper: best near 0.01
     grad_evals_per_step = 1
     state_where = "server: θ, m, c, α; client: c_i"
     presets = {

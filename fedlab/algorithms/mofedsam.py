@@ -33,7 +33,7 @@ from torch import Tensor
 from fedlab.algorithms._registry import register
 from fedlab.algorithms.base import RoundInfo, State, StepInfo, descend, hparam, stacked_mean
 from fedlab.algorithms.fedsam import FedSAM, FedSAMParams
-from fedlab.algorithms.sam import sam_gradient
+from fedlab.algorithms.sam import sam_gradient, sam_radii
 from fedlab.models.functional import Batch, GradFn
 
 
@@ -45,8 +45,10 @@ class MoFedSAMParams(FedSAMParams):
 @register
 class MoFedSAM(FedSAM):
     name = "mofedsam"
+    label, color, order = "MoFedSAM", "#bcbd22", 6
     paper = "Qu et al., ICML 2022 (MoFedSAM); FL-Simulator implementation"
     hparams_cls = MoFedSAMParams
+    tuning = {"rho": sam_radii(MoFedSAMParams.rho)}  # FL-Simulator default
     grad_evals_per_step = 2
     state_where = "server: θ, m (last mean update over K̄η)"
 

@@ -12,6 +12,18 @@ from torch import Tensor
 from fedlab.algorithms.base import normalized
 from fedlab.models.functional import Batch, GradFn
 
+SAM_RADII = (0.0, 0.01, 0.02, 0.05)
+"""ρ candidates in every SAM-family method's tuning grid: 0 (the method without its ascent step: the control
+that says whether SAM helps at all), 0.01–0.05, and each method's own published radius where it is larger
+(:func:`sam_radii`). FL-Simulator's 0.1 (tuned for ResNet-18) collapses the GroupNorm ``cnn``
+(``figures/tuning/04_rho_sweep_fedsam_cnn.csv``); it is in the grid of the methods whose paper uses it, so
+that the collapse is part of the recorded selection."""
+
+
+def sam_radii(paper: float) -> tuple[float, ...]:
+    """:data:`SAM_RADII` with the paper's radius added (sorted, once): a method's ρ candidates."""
+    return tuple(sorted(set(SAM_RADII) | {paper}))
+
 
 def sam_perturbation(direction: Tensor, rho: float, eps: float = 1e-12) -> Tensor:
     """ε̂ = ρ · v / (‖v‖ + eps). ρ = 0 gives exactly the zero vector."""

@@ -56,8 +56,10 @@ class ControlVariates:
 @register
 class Scaffold(ControlVariates, Algorithm):
     name = "scaffold"
+    label, color, order = "SCAFFOLD", "#1f77b4", 2
     paper = "Karimireddy et al., ICML 2020"
     hparams_cls = ScaffoldParams
+    tuning = {}
     grad_evals_per_step = 1
     state_where = "server: θ, c; client: c_i"
 

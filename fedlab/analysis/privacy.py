@@ -34,7 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from fedlab.algorithms import get_algorithm
 from fedlab.config import Config
 
 Conversion = Literal["standard", "balle2020"]
@@ -115,7 +114,7 @@ def privacy_of_config(config: Config, delta: float, *, conversion: Conversion = 
     """The (ε, δ) of a :class:`fedlab.Config` running ``dp_fedavg`` or ``dp_fedsam``: q from its
     participation (m/N for ``sampling="uniform"``), σ from its ``noise_multiplier``, T = its rounds.
     A client schedule has no sampling rate and is refused."""
-    sigma = getattr(get_algorithm(config.algorithm, config.algorithm_params).hp, "noise_multiplier", None)
+    sigma = getattr(config.built_algorithm.hp, "noise_multiplier", None)
     if sigma is None:
         raise ValueError(f"algorithm {config.algorithm!r} adds no DP noise (it has no noise_multiplier)")
     if config.sampling == "schedule":

@@ -189,43 +189,52 @@ def _load_fmnist(root: Path, download: bool | None) -> tuple[Tensor, Tensor, Ten
 
 
 # --- CIFAR-10 / CIFAR-100 ---
-class _SkipMd5:
-    """Mixin for torchvision's CIFAR classes that skips *only* the md5 comparisons.
-
-    Why: torchvision checks each pickle against the md5 of the official release.  That is right
-    for real data (``verify=True``, the default) but makes it impossible to exercise the real parsing
-    code on small files written in the same format (tests; this machine cannot download CIFAR), or
-    on a re-pickled copy.  With ``verify=False`` the same files are opened and parsed by torchvision's
-    own ``__init__``; only "present" replaces "present and md5 matches".
-    """
-
-    def _check_integrity(self) -> bool:
-        folder = os.path.join(self.root, self.base_folder)
-        return all(os.path.isfile(os.path.join(folder, f)) for f, _ in self.train_list + self.test_list)
-
-    def _load_meta(self) -> None:
-        import pickle
-
-        path = os.path.join(self.root, self.base_folder, self.meta["filename"])
-        if not os.path.isfile(path):
-            raise RuntimeError(f"Dataset metadata file not found: {path}")
-        with open(path, "rb") as infile:
-            data = pickle.load(infile, encoding="latin1")
-        self.classes = data[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+# A CIFAR batch holds arrays (numpy's reconstructor, ndarray, dtype; protocol 2 stores their buffers through
+# _codecs.encode), lists and strings. An unverified file may hold anything, and unpickling a global runs it.
+_CIFAR_GLOBALS = frozenset({("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                            ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")})
 
 
-def _cifar_classes(name: str, verify: bool):
+def _read_unverified(path: Path) -> dict:
+    """One CIFAR pickle read with only :data:`_CIFAR_GLOBALS` allowed: a file that names any other callable
+    (``os.system``, ``builtins.eval``, ...) is refused before that callable is looked up, let alone run."""
+    import pickle
+
+    class ArraysOnly(pickle.Unpickler):
+        def find_class(self, module: str, name: str):  # type: ignore[override]
+            if (module, name) not in _CIFAR_GLOBALS:
+                raise pickle.UnpicklingError(f"{path.name} names {module}.{name}, which no CIFAR file holds; "
+                                             "it was not loaded")
+            return super().find_class(module, name)
+
+    with open(path, "rb") as f:
+        entry = ArraysOnly(f, encoding="latin1").load()
+    if not isinstance(entry, dict) or "data" not in entry:
+        raise ValueError(f"{path.name} is not a CIFAR batch (no 'data' entry)")
+    return entry
+
+
+def _unverified_split(cls, folder: Path, train: bool):
+    """``data`` (N, 32, 32, 3 uint8) and ``targets`` of one split, parsed without torchvision's ``pickle.load``
+    (which would run whatever an unverified file names) by :func:`_read_unverified`."""
+    from types import SimpleNamespace
+
+    rows, targets = [], []
+    for name, _ in (cls.train_list if train else cls.test_list):
+        entry = _read_unverified(folder / name)
+        rows.append(np.asarray(entry["data"], dtype=np.uint8))
+        targets.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+    return SimpleNamespace(data=np.vstack(rows).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1)), targets=targets)
+
+
+def _cifar_class(name: str):
     from torchvision.datasets import CIFAR10, CIFAR100
 
-    base = CIFAR10 if name == "cifar10" else CIFAR100
-    if verify:
-        return base
-    return type(f"_Unverified{base.__name__}", (_SkipMd5, base), {"__module__": __name__})
+    return CIFAR10 if name == "cifar10" else CIFAR100
 
 
 def _load_cifar(name: str, root: Path, download: bool | None, verify: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    cls = _cifar_classes(name, verify)
+    cls = _cifar_class(name)
     folder = root / cls.base_folder
     files = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
 
@@ -234,7 +243,7 @@ def _load_cifar(name: str, root: Path, download: bool | None, verify: bool) -> t
 
     reason = ""
     if download is True or (download is None and missing()):
-        try:  # torchvision skips the download when the files are present (and, if verify, intact)
+        try:  # torchvision downloads unless the official files are present, md5 checked; it never parses others
             cls(str(root), train=True, download=True)
         except Exception as exc:  # offline: URLError/OSError/RuntimeError
             reason = f"torchvision download: {type(exc).__name__}: " + " ".join(str(exc).split())
@@ -252,13 +261,14 @@ def _load_cifar(name: str, root: Path, download: bool | None, verify: bool) -> t
     tensors = []
     for train in (True, False):
         try:
-            ds = cls(str(root), train=train, download=False)
+            ds = cls(str(root), train=train, download=False) if verify else _unverified_split(cls, folder, train)
         except RuntimeError as exc:
             if verify:
                 raise DatasetError(
                     f"{name} files in {folder} failed torchvision's md5 integrity check ({exc}); they are "
                     "corrupted, truncated or not the official release. Re-download them, or pass "
-                    "verify=False to skip the md5 check and parse them anyway"
+                    "verify=False to skip the md5 check and parse them with a reader that loads arrays, lists "
+                    "and strings only (a file naming any other callable is refused, never run)"
                     + (f" [{reason}]" if reason else "")
                 ) from None
             raise DatasetError(f"{name} files in {folder} cannot be parsed ({' '.join(str(exc).split())}); "

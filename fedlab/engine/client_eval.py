@@ -21,7 +21,9 @@ row gets, over the M clients holding data,
 * ``client_acc_mean`` = (1/M) Σ_i acc_i, ``client_acc_std`` = the population standard deviation
   (ddof = 0: these are all the clients, not a sample of them), and ``client_acc_worst10`` = the
   mean of the ⌈0.1·M⌉ lowest acc_i (at least one client);
-* the same three for the loss, ``client_loss_worst10`` averaging the ⌈0.1·M⌉ *highest* losses.
+* the same three for the loss, ``client_loss_worst10`` averaging the ⌈0.1·M⌉ *highest* losses;
+* every client's own values, ``client_acc/<i>`` and ``client_loss/<i>`` (one column each, NaN at a round
+  without evaluation), so the distribution these statistics summarise is in the record too.
 
 Splits of s samples are noisy: an accuracy on 100 samples has a standard error of up to 5 points,
 which widens the std and lowers the worst 10 % by itself; compare methods on the same splits (same
@@ -49,6 +51,7 @@ from fedlab.models import FlatModel
 
 STATS = ("client_acc_mean", "client_acc_worst10", "client_acc_std",
          "client_loss_mean", "client_loss_worst10", "client_loss_std")
+VECTOR_PREFIXES = ("client_acc", "client_loss")  # the per-client columns: client_acc/<id>, client_loss/<id>
 
 
 def class_counts(proportions: np.ndarray, size: int) -> np.ndarray:
@@ -121,7 +124,7 @@ class ClientEval:
     def row(self, model: FlatModel, theta: Tensor | None) -> dict[str, float]:
         """The :data:`STATS` columns at θ (all NaN when ``theta`` is None: a round without evaluation)."""
         if theta is None:
-            return dict.fromkeys(STATS, float("nan"))
+            return dict.fromkeys((*STATS, *self.vector_columns), float("nan"))
         step = eval_batch_size(self.x.device)
         correct, loss = [], []
         for start in range(0, self.x.shape[0], step):
@@ -130,7 +133,15 @@ class ClientEval:
             correct.append((logits.argmax(dim=1) == target).double())
             loss.append(F.cross_entropy(logits, target, reduction="none").double())
         acc, nll = torch.cat(correct)[self.where].mean(dim=1), torch.cat(loss)[self.where].mean(dim=1)
-        return dict(zip(STATS, spread(acc, worst_low=True) + spread(nll, worst_low=False)))
+        row = dict(zip(STATS, spread(acc, worst_low=True) + spread(nll, worst_low=False)))
+        # every client's own values too: the STATS summarise a distribution a reader may want to plot
+        row.update(zip(self.vector_columns, acc.tolist() + nll.tolist()))
+        return row
+
+    @property
+    def vector_columns(self) -> tuple[str, ...]:
+        """``client_acc/<id>`` then ``client_loss/<id>`` for each client with a split, in :attr:`clients` order."""
+        return tuple(f"{kind}/{int(i)}" for kind in VECTOR_PREFIXES for i in self.clients)
 
     def summary(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """The run summary's entries: the last evaluated round's statistics and the split's digest."""

@@ -29,7 +29,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from fedlab._version import __version__
-from fedlab.algorithms import Algorithm, RoundInfo, State, get_algorithm
+from fedlab.algorithms import Algorithm, RoundInfo, State
 from fedlab.config import Config, ConfigError, check_device_available, check_round_work
 from fedlab.data import Dataset, balanced_subset
 from fedlab.data.partition import Partition
@@ -109,10 +109,10 @@ class Simulation:
         if theta0 is not None:
             theta0_digest = _load_theta0(module, theta0, config.model, dataset)
         model = FlatModel(module, channels_last=config.channels_last, amp=config.amp)
-        algorithm = get_algorithm(config.algorithm, config.algorithm_params)
         key = partition.fingerprint + f"|data:{dataset.digest}" + (f"|theta0:{theta0_digest}" if theta0_digest else "")
-        config_hash = config.hash(key, schedule_digest(schedule), hparams=algorithm.hp.to_dict())
-        sim = cls(config, dataset, partition, model, algorithm, RunStore.for_run(root, config.algorithm, config_hash),
+        config_hash = config.hash(key, schedule_digest(schedule))
+        sim = cls(config, dataset, partition, model, config.built_algorithm,
+                  RunStore.for_run(root, config.algorithm, config_hash),
                   config_hash, theta0_digest, schedule,
                   ClientEval.build(config, dataset.x_test, dataset.y_test, partition.stats.counts.to_numpy()))
         if unwritable is not None:
@@ -435,6 +435,6 @@ def run(config: Config | None = None, *, progress: bool = True, stop_after_round
     ``$FEDLAB_RUNS``, else ``./runs`` of the current working directory). ``stop``: see
     :meth:`Simulation.run`. ``logger``: ``"tensorboard"`` or a :class:`fedlab.tracking.Logger`.
     """
-    config = (config or Config()).replace(**overrides) if overrides else (config or Config())
+    config = Config(**overrides) if config is None else config.replace(**overrides) if overrides else config
     return Simulation.build(config, dataset, theta0).run(progress=progress, stop_after_rounds=stop_after_rounds,
                                                          stop=stop, logger=logger)

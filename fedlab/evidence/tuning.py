@@ -13,8 +13,8 @@ A point whose run diverged or collapsed (:mod:`fedlab.engine.collapse`) is never
 first point in grid order. Call it once per split (partition scheme and α): the choice is per split.
 
 Grid keys are the algorithm's hyperparameter names (and ``"preset"``), or ``"lr"`` (the local
-learning rate, a Config field). :data:`DEFAULT_GRIDS` declares each method's sensitive
-hyperparameters in one table; its names are checked against the registry's hparam dataclasses.
+learning rate, a Config field). Each method declares its sensitive hyperparameters' candidates on its
+class (``tuning``); :data:`DEFAULT_GRIDS` collects them.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from fedlab.algorithms import algorithm_class, algorithm_classes
 from fedlab.config import Config, ConfigError
 from fedlab.data import Dataset
 from fedlab.results import RunResult
@@ -39,70 +40,17 @@ __all__ = ["DEFAULT_GRIDS", "TUNABLE_CONFIG_FIELDS", "TuneResult", "default_grid
 TUNABLE_CONFIG_FIELDS = ("lr",)
 """Config fields a grid may vary besides the algorithm's hyperparameters."""
 
-SAM_RADII = (0.0, 0.01, 0.02, 0.05)
-"""ρ candidates of every SAM-family method: 0 (the method without its ascent step: the control that says
-whether SAM helps at all), 0.01–0.05, and each method's own published radius (``_with_paper``, the
-hyperparameter's documented default) where it is larger. FL-Simulator's 0.1 (tuned for ResNet-18)
-collapses the GroupNorm ``cnn`` (``figures/tuning/04_rho_sweep_fedsam_cnn.csv``); it is in the grid of the
-methods whose paper uses it, so that the collapse is part of the recorded selection."""
-REGULARISER_WEIGHTS = (0.01, 0.1)
-"""λ candidates of the dynamic regularisers (FL-Simulator's default 0.1 and its README's 0.01)."""
-
-
-def _with_paper(radii: tuple[float, ...], paper: float) -> tuple[float, ...]:
-    """``radii`` with the paper's radius added (sorted, once)."""
-    return tuple(sorted(set(radii) | {paper}))
-
-
-DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "fedavg": {},
-    "fedprox": {"mu": (0.01, 0.1)},
-    "scaffold": {},
-    "feddyn": {"lam": REGULARISER_WEIGHTS},
-    "fedacg": {},
-    "fedsam": {"rho": _with_paper(SAM_RADII, 0.1)},  # FL-Simulator 0.1 (Liu's code 0.05)
-    "mofedsam": {"rho": _with_paper(SAM_RADII, 0.1)},  # FL-Simulator default
-    "fedgamma": {"rho": SAM_RADII},  # FL-Simulator README 0.01
-    "fedspeed": {"rho": _with_paper(SAM_RADII, 0.1), "lam": REGULARISER_WEIGHTS},  # FL-Simulator README 0.1
-    "fedsmoo": {"rho": _with_paper(SAM_RADII, 0.1), "lam": REGULARISER_WEIGHTS},  # README / issue #17: 0.1
-    # ρ_k = max(ρ_min, ρ_max e^{−λ_k}) needs ρ_max ≥ ρ_min = 0.001: no ρ = 0 point (FedSMOO's is the control)
-    "fedsmoo_adaptive": {"rho_max": (0.02, 0.05, 0.1)},
-    "fedlesam": {"rho": SAM_RADII},  # issue #1: 0.01 "as in the paper"
-    # FedSWA's rho is the end of the in-round lr decay (a fraction of η), not a SAM radius
-    "fedswa": {"rho": (0.1, 0.5), "alpha": (1.0, 1.5)},
-    "fedmoswa": {"rho": (0.1, 0.5), "gamma": (0.1, 0.2)},
-    "fednsam": {"rho": SAM_RADII},  # official client 0.05
-    "fedvssam": {"rho": SAM_RADII, "preset": ("moderate", "high")},  # paper 0.05
-    "fedwmsam": {"rho": SAM_RADII},  # paper: best near 0.01
-    "fedgloss": {"rho": _with_paper(SAM_RADII, 0.15), "rho_server": _with_paper(SAM_RADII, 0.15)},  # CIFAR-10 0.15
-    "fedgf": {"rho": SAM_RADII, "divergence_threshold": (0.2, 0.3)},  # code default 0.05
-    # the FL-SAM README's sharpness-strength grid; its α grid (0.95, 0.995, 0.998) is for 500 rounds
-    "fedgmt": {"gamma": (0.5, 1.0, 2.0)},
-    # FedSOL's ρ scales a unit vector along the proximal gradient (configs: 1.0), not a loss-gradient radius
-    "fedsol": {"rho": (0.0, 0.1, 0.5, 1.0)},  # ρ = 0 is FedAvg bit for bit
-    # issue 45: FedLESAM on SCAFFOLD / FedDyn (README 0.5 for -S); ρ = 0 is the host method
-    "fedlesam_s": {"rho": _with_paper(SAM_RADII, 0.5)},
-    "fedlesam_d": {"rho": SAM_RADII, "lam": REGULARISER_WEIGHTS},
-    # client-level DP: σ and C set the privacy and are chosen, not tuned (a tuning run would spend privacy)
-    "dp_fedavg": {},
-    "dp_fedsam": {"rho": _with_paper(SAM_RADII, 0.5)},  # code and README 0.5
-    # FedScar: the README's ρ 0.1; β weighs its dual and bias terms (README 0.06; main.py also tried 0.01)
-    "fedscar": {"rho": _with_paper(SAM_RADII, 0.1), "beta": (0.01, 0.06)},
-}
-"""Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default)."""
+DEFAULT_GRIDS: dict[str, dict[str, tuple[Any, ...]]] = {cls.name: dict(cls.tuning) for cls in algorithm_classes()}
+"""Each method's sensitive hyperparameters and their candidates (the grid ``tune`` uses by default), read from
+its class (:attr:`fedlab.algorithms.Algorithm.tuning`), in the figures' order."""
 
 
 def default_grid(algorithm: str) -> dict[str, tuple[Any, ...]]:
-    """The declared grid of ``algorithm`` (a copy); ValueError naming the method if it has none."""
-    if algorithm not in DEFAULT_GRIDS:
-        raise ValueError(f"no default tuning grid for algorithm {algorithm!r}; declared for: "
-                         f"{', '.join(sorted(DEFAULT_GRIDS))} (or pass grid=...)")
-    return dict(DEFAULT_GRIDS[algorithm])
+    """The declared grid of ``algorithm`` (a copy); ValueError naming the allowed methods if it is unknown."""
+    return dict(algorithm_class(algorithm).tuning)
 
 
 def _check_grid(algorithm: str, grid: Mapping[str, Sequence[Any]]) -> None:
-    from fedlab.algorithms import algorithm_class
-
     cls = algorithm_class(algorithm)
     names = {f.name for f in dataclasses.fields(cls.hparams_cls)} | ({"preset"} if cls.presets else set())
     for key, values in grid.items():

@@ -38,8 +38,6 @@ from typing import Any
 
 import torch
 
-from fedlab.algorithms import algorithm_names
-
 from lab.evidence.protocol import notebook_params
 from lab.repro import FIGURES_DIR
 from lab.style import METHOD_ORDER
@@ -52,8 +50,7 @@ RUN_ORDER = ("10_benchmarks", "00_quickstart", "02_flatness_incompatibility", "0
              "04_sam_baselines", "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
              "09_sharpness_and_landscapes", "01_heterogeneity", "01b_foundations", "11_global_perturbation")
 """The order ``make figures`` runs the notebooks in: 10 first, its runs are the ones the others share."""
-ALL_METHODS = tuple(sorted(algorithm_names(), key=lambda m: (
-    METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER), m)))
+ALL_METHODS = METHOD_ORDER
 """Every registered method, in the plots' order: what notebook 10 trains when no list is given."""
 BENCH_SPLITS = ("dirichlet-0.5", "dirichlet-0.1", "pathological-3")
 

@@ -244,7 +244,6 @@ def run_key(info: Mapping[str, Any]) -> str:
     way :meth:`fedlab.engine.Simulation.build` forms it: the config's hashed fields with the algorithm's
     resolved hyperparameters, the partition fingerprint, the dataset digest and θ₀'s digest, the client
     schedule's digest, the numeric code and the version (:meth:`fedlab.config.Config.hash`)."""
-    from fedlab.algorithms import get_algorithm
     from fedlab.engine.sampling import schedule_digest
 
     cfg = Config.from_dict(dict(info["config"]))
@@ -261,8 +260,7 @@ def run_key(info: Mapping[str, Any]) -> str:
         from fedlab.engine.loop import load_run_schedule
 
         schedule = load_run_schedule(cfg)
-    hp = get_algorithm(cfg.algorithm, cfg.algorithm_params).hp.to_dict()
-    return f"{cfg.algorithm}-{cfg.hash(extra, schedule_digest(schedule), hparams=hp)}"
+    return f"{cfg.algorithm}-{cfg.hash(extra, schedule_digest(schedule))}"
 
 
 def _older_code(root: Path) -> dict[str, str]:

@@ -41,7 +41,6 @@ from lab.repro import FIGURES_DIR, REPO_ROOT
 # Runs on the old code and on this checkout's: only APIs that have existed since records were first committed.
 _KEYS_SCRIPT = r"""
 import gzip, json, sys
-from fedlab.algorithms import get_algorithm
 from fedlab.config import Config
 from fedlab.engine.sampling import schedule_digest
 
@@ -55,8 +54,7 @@ def key(payload):
     if cfg.sampling == "schedule":
         from fedlab.engine.loop import load_run_schedule
         schedule = load_run_schedule(cfg)
-    hp = get_algorithm(cfg.algorithm, cfg.algorithm_params).hp.to_dict()
-    return cfg.algorithm + "-" + cfg.hash(extra, schedule_digest(schedule), hparams=hp)
+    return cfg.algorithm + "-" + cfg.hash(extra, schedule_digest(schedule))
 
 out = {}
 for path in sys.argv[1:]:

@@ -87,9 +87,7 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def _hparams(config: Any) -> dict[str, Any]:
-    from fedlab.algorithms import get_algorithm
-
-    return get_algorithm(config.algorithm, config.algorithm_params).hp.to_dict()
+    return config.built_algorithm.hp.to_dict()
 
 
 def matches(res: RunResult, arm: Mapping[str, Any], select: Mapping[str, Any]) -> bool:
