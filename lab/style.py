@@ -15,11 +15,11 @@ METHOD_LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "scaffold": "SCAFFOLD
                  "fedgmt": "FedGMT", "fedsol": "FedSOL", "fedlesam_s": "FedLESAM-S", "fedlesam_d": "FedLESAM-D",
                  "dp_fedavg": "DP-FedAvg", "dp_fedsam": "DP-FedSAM", "fedscar": "FedScar"}
 # one colour per method, no two alike (FedAvg black as the reference, FedProx the only grey)
-_PALETTE = ["#000000", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
-            "#e377c2", "#2ca02c", "#006d2c", "#b15928", "#1b9e77", "#393b79", "#e6ab02", "#d62728",
-            "#f781bf", "#4daf4a", "#a6761d", "#fb9a99", "#6a3d9a", "#cab2d6", "#80b1d3", "#525252", "#fdbf6f",
-            "#b2df8a"]
-METHOD_COLORS = dict(zip(METHOD_ORDER, _PALETTE))
+PALETTE = ["#000000", "#8c8c8c", "#1f77b4", "#17becf", "#9467bd", "#ff7f0e", "#bcbd22", "#8c564b",
+           "#e377c2", "#2ca02c", "#006d2c", "#b15928", "#1b9e77", "#393b79", "#e6ab02", "#d62728",
+           "#f781bf", "#4daf4a", "#a6761d", "#fb9a99", "#6a3d9a", "#cab2d6", "#80b1d3", "#525252", "#fdbf6f",
+           "#b2df8a"]
+METHOD_COLORS = dict(zip(METHOD_ORDER, PALETTE))
 
 
 def method_label(name: str) -> str:

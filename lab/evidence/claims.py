@@ -252,9 +252,9 @@ class Verdict:
             return ""
         s = scale if self.claim.metric == "final_test_acc" else 1.0
         digits = 2 if s == 100.0 else 4
-        parts = [f"{_arm_name(self.claim.left)} {self.left.format(s, digits)}"]
+        parts = [f"{arm_name(self.claim.left)} {self.left.format(s, digits)}"]
         for arm, est in zip(self.claim.right, self.right):
-            parts.append(f"{_arm_name(arm)} {est.format(s, digits) if est else '–'}")
+            parts.append(f"{arm_name(arm)} {est.format(s, digits) if est else '–'}")
         return "; ".join(parts)
 
     def lean(self) -> str:
@@ -328,7 +328,7 @@ def load_families(path: Path | None = None) -> dict[str, str]:
 
 
 # --- evidence --------------------------------------------------------------------------------------
-def _arm_name(arm: Mapping[str, Any]) -> str:
+def arm_name(arm: Mapping[str, Any]) -> str:
     from lab.style import method_label
 
     if not arm:
@@ -374,7 +374,7 @@ def independent_runs(runs: Sequence[RunResult]) -> tuple[list[RunResult], int]:
 
 
 def _duplicates_note(arm: Mapping[str, Any], n: int) -> str:
-    return f"{_arm_name(arm)}: {n} duplicate run(s) (a repeated seed or config) counted once" if n else ""
+    return f"{arm_name(arm)}: {n} duplicate run(s) (a repeated seed or config) counted once" if n else ""
 
 
 def _arm_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, Any]) -> list[RunResult]:
@@ -390,7 +390,7 @@ def _finished_runs(runs: Sequence[RunResult], claim: Claim, arm: Mapping[str, An
     notes = [_duplicates_note(arm, repeated)] if repeated else []
     if bad:
         counts = {s: sum(r.status == s for r in bad) for s in ("collapsed", "diverged")}
-        notes.append(f"{_arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+        notes.append(f"{arm_name(arm)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     return ok, "; ".join(notes)
 
 
@@ -429,7 +429,7 @@ def _table_rows(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tu
         dropped = int((~ok & rows[col].notna()).sum())
         rows = rows[ok]
         if dropped:
-            note = f"{_arm_name(arm)}: {dropped} estimate(s) with {valid} = False excluded"
+            note = f"{arm_name(arm)}: {dropped} estimate(s) with {valid} = False excluded"
     if "seed" in rows.columns:
         # a row repeated whole (same seed, same setting, same values) is one measurement written twice; rows
         # of one seed that differ (per client, per α) are the table's own samples and all count
@@ -440,7 +440,7 @@ def _table_rows(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any]) -> tu
         status = rows["status"].fillna("finished")
         counts = {s: int((status == s).sum()) for s in ("collapsed", "diverged")}
         if any(counts.values()):
-            note = "; ".join(x for x in (note, f"{_arm_name(arm)}: " + ", ".join(
+            note = "; ".join(x for x in (note, f"{arm_name(arm)}: " + ", ".join(
                 f"{n} {s}" for s, n in counts.items() if n)) if x)
         rows = rows[status == "finished"]
     return rows, note
@@ -471,7 +471,7 @@ def _seeds_from_table(table: pd.DataFrame, claim: Claim, arm: Mapping[str, Any],
     if average:
         return {_seed_label(k): float(v) for k, v in per_seed.mean().items()}, note
     if len(rows) and int(per_seed.size().max()) > 1:
-        return None, "; ".join(x for x in (note, f"{_arm_name(arm)}: several values per seed in "
+        return None, "; ".join(x for x in (note, f"{arm_name(arm)}: several values per seed in "
                                                   f"{claim.figure}.csv: cannot pair by seed") if x)
     return {_seed_label(k): float(v) for k, v in per_seed.first().items()}, note
 
@@ -512,7 +512,7 @@ def _few(est: Estimate | None) -> bool:
 
 
 @dataclass(frozen=True)
-class _Evidence:
+class Evidence:
     """What a claim is judged from: the figure's committed runs, or its CSV table."""
 
     runs: Sequence[RunResult] | None = None
@@ -532,13 +532,13 @@ class _Evidence:
         return _seeds_from_runs(self.runs or [], claim, arm)
 
 
-def _evidence(claim: Claim, figures_dir: Path) -> _Evidence | str:
+def evidence_of(claim: Claim, figures_dir: Path) -> Evidence | str:
     """The claim's evidence in ``figures_dir``, or (a string) why there is none: the claim is not run."""
     from lab.evidence.records import figure_data, figure_runs
 
     if isinstance(claim.metric, Mapping):
         try:  # checked against the manifest: an edited (or deleted) table is refused, naming it
-            return _Evidence(table=figure_data(claim.figure, figures_dir))
+            return Evidence(table=figure_data(claim.figure, figures_dir))
         except FileNotFoundError:
             return f"no {claim.figure}.csv yet"
     try:
@@ -547,7 +547,7 @@ def _evidence(claim: Claim, figures_dir: Path) -> _Evidence | str:
         return str(err).split(";")[0]
     if not runs:
         return f"{claim.figure} has no committed records yet"
-    return _Evidence(runs=runs)
+    return Evidence(runs=runs)
 
 
 def _cost_check(claim: Claim) -> tuple[bool, str]:
@@ -564,13 +564,13 @@ def evaluate_claim(claim: Claim, figures_dir: Path | None = None) -> Verdict:
     """One claim's verdict from the committed evidence in ``figures_dir`` (default ``figures/``): the
     unpaired reading of the module docstring."""
     figures_dir = figures_root() if figures_dir is None else Path(figures_dir)
-    evidence = _evidence(claim, figures_dir)
+    evidence = evidence_of(claim, figures_dir)
     if isinstance(evidence, str):
         return Verdict(claim, "not run", note=evidence)
     return _unpaired(claim, evidence)
 
 
-def _unpaired(claim: Claim, evidence: _Evidence) -> Verdict:
+def _unpaired(claim: Claim, evidence: Evidence) -> Verdict:
     left, note_l = evidence.arm(claim, claim.left)
     rights, notes = [], [note_l] if note_l else []
     for a in claim.right:
@@ -687,11 +687,11 @@ class PairedVerdict:
             else:
                 text = d.format(self.scale, digits, with_n=False) + (f" {self.unit}" if self.unit else "") \
                     + (f" (n={d.n})" if with_n else "")
-            parts.append(f"vs {_arm_name(c.right)} {text}" if c.right else text)
+            parts.append(f"vs {arm_name(c.right)} {text}" if c.right else text)
         return "; ".join(parts)
 
 
-def _one_arm(claim: Claim, evidence: _Evidence, min_seeds_to_decide: int,
+def _one_arm(claim: Claim, evidence: Evidence, min_seeds_to_decide: int,
              level: float) -> tuple[PairedComparison, list[str]]:
     """``abs_le``: nothing to pair; the per-seed values (a seed's mean over its rows) against 0, with the
     one-sample interval over seeds and the same gate on the number of seeds (an equivalence: in no family)."""
@@ -726,10 +726,10 @@ def _arm_validity(claim: Claim, arm: Mapping[str, Any], runs: Sequence[RunResult
     """``(class, reason)`` when the arm does not test the claim (a diverged run, a degenerate method), else
     ``("", "")``."""
     chosen = _arm_runs(runs, claim, arm)
-    why = diverged_arm(_arm_name(arm), chosen)
+    why = diverged_arm(arm_name(arm), chosen)
     if why:
         return NOT_TESTED_DIVERGED, why
-    why = degenerate(_arm_name(arm), arm, chosen, pool)
+    why = degenerate(arm_name(arm), arm, chosen, pool)
     return (NOT_TESTED_DEGENERATE, why) if why else ("", "")
 
 
@@ -740,7 +740,7 @@ def _seed_values(claim: Claim, runs: Mapping[Hashable, RunResult]) -> dict[Hasha
 def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide: int, level: float) -> _Reading:
     """Phase 1 of the paired reading: the evidence, each comparison's paired difference, the arms' validity
     (:mod:`lab.evidence.validity`), the required controls and the ceiling's room; no decision yet."""
-    evidence = _evidence(claim, figures_dir)
+    evidence = evidence_of(claim, figures_dir)
     if isinstance(evidence, str):
         return _Reading(claim, Verdict(claim, "not run", note=evidence), not_run=evidence)
     reading = _Reading(claim, _unpaired(claim, evidence), final_how=_final_how(claim, evidence))
@@ -755,7 +755,7 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
     notes += [note] if note else []
     left_absent = left == {} and not note  # no record of the arm at all (not: all collapsed)
     if left_absent:
-        notes.append(f"{_arm_name(claim.left)}: {NO_DATA} (no committed record)")
+        notes.append(f"{arm_name(claim.left)}: {NO_DATA} (no committed record)")
     # (the arm as shown, its {seed: value}, a note, its validity class)
     arms: list[tuple[dict[str, Any], dict[Hashable, float] | None, str, str]] = []
     for arm in claim.right:
@@ -764,9 +764,9 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
     left_runs = _arm_runs(runs, claim, claim.left)
     for required in claim.requires:  # a control the claim needs, read from the whole records folder
         found = companion_runs(pool, required, left_runs) if left_runs else {}
-        name = f"{_arm_name(required)} (required control)"
+        name = f"{arm_name(required)} (required control)"
         if found and len(found) < min_seeds_to_decide:  # a control still training confounds like a missing one
-            reading.untested.append((CONFOUNDED, f"the control {_arm_name(required)} has {len(found)} of the "
+            reading.untested.append((CONFOUNDED, f"the control {arm_name(required)} has {len(found)} of the "
                                                  f"{min_seeds_to_decide} seeds a verdict needs (figures/claims.yaml "
                                                  "requires)"))
         if found:
@@ -776,7 +776,7 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
             arms.append(({**required, "label": name}, _seed_values(claim, found), "", validity.get(id(required),
                                                                                                   ("", ""))[0]))
         elif left_runs:
-            reading.untested.append((CONFOUNDED, f"the control {_arm_name(required)} has no committed record in the "
+            reading.untested.append((CONFOUNDED, f"the control {arm_name(required)} has no committed record in the "
                                                  "claim's federation (figures/claims.yaml requires)"))
     left_class = validity[id(claim.left)][0]
     for arm, right, note, right_class in arms:
@@ -784,7 +784,7 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
             notes.append(note)
         if left_absent or (right == {} and not note):
             if right == {} and not note:
-                notes.append(f"{_arm_name(arm)}: {NO_DATA} (no committed record)")
+                notes.append(f"{arm_name(arm)}: {NO_DATA} (no committed record)")
             reading.comparisons.append(PairedComparison(arm, None, NO_DATA, NO_DATA, NO_DATA))
             continue
         if left is None or right is None:
@@ -792,7 +792,7 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
             continue
         diff = paired_difference(left, right, level)
         if diff.note():
-            notes.append(f"vs {_arm_name(arm)}: {diff.note()}")
+            notes.append(f"vs {arm_name(arm)}: {diff.note()}")
         cls = left_class or right_class  # either arm not what the claim names: the comparison tests nothing
         reading.comparisons.append(PairedComparison(arm, diff, cls or _PENDING, cls or _PENDING, diff.note()))
     for cls, why in (v for v in validity.values() if v[0]):
@@ -802,7 +802,7 @@ def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide
     return reading
 
 
-def _check_headroom(claim: Claim, evidence: _Evidence, runs: Sequence[RunResult], pool: RecordPool,
+def _check_headroom(claim: Claim, evidence: Evidence, runs: Sequence[RunResult], pool: RecordPool,
                     reading: _Reading) -> None:
     """A ``much_greater`` claim: the room from each right arm to its ``ceiling`` (the same federation with the
     ceiling's ``config`` fields), :func:`lab.evidence.validity.headroom`; a margin above it makes the claim not
@@ -813,13 +813,13 @@ def _check_headroom(claim: Claim, evidence: _Evidence, runs: Sequence[RunResult]
         ceiling = _seed_values(claim, companion_runs(pool, claim.ceiling, right_runs, claim.ceiling.get("config")))
         right, _ = evidence.seeds(claim, arm)
         room, n = headroom(ceiling, right or {})
-        name = _arm_name(claim.ceiling)
+        name = arm_name(claim.ceiling)
         if n == 0:
             reading.notes.append(f"headroom could not be checked: no committed record of the ceiling {name} in the "
-                                 f"federation of {_arm_name(arm)}")
+                                 f"federation of {arm_name(arm)}")
         elif claim.margin > room:
             reading.untested.append((NOT_TESTABLE_HEADROOM, f"the margin {scale * claim.margin:g}{unit} exceeds the "
-                                     f"room {scale * room:.2f}{unit} from {_arm_name(arm)} to the ceiling {name} "
+                                     f"room {scale * room:.2f}{unit} from {arm_name(arm)} to the ceiling {name} "
                                      f"(mean over {n} seeds)"))
         else:
             reading.notes.append(f"room to the ceiling {name}: {scale * room:.2f}{unit} (n = {n}), above the margin")
@@ -963,7 +963,7 @@ def evaluate_claims_paired(claims: Sequence[Claim] | None = None, figures_dir: P
     return out
 
 
-def _final_how(claim: Claim, evidence: _Evidence) -> str:
+def _final_how(claim: Claim, evidence: Evidence) -> str:
     """How the final accuracies behind ``claim`` were computed (one label per kind, joined)."""
     if claim.metric != "final_test_acc" or not evidence.runs:
         return ""
@@ -993,8 +993,8 @@ def paired_table(verdicts: Sequence[PairedVerdict]) -> pd.DataFrame:
                 "paper_effect": float(e["value"]) if isinstance(e.get("value"), (int, float)) else nan,
                 "paper_effect_unit": str(e.get("unit", "")) if e else "",
                 "paper_effect_where": str(e.get("where", "")) if e else "",
-                "op": v.claim.op, "left": _arm_name(v.claim.left),
-                "right": _arm_name(c.right) if c is not None and c.right else "", "comparison": i,
+                "op": v.claim.op, "left": arm_name(v.claim.left),
+                "right": arm_name(c.right) if c is not None and c.right else "", "comparison": i,
                 "unpaired_verdict": v.unpaired.verdict, "paired_verdict": v.verdict, "paired_as_if": v.as_if,
                 "comparison_verdict": c.verdict if c is not None else v.verdict,
                 "min_seeds_to_decide": v.min_seeds_to_decide, "unit": v.unit,
@@ -1188,7 +1188,7 @@ def effect_text(v: PairedVerdict, with_arm: bool = True) -> str:
         else:
             text = d.format(v.scale, digits, with_n=False) + unit
             ns.add(d.n)
-        parts.append(f"{text} vs {_arm_name(c.right)}" if (c.right and with_arm) else text)
+        parts.append(f"{text} vs {arm_name(c.right)}" if (c.right and with_arm) else text)
     if not parts:
         return "–"
     return "; ".join(parts) + (f" (n={'/'.join(map(str, sorted(ns)))})" if ns else "")
