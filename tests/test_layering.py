@@ -276,13 +276,23 @@ def test_the_checks_see_what_they_forbid():
 # Lower the number as the library shrinks; raising it needs a reason in the commit that does.
 MAX_LIBRARY_LINES = 12_869
 MAX_MODULE_LINES = 450
-SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items() if house(m) == "fedlab"}
+LINES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+SIZES = {m: n for m, n in LINES.items() if house(m) == "fedlab"}
+# The lab's modules still above the bound (issue 44 split the longest, lab.evidence.claims, 1,309 lines, first),
+# each held at its size today: one may shrink (strike it once it is within the bound); none may grow, none may join.
+LONG_LAB_MODULES: dict[str, int] = {
+    "lab.regime.pilot": 743, "lab.regime.decide": 667, "lab.regime.rerun": 658, "lab.evidence.records": 581,
+    "lab.bench.speed": 517, "lab.evidence.protocol": 504, "lab.regime.analyse": 494, "lab.bench.curvature": 480,
+}
 
 
 def test_no_module_is_longer_than_450_lines():
-    """A module a reader takes in whole (issue 25): past 450 lines it holds more than one idea."""
-    long = {m: n for m, n in SIZES.items() if n > MAX_MODULE_LINES}
-    assert not long, f"modules above {MAX_MODULE_LINES} lines: {long}"
+    """A module a reader takes in whole (issue 25): past 450 lines it holds more than one idea; in the lab too,
+    but for :data:`LONG_LAB_MODULES`."""
+    long = {m: n for m, n in LINES.items() if n > max(MAX_MODULE_LINES, LONG_LAB_MODULES.get(m, 0))}
+    assert not long, f"modules above {MAX_MODULE_LINES} lines (or above their size in LONG_LAB_MODULES): {long}"
+    within = sorted(m for m in LONG_LAB_MODULES if LINES.get(m, 0) <= MAX_MODULE_LINES)
+    assert not within, f"within {MAX_MODULE_LINES} lines now (or gone): strike them from LONG_LAB_MODULES: {within}"
 
 
 def test_the_library_does_not_grow_past_its_ratchet():
