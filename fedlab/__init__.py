@@ -12,11 +12,11 @@ What a user imports: :func:`run` / :class:`Simulation` and :class:`Config`; :fun
 held-out split) and :mod:`fedlab.sweep` (grids × seeds on every core or on Ray) with
 :func:`summary_table`; the registries of algorithms, models, datasets and partitions with their
 getters; :func:`mean_interval` (a mean and its interval over seeds); the seeded generators every
-random draw goes through. The subpackages :mod:`fedlab.analysis` (curvature, landscapes, flatness
-incompatibility, friendly adversary), :mod:`fedlab.data` and :mod:`fedlab.algorithms` hold the rest;
-the Flower adapter is the optional extra ``fedlab.flower`` (``pip install "fedlab-sam[flower]"``).
-Everything else — this repository's evidence, figures and benchmarks — is the lab beside the
-library (``lab/``), which the library never imports.
+random draw goes through; :func:`data_root` (where datasets are read). The subpackages :mod:`fedlab.analysis`
+(curvature, landscapes, flatness incompatibility, friendly adversary), :mod:`fedlab.data` and
+:mod:`fedlab.algorithms` hold the rest; the Flower adapter is the optional extra ``fedlab.flower``
+(``pip install "fedlab-sam[flower]"``). Everything else — this repository's evidence, figures and
+benchmarks — is the lab beside the library (``lab/``), which the library never imports.
 
 This is *not* the unrelated PyPI package of the same import name (SMILELab FedLab);
 ``FEDLAB_SAM_MARKER`` identifies this project, and the distribution is called ``fedlab-sam``.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from fedlab._version import __version__  # noqa: E402
 from fedlab._rng import derive_seed, numpy_generator, torch_generator  # noqa: E402
+from fedlab._paths import data_root  # noqa: E402
 FEDLAB_SAM_MARKER = "fedlab-sam: sharpness-aware federated learning notebooks"
 
 from fedlab.algorithms import ALGORITHMS, Algorithm, algorithm_class, algorithm_names, get_algorithm  # noqa: E402
@@ -42,7 +43,7 @@ from fedlab.sweep import summary_table  # noqa: E402
 __all__ = [
     "ALGORITHMS", "Algorithm", "CheckpointError", "Config", "ConfigError", "DATASETS", "Dataset", "Estimate",
     "FEDLAB_SAM_MARKER", "FlatModel", "MODELS", "PARTITIONERS", "Partition", "RunResult", "Simulation",
-    "TuneResult", "__version__", "algorithm_class", "algorithm_names", "build_model", "derive_seed", "from_tensors",
-    "get_algorithm", "load_dataset", "make_partition", "mean_interval", "numpy_generator", "run", "summary_table",
-    "sweep", "torch_generator", "tune",
+    "TuneResult", "__version__", "algorithm_class", "algorithm_names", "build_model", "data_root", "derive_seed",
+    "from_tensors", "get_algorithm", "load_dataset", "make_partition", "mean_interval", "numpy_generator", "run",
+    "summary_table", "sweep", "torch_generator", "tune",
 ]

@@ -55,6 +55,7 @@ FAULT_ENV = "FEDLAB_FAULT_AT"
 FAULT_POINTS = ("before_checkpoint", "after_checkpoint", "after_metrics", "after_summary")
 FAULT_EXIT_CODE = 86
 CHECKPOINT_FORMAT = 2
+RUN_ID = "{algorithm}-{key}"  # a run's name (RunResult.run_id): its folder's under runs_dir
 _REQUIRED = frozenset({"format", "next_round", "server", "clients", "rows", "status", "config_hash",
                        "theta0", "digest"})
 
@@ -165,6 +166,22 @@ class RunResult:
     def label(self) -> str:
         return self.config.name or self.config.algorithm
 
+    @property
+    def key(self) -> str | None:
+        """The run key (:meth:`fedlab.config.Config.hash` as the run formed it); None for a result built by hand."""
+        return self.summary.get("config_hash")
+
+    @property
+    def run_id(self) -> str | None:
+        """``<algorithm>-<key>``: the run's name, its folder's under ``runs_dir`` (:meth:`RunStore.for_run`)."""
+        return None if self.key is None else RUN_ID.format(algorithm=self.config.algorithm, key=self.key)
+
+    def stored_config(self) -> dict[str, Any] | None:
+        """The run's ``config.json`` (:func:`config_record`: the Config, its key, split and data digests) from its
+        run directory; None where it has none (a result built by hand or read from elsewhere)."""
+        path = RunStore(self.run_dir).config_path if self.run_dir is not None else None
+        return json.loads(path.read_text()) if path is not None and path.is_file() else None
+
     def __repr__(self) -> str:
         return (f"RunResult({self.label}, status={self.status}, rounds={len(self.metrics)}, "
                 f"final_acc={self.final_accuracy:.4f})")
@@ -223,7 +240,7 @@ class RunStore:
     @staticmethod
     def for_run(root: Path, algorithm: str, run_key: str) -> "RunStore":
         """The store of the run with key ``run_key`` (:meth:`fedlab.config.Config.hash`) under ``root``."""
-        return RunStore(root / f"{algorithm}-{run_key}")
+        return RunStore(root / RUN_ID.format(algorithm=algorithm, key=run_key))
 
     # --- the lock ---------------------------------------------------------------------------------
     @contextmanager

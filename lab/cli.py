@@ -36,23 +36,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    """``claims [--unpaired] [--decide-at N] [--csv PATH] [--write]``: the paired reading by default."""
+    """``claims [--decide-at N] [--csv PATH] [--write]``: the claims read by seed pairs (their one reading)."""
     from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 
-    if args.unpaired:
-        if args.decide_at is not None or args.write:
-            print("error: --unpaired is the old reading, for comparison: it takes no --decide-at and does not --write",
-                  file=sys.stderr)
-            return 2
-        from lab.evidence.claims import claims_table, evaluate_claims
-
-        table = claims_table(evaluate_claims())
-        with __import__("pandas").option_context("display.max_colwidth", 60, "display.width", 200):
-            print(table[["id", "numbers", "verdict"]].to_string(index=False))
-        if args.csv is not None:
-            table.to_csv(args.csv, index=False)
-            print(f"wrote {args.csv}")
-        return 0
     decide_at = MIN_SEEDS_TO_DECIDE if args.decide_at is None else args.decide_at
     if decide_at < 2:
         print(f"error: --decide-at must be at least 2 (an interval needs two pairs), got {decide_at}", file=sys.stderr)
@@ -65,7 +51,8 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 
 def _claims_paired(args: argparse.Namespace, decide_at: int) -> int:
-    """Every claim's unpaired and paired verdicts, the findings; with ``--write`` the committed files."""
+    """Every claim's verdict (with the unpaired finding's beside it), the findings; with ``--write`` the committed
+    files."""
     from lab.evidence.claims import evaluate_claims_paired, paired_table, paired_text, write_claims
     from lab.evidence.findings import evaluate_findings, findings_table
 
@@ -174,8 +161,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "figures/findings_cpu.csv, the forest plot figures/claims_forest.* and the generated "
                         "blocks of README.md and figures/README.md")
     c.add_argument("--paired", action="store_true", help="the default reading (kept as a no-op for old scripts)")
-    c.add_argument("--unpaired", action="store_true",
-                   help="the old reading (two separate intervals per claim), for comparison")
     c.add_argument("--decide-at", type=int, default=None, metavar="N",
                    help="pairs needed for a verdict (default 6; 3 reads the committed evidence as if decided)")
     c.add_argument("--csv", type=str, default=None, metavar="PATH",

@@ -70,7 +70,7 @@ def package_versions() -> dict[str, str]:
     import matplotlib
     import pandas
 
-    from fedlab._version import __version__
+    from fedlab import __version__
 
     return {"fedlab": __version__, "torch": torch.__version__, "numpy": np.__version__,
             "pandas": pandas.__version__, "matplotlib": matplotlib.__version__}

@@ -25,7 +25,7 @@ from torch import Tensor
 from fedlab.analysis.federation import EmpiricalLoss, client_data, global_loss_fn
 from fedlab.analysis.eigen import top_eigenvalues
 from fedlab.analysis.hessian import hessian_trace, sam_sharpness
-from fedlab._rng import numpy_generator, torch_generator
+from fedlab import numpy_generator, torch_generator
 from fedlab.results import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -9,7 +9,7 @@ from fedlab.algorithms import algorithm_class, algorithm_classes, algorithm_name
 METHOD_ORDER = tuple(cls.name for cls in algorithm_classes())
 METHOD_LABELS = {cls.name: cls.label for cls in algorithm_classes()}
 METHOD_COLORS = {cls.name: cls.color for cls in algorithm_classes()}
-_PALETTE = list(METHOD_COLORS.values())  # by position, also for lines that are not a method
+PALETTE = list(METHOD_COLORS.values())  # by position, also for lines that are not a method
 
 
 def method_label(name: str) -> str:

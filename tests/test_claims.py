@@ -1,4 +1,5 @@
-"""Claims as data: the evaluator on synthetic results (holds, fails, inconclusive, not run)."""
+"""Claims as data: the claims file, the evidence a claim reads, the unpaired finding's interval rules on synthetic
+results (holds, fails, inconclusive, not run), and the written table and pages."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +12,8 @@ import pytest
 import fedlab
 import lab.repro
 from lab.evidence import integrity
-from lab.evidence.claims import Claim, claims_table, compare, evaluate_claim, load_claims, write_claims
+from lab.evidence.claims import Claim, evaluate_claims_paired, load_claims, write_claims
+from lab.evidence.claims.unpaired import compare, evaluate_unpaired
 from lab.evidence.records import write_record
 from fedlab.results import RunResult
 from fedlab.evidence.uncertainty import mean_interval
@@ -60,27 +62,26 @@ def test_verdicts_from_synthetic_records(tmp_path, left, right, op, expected):
     runs = [_fake("fedvssam", s, a) for s, a in enumerate(left)] + [_fake("fedsam", s, a) for s, a in enumerate(right)]
     _figure(tmp_path, "fig", runs)
     extra = {"tol": 0.01} if op == "approx" else {"margin": 0.05} if op == "much_greater" else {}
-    v = evaluate_claim(_claim(op, **extra), tmp_path)
-    assert v.verdict == expected, (v.verdict, v.numbers(), v.note)
-    assert v.left.n == 3 and v.left.mean == pytest.approx(sum(left) / 3)
-    assert "(n=3)" in v.numbers()
+    v = evaluate_unpaired(_claim(op, **extra), tmp_path)
+    assert v.verdict == expected, (v.verdict, v.left, v.right, v.note)
+    assert v.left.n == v.right[0].n == 3 and v.left.mean == pytest.approx(sum(left) / 3)
 
 
 def test_not_run_collapsed_and_single_seed(tmp_path):
     # each scenario in its own folder: a record is never replaced, and these fakes share their keys
-    assert evaluate_claim(_claim(">"), tmp_path).verdict == "not run"  # no figure yet
+    assert evaluate_unpaired(_claim(">"), tmp_path).verdict == "not run"  # no figure yet
     runs = [_fake("fedvssam", s, 0.8) for s in range(3)] + [_fake("fedsam", s, 0.1, "collapsed") for s in range(3)]
     _figure(tmp_path / "a", "fig", runs)
-    v = evaluate_claim(_claim(">"), tmp_path / "a")
+    v = evaluate_unpaired(_claim(">"), tmp_path / "a")
     assert v.verdict == "inconclusive" and "3 collapsed" in v.note  # never averaged in as 0.1
     # one collapsed seed out of three: the other two decide, the collapse is reported
     runs = ([_fake("fedvssam", s, 0.80 + s / 100) for s in range(3)]
             + [_fake("fedsam", 0, 0.1, "collapsed"), _fake("fedsam", 1, 0.70), _fake("fedsam", 2, 0.71)])
     _figure(tmp_path / "b", "fig", runs)
-    v = evaluate_claim(_claim(">"), tmp_path / "b")
+    v = evaluate_unpaired(_claim(">"), tmp_path / "b")
     assert v.verdict == "holds" and v.right[0].n == 2 and "1 collapsed" in v.note
     _figure(tmp_path / "c", "fig", [_fake("fedvssam", 0, 0.9), _fake("fedsam", 0, 0.1)])
-    assert evaluate_claim(_claim(">"), tmp_path / "c").verdict == "inconclusive"  # one seed is not evidence
+    assert evaluate_unpaired(_claim(">"), tmp_path / "c").verdict == "inconclusive"  # one seed is not evidence
 
 
 def test_params_select_arms_and_cost_check(tmp_path):
@@ -89,14 +90,14 @@ def test_params_select_arms_and_cost_check(tmp_path):
     _figure(tmp_path, "fig", runs)
     c = dataclasses.replace(_claim(">"), left={"algorithm": "fedvssam", "params": {"gu": True}},
                             right=[{"algorithm": "fedvssam", "params": {"gu": False}}])
-    assert evaluate_claim(c, tmp_path).verdict == "holds"
+    assert evaluate_unpaired(c, tmp_path).verdict == "holds"
     runs = [_fake("fedlesam", s, 0.7 + s / 1000) for s in range(3)] + [_fake("fedsam", s, 0.7 + s / 1000) for s in range(3)]
     _figure(tmp_path, "fig", runs)
     c = dataclasses.replace(_claim("approx", tol=0.01), left={"algorithm": "fedlesam"}, cost={"left_over_right": 0.5})
-    v = evaluate_claim(c, tmp_path)
+    v = evaluate_unpaired(c, tmp_path)
     assert v.verdict == "holds" and "ratio 0.5" in v.note
     wrong = dataclasses.replace(c, cost={"left_over_right": 1.0})
-    assert evaluate_claim(wrong, tmp_path).verdict == "fails"
+    assert evaluate_unpaired(wrong, tmp_path).verdict == "fails"
 
 
 def test_csv_metric_and_abs_le(tmp_path):
@@ -104,10 +105,10 @@ def test_csv_metric_and_abs_le(tmp_path):
                   "cross_relative": [0.01, -0.01, 0.0, 0.01, 0.02, 0.0]}).to_csv(tmp_path / "fig.csv", index=False)
     integrity.add(tmp_path / "fig.csv", tmp_path)  # a figure's table is evidence: read only with its line
     c = dataclasses.replace(_claim("<"), metric={"column": "lambda_max", "arm_column": "method"})
-    assert evaluate_claim(c, tmp_path).verdict == "holds"
+    assert evaluate_unpaired(c, tmp_path).verdict == "holds"
     z = dataclasses.replace(_claim("abs_le", tol=0.05), metric={"column": "cross_relative", "arm_column": None},
                             left={}, right=[])
-    assert evaluate_claim(z, tmp_path).verdict == "holds"
+    assert evaluate_unpaired(z, tmp_path).verdict == "holds"
     assert compare(mean_interval([0.3, 0.31, 0.32]), None, "abs_le", tol=0.05) == "fails"
 
 
@@ -128,12 +129,13 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
                 names = {f.name for f in dataclasses.fields(cls.hparams_cls)}
                 assert set(arm.get("params", {})) <= names, (c.id, arm)
         assert (lab.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
-    verdicts = [evaluate_claim(c, tmp_path) for c in claims]  # an empty figures dir: nothing run yet
+    verdicts = evaluate_claims_paired(claims, tmp_path)  # an empty figures dir: nothing run yet
     assert {v.verdict for v in verdicts} == {"not run"}
     paths = write_claims(verdicts, tmp_path / "claims_cpu")
     md = paths["md"].read_text()
-    assert md.count("\n| ") == len(claims) + 1 and "| verdict |" in md
-    assert len(pd.read_csv(paths["csv"])) == len(claims) == len(claims_table(verdicts))
+    kinds = {c.kind for c in claims}  # one table per kind, its header a row too
+    assert md.count("\n| ") == len(claims) + len(kinds) and "| verdict |" in md
+    assert len(pd.read_csv(paths["csv"])) == len(claims)  # one row per claim: no comparison was read
     with pytest.raises(ValueError, match="op='=='"):
         Claim.from_dict({**{"id": "x", "claim": "x", "source": {"paper": "p"}, "setting": {"notebook": "n",
                          "figure": "f"}, "metric": "final_test_acc", "left": {}, "op": "=="}})
@@ -147,13 +149,26 @@ def test_the_claims_block_of_a_page_is_regenerated_and_the_rest_kept(tmp_path):
     _figure(tmp_path, "fig", runs)
     page = tmp_path / "README.md"
     page.write_text(f"# Title\n\nbefore\n{BLOCK_START}\nstale table\n{BLOCK_END}\nafter\n")
-    v = [evaluate_claim(_claim(">"), tmp_path)]
+    v = evaluate_claims_paired([_claim(">")], tmp_path)
     write_claims(v, stem=tmp_path / "claims_cpu", pages=[page])
     text = page.read_text()
-    assert "stale table" not in text and "| x | P, T1 |" in text and "holds" in text
+    assert "stale table" not in text and "| x — P, T1 |" in text and "holds" in text
     assert text.startswith("# Title\n\nbefore\n") and text.endswith(f"{BLOCK_END}\nafter\n")
     with pytest.raises(ValueError, match="no <!-- fedlab:claims:start -->"):
         replace_claims_block("no block here", "t", "X.md")
+
+
+def test_the_committed_claims_files_are_what_the_data_say(tmp_path):
+    """figures/claims_cpu.csv and .md, written again from the committed data, are the committed bytes: the one
+    (paired) reading, the unpaired finding's column and the writer's format stand as committed (after committing
+    records, rerun `python -m lab claims --write`)."""
+    from lab.evidence.findings import evaluate_findings
+
+    paths = write_claims(evaluate_claims_paired(), tmp_path / "claims_cpu", pages=[], findings=evaluate_findings())
+    for kind in ("csv", "md"):
+        committed = lab.repro.FIGURES_DIR / f"claims_cpu.{kind}"
+        assert paths[kind].read_bytes() == committed.read_bytes(), \
+            f"{committed} is not what the committed data say; run `python -m lab claims --write`"
 
 
 def test_the_committed_pages_show_the_claims_as_the_data_say():
@@ -186,7 +201,7 @@ def test_a_collapsed_arm_of_a_figure_table_is_counted_not_dropped(tmp_path):
     claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"}, "setting": {"notebook": "nb",
                              "figure": "fig"}, "metric": {"column": "lambda_max", "arm_column": "method"},
                              "left": {"algorithm": "fedvssam"}, "op": "<", "right": {"algorithm": "fedsam"}})
-    v = evaluate_claim(claim, tmp_path)
+    v = evaluate_unpaired(claim, tmp_path)
     assert v.verdict == "inconclusive" and "3 collapsed" in v.note
 
 

@@ -97,17 +97,17 @@ def test_swapped_csv_values_are_refused_naming_the_file(tmp_path: Path) -> None:
 def test_a_claim_on_a_tampered_table_is_refused_by_the_claims_command(tmp_path: Path) -> None:
     figs = _copy(tmp_path / "figures", [f"{CSV_FIGURE}.csv"])
     shutil.copyfile(FIGURES_DIR / "claims.yaml", figs / "claims.yaml")
-    from lab.evidence.claims import evaluate_claim, load_claims
+    from lab.evidence.claims import evaluate_claim_paired, load_claims
 
     claim = next(c for c in load_claims() if c.figure == CSV_FIGURE)
-    assert evaluate_claim(claim, figs).verdict != "not run"  # intact: read
+    assert evaluate_claim_paired(claim, figs).verdict != "not run"  # intact: read
     path = figs / f"{CSV_FIGURE}.csv"
     path.write_text(path.read_text().replace("\n", "\n ", 1))  # a one-byte edit
     with pytest.raises(EvidenceError, match=rf"{path} was changed after it was recorded"):
-        evaluate_claim(claim, figs)
+        evaluate_claim_paired(claim, figs)
     path.unlink()
     with pytest.raises(EvidenceError, match=rf"{path} is listed in .* but is missing"):
-        evaluate_claim(claim, figs)
+        evaluate_claim_paired(claim, figs)
 
 
 def test_a_deleted_tuning_file_is_an_error_not_the_defaults(tmp_path: Path) -> None:

@@ -302,7 +302,7 @@ def test_a_figure_naming_a_missing_record_is_refused(figs: Path) -> None:
 # --- duplicate seeds ------------------------------------------------------------------------------
 def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
     """The same seed's record named three times is one sample (n = 1), with a note, not n = 3 with ci 0."""
-    from lab.evidence.claims import evaluate_claim, load_claims
+    from lab.evidence.claims import evaluate_claim_paired, load_claims
 
     keys = json.loads((FIGURES_DIR / f"{SIDECAR}.json").read_text())["records"]
     fedsam = [k for k in keys if k.startswith("fedsam-")]
@@ -313,15 +313,15 @@ def test_duplicate_seeds_are_counted_once(tmp_path: Path) -> None:
 
     claim = next(c for c in load_claims() if c.id == "fedvssam_above_best_baseline_dir01")
     claim = dataclasses.replace(claim, right=[{"algorithm": "fedsam"}])  # the arm whose records are copied
-    v = evaluate_claim(claim, figs)
-    assert v.left is not None and v.left.n == 1
-    assert v.verdict == "inconclusive" and "FedVSSAM: 2 duplicate run(s)" in v.note
+    v = evaluate_claim_paired(claim, figs)
+    assert v.comparisons[0].difference.n == 1  # one pair, not three
+    assert not v.tested and "FedVSSAM: 2 duplicate run(s)" in v.note
 
 
 def test_identical_configs_in_a_figure_table_count_once(tmp_path: Path) -> None:
     import pandas as pd
 
-    from lab.evidence.claims import Claim, evaluate_claim
+    from lab.evidence.claims import Claim, evaluate_claim_paired
 
     rows = [{"method": m, "seed": s, "v": v} for m, s, v in
             [("a", 0, 1.0), ("a", 0, 1.0), ("a", 0, 1.0), ("a", 1, 1.2), ("b", 0, 0.1), ("b", 1, 0.2)]]
@@ -330,8 +330,8 @@ def test_identical_configs_in_a_figure_table_count_once(tmp_path: Path) -> None:
     claim = Claim.from_dict({"id": "t", "claim": "x", "source": {"paper": "P"}, "setting": {"notebook": "nb",
                              "figure": "fig"}, "metric": {"column": "v", "arm_column": "method"},
                              "left": {"algorithm": "a"}, "op": ">", "right": {"algorithm": "b"}})
-    v = evaluate_claim(claim, tmp_path)
-    assert v.left is not None and v.left.n == 2 and "2 duplicate run(s)" in v.note
+    v = evaluate_claim_paired(claim, tmp_path)
+    assert v.comparisons[0].difference.n == 2 and "2 duplicate run(s)" in v.note
 
 
 # --- racing writers and orphans -------------------------------------------------------------------

@@ -1,10 +1,15 @@
-"""The library's house, drawn from its own imports: ``fedlab`` never imports the lab (or anything that
-is neither fedlab, the standard library nor a declared dependency), no layer imports a higher one, and
-no two modules import each other, directly or round a longer circle.
+"""The two houses of this repository, drawn from their own imports: the library ``fedlab`` and the lab beside it.
 
-The layers are declared once, here, lowest first; a module belongs to the layer of its longest
-prefix (``fedlab.engine.loop`` → ``fedlab.engine``). Modules of one layer may import each other (a
-circle among them still fails); an import of a higher layer is the house standing upside down.
+``fedlab`` never imports the lab (or anything that is neither fedlab, the standard library nor a declared
+dependency). The lab stands on the library's public face: no ``fedlab._*`` module, no ``_name`` of another
+module (a private name is its module's own, in the lab too), and no reading of the library's run folders
+(a run's key is :attr:`fedlab.RunResult.key`, its files are the library's business). In each house no layer
+imports a higher one, and no two modules import each other, directly or round a longer circle.
+
+The layers are declared once, here, lowest first, one table per house (:data:`LAYERS`); a module belongs to
+the layer of its longest prefix (``fedlab.engine.loop`` → ``fedlab.engine``), and a house's own name stands
+for its ``__init__.py`` only, so every module under it is declared. Modules of one layer may import each
+other (a circle among them still fails); an import of a higher layer is the house standing upside down.
 """
 from __future__ import annotations
 
@@ -14,88 +19,134 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "fedlab"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "fedlab"
 
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("fedlab._version", "fedlab._rng", "fedlab._paths", "fedlab.store"),  # the ground floor: no fedlab imports
-    ("fedlab.models", "fedlab.data"),
-    ("fedlab.algorithms",),
-    ("fedlab.config",),
-    ("fedlab.results", "fedlab.tracking"),
-    ("fedlab.engine",),
-    ("fedlab.analysis", "fedlab.evidence"),
-    ("fedlab.sweep",),
-    ("fedlab.flower", "fedlab"),  # ``fedlab`` itself: the public API re-exported by fedlab/__init__.py
-    ("fedlab.cli",),
-    ("fedlab.__main__",),
-)
+LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "fedlab": (
+        ("fedlab._version", "fedlab._rng", "fedlab._paths", "fedlab.store"),  # the ground floor: no fedlab imports
+        ("fedlab.models", "fedlab.data"),
+        ("fedlab.algorithms",),
+        ("fedlab.config",),
+        ("fedlab.results", "fedlab.tracking"),
+        ("fedlab.engine",),
+        ("fedlab.analysis", "fedlab.evidence"),
+        ("fedlab.sweep",),
+        ("fedlab.flower", "fedlab"),  # ``fedlab`` itself: the public API re-exported by fedlab/__init__.py
+        ("fedlab.cli",),
+        ("fedlab.__main__",),
+    ),
+    "lab": (
+        ("lab", "lab.repro", "lab.style"),  # the ground: the checkout's paths and stamps, the methods' labels
+        ("lab.evidence",),  # records, protocol, claims, findings: what the committed results say
+        ("lab.tools", "lab.bench", "lab.sharpness"),  # figures and plots, benchmarks, a notebook's measurement
+        ("lab.study",),  # pre-registered studies: designs, plans, workers, their analysis
+        ("lab.regime",),  # the regime pilot and the rerun, run as studies
+        ("lab.cli",),
+        ("lab.__main__",),
+    ),
+}
 # What the library may import besides itself and the standard library: pyproject's dependencies and
 # extras, by import name (the Flower and Ray extras are imported only where they are used).
 THIRD_PARTY = frozenset({"torch", "torchvision", "numpy", "pandas", "sklearn", "matplotlib", "tqdm", "yaml",
                          "filelock", "scipy", "flwr", "ray", "wandb", "mlflow"})
+# ... and what each house may import besides itself, the standard library and those: the lab imports the
+# library, and IPython where a notebook's output is displayed.
+ALLOWED: dict[str, frozenset[str]] = {"fedlab": THIRD_PARTY | {"fedlab"},
+                                      "lab": THIRD_PARTY | {"fedlab", "lab", "IPython"}}
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, absolute module name) of every import in the file, lazy ones included."""
+def _is_module(name: str) -> bool:
+    path = ROOT / name.replace(".", "/")
+    return path.exists() or path.with_suffix(".py").exists()
+
+
+def _import_nodes(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module name, names taken from it) of every import in the file, lazy ones included."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names]
+            found += [(node.lineno, a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolved against this module's package
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.append((node.lineno, target))
-            # `from fedlab import sweep` imports the module fedlab.sweep
-            found += [(node.lineno, f"{target}.{a.name}") for a in node.names
-                      if (PACKAGE.parent / f"{target}.{a.name}".replace(".", "/")).exists()
-                      or (PACKAGE.parent / (f"{target}.{a.name}".replace(".", "/") + ".py")).exists()]
+            found.append((node.lineno, target, [a.name for a in node.names]))
     return found
 
 
-MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in the file, lazy ones included."""
+    found = []
+    for line, target, names in _import_nodes(path):
+        found.append((line, target))
+        # `from fedlab import sweep` imports the module fedlab.sweep
+        found += [(line, f"{target}.{n}") for n in names if _is_module(f"{target}.{n}")]
+    return found
+
+
+MODULES = {_module_name(p): p for house in LAYERS for p in sorted((ROOT / house).rglob("*.py"))}
 GRAPH = {m: sorted({t for _, t in _imports(p) if t in MODULES and t != m}) for m, p in MODULES.items()}
 
 
+def house(module: str) -> str:
+    return module.split(".")[0]
+
+
 def layer(module: str) -> int:
-    """The index in :data:`LAYERS` of the longest declared prefix of ``module``."""
+    """The index in its house's :data:`LAYERS` of the longest declared prefix of ``module`` (the house's own
+    name is its ``__init__.py`` only)."""
     best = None
-    for index, names in enumerate(LAYERS):
+    for index, names in enumerate(LAYERS[house(module)]):
         for prefix in names:
-            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[1])):
+            below = module.startswith(prefix + ".") and prefix != house(module)
+            if (module == prefix or below) and (best is None or len(prefix) > len(best[1])):
                 best = (index, prefix)
     assert best is not None, f"{module} is in no layer of tests/test_layering.py: declare it"
     return best[0]
 
 
-def test_every_module_has_a_layer():
-    for module in MODULES:
-        layer(module)
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_has_a_layer(module):
+    layer(module)
 
 
-def _outside(imports: list[tuple[int, str]]) -> list[str]:
-    allowed = {"fedlab", "__future__"} | THIRD_PARTY | set(sys.stdlib_module_names)
+def _outside(module: str, imports: list[tuple[int, str]]) -> list[str]:
+    allowed = ALLOWED[house(module)] | {"__future__"} | set(sys.stdlib_module_names)
     return [f"line {line}: {target}" for line, target in imports if target.split(".")[0] not in allowed]
 
 
 def _upward(module: str, imports: list[tuple[int, str]]) -> list[str]:
     return [f"line {line}: {target} (layer {layer(target)})" for line, target in imports
-            if target.split(".")[0] == "fedlab" and layer(target) > layer(module)]
+            if house(target) == house(module) and layer(target) > layer(module)]
+
+
+def _private(module: str, imports: list[tuple[int, str, list[str]]]) -> list[str]:
+    """The library's private modules, and another module's ``_names``, that ``module`` imports (dunders such
+    as ``__version__`` are public)."""
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.endswith("__")
+
+    bad = [f"line {line}: {target}" for line, target, _ in imports
+           if house(target) == "fedlab" and any(private(part) for part in target.split("."))]
+    bad += [f"line {line}: {target}.{n}" for line, target, names in imports if target != module
+            for n in names if private(n)]
+    return bad
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_the_library_imports_only_itself_the_standard_library_and_its_dependencies(module):
-    outside = _outside(_imports(MODULES[module]))
-    assert not outside, f"{module} imports what a library user does not have (the lab?): {outside}"
+def test_each_house_imports_only_itself_the_standard_library_and_its_dependencies(module):
+    outside = _outside(module, _imports(MODULES[module]))
+    assert not outside, f"{module} imports what its house may not (the library, the lab?): {outside}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -104,35 +155,113 @@ def test_no_layer_imports_a_higher_one(module):
     assert not up, f"{module} (layer {layer(module)}) imports upward: {up}"
 
 
-def test_no_circles():
-    """Depth-first search over the module graph; a back edge is a circle, reported with its members."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-    circles = []
+LAB = sorted(m for m in MODULES if house(m) == "lab")
+
+
+@pytest.mark.parametrize("module", LAB)
+def test_the_lab_imports_no_private_name(module):
+    bad = _private(module, _import_nodes(MODULES[module]))
+    assert not bad, f"{module} imports private names (a missing public API of fedlab, or of the lab): {bad}"
+
+
+def _run_folder_reads(tree: ast.AST) -> list[str]:
+    """Where code reads the library's run folders itself: a string naming one of a run's files (not in a
+    docstring), or the name of a ``Path`` of a result's ``run_dir`` (the key, parsed out of the layout)."""
+    from fedlab.results import RunStore
+
+    store = RunStore(Path("run"))
+    files = {p.name for p in vars(store).values() if isinstance(p, Path) and p != store.dir}
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    pieces = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}  # f"{x}.lock"
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and n.value in files and id(n) not in docstrings | pieces:
+            found.append(f"line {n.lineno}: {n.value!r}")
+        if (isinstance(n, ast.Attribute) and n.attr in ("name", "stem") and isinstance(n.value, ast.Call)
+                and any(isinstance(a, ast.Attribute) and a.attr == "run_dir" for a in n.value.args)):
+            found.append(f"line {n.lineno}: the name of a run_dir")
+    return found
+
+
+@pytest.mark.parametrize("module", LAB)
+def test_the_lab_does_not_read_the_librarys_run_folders(module):
+    found = _run_folder_reads(ast.parse(MODULES[module].read_text(encoding="utf-8")))
+    assert not found, f"{module} reads the library's run folder layout (use RunResult.key / .run_id): {found}"
+
+
+def tangles(graph: dict[str, list[str]]) -> list[frozenset[str]]:
+    """The modules that import each other round a circle, as groups (the strongly connected components of more
+    than one module, Tarjan's algorithm): every module of a group reaches every other one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups = []
 
     def visit(m: str) -> None:
-        state[m] = 1
-        path.append(m)
-        for t in GRAPH[m]:
-            if state.get(t) == 1:
-                circles.append(path[path.index(t):] + [t])
-            elif t not in state:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for t in graph[m]:
+            if t not in index:
                 visit(t)
-        path.pop()
-        state[m] = 2
+                low[m] = min(low[m], low[t])
+            elif t in stack:
+                low[m] = min(low[m], index[t])
+        if low[m] == index[m]:
+            group = set()
+            while not group or m not in group:
+                group.add(stack.pop())
+            if len(group) > 1:
+                groups.append(frozenset(group))
 
-    for m in GRAPH:
-        if m not in state:
+    for m in graph:
+        if m not in index:
             visit(m)
-    assert not circles, "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+    return groups
+
+
+# The circles still standing, each to be broken and then struck from here (the test fails when one is gone, so
+# the list only shrinks). They lie inside the study and regime packages, which are edited elsewhere now (issue 44
+# left their code as it was): the study runner and its report share ``out_dir``; the pilot (a study kind) hands
+# its analyse / decide commands to the modules that read its records, and the amendment raises its error.
+KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset({
+    frozenset({"lab.study.report", "lab.study.runner"}),
+    frozenset({"lab.regime.pilot", "lab.regime.amendment", "lab.regime.analyse", "lab.regime.decide"}),
+})
+
+
+def test_no_circles():
+    """No module reaches itself through imports (lazy ones included), beyond :data:`KNOWN_CIRCLES`."""
+    found = set(tangles(GRAPH))
+    arrows = lambda g: ", ".join(f"{m} -> {t}" for m in sorted(g) for t in GRAPH[m] if t in g)  # noqa: E731
+    new = [f"{{{arrows(g)}}}" for g in found - KNOWN_CIRCLES]
+    assert not new, "import circles: " + "; ".join(new)
+    gone = [sorted(g) for g in KNOWN_CIRCLES - found]
+    assert not gone, f"circles broken (strike them from KNOWN_CIRCLES): {gone}"
 
 
 def test_the_checks_see_what_they_forbid():
     """The checks themselves, on the arrows this test was written against: the engine reading the lab's
-    records and a data module raising the config's error."""
-    assert _outside([(1, "lab.evidence.records")]) == ["line 1: lab.evidence.records"]
+    records, a data module raising the config's error, the evidence protocol reading the regime's plan, the lab
+    importing the library's private seeds and a sibling's private palette, and a record key parsed out of a
+    run folder's name."""
+    assert _outside("fedlab.engine.loop", [(1, "lab.evidence.records")]) == ["line 1: lab.evidence.records"]
+    assert not _outside("lab.evidence.records", [(1, "fedlab.results"), (2, "yaml")])
     assert _upward("fedlab.data.holdout", [(1, "fedlab.config")])
     assert not _upward("fedlab.engine.loop", [(1, "fedlab.config"), (2, "fedlab.engine.batches")])
+    assert _upward("lab.evidence.protocol", [(1, "lab.regime.rerun")])
+    assert not _upward("lab.evidence.protocol", [(1, "fedlab.cli")])  # the library is the lab's floor
+    assert _private("lab.sharpness", [(1, "fedlab._rng", ["torch_generator"])])
+    assert _private("lab.tools.plots", [(1, "lab.style", ["_PALETTE"])])
+    assert not _private("lab.tools.figures", [(1, "fedlab", ["__version__", "data_root"])])
+    assert _run_folder_reads(ast.parse("key = Path(result.run_dir).name"))
+    assert _run_folder_reads(ast.parse('info = Path(d) / "config.json"'))
+    assert not _run_folder_reads(ast.parse('def f():\n    """reads config.json"""\n    return result.run_id'))
+    assert tangles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [frozenset("abc")]
+    assert not tangles({"a": ["b"], "b": [], "c": ["a", "b"]})
+    with pytest.raises(AssertionError, match="declare it"):
+        layer("lab.somewhere_new")
 
 
 # A ratchet, not the goal: issue 25 asks for at most 11,000 lines; the library stood at 12,102 when this
@@ -157,16 +286,28 @@ def test_the_checks_see_what_they_forbid():
 # replace) and Config.built_algorithm, the one instance a run trains with and its key reads (issue 44: built
 # once per run, +10); 13,381 with per-client vectors (issue 46: client_acc/<i> beside their summaries) and a
 # CIFAR reader that unpickles arrays only (issue 46: torchvision's pickle.load ran what an unverified file
-# named). Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_381
+# named); 13,399 with the lab on the public face (issue 44: RunResult.key, .run_id and .stored_config instead of
+# the lab parsing run folders, +17; fedlab.data_root, +1). Lower the number as the library shrinks; raising it
+# needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 13_399
 MAX_MODULE_LINES = 450
-SIZES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+LINES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
+SIZES = {m: n for m, n in LINES.items() if house(m) == "fedlab"}
+# The lab's modules still above the bound (issue 44 split the longest, lab.evidence.claims, 1,309 lines, first),
+# each held at its size today: one may shrink (strike it once it is within the bound); none may grow, none may join.
+LONG_LAB_MODULES: dict[str, int] = {
+    "lab.regime.pilot": 743, "lab.regime.decide": 667, "lab.regime.rerun": 658, "lab.evidence.records": 581,
+    "lab.bench.speed": 517, "lab.evidence.protocol": 504, "lab.regime.analyse": 494, "lab.bench.curvature": 480,
+}
 
 
 def test_no_module_is_longer_than_450_lines():
-    """A module a reader takes in whole (issue 25): past 450 lines it holds more than one idea."""
-    long = {m: n for m, n in SIZES.items() if n > MAX_MODULE_LINES}
-    assert not long, f"modules above {MAX_MODULE_LINES} lines: {long}"
+    """A module a reader takes in whole (issue 25): past 450 lines it holds more than one idea; in the lab too,
+    but for :data:`LONG_LAB_MODULES`."""
+    long = {m: n for m, n in LINES.items() if n > max(MAX_MODULE_LINES, LONG_LAB_MODULES.get(m, 0))}
+    assert not long, f"modules above {MAX_MODULE_LINES} lines (or above their size in LONG_LAB_MODULES): {long}"
+    within = sorted(m for m in LONG_LAB_MODULES if LINES.get(m, 0) <= MAX_MODULE_LINES)
+    assert not within, f"within {MAX_MODULE_LINES} lines now (or gone): strike them from LONG_LAB_MODULES: {within}"
 
 
 def test_the_library_does_not_grow_past_its_ratchet():

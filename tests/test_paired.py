@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lab.evidence.claims import NOT_PAIRED, compare, evaluate_claim, evaluate_claim_paired, load_claims
+from lab.evidence.claims import NOT_PAIRED, evaluate_claim_paired, load_claims
+from lab.evidence.claims.unpaired import compare, evaluate_unpaired, unpaired_verdict
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
                                     paired_difference, sign_flip_p)
 from fedlab.evidence.uncertainty import mean_interval
@@ -139,7 +140,8 @@ def test_paired_claims_from_synthetic_records(tmp_path):
     _figure(tmp_path, "fig", runs)
     claim = _claim(">")
     v = evaluate_claim_paired(claim, tmp_path)
-    assert v.unpaired.verdict == evaluate_claim(claim, tmp_path).verdict == "inconclusive"
+    # the unpaired finding, read from what the verdict was read from, and from the folder: undecided both ways
+    assert unpaired_verdict(claim, v.evidence).verdict == evaluate_unpaired(claim, tmp_path).verdict == "inconclusive"
     assert v.verdict == "holds" and v.as_if == "holds"
     (c,) = v.comparisons
     assert c.difference.n == 6 and c.difference.mean == pytest.approx(0.01 + 0.0025)
@@ -165,7 +167,7 @@ def test_tables_pair_by_their_seed_column_or_say_they_cannot(tmp_path):
     _listed(tmp_path / "fig.csv")
     c = dataclasses.replace(_claim("<"), metric={"column": "lambda_max", "arm_column": "method"})
     v = evaluate_claim_paired(c, tmp_path, min_seeds_to_decide=3)
-    assert v.unpaired.verdict == "inconclusive" and v.verdict == "holds"
+    assert unpaired_verdict(c, v.evidence).verdict == "inconclusive" and v.verdict == "holds"
     assert v.comparisons[0].difference.seeds == (0, 1, 2)  # CSV floats read back as the integer seeds
     pd.DataFrame({k: x for k, x in rows.items() if k != "seed"}).to_csv(tmp_path / "fig.csv", index=False)
     _listed(tmp_path / "fig.csv")
@@ -228,19 +230,19 @@ def test_the_cli_reads_the_committed_records_paired_by_default(tmp_path, capsys)
     assert main(["claims"]) == 0
     out = capsys.readouterr().out
     assert len(_rows(out)) == len(ids) and "paired (decided from n ≥ 6 pairs, Holm within families)" in out
-    assert main(["claims", "--unpaired"]) == 0 and "verdict" in capsys.readouterr().out
-    assert main(["claims", "--unpaired", "--decide-at", "3"]) == 2
+    with pytest.raises(SystemExit):  # one reading: the unpaired comparison is a finding, no reading of its own
+        main(["claims", "--unpaired"])
     assert main(["claims", "--decide-at", "1"]) == 2
     assert main(["claims", "--write", "--decide-at", "3"]) == 2  # the committed files keep the protocol's gate
 
 
 def test_several_comparisons_combine_to_the_weakest_unless_one_fails():
-    from lab.evidence.claims import _combine
+    from lab.evidence.claims import combine
 
-    assert _combine(["holds", "holds"]) == "holds"
-    assert _combine(["holds", "inconclusive (n < 6)", "inconclusive"]) == "inconclusive (n < 6)"
-    assert _combine(["inconclusive (n < 6)", TOO_FEW]) == TOO_FEW
-    assert _combine(["holds", NOT_PAIRED, "fails"]) == "fails"
+    assert combine(["holds", "holds"]) == "holds"
+    assert combine(["holds", "inconclusive (n < 6)", "inconclusive"]) == "inconclusive (n < 6)"
+    assert combine(["inconclusive (n < 6)", TOO_FEW]) == TOO_FEW
+    assert combine(["holds", NOT_PAIRED, "fails"]) == "fails"
 
 
 def test_fewer_than_three_pairs_print_no_numbers(tmp_path):
@@ -285,7 +287,7 @@ def test_a_ge_claim_with_a_margin_is_not_held_by_the_means_alone(tmp_path):
             + [_fake("fedsam", s, a) for s, a in enumerate([0.71, 0.74, 0.70])])
     _figure(tmp_path, "fig", runs)
     claim = _claim(">=", margin=0.01)
-    assert evaluate_claim(claim, tmp_path).verdict == "holds"  # unpaired: the means are in order
+    assert evaluate_unpaired(claim, tmp_path).verdict == "holds"  # unpaired: the means are in order
     v = evaluate_claim_paired(claim, tmp_path, min_seeds_to_decide=3)
     assert v.verdict == "inconclusive" and v.comparisons[0].difference.low < -0.01
 

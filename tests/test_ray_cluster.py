@@ -126,15 +126,15 @@ def two_nodes():
             if failure is None:
                 break
             _stop_cluster(temps[-1])
-            # Ray gives a starting raylet a fixed 30 s to register (what _ray_init retries too), and the
+            # Ray gives a starting raylet a fixed 30 s to register (what ray_init retries too), and the
             # head's first node-info RPC a fixed deadline (it missed it at a load of 6 on 2 cores);
             # anything else is a real failure
             if attempt == RAY_START_ATTEMPTS or not any(
                     s in failure for s in ("timed out during startup", "RPC error: Deadline Exceeded")):
                 pytest.fail(failure)
-        from fedlab.sweep.backends import _ray_init
+        from fedlab.sweep.backends import ray_init
 
-        _ray_init(ray, address=address)  # only to read the cluster's layout; the sweep attaches itself
+        ray_init(ray, address=address)  # only to read the cluster's layout; the sweep attaches itself
         try:
             deadline = time.monotonic() + window(30)
             while True:

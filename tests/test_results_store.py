@@ -436,6 +436,21 @@ def test_run_result_carries_the_final_server_state(tiny):
     assert torch.equal(alg.global_model(trained.server), trained.theta.cpu())
 
 
+def test_run_result_carries_its_key_and_config_record(small):
+    """What the lab reads of a run without knowing the store's layout: the key the run was stored under, the
+    run's name (its folder's) and its config record, the same whether trained now or loaded from disk."""
+    cfg = small()
+    trained = fedlab.run(cfg, progress=False)
+    loaded = fedlab.run(cfg, progress=False)
+    sim = Simulation.build(cfg)
+    for res in (trained, loaded):
+        assert res.key == sim.config_hash and res.run_id == sim.store.dir.name
+        assert res.stored_config() == json.loads(sim.store.config_path.read_text())
+        assert res.stored_config()["hash"] == res.key
+    by_hand = results_mod.RunResult(cfg, trained.metrics, None, "finished", None, {})
+    assert by_hand.key is by_hand.run_id is by_hand.stored_config() is None
+
+
 def test_default_runs_dir_is_fedlab_runs_or_the_working_directory(tmp_path, monkeypatch):
     """Never a folder inside the installed package: ``$FEDLAB_RUNS`` if set, else ``./runs``."""
     from fedlab._paths import default_runs_dir

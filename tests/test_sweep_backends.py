@@ -58,12 +58,12 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray = pytest.importorskip("ray")
-    from fedlab.sweep.backends import _ray_init
+    from fedlab.sweep.backends import ray_init
 
     temp = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths live under it
     options = dict(num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20, _temp_dir=temp)
     try:
-        _ray_init(ray, **options)  # retries a start-up that a loaded machine made time out
+        ray_init(ray, **options)  # retries a start-up that a loaded machine made time out
         yield ray
     finally:
         ray.shutdown()

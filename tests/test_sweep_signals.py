@@ -229,8 +229,8 @@ def test_ray_tasks_end_with_their_driver(tmp_path, signum):
     body = textwrap.dedent("""
         import tempfile
         import ray
-        from fedlab.sweep.backends import _ray_init
-        _ray_init(ray, num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20,
+        from fedlab.sweep.backends import ray_init
+        ray_init(ray, num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20,
                   _temp_dir=tempfile.mkdtemp(prefix="ray"))
         """) + textwrap.dedent(CATCH)
     proc = _start(["-"], tmp_path, hold, stdin=_script(runs, body).replace("max_workers=2", "backend='ray'"))

@@ -131,6 +131,6 @@ def _start_ray(num_cpus: int, verbose: bool) -> None:
 
     import ray
 
-    from fedlab.sweep.backends import _ray_init
+    from fedlab.sweep.backends import ray_init
 
-    _ray_init(ray, num_cpus=num_cpus, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=verbose)
+    ray_init(ray, num_cpus=num_cpus, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=verbose)

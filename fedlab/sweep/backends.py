@@ -24,7 +24,7 @@ from fedlab.tracking import get_logger
 from fedlab.sweep.runs import LOG_DIR_NAME, RunFailure, _Tracker, execute_one, log_path, runs_root
 
 __all__ = ["BACKENDS", "LOG_DIR_NAME", "MissingExtraError", "RunFailure", "SweepError",
-           "SweepInterrupted", "execute", "log_path", "usable_cores"]
+           "SweepInterrupted", "execute", "log_path", "ray_init", "usable_cores"]
 
 BACKENDS = ("local", "ray", "sequential")
 RAY_EXTRA = "distributed"
@@ -91,7 +91,7 @@ def _import_ray() -> Any:
 RAY_START_ATTEMPTS = 3
 
 
-def _ray_init(ray: Any, **kwargs: Any) -> None:
+def ray_init(ray: Any, **kwargs: Any) -> None:
     """``ray.init`` without its start-up chatter, tried ``RAY_START_ATTEMPTS`` times (a busy machine can
     miss the fixed 30 s a starting raylet has to register with its GCS)."""
     import logging
@@ -116,7 +116,7 @@ def _run_ray(todo: list[int], tracker: _Tracker, threads: int, cpus: int, gpus: 
     owned = not ray.is_initialized()
     if owned:
         # Worker output goes to the per-run log files; Ray's own logs stay in its session folder.
-        _ray_init(ray, address=address)
+        ray_init(ray, address=address)
     try:
         resources = ray.cluster_resources()
         for name, need in (("CPU", cpus), ("GPU", gpus)):

@@ -27,7 +27,7 @@ import torch
 from fedlab.config import Config
 from fedlab.results import RunResult
 from fedlab.sweep.grid import sweep
-from fedlab.sweep.backends import BACKENDS, MissingExtraError, _ray_init, usable_cores
+from fedlab.sweep.backends import BACKENDS, MissingExtraError, ray_init, usable_cores
 
 __all__ = ["bench_sweep", "main", "slice_grid"]
 
@@ -69,7 +69,7 @@ def bench_sweep(backends: list[str], quick: bool = False, rounds: int | None = N
                 continue
             if not ray.is_initialized():  # else someone else's cluster (a test's): use it, leave it running
                 t0 = time.perf_counter()
-                _ray_init(ray, num_cpus=cores, include_dashboard=False)
+                ray_init(ray, num_cpus=cores, include_dashboard=False)
                 startup, owned_ray = time.perf_counter() - t0, ray
             row["workers"] = int(ray.cluster_resources().get("CPU", 0))
         with tempfile.TemporaryDirectory(prefix="fedlab-bench-sweep-") as tmp:

@@ -6,7 +6,8 @@
 records), :mod:`~lab.evidence.divergence` (which runs measure a blow-up, not the method),
 :mod:`~lab.evidence.report` (the notebooks' closing sections), :mod:`~lab.evidence.budget`
 (what a CPU profile costs) and :mod:`~lab.evidence.rekey` (renaming committed records after a change
-of the run key), :mod:`~lab.evidence.integrity` (the digest manifest that guards every committed
-evidence file) and :mod:`~lab.evidence.tuning_files` (the committed tuning choices, checked). Tuning
-itself and intervals over seeds are the library's (:mod:`fedlab.evidence`).
+of the run key), :mod:`~lab.evidence.manifest` and :mod:`~lab.evidence.integrity` (the digest manifest that
+guards every committed evidence file, and its checked re-record step) and :mod:`~lab.evidence.tuning_files` (the
+committed tuning choices, checked). Tuning itself and intervals over seeds are the library's
+(:mod:`fedlab.evidence`).
 """

@@ -113,10 +113,10 @@ def _scale(metric: Any) -> tuple[float, str]:
 
 
 def _paired(f: Finding, figures_dir: Path, decide_at: int) -> FindingResult:
-    from lab.evidence.claims import NO_DATA, _arm_name, _evidence
+    from lab.evidence.claims import NO_DATA, arm_name, evidence_of
 
     claim = _as_claim(f, f.spec["left"], [f.spec["right"]])
-    evidence = _evidence(claim, figures_dir)
+    evidence = evidence_of(claim, figures_dir)
     if isinstance(evidence, str):
         return FindingResult(f, NO_DATA, evidence)
     left, _ = evidence.seeds(claim, claim.left, average=isinstance(claim.metric, Mapping))
@@ -125,13 +125,13 @@ def _paired(f: Finding, figures_dir: Path, decide_at: int) -> FindingResult:
         return FindingResult(f, NO_DATA, "an arm has no committed record")
     d = paired_difference(left, right)
     scale, unit = _scale(claim.metric)
-    name = f"{_arm_name(claim.left)} − {_arm_name(claim.right[0])}"
+    name = f"{arm_name(claim.left)} − {arm_name(claim.right[0])}"
     if d.n < MIN_SEEDS_TO_PRINT:
         return FindingResult(f, f"too few seeds (n={d.n})", name)
-    reading = _reading(d.low, d.high).replace("left", _arm_name(claim.left))
+    reading = _reading(d.low, d.high).replace("left", arm_name(claim.left))
     answer = reading if d.n >= decide_at else f"undecided (n < {decide_at}); read at n = {d.n}: {reading}"
     p = f"; sign-flip {sign_flip_text(d.p_value, d.n)}" if math.isfinite(d.p_value) else ""  # its floor named
-    row = {"finding": f.id, "type": f.type, "left": _arm_name(claim.left), "right": _arm_name(claim.right[0]),
+    row = {"finding": f.id, "type": f.type, "left": arm_name(claim.left), "right": arm_name(claim.right[0]),
            "mean": scale * d.mean, "low": scale * d.low, "high": scale * d.high, "n": d.n, "p": d.p_value,
            "differences": json.dumps([scale * x for x in d.values]), "reading": reading}
     text = f"{name}: {d.format(scale, 2 if scale == 100 else 4, with_n=False)}{unit} (n={d.n}){p}"
@@ -139,11 +139,11 @@ def _paired(f: Finding, figures_dir: Path, decide_at: int) -> FindingResult:
 
 
 def _best(f: Finding, figures_dir: Path, decide_at: int) -> FindingResult:
-    from lab.evidence.claims import NO_DATA, _evidence
+    from lab.evidence.claims import NO_DATA, evidence_of
     from lab.style import method_label
 
     probe = _as_claim(f, {}, [{}])
-    evidence = _evidence(probe, figures_dir)
+    evidence = evidence_of(probe, figures_dir)
     if isinstance(evidence, str) or not evidence.runs:
         return FindingResult(f, NO_DATA, evidence if isinstance(evidence, str) else "no runs")
     methods = sorted({r.config.algorithm for r in evidence.runs if all(

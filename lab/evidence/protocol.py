@@ -50,7 +50,7 @@ from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["EDGE_RULE", "FINAL_METRIC", "PARTITION_SEED", "RERUN_PROTOCOL", "SEEDS", "TUNING", "EdgeRule", "FinalValue",
            "Curve", "Tuned", "edge_extension", "notebook_params", "extend_edges", "final_metric", "final_rounds",
-           "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
+           "RERUN_PLAN", "rerun_config", "profile_federation", "profile_splits", "run_seeds", "split_key",
            "tune_splits", "tuned_params", "tuning_dir", "tuning_split", "K5_TUNING_DIR",
            "UNTUNED_PROFILES"]
 
@@ -255,12 +255,17 @@ def tuning_dir() -> Path:
     return FIGURES_DIR / "rerun" / "tuning"
 
 
+RERUN_PLAN = Path(__file__).parents[1] / "regime" / "rerun.yaml"
+"""The rerun's pre-registered plan, which :func:`lab.regime.rerun.load_plan` reads and checks whole. The protocol
+reads one choice of it (:func:`tuning_split`), so its path is declared here, below the regime that applies it."""
+
+
 def tuning_split() -> str:
     """The split the cpu profile's methods are tuned on (the rerun plan's ``tuning.split``); its choice is reused
     on every other split (``rerun.yaml`` reasons.tuning_split)."""
-    from lab.regime.rerun import load_plan
+    from fedlab.sweep.gridfile import load_yaml_without_aliases
 
-    return str(load_plan()["tuning"]["split"])
+    return str(load_yaml_without_aliases(RERUN_PLAN.read_text(encoding="utf-8"))["tuning"]["split"])
 
 
 def notebook_params(notebook: str = "10_benchmarks", profile: str = "cpu") -> dict[str, Any]:
@@ -355,7 +360,7 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
 def _check_not_deleted(path: Path) -> None:
     """A TuningError naming ``path`` when its evidence manifest lists it (as ``.json`` or ``.csv``) but it is gone:
     a deleted tuning file must not turn into a run at the method's defaults."""
-    from lab.evidence.integrity import manifest_path, read_manifest
+    from lab.evidence.manifest import manifest_path, read_manifest
     from lab.evidence.tuning_files import TuningError, tuning_root
 
     root = tuning_root(path)

@@ -49,14 +49,14 @@ import pandas as pd
 
 from fedlab.config import Config
 from lab.repro import FIGURES_DIR, in_scratch
-from lab.evidence.integrity import (EvidenceError, add, evidence_root, file_digest, manifest_path, read_listed,
-                                    read_manifest, verify)
+from lab.evidence.manifest import (EvidenceError, add, evidence_root, file_digest, manifest_path, read_listed,
+                                   read_manifest, verify)
 from fedlab.results import TERMINAL_STATUSES, RunResult
 from fedlab.store.atomic import TMP_SUFFIX
 
 __all__ = ["ALLOWED_STATUSES", "OLDER_CODE_NAME", "RecordError", "check_record_file", "check_run", "figure_data",
            "figure_runs", "list_older_code", "load_record", "record_meta", "record_path", "recorded", "records_dir",
-           "remove_orphan_tmps", "repair_unlisted", "run_key", "write_record"]
+           "remove_orphan_tmps", "repair_unlisted", "run_key", "sidecar", "write_record"]
 
 SUFFIX = ".json.gz"
 
@@ -86,25 +86,30 @@ def record_path(key: str, directory: Path | None = None) -> Path:
 
 
 def _payload(result: RunResult, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    config_file = Path(result.run_dir) / "config.json"
-    source = Path(result.run_dir)
-    if config_file.exists():
-        info = json.loads(config_file.read_text())
-    elif source.name.endswith(SUFFIX) and source.is_file():
-        # a record of a record: the source's own config block, with the partition, dataset and θ₀ digests
-        # its run key is formed from (check_run re-forms it on every load)
+    info = result.stored_config()  # the run directory's config record, with the digests its key is formed from
+    source = Path(result.run_dir) if result.run_dir is not None else None
+    if info is None and source is not None and source.name.endswith(SUFFIX) and source.is_file():
+        # a record of a record (load_record's result): the source's own config block, with the partition,
+        # dataset and θ₀ digests its run key is formed from (check_run re-forms it on every load)
         info = json.loads(gzip.decompress(source.read_bytes()))["config"]
-    else:  # a result with neither (built by hand): its config alone
-        info = {"config": result.config.to_dict(), "hash": result.summary.get("config_hash")}
+    elif info is None:  # a result with neither (built by hand): its config alone
+        info = {"config": result.config.to_dict(), "hash": result.key}
     # where the run lived on the machine that trained it is not part of the evidence (and not hashed)
     info = {**info, "config": {**info["config"], "runs_dir": None}}
     metrics = result.metrics
-    payload = {"key": Path(result.run_dir).name.removesuffix(SUFFIX), "config": info, "summary": result.summary,
+    payload = {"key": result.run_id, "config": info, "summary": result.summary,
                "metrics": {"columns": list(metrics.columns),
                            "data": json.loads(metrics.to_json(orient="values", double_precision=15))}}
     if meta is not None:
         payload["meta"] = dict(meta)
     return payload
+
+
+def _key(result: RunResult) -> str:
+    """The key ``result``'s record is stored under: its run's id (``<algorithm>-<hash>``, the run directory's name)."""
+    if result.run_id is None:
+        raise RecordError(f"{result!r} has no run key (its summary has no config_hash): only a run is recorded")
+    return result.run_id
 
 
 def _record_bytes(result: RunResult, meta: Mapping[str, Any] | None = None) -> bytes:
@@ -175,8 +180,7 @@ def write_record(result: RunResult, directory: Path | None = None, *, meta: Mapp
     hard-linked to the final name, which fails if the name exists (the first writer wins, the others
     keep its record). Orphans of interrupted writes are removed first, and records of writes interrupted
     after the link are listed (:func:`repair_unlisted`)."""
-    key = Path(result.run_dir).name.removesuffix(SUFFIX)
-    path = record_path(key, directory)
+    path = record_path(_key(result), directory)
     folder, root = path.parent, evidence_root(path.parent, "records")
     folder.mkdir(parents=True, exist_ok=True)
     remove_orphan_tmps(folder)
@@ -516,9 +520,9 @@ def recorded(result: RunResult, directory: Path | None = None) -> RunResult:
     on another CPU its last bits, and so its accuracy after 100 chaotic rounds, can differ from the record's:
     a figure's accuracy is read from the record, the evidence, and only θ from the retrained run. A run with
     no record (a ``ci`` run, never committed) is its own evidence."""
-    if result.run_dir is None:
+    if result.run_id is None:
         return result
-    committed = load_record(Path(result.run_dir).name.removesuffix(SUFFIX), directory, config=result.config)
+    committed = load_record(result.run_id, directory, config=result.config)
     return result if committed is None else committed
 
 
@@ -526,7 +530,7 @@ def write_records(results: Iterable[RunResult], directory: Path | None = None) -
     """Write the records of ``results`` (each once) and return their keys in order."""
     keys: list[str] = []
     for res in results:
-        key = Path(res.run_dir).name.removesuffix(SUFFIX)
+        key = _key(res)
         if key not in keys:
             write_record(res, directory)
             keys.append(key)
@@ -534,7 +538,7 @@ def write_records(results: Iterable[RunResult], directory: Path | None = None) -
 
 
 # --- figures from committed data ----------------------------------------------------------------
-def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
+def sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
     """Figure ``name``'s sidecar, checked against the evidence manifest: it decides which records a claim
     reads, so an edited or deleted sidecar is refused (EvidenceError naming it), never read as it is."""
     folder = FIGURES_DIR if figures_dir is None else Path(figures_dir)
@@ -554,9 +558,9 @@ def _sidecar(name: str, figures_dir: Path | None) -> dict[str, Any]:
 def figure_runs(name: str, figures_dir: Path | None = None) -> list[RunResult]:
     """The runs behind figure ``name``, loaded from its committed records (no training, no θ)."""
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
-    sidecar = _sidecar(name, figures_dir)
-    keys: Sequence[str] = sidecar.get("records", [])
-    folder = figures_dir / str(sidecar.get("records_dir", "records"))  # a study's figure names figures/records
+    meta = sidecar(name, figures_dir)
+    keys: Sequence[str] = meta.get("records", [])
+    folder = figures_dir / str(meta.get("records_dir", "records"))  # a study's figure names figures/records
     runs = []
     for key in keys:
         res = load_record(key, folder)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.evidence.integrity import EvidenceError, add, verify
+from lab.evidence.manifest import EvidenceError, add, verify
 
 __all__ = ["TuningError", "load_tuning", "record_tuning", "tuning_root"]
 

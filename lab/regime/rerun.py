@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.evidence.protocol import RERUN_PLAN as RERUN_FILE  # the plan; the protocol reads its tuning split
 from lab.regime.pilot import REGISTERED_LATER, CriteriaError, load_criteria, load_records, records_dir
 from lab.repro import FIGURES_DIR
 from lab.study.spec import read_design
@@ -37,7 +38,6 @@ __all__ = ["RERUN_DIR", "RERUN_FILE", "PlanRun", "claim_arms", "estimate", "fede
            "SeedRun", "analysed", "check_outcome", "claims_not_run", "is_tuned_run", "main_train", "method_seconds",
            "plan_runs", "recorded", "run_config", "seed_runs", "train", "tune", "tuning_protocol"]
 
-RERUN_FILE = Path(__file__).with_name("rerun.yaml")
 CLAIMS_FILE = FIGURES_DIR / "claims.yaml"
 DEFAULT_SPLIT = "dirichlet-0.1"
 """The split of a claim whose setting selects none (notebooks 04–09 train on Dirichlet 0.1)."""

@@ -14,8 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedlab._paths import data_root
-from fedlab._version import __version__
+from fedlab import __version__, data_root
 from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, SCRATCH_DIR, environment, git_commit, in_scratch, package_versions
 
 if TYPE_CHECKING:
@@ -227,11 +226,11 @@ def save_figure(
         from lab.evidence.records import write_records
 
         meta["records"] = write_records(runs, out / "records")
-        meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.summary.get("config_hash"),
+        meta["configs"] = {key: {**r.config.to_dict(), "runs_dir": None, "config_hash": r.key,
                                  "status": r.status} for key, r in zip(meta["records"], _unique(runs))}
         meta["dataset_checksums"] = {ds: dataset_checksums(ds) for ds in sorted({r.config.dataset for r in runs})}
         if not config_hashes:
-            meta["config_hashes"] = [r.summary.get("config_hash") for r in _unique(runs)]
+            meta["config_hashes"] = [r.key for r in _unique(runs)]
         meta["collapsed"] = [k for k, r in zip(meta["records"], _unique(runs)) if r.status == "collapsed"]
     elif read_records:
         meta["records"] = sorted(set(read_records))
@@ -255,14 +254,11 @@ def save_figure(
 
 
 def _unique(runs: "list[RunResult]") -> "list[RunResult]":
-    seen: set[str] = set()
-    out = []
+    """Each run once, in order, by its id: a run and its record are one (as :func:`write_records` keys them)."""
+    first: dict[str | None, RunResult] = {}
     for r in runs:
-        key = Path(r.run_dir).name
-        if key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
+        first.setdefault(r.run_id, r)
+    return list(first.values())
 
 
 def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:

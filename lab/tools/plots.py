@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 # the method facts are lab.style's; re-exported here, where the notebooks draw with them
-from lab.style import _PALETTE, METHOD_COLORS, METHOD_LABELS, METHOD_ORDER, method_color, method_label
+from lab.style import PALETTE, METHOD_COLORS, METHOD_LABELS, METHOD_ORDER, method_color, method_label
 
 # line styles and markers cycle with a different period than the colours, so that no two methods share
 # all three; dotted is kept for collapsed runs (COLLAPSED_STYLE)
@@ -44,7 +44,7 @@ def method_style(name: str, index: int | None = None) -> dict[str, Any]:
 
     ``index`` picks the style for a variant that is not a registered method (e.g. an ablation row)."""
     i = METHOD_ORDER.index(name) if index is None and name in METHOD_ORDER else (index or 0)
-    return {"color": METHOD_COLORS.get(name, _PALETTE[i % len(_PALETTE)]),
+    return {"color": METHOD_COLORS.get(name, PALETTE[i % len(PALETTE)]),
             "linestyle": _LINESTYLES[i % len(_LINESTYLES)], "marker": _MARKERS[i % len(_MARKERS)]}
 
 

@@ -27,12 +27,12 @@ def evidence_runs(figures_dir=None):  # type: ignore[no-untyped-def]
     from pathlib import Path
 
     from lab.evidence.protocol import split_key
-    from lab.evidence.records import _sidecar, load_record
+    from lab.evidence.records import load_record, sidecar
     from lab.repro import FIGURES_DIR
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     try:  # the sidecar decides which records are shown: checked against the manifest like them
-        keys = _sidecar(BENCHMARK_FIGURE, figures_dir).get("records") or []
+        keys = sidecar(BENCHMARK_FIGURE, figures_dir).get("records") or []
     except FileNotFoundError:  # the figure was never made: every method is trained instead
         keys = []
     out = {}
