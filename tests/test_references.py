@@ -95,7 +95,7 @@ def test_the_scan_covers_every_kind_of_file_it_promises():
     rel = {p.relative_to(REPO).as_posix() for p in FILES}
     for expected in ("README.md", "CITATION.cff", "figures/claims.yaml", "notebooks/07_fednsam.py",
                      "notebooks/07_fednsam.ipynb", "notebooks/book/guide/methods.md", "fedlab/algorithms/base.py",
-                     "lab/evidence/claims.py", "tests/reference.py", "tests/test_references.py"):
+                     "lab/evidence/claims/spec.py", "tests/reference.py", "tests/test_references.py"):
         assert expected in rel, f"{expected} is not scanned"
     assert not any(r.startswith(("runs/", ".venv/", "figures/records/")) for r in rel)
 

@@ -134,21 +134,17 @@ def final_metric(result: Any, final: Mapping[str, Any] | None = None) -> FinalVa
 
     When the run was evaluated on the full test set (``config.eval_subsample`` None or not below the test set)
     and holds a finite ``test_acc`` at every round of :func:`final_rounds` (R, its count n), the value is their
-    mean, (1/n) Σ_{r ∈ R} acc(r). Otherwise — a record committed before the rerun: one evaluation per 5 rounds
-    on a 2,000-image subsample — it is the last evaluation, labelled as such (``protocol`` False).
-    """
+    mean, (1/n) Σ_{r ∈ R} acc(r). Otherwise (a ci run; a record from before the rerun) it is the last evaluation,
+    labelled with the reason (``protocol`` False)."""
     curve = result if isinstance(result, Curve) else Curve.of(result)
     grid = final_rounds(curve.total_rounds, final)
+    span = f"round {grid[0]}" if len(grid) == 1 else f"rounds {grid[0]}–{grid[-1]}"
     if curve.subsample is None and all(r in curve.by_round and math.isfinite(curve.by_round[r]) for r in grid):
         share = len(grid) * int(dict(FINAL_METRIC if final is None else final)["eval_every"]) / curve.total_rounds
-        span = f"round {grid[0]}" if len(grid) == 1 else f"rounds {grid[0]}–{grid[-1]}"
         how = f"mean of the last {100 * share:.3g} % of rounds ({span} of {curve.total_rounds}), full test set"
         return FinalValue(sum(curve.by_round[r] for r in grid) / len(grid), how, True)
-    # Why the mean cannot be taken, in the words a reader of a ci run (or of an old record) can act on
+    why = f"not evaluated at every one of {span}" if curve.subsample is None else "not on the full test set"
     sub = "" if curve.subsample is None else f" on a {curve.subsample}-image test subsample"
-    span = f"round {grid[0]}" if len(grid) == 1 else f"rounds {grid[0]}–{grid[-1]}"
-    why = ("not on the full test set" if curve.subsample is not None else
-           f"not evaluated at every one of {span}")
     return FinalValue(float(curve.last), f"last evaluation{sub} ({why}, so not the protocol's mean)", False)
 
 
