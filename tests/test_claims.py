@@ -194,6 +194,20 @@ def test_the_committed_pages_show_the_claims_as_the_data_say():
             f"{page}: the claims table is stale; run `python -m lab claims --write`"
 
 
+def test_a_study_figure_in_its_own_folder_is_read_with_its_own_manifest(tmp_path):
+    """``setting.figure: study/fig`` reads ``study/fig.json`` and the records it names, checked against the manifest
+    of ``study/`` (a study keeps its figures, and their manifest, in a folder of its own)."""
+    runs = [_fake("fedvssam", s, 0.8 + s / 100) for s in range(6)] + [_fake("fedsam", s, 0.7) for s in range(6)]
+    _figure(tmp_path / "study", "fig", runs)
+    nested = Claim.from_dict({"id": "nested", "claim": "x", "source": {"paper": "P", "where": "T1"},
+                              "setting": {"notebook": "nb", "figure": "study/fig"}, "metric": "final_test_acc",
+                              "left": {"algorithm": "fedvssam"}, "op": ">", "right": {"algorithm": "fedsam"}})
+    [verdict] = evaluate_claims_paired([nested], tmp_path / "study")
+    assert verdict.verdict == "not run"  # the figure is study/fig under figures_dir, not under study/ itself
+    [verdict] = evaluate_claims_paired([nested], tmp_path)
+    assert verdict.verdict == "holds" and verdict.comparisons[0].difference.n == 6
+
+
 def test_a_collapsed_arm_of_a_figure_table_is_counted_not_dropped(tmp_path):
     pd.DataFrame({"method": ["fedvssam"] * 3 + ["fedsam"] * 3, "lambda_max": [1.0, 1.1, 1.2, 0.1, 0.1, 0.1],
                   "status": ["finished"] * 3 + ["collapsed"] * 3}).to_csv(tmp_path / "fig.csv", index=False)
@@ -210,19 +224,27 @@ def test_every_claim_with_data_reads_the_reruns_records_only():
     claim with data rests on rerun records only (``meta.rerun``), and is read at six pairs unless a seed of an arm
     collapsed (FedGF: counted, never averaged) or an estimate did not converge (09's λ_max: its ``valid`` column)."""
     from lab.evidence.records import load_record, record_meta
+    from lab.study.spec import load_study
 
+    map_study = load_study(lab.repro.REPO_ROOT / "lab" / "study" / "failure_map.yaml").name
     table = pd.read_csv(lab.repro.FIGURES_DIR / "claims_cpu.csv")
     claims = {c.id: c for c in load_claims(lab.repro.FIGURES_DIR / "claims.yaml")}
     records = lab.repro.FIGURES_DIR / "records"
     read = table[table["n"] > 0].groupby("id")["n"].max()
     assert len(read) >= 20, f"only {len(read)} claims have data"
     for claim_id, n in read.items():
-        sidecar = lab.repro.FIGURES_DIR / f"{claims[claim_id].figure}.json"
+        claim = claims[claim_id]
+        sidecar = lab.repro.FIGURES_DIR / f"{claim.figure}.json"
         keys = sorted(set(json.loads(sidecar.read_text()).get("records") or []))
         assert keys, f"{claim_id}: its figure names no records"
-        assert {bool(record_meta(k, records).get("rerun")) for k in keys} == {True}, \
-            f"{claim_id}: its figure reads records the rerun did not write"
-        assert {load_record(k, records).config.local_steps for k in keys} == {50}, f"{claim_id}: not K = 50"
+        # a study's figure (the failure map's) holds other cells too: the claim reads those its setting selects
+        runs = {k: load_record(k, records) for k in keys}
+        keys = [k for k, r in runs.items() if all(getattr(r.config, f) == v for f, v in claim.select.items())]
+        assert keys, f"{claim_id}: its setting selects none of its figure's records"
+        # the rerun's records, or the failure map's, whose registered federation is the rerun's (lab/study)
+        assert all(record_meta(k, records).get("rerun") or record_meta(k, records).get("study") == map_study
+                   for k in keys), f"{claim_id}: its figure reads records neither the rerun nor the map wrote"
+        assert {runs[k].config.local_steps for k in keys} == {50}, f"{claim_id}: not K = 50"
         if int(n) < 6:
             notes = " ".join(table.loc[table["id"] == claim_id, "note"].fillna("").astype(str)) if "note" in table \
                 else ""

@@ -163,13 +163,15 @@ def evidence_of(claim: Claim, figures_dir: Path) -> Evidence | str:
     """The claim's evidence in ``figures_dir``, or (a string) why there is none: the claim is not run."""
     from lab.evidence.records import figure_data, figure_runs
 
+    # a study's figure lives in its own folder with its own manifest (failure_map/failure_map)
+    folder, name = figures_dir / Path(claim.figure).parent, Path(claim.figure).name
     if isinstance(claim.metric, Mapping):
         try:  # checked against the manifest: an edited (or deleted) table is refused, naming it
-            return Evidence(table=figure_data(claim.figure, figures_dir))
+            return Evidence(table=figure_data(name, folder))
         except FileNotFoundError:
             return f"no {claim.figure}.csv yet"
     try:
-        runs = figure_runs(claim.figure, figures_dir)
+        runs = figure_runs(name, folder)
     except FileNotFoundError as err:  # no sidecar: the figure was never made. A bad record raises (loudly).
         return str(err).split(";")[0]
     if not runs:
