@@ -285,3 +285,16 @@ def test_an_incomplete_map_is_adjusted_for_its_whole_declared_family() -> None:
     whole = holm([c.gap.p for c in tested] + [1.0] * 4)
     assert [c.gap.p_holm for c in tested] == pytest.approx(whole[:4])
     assert [c.gap.p_holm for c in tested] != pytest.approx(holm([c.gap.p for c in tested]))  # not over 4
+
+
+def test_an_unfinished_map_says_what_its_finished_local_work_already_decides() -> None:
+    study = load_study(MAP)
+    effect = {(s, k): 0.3 for s in study.splits for k in study.local_steps}
+    effect[("path2", 50)] = -2.0
+    values = {k: v for k, v in _synthetic(study, effect).items() if not k[0].endswith("K200")}
+    cells = analyse(study, values)
+    text = headline(study, cells, 66, 132)
+    assert text.startswith("The failure map is not decided yet: 66 of its 132")
+    assert ("At K = 50, all 4 cells recorded, local SAM fails in pathological, 2 classes, K = 50, fedsam-0.05; "
+            "pathological, 2 classes, K = 50, fedsam-0.1.") in text
+    assert "K = 200" not in text  # nothing is said about a local work whose cells are still training

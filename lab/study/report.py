@@ -72,17 +72,30 @@ README_START, README_END = "<!-- fedlab:map:start -->", "<!-- fedlab:map:end -->
 def headline(study: Study, cells: Sequence[MapCell], recorded: int, planned: int) -> str:
     """The map's answer in one sentence, whichever way it comes out (README's headline, the decision page's)."""
     complete = recorded >= planned and all(not any("seeds recorded" in u for u in c.untested) for c in cells)
-    failing = [c for c in cells if c.verdict == "local SAM fails here"]
     if not complete:
+        so_far = ""
+        for k in study.local_steps:  # a K whose cells are all recorded is decided already: say how
+            at = [c for c in cells if c.local_steps == k]
+            if any("seeds recorded" in u for c in at for u in c.untested):
+                continue
+            failing = [c for c in at if c.verdict == "local SAM fails here"]
+            undecided = sum(c.verdict.startswith("failure not shown") for c in at)
+            so_far += (f" At K = {k}, all {len(at)} cells recorded, local SAM fails in "
+                       + (_places(failing) if failing else "none")
+                       + (f" (FedSAM − FedAvg is not decided either way in {undecided} of them)." if undecided else "."))
         return (f"The failure map is not decided yet: {recorded} of its {planned} pre-registered runs are recorded "
-                "(`python -m lab study train lab/study/failure_map.yaml` resumes it).")
+                f"(`python -m lab study train lab/study/failure_map.yaml` resumes it).{so_far}")
+    failing = [c for c in cells if c.verdict == "local SAM fails here"]
     if failing:
-        where = "; ".join(f"{_split_label(c.split)}, K = {c.local_steps}, {c.arm}" for c in failing)
-        return f"Local SAM fails on the failure map in: {where}."
+        return f"Local SAM fails on the failure map in: {_places(failing)}."
     undecided = sum(c.verdict.startswith("failure not shown") for c in cells)
     rest = "" if not undecided else (f" (in {undecided} of its {len(cells)} cells FedSAM − FedAvg is not decided "
                                     "either way)")
     return f"Local SAM does not fail anywhere on the failure map{rest}."
+
+
+def _places(cells: Sequence[MapCell]) -> str:
+    return "; ".join(f"{_split_label(c.split)}, K = {c.local_steps}, {c.arm}" for c in cells)
 
 
 def decision_markdown(study: Study, cells: Sequence[MapCell], controls: Sequence[Mapping[str, Any]],
