@@ -34,6 +34,13 @@ def _plan(**extra):
     return plan
 
 
+def test_a_claim_on_a_studys_figure_adds_nothing_to_the_reruns_plan():
+    """The failure map's control claims read its figure (failure_map/failure_map): the map's file planned those runs."""
+    on_map = [c for c in rr.the_claims() if "/" in c["setting"]["figure"]]
+    assert on_map and rr.claim_arms(on_map) == []
+    assert rr.claim_arms([{**on_map[0], "setting": {**on_map[0]["setting"], "figure": "10_benchmarks_bars_fmnist"}}])
+
+
 def test_claim_arms_are_read_at_their_split_with_params_and_config():
     arms = rr.claim_arms(CLAIMS)
     got = {(a.split, a.method, a.params) for a in arms}

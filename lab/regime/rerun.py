@@ -71,9 +71,9 @@ def _canonical(arm: Mapping[str, Any]) -> str:
 
 
 def claim_arms(claims: Sequence[Mapping[str, Any]]) -> list[PlanRun]:
-    """Every arm of every claim that names a method, at the split its claim is judged on."""
+    """Every arm of every claim that names a method, at the split its claim is judged on (not a study's claims)."""
     out = []
-    for claim in claims:
+    for claim in (c for c in claims if "/" not in str(c.get("setting", {}).get("figure", ""))):  # failure_map/…: its own
         split = split_key(claim.get("setting", {}).get("select"))
         for side in ("left", "right"):
             arms = claim.get(side)
