@@ -26,8 +26,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("regime/pilot_records.py", "final_metric"): "the regime pilot's own score, pre-registered in "
                                                  "lab/regime/criteria.yaml (mean of its last 3 evaluations) before its "
                                                  "runs; it chose the regime and is not the evidence's final metric",
-    ("evidence/records.py", "check_run"): "checks a record's summary (its last and best accuracy) against its own "
-                                          "metrics on load; it reports no accuracy",
+    ("evidence/record_load.py", "check_run"): "checks a record's summary (its last and best accuracy) against its "
+                                              "own metrics on load; it reports no accuracy",
     ("regime/rerun_plan.py", "evaluation_seconds"): "times the evaluated rounds (wall seconds), reads no accuracy",
 }
 """(module under lab/, function) → why it may touch a run's last accuracies itself."""
