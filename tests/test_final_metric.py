@@ -23,12 +23,12 @@ LAB = Path(__file__).resolve().parents[1] / "lab"
 ALLOWED: dict[tuple[str, str], str] = {
     ("evidence/protocol.py", "Curve.of"): "reads a run's accuracies by round and its last evaluation (the fallback)",
     ("evidence/protocol.py", "final_metric"): "the one definition",
-    ("regime/pilot.py", "final_metric"): "the regime pilot's own score, pre-registered in lab/regime/criteria.yaml "
-                                         "(mean of its last 3 evaluations) before its runs; it chose the regime and "
-                                         "is not the evidence's final metric",
-    ("evidence/records.py", "check_run"): "checks a record's summary (its last and best accuracy) against its own "
-                                          "metrics on load; it reports no accuracy",
-    ("regime/rerun.py", "evaluation_seconds"): "times the evaluated rounds (wall seconds), reads no accuracy",
+    ("regime/pilot_records.py", "final_metric"): "the regime pilot's own score, pre-registered in "
+                                                 "lab/regime/criteria.yaml (mean of its last 3 evaluations) before its "
+                                                 "runs; it chose the regime and is not the evidence's final metric",
+    ("evidence/record_load.py", "check_run"): "checks a record's summary (its last and best accuracy) against its "
+                                              "own metrics on load; it reports no accuracy",
+    ("regime/rerun_plan.py", "evaluation_seconds"): "times the evaluated rounds (wall seconds), reads no accuracy",
 }
 """(module under lab/, function) → why it may touch a run's last accuracies itself."""
 

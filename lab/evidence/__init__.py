@@ -1,7 +1,8 @@
 """The repository's evidence: how committed results become claims.
 
-:mod:`~lab.evidence.protocol` (the cpu profile: splits, seeds, tuned hyperparameters, the final metric),
-:mod:`~lab.evidence.records` (committed run records under ``figures/records/``),
+:mod:`~lab.evidence.protocol` (the cpu profile: splits, seeds, tuned hyperparameters, the final metric) and
+:mod:`~lab.evidence.tuning_protocol` (how those hyperparameters are tuned), :mod:`~lab.evidence.records` (committed
+run records under ``figures/records/``) and :mod:`~lab.evidence.record_load` (a record read back and checked),
 :mod:`~lab.evidence.claims` and :mod:`~lab.evidence.paired` (the papers' claims evaluated from those
 records), :mod:`~lab.evidence.divergence` (which runs measure a blow-up, not the method),
 :mod:`~lab.evidence.report` (the notebooks' closing sections), :mod:`~lab.evidence.budget`

@@ -1,5 +1,5 @@
 """Committed tuning results (``figures/tuning/<split>/<method>.csv/.json``, written by
-:func:`fedlab.tune` through :func:`lab.evidence.protocol.tune_splits`): their place in the evidence
+:func:`fedlab.tune` through :func:`lab.evidence.tuning_protocol.tune_splits`): their place in the evidence
 manifest and the checks a choice passes before a notebook uses it (:func:`load_tuning`).
 """
 from __future__ import annotations

@@ -37,13 +37,13 @@ class Amendment:
 def load_amendment(path: str | Path, criteria_digest: str, candidates: Any) -> Amendment:
     """Read and check an amendment of the criteria whose digest is ``criteria_digest``.
 
-    Refused with :class:`lab.regime.pilot.CriteriaError` naming the file and the field: a file that is
+    Refused with :class:`lab.regime.criteria.CriteriaError` naming the file and the field: a file that is
     not a YAML mapping, ``amends.sha256`` other than the criteria's digest (an amendment of other
     criteria), an ``order`` naming no declared candidate or repeating one, a ``fixed`` field that
     :class:`fedlab.Config` does not have, ``require`` tiers that are not lists of R1–R5."""
     from fedlab.config import Config
-    from lab.regime.pilot import CriteriaError
-    from lab.study.spec import read_design
+    # the study files' error under the criteria's name for it, taken from below: the criteria read this module
+    from lab.study.spec import StudyError as CriteriaError, read_design
 
     path = Path(path)
     data, raw = read_design(path, "amendment")

@@ -136,7 +136,7 @@ def plan_seeds(config: Any, params: Mapping[str, Any] | None, seeds: Sequence[in
 
 def main(args: Any) -> int:
     """``python -m lab regime rerun-params [--check]``: write (or check) the generated blocks."""
-    from lab.regime.pilot import load_criteria
+    from lab.regime.criteria import load_criteria
     from lab.regime.rerun import load_plan
 
     todo = stale(load_plan(getattr(args, "plan", None)), load_criteria())

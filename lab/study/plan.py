@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.study.spec import CALIBRATED, Arm, Cell, Study, StudyError
+from lab.study.calibrate import load_calibration
+from lab.study.spec import CALIBRATED, Arm, Cell, Study, StudyError, out_dir
 
 __all__ = ["StudyRun", "committed_runs", "estimate", "measured_seconds", "planned_runs", "run_config",
-           "seconds_of"]
+           "seconds_of", "study_configs"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,18 @@ def run_config(study: Study, run: StudyRun, calibrated: Mapping[str, Mapping[str
     return Config.from_dict({**study.federation, **study.splits[run.cell.split], "local_steps": run.cell.local_steps,
                              "algorithm": run.arm.algorithm, "algorithm_params": params, "seed": run.seed,
                              "partition_seed": run.seed})
+
+
+def study_configs(study: Study, runs: Sequence[StudyRun]) -> dict[tuple[str, str, int], Any]:
+    """The Config of each of ``runs`` whose hyperparameters are known (a calibrated arm's wait for its calibration)."""
+    calibrated = load_calibration(out_dir(study) / "calibration.json")
+    out = {}
+    for run in runs:
+        try:
+            out[run.key] = run_config(study, run, calibrated)
+        except StudyError:
+            continue  # waits for its calibration
+    return out
 
 
 def _plain(values: Mapping[str, Any]) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.study.analysis import MapCell, analyse, estimate_of, fails_anywhere
-from lab.study.plan import committed_runs, planned_runs, run_config
-from lab.study.spec import Study
+from lab.study.plan import committed_runs, planned_runs, run_config, study_configs
+from lab.study.spec import Study, out_dir
 
 __all__ = ["README_END", "README_START", "budget_markdown", "busy_seconds", "control_rows", "decision_markdown",
            "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text", "replace_readme_block", "write_outputs"]
@@ -24,7 +24,6 @@ def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple
     from lab.evidence.protocol import final_metric
     from lab.evidence.records import load_record
     from lab.study.calibrate import load_calibration
-    from lab.study.runner import out_dir
 
     calibrated = load_calibration(out_dir(study) / "calibration.json")
     configs = {}
@@ -275,8 +274,6 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
     ``readme``, its map block gets the headline."""
     import pandas as pd
 
-    from lab.study.runner import out_dir
-
     values, untested, results = load_values(study)
     cells = analyse(study, values, untested=untested)
     controls = control_rows(study, values)
@@ -308,7 +305,6 @@ def _estimate(study: Study) -> dict[str, Any]:
     committed only the records the study reuses (its own records were still to train when it was made)."""
     from lab.evidence.records import record_meta
     from lab.study.plan import estimate, measured_seconds
-    from lab.study.runner import study_configs
 
     runs = planned_runs(study)
     reused = {k: r for k, r in committed_runs(study_configs(study, runs)).items()
@@ -323,7 +319,6 @@ def _figure(study: Study, cells: Sequence[MapCell], records: list[str],
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from lab.study.runner import out_dir
     from lab.tools.figures import save_figure
 
     base = study.baseline_arm

@@ -18,34 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TextIO, TypeVar
 
-from lab.repro import FIGURES_DIR
 from lab.study.calibrate import fedgf_threshold, load_calibration, save_calibration
 from lab.study.plan import (StudyRun, committed_runs, estimate, measured_seconds, planned_runs, run_config,
-                             seconds_of)
-from lab.study.spec import CALIBRATED, Design, Study, StudyError, kind_module, load_study, require_registered
+                             seconds_of, study_configs)
+from lab.study.spec import (CALIBRATED, Design, Study, StudyError, kind_module, load_study, out_dir,
+                            require_registered)
 from lab.study.workers import Progress, session, write_run
 
 __all__ = ["Training", "analyse", "calibrate", "decide", "main", "out_dir", "plan", "plan_markdown", "study_configs",
            "train", "training"]
 
 T = TypeVar("T")
-
-
-def out_dir(study: Study) -> Path:
-    """Where a study's generated files go: ``figures/<study file's stem>/`` (``figures/failure_map``)."""
-    return FIGURES_DIR / study.path.stem
-
-
-def study_configs(study: Study, runs: Sequence[StudyRun]) -> dict[tuple[str, str, int], Any]:
-    """The Config of each of ``runs`` whose hyperparameters are known (a calibrated arm's wait for its calibration)."""
-    calibrated = load_calibration(out_dir(study) / "calibration.json")
-    out = {}
-    for run in runs:
-        try:
-            out[run.key] = run_config(study, run, calibrated)
-        except StudyError:
-            continue  # waits for its calibration
-    return out
 
 
 def calibrate(study: Study, out: TextIO) -> None:

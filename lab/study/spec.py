@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from lab.repro import REPO_ROOT
+from lab.repro import FIGURES_DIR, REPO_ROOT
 
 __all__ = ["CALIBRATED", "KINDS", "Arm", "Cell", "Design", "Study", "StudyError", "kind_module", "load_study",
-           "need", "read_design", "require_registered"]
+           "need", "out_dir", "read_design", "require_registered"]
 
 CALIBRATED = "calibrated"
 """A parameter value that the study measures before the run (its ``calibration`` block says how)."""
@@ -172,6 +172,11 @@ def kind_module(study: Design) -> Any:
     """The module implementing ``study``'s kind (:data:`KINDS`), imported only when asked for: the map's
     runner must not import the pilot's package, nor the pilot's the map's."""
     return importlib.import_module(KINDS[study.kind])
+
+
+def out_dir(study: Study) -> Path:
+    """Where a study's generated files go: ``figures/<study file's stem>/`` (``figures/failure_map``)."""
+    return FIGURES_DIR / study.path.stem
 
 
 def load_study(path: str | Path) -> Design:
