@@ -97,7 +97,7 @@ def paper_config(algorithm: str, device: str, dry_run: bool, runs_dir: str) -> A
 
 def _paper_round(device: str, dry_run: bool) -> dict[str, Any]:
     from lab.bench.machine import sync
-    from lab.bench.speed import random_dataset
+    from lab.bench.workload import random_dataset
     from fedlab.engine import Simulation
     from fedlab.engine.evaluate import evaluate
 
