@@ -30,8 +30,7 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lab.bench.machine import load_average, machine_description, sync
+from lab.bench.machine import load_average, machine_description, paired_times
 
 ALGORITHMS: tuple[str, ...] = ("fedavg", "fedsam")
 LR = 0.05  # the regime's local learning rate; weight decay 1e-3 and clipping 10 are Config's defaults
@@ -106,25 +105,6 @@ class OneClient:
         data = self.sim.local_data
         state, _ = self.baseline.train_on((data.batch(idx, None) for idx in self.jobs[0].batches), self.info.lr)
         return torch.cat([state[name].reshape(-1) for name in self.sim.model.spec.names])
-
-
-def paired_times(first: Callable[[], Tensor], second: Callable[[], Tensor], pairs: int,
-                 device: torch.device) -> tuple[list[tuple[float, float]], list[tuple[float, float]], Tensor, Tensor]:
-    """(wall, CPU) seconds of each call of ``first`` and ``second`` over ``pairs`` pairs, and their last outputs.
-
-    One untimed call of each first; then pair i runs ``first`` before ``second`` when i is even, after it
-    when i is odd."""
-    out = [first(), second()]
-    times: list[list[tuple[float, float]]] = [[], []]
-    fns = (first, second)
-    for i in range(pairs):
-        for j in ((0, 1) if i % 2 == 0 else (1, 0)):
-            sync(device)
-            c0, t0 = time.process_time(), time.perf_counter()
-            out[j] = fns[j]()
-            sync(device)
-            times[j].append((time.perf_counter() - t0, time.process_time() - c0))
-    return times[0], times[1], out[0], out[1]
 
 
 def measure(algorithm: str, setting: StepSetting, *, pairs: int | None = None, lr: float = LR,
