@@ -20,7 +20,7 @@ SYSDEPS := /usr/bin/chromium:chromium /usr/share/javascript/mathjax/MathJax.js:l
 HAVE_FMNIST  := test -d $(FMNIST_DEB) -o -f data/FashionMNIST/raw/train-images-idx3-ubyte
 HAVE_MATHJAX := test -f /usr/share/javascript/mathjax/MathJax.js -a -d /usr/share/javascript/mathjax/fonts/HTML-CSS/TeX/woff
 
-.PHONY: venv data sysdeps run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-speed bench-amp bench-sweep clean-runs
+.PHONY: venv data sysdeps run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-step bench-speed bench-amp bench-sweep clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml lab/pyproject.toml
@@ -141,6 +141,12 @@ claims: venv
 
 bench: venv data
 	$(PY) -m lab bench --algorithms all
+
+# The step guard: ms per local step, fedlab's engine vs the plain PyTorch loop (FedAvg, FedSAM; mlp, cnn,
+# resnet18_gn), taking turns in pairs (lab.bench.step); JSON in runs/bench/.
+bench-step: venv
+	@mkdir -p runs/bench
+	$(PY) -m lab bench step --json runs/bench/step.json
 
 # Execution modes side by side (conventional loop, sequential, vmap, auto, client threads, NHWC, bf16);
 # JSON in runs/bench/. bench-amp: what bf16 does to accuracy (FedAvg, FedSAM; 50 rounds on Fashion-MNIST).

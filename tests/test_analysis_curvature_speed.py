@@ -25,6 +25,7 @@ from fedlab.analysis import (
     slice_2d,
     top_eigenvalues,
 )
+from fedlab.analysis.hessian import TRACE_TOL
 from fedlab.models import FlatModel, build_model
 from fedlab import torch_generator
 
@@ -162,11 +163,32 @@ def test_bench_analysis_quick_runs_and_agrees(tmp_path, capsys):
         assert r["trace_diff_vs_ref_in_stderr"] < 1e-3  # identical probes
     assert rows["old"]["max_rel_eig_diff_vs_ref"] < 1e-3  # both power iterations from the same start
     assert rows["new"]["eig_hvps"] < rows["old"]["eig_hvps"]
+    for r in rows.values():  # every result carries its flag; the trace's is the library's rule
+        assert len(r["converged"]) == 2 and r["trace_converged"] == \
+            (r["trace_stderr"] <= TRACE_TOL * (abs(r["trace"]) + 1e-6))
+    # one line per estimator against the plain reference, on the same model and batch
+    lines = {line["estimator"]: line for line in res["estimators"]}
+    assert list(lines) == ["top-1 power", "top-1 lanczos", "top-k lanczos", "trace"]
+    for line in lines.values():
+        assert line["pairs"] == 1 and min(line["fedlab_seconds"], line["plain_seconds"], line["ratio"],
+                                          line["cpu_ratio"]) > 0
+        for side in ("fedlab", "plain"):
+            assert len(line[f"{side}_converged"]) == len(line[f"{side}_values"]) >= 1
+    assert lines["top-k lanczos"]["fedlab_values"] == rows["new"]["eigenvalues"]  # the call of the "new" row
+    assert len(lines["top-k lanczos"]["plain_values"]) == 2 and len(lines["top-1 power"]["plain_values"]) == 1
+    power = lines["top-1 power"]  # the same start and the same stopping rule (PyHessian's) on both sides
+    assert power["fedlab_values"][0] == pytest.approx(power["plain_values"][0], rel=1e-3)
+    assert abs(power["fedlab_hvps"] - power["plain_hvps"]) <= 2
+    trace = lines["trace"]  # the same probes: the same estimate, to float rounding
+    assert trace["fedlab_values"][0] == pytest.approx(trace["plain_values"][0], rel=1e-5)
+    assert trace["fedlab_hvps"] == trace["plain_hvps"] == 4
+    assert trace["fedlab_converged"] == trace["plain_converged"]
     land = {r["solver"]: r for r in res["landscape"]}
     assert set(land) == {"old", "old, all cores", "new, 1 thread", "new"}
     assert all(r["max_rel_diff_vs_old"] < 1e-5 and r["seconds"] > 0 for r in land.values())
     assert land["new, 1 thread"]["point_threads"] == 1 and land["old"]["max_rel_diff_vs_old"] == 0
-    assert "fedlab new vs old" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "fedlab new vs old" in printed and "per estimator" in printed
 
 
 def test_an_operator_is_reused_for_eigenvalues_and_trace(mlp):

@@ -152,6 +152,31 @@ def test_hutchinson_trace_within_five_percent(federation):
     assert quad.mean == pytest.approx(float(torch.trace(a)), rel=0.05)
 
 
+def test_hutchinson_trace_flags_convergence_without_changing_its_values(federation):
+    """The flag is read off the estimate, never stops it: the values are still vᵀHv of the probes drawn as
+    documented, equal to the exact Hessian's to 1e-10 (float64), every probe used; ``converged`` is
+    stderr ≤ tol·(|mean| + 10⁻⁶): never from one probe, always for a diagonal H (vᵀHv = tr H exactly)."""
+    from fedlab.analysis.hessian import TRACE_TOL
+
+    _, _, loss, theta, exact = federation
+    est = hessian_trace(loss, theta, samples=40, generator=torch_generator(3, "flag"), batch=1)
+    signs = torch.randint(0, 2, (40, theta.numel()), generator=torch_generator(3, "flag"))
+    vs = signs.to(theta.dtype) * 2 - 1
+    torch.testing.assert_close(est.values, ((vs @ exact) * vs).sum(dim=1), rtol=1e-10, atol=1e-10)
+    assert est.samples == 40 and est.tol == TRACE_TOL
+    assert est.converged == (est.stderr <= TRACE_TOL * (abs(est.mean) + 1e-6))
+    assert est.to_frame()["converged"].tolist() == [est.converged]
+    loose = hessian_trace(loss, theta, samples=40, generator=torch_generator(3, "flag"), batch=1, tol=10.0)
+    strict = hessian_trace(loss, theta, samples=40, generator=torch_generator(3, "flag"), batch=1, tol=1e-6)
+    assert torch.equal(loose.values, est.values) and loose.converged and not strict.converged
+    assert not hessian_trace(loss, theta, samples=1, tol=10.0).converged  # one probe: no standard error
+    diag = torch.linspace(1.0, 3.0, 5, dtype=torch.float64)
+    quad = hessian_trace(lambda t: 0.5 * (diag * t * t).sum(), torch.ones(5, dtype=torch.float64), samples=3)
+    assert quad.mean == pytest.approx(float(diag.sum()), rel=1e-12) and quad.converged
+    with pytest.raises(ValueError, match="tol"):
+        hessian_trace(loss, theta, samples=4, tol=0.0)
+
+
 def test_sam_sharpness_is_first_order_rho_times_gradient_norm(federation):
     _, _, loss, theta, _ = federation
     rho = 1e-4

@@ -25,26 +25,13 @@ from torch import Tensor
 from torch.func import grad, jvp, vmap
 from tqdm import tqdm
 
-from fedlab.analysis.federation import (
-    EmpiricalLoss,
-    LossFn,
-    client_loss_fn,
-    global_loss_fn,
-)
+from fedlab.analysis.federation import EmpiricalLoss, LossFn, client_loss_fn, global_loss_fn
 from fedlab.analysis._checks import check_count, check_like, check_rho, check_theta
 from fedlab.analysis.points import resolve_chunk
 from fedlab._rng import torch_generator
 
-__all__ = [
-    "HessianOperator",
-    "TraceEstimate",
-    "client_loss_fn",
-    "global_loss_fn",
-    "hessian_matrix",
-    "hessian_trace",
-    "hvp",
-    "sam_sharpness",
-]
+__all__ = ["HessianOperator", "TRACE_TOL", "TraceEstimate", "client_loss_fn", "global_loss_fn", "hessian_matrix",
+           "hessian_trace", "hvp", "sam_sharpness"]
 
 HVP_MODES = ("rev", "fwd")
 BACKENDS = ("graph", "func")
@@ -182,17 +169,28 @@ def hessian_matrix(loss_fn: LossFn, theta: Tensor, *, max_dim: int = 4096, mode:
     return cols.T.contiguous().detach()  # column j is H e_j
 
 
+TRACE_TOL = 0.05
+"""Relative standard error at which a Hutchinson trace counts as converged: stderr ≤ 0.05 (|mean| + 10⁻⁶)."""
+
+
 @dataclass
 class TraceEstimate:
-    """Hutchinson estimate of tr(H): ``mean`` ± ``stderr`` from ``samples`` Rademacher probes."""
+    """Hutchinson estimate of tr(H): ``mean`` ± ``stderr`` from ``samples`` Rademacher probes; ``converged``:
+    stderr ≤ ``tol``·(|mean| + 10⁻⁶), the relative standard error within ``tol`` (never from one probe)."""
 
     mean: float
     stderr: float
     samples: int
     values: Tensor  # vᵀHv for each probe
+    tol: float = TRACE_TOL
+
+    @property
+    def converged(self) -> bool:
+        return bool(self.stderr <= self.tol * (abs(self.mean) + 1e-6))  # a NaN stderr (one probe) is not
 
     def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([{"trace": self.mean, "trace_stderr": self.stderr, "samples": self.samples}])
+        return pd.DataFrame([{"trace": self.mean, "trace_stderr": self.stderr, "samples": self.samples,
+                              "converged": self.converged, "tol": self.tol}])
 
 
 def hessian_trace(
@@ -205,14 +203,18 @@ def hessian_trace(
     mode: str = "rev",
     backend: str | None = None,
     progress: bool = False,
+    tol: float = TRACE_TOL,
 ) -> TraceEstimate:
     """Hutchinson's estimator: tr(H) ≈ (1/S) Σ_s v_sᵀ H v_s with v_s ∈ {−1, +1}^d.
 
-    Unbiased since E[v vᵀ] = I; its variance 2 Σ_{i≠j} H_ij² is reported as ``stderr`` (std / √S).
+    Unbiased since E[v vᵀ] = I; its variance 2 Σ_{i≠j} H_ij² is reported as ``stderr`` (std / √S), and
+    ``converged`` says whether stderr ≤ ``tol``·(|mean| + 10⁻⁶) (all S probes are used either way).
     ``batch`` probes are vmapped together (default 8 on CUDA, 1 on CPU); ``loss_fn`` may be a
     :class:`HessianOperator` at ``theta``."""
     check_theta(theta)
     check_count("samples", samples)
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0, got {tol!r}")
     chunk = resolve_chunk(batch, theta) if batch is not None else (8 if theta.is_cuda else 1)
     gen = generator if generator is not None else torch_generator(0, "hessian-trace")
     op = _operator(loss_fn, theta, backend, mode)
@@ -220,20 +222,17 @@ def hessian_trace(
     d = theta.numel()
     quads: list[Tensor] = []
     bar = tqdm(total=samples, desc="hutchinson", disable=not progress, leave=False)
-    done = 0
-    while done < samples:
-        n = min(chunk, samples - done)
+    for start in range(0, samples, chunk):
+        n = min(chunk, samples - start)
         signs = torch.randint(0, 2, (n, d), generator=gen, device=gen.device).to(theta.device)
         vs = signs.to(theta.dtype) * 2 - 1
-        hvs = op.batch(vs, chunk)
-        quads.append((vs * hvs).sum(dim=1))
-        done += n
+        quads.append((vs * op.batch(vs, chunk)).sum(dim=1))
         bar.update(n)
     bar.close()
     vals = torch.cat(quads)
     mean = float(vals.mean())
     stderr = float(vals.std(unbiased=True) / math.sqrt(samples)) if samples > 1 else float("nan")
-    return TraceEstimate(mean, stderr, samples, vals)
+    return TraceEstimate(mean, stderr, samples, vals, tol)
 
 
 def sam_sharpness(loss_fn: LossFn, theta: Tensor, rho: float) -> float:

@@ -23,7 +23,7 @@ Solvers (rows):
   k (with ``--k 1``, Lanczos top-1 against the power-iteration rows; ``new`` is Lanczos already for k > 1);
 * ``fedlab old`` — ``method="power", backend="func"``: the path before the speed work, where every
   product recomputes forward, backward and double backward through ``torch.func``;
-* ``plain autograd`` — a reference written here on the ``nn.Module`` itself: one
+* ``plain autograd`` — a reference on the ``nn.Module`` itself (:mod:`lab.bench.plain_hessian`): one
   ``loss.backward``-style gradient with ``create_graph=True``, then power iteration with deflation
   and Hutchinson probes on ``torch.autograd.grad(g, params, v)`` — the approach of PyHessian
   (Yao et al. 2020), independent of fedlab's flat-vector code;
@@ -31,8 +31,12 @@ Solvers (rows):
   not a fedlab dependency); its products are counted by wrapping its product function, and it draws
   its random vectors from torch's global generator, which is seeded for it here.
 
-The same Rademacher probes (drawn from :func:`fedlab.torch_generator`) are used by every solver
-but PyHessian, so their traces differ by float rounding only. The landscape part times
+Every result carries its convergence flag ("conv": each eigenvalue's stopping rule; the trace's relative
+standard error within :data:`fedlab.analysis.hessian.TRACE_TOL`). Then one line per estimator (top-1 by
+power iteration and by Lanczos, top-k, trace) against the plain reference on the same model and batch,
+timed in ``--repeats`` pairs (:mod:`lab.bench.estimators`). The same Rademacher probes (drawn from
+:func:`fedlab.torch_generator`) are used by every solver but PyHessian, so their traces differ by float
+rounding only. The landscape part times
 :func:`fedlab.analysis.slice_2d` on a ``--grid`` × ``--grid`` grid over ``--landscape-n`` images
 (notebook 09's cpu-ci measured F has 5 × 32) in the variants of :data:`LANDSCAPE_VARIANTS`: the
 loss's own layout in a plain loop (old; once on the process's threads, once with every core as
@@ -53,95 +57,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedlab import torch_generator
 from lab.bench.machine import load_average, machine_info, sync
+from lab.bench.estimators import estimator_lines, print_lines
+from lab.bench.plain_hessian import PlainAutogradHessian, plain_power, plain_trace
 
 
 SOLVERS = ("new", "power", "lanczos", "old", "plain", "pyhessian")
 DEFAULT_SOLVERS = ("new", "power", "old", "plain", "pyhessian")  # lanczos: on request (``new`` for k > 1)
 LABELS = {"new": "fedlab new", "power": "fedlab power", "lanczos": "fedlab lanczos", "old": "fedlab old",
           "plain": "plain autograd", "pyhessian": "pyhessian"}
-
-
-def _rademacher(gen: torch.Generator, d: int, like: Tensor) -> Tensor:
-    """One probe in {−1, +1}^d, drawn exactly as :func:`fedlab.analysis.hessian_trace` draws it (batch 1)."""
-    signs = torch.randint(0, 2, (1, d), generator=gen, device=gen.device).to(like.device)
-    return (signs.to(like.dtype) * 2 - 1)[0]
-
-
-# ------------------------------------------------------------------------------------------------
-# the plain-autograd reference (PyHessian's approach, written against the nn.Module directly)
-# ------------------------------------------------------------------------------------------------
-class PlainAutogradHessian:
-    """H v for the mean cross-entropy of ``module`` on one batch, by autograd on the module's parameters.
-
-    One forward and one backward pass with ``create_graph=True`` at construction; each product is
-    ``torch.autograd.grad(g, params, v, retain_graph=True)`` with v a list shaped like the parameters.
-    """
-
-    def __init__(self, module: nn.Module, x: Tensor, y: Tensor) -> None:
-        self.params = [p for p in module.parameters() if p.requires_grad]
-        loss = F.cross_entropy(module(x), y)
-        self.grads = torch.autograd.grad(loss, self.params, create_graph=True)
-        self.n_products = 0
-
-    def split(self, flat: Tensor) -> list[Tensor]:
-        return [c.view_as(p) for c, p in zip(torch.split(flat, [p.numel() for p in self.params]), self.params)]
-
-    def __call__(self, v: list[Tensor]) -> list[Tensor]:
-        self.n_products += 1
-        return [h.detach() for h in torch.autograd.grad(self.grads, self.params, v, retain_graph=True)]
-
-
-def _dot(a: list[Tensor], b: list[Tensor]) -> Tensor:
-    return sum((x * y).sum() for x, y in zip(a, b))  # type: ignore[return-value]
-
-
-def _normalised(v: list[Tensor]) -> list[Tensor]:
-    norm = torch.sqrt(_dot(v, v))
-    return [x / (norm + 1e-12) for x in v]
-
-
-def plain_power(op: PlainAutogradHessian, k: int, tol: float, cap: int, gen: torch.Generator) -> dict[str, Any]:
-    """Top-k eigenvalues by power iteration with deflation; stop on relative change ≤ ``tol``."""
-    values: list[float] = []
-    vectors: list[list[Tensor]] = []
-    converged: list[bool] = []
-    d = sum(p.numel() for p in op.params)
-    for _ in range(k):
-        v = _normalised(op.split(torch.randn(d, generator=gen, device=gen.device)))
-        lam: float | None = None
-        done = False
-        for _ in range(cap):
-            for u in vectors:  # keep v orthogonal to the eigenvectors found
-                c = _dot(u, v)
-                v = [x - c * y for x, y in zip(v, u)]
-            v = _normalised(v)
-            hv = op(v)
-            new = float(_dot(hv, v))
-            v = _normalised(hv)
-            if lam is not None and abs(new - lam) <= tol * (abs(lam) + 1e-12):
-                lam, done = new, True
-                break
-            lam = new
-        assert lam is not None
-        values.append(lam)
-        vectors.append(v)
-        converged.append(done)
-    return {"values": values, "converged": converged}
-
-
-def plain_trace(op: PlainAutogradHessian, probes: int, gen: torch.Generator) -> list[float]:
-    d = sum(p.numel() for p in op.params)
-    like = op.params[0]
-    out = []
-    for _ in range(probes):
-        v = op.split(_rademacher(gen, d, like))
-        out.append(float(_dot(op(v), v)))
-    return out
 
 
 def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
@@ -176,10 +103,14 @@ _last_cpu = [0.0]
 
 def _row(solver: str, eig_s: float, eig_cpu: float, eig_hvps: int, values: list[float], converged: list[bool],
          trace_s: float, trace_cpu: float, trace_values: Sequence[float]) -> dict[str, Any]:
+    from fedlab.analysis import TraceEstimate
+
     mean, stderr = _mean_stderr(trace_values)
+    tr = TraceEstimate(mean, stderr, len(trace_values), torch.tensor(list(trace_values), dtype=torch.float64))
     return {"solver": solver, "label": LABELS[solver], "eig_seconds": eig_s, "eig_cpu_seconds": eig_cpu,
             "trace_cpu_seconds": trace_cpu, "eig_hvps": eig_hvps,
             "eigenvalues": values, "converged": converged, "trace": mean, "trace_stderr": stderr,
+            "trace_converged": tr.converged,
             "trace_hvps": len(trace_values), "trace_seconds": trace_s,
             "seconds_per_hvp": (eig_s + trace_s) / max(eig_hvps + len(trace_values), 1),
             "cpu_seconds_per_hvp": (eig_cpu + trace_cpu) / max(eig_hvps + len(trace_values), 1)}
@@ -328,8 +259,9 @@ def build_setting(n: int, seed: int, device: torch.device) -> tuple[Any, Tensor,
 
 def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200, probes: int = 100,
                   grid: int = 9, landscape_n: int = 160, solvers: Sequence[str] = DEFAULT_SOLVERS, seed: int = 0,
-                  device: str = "cpu") -> dict[str, Any]:
-    """All rows of the benchmark as one JSON-able dict (settings, machine, load, rows, landscape)."""
+                  device: str = "cpu", repeats: int = 3) -> dict[str, Any]:
+    """All rows of the benchmark as one JSON-able dict (settings, machine, load, rows, the per-estimator lines of
+    :mod:`lab.bench.estimators` timed in ``repeats`` pairs (0: none), landscape)."""
     from fedlab.analysis import global_loss_fn, hvp, top_eigenvalues
 
     for s in solvers:
@@ -371,16 +303,19 @@ def run_benchmark(*, n: int = 512, k: int = 2, tol: float = 1e-5, cap: int = 200
         r["max_rel_eig_error"] = max(abs(a - b) / abs(b) for a, b in zip(r["eigenvalues"], tight_values))
         r["trace_diff_vs_ref_in_stderr"] = abs(r["trace"] - ref["trace"]) / ref["trace_stderr"] \
             if ref["trace_stderr"] > 0 else float("nan")
+    lines = estimator_lines(model.module, x, y, loss, theta, k=k, tol=tol, cap=cap, probes=probes, seed=seed,
+                            repeats=repeats, device=dev, tight=tight_values) if repeats > 0 else []
     land = landscape_rows(landscape_n, grid, seed, dev) if grid >= 3 else []
     return {
         "settings": {"model": "cnn", "dataset": "fmnist", "n": n, "d": model.dim, "k": k, "tol": tol, "cap": cap,
                      "probes": probes, "grid": grid, "landscape_n": landscape_n, "seed": seed, "device": str(dev),
-                     "reference": ref["solver"] if ref else None, "malloc": malloc},
+                     "reference": ref["solver"] if ref else None, "malloc": malloc, "repeats": repeats},
         "tight": {"eigenvalues": tight_values, "tol": tol * 1e-3, "hvps": tight.n_hvp, "seconds": tight_s,
                   "converged": bool(all(tight.converged))},
         "machine": machine_info(dev),
         "load_average": {"before": load_before, "after": load_average()},
         "rows": rows,
+        "estimators": lines,
         "landscape": land,
     }
 
@@ -393,14 +328,15 @@ def print_report(res: dict[str, Any]) -> None:
           f"{res['load_average']['before']} → "
           f"{res['load_average']['after']}")
     head = f"{'solver':<15} {'eig HVPs':>8} {'eig s':>7} {'cpu s':>7} {'eigenvalues':<18} {'conv':<4} " \
-           f"{'trace ± se':>16} {'trace s':>7} {'cpu s':>7} {'cpu s/HVP':>9} {'λ error':>8} {'Δλ/λ vs ref':>11} {'Δtr/se':>7}"
+           f"{'trace ± se':>16} {'conv':<4} {'trace s':>7} {'cpu s':>7} {'cpu s/HVP':>9} {'λ error':>8} {'Δλ/λ vs ref':>11} " \
+           f"{'Δtr/se':>7}"
     print(head)
     print("-" * len(head))
     for r in res["rows"]:
         vals = " ".join(f"{v:.3f}" for v in r["eigenvalues"])
         print(f"{r['label']:<15} {r['eig_hvps']:>8} {r['eig_seconds']:>7.2f} {r['eig_cpu_seconds']:>7.2f} {vals:<18} "
               f"{'yes' if all(r['converged']) else 'no':<4} {r['trace']:>9.2f} ± {r['trace_stderr']:<5.2f}"
-              f"{r['trace_seconds']:>7.2f} {r['trace_cpu_seconds']:>7.2f} {r['cpu_seconds_per_hvp']:>9.3f} "
+              f" {'yes' if r['trace_converged'] else 'no':<4}{r['trace_seconds']:>7.2f} {r['trace_cpu_seconds']:>7.2f} {r['cpu_seconds_per_hvp']:>9.3f} "
               f"{r['max_rel_eig_error']:>8.1e} "
               f"{r['max_rel_eig_diff_vs_ref']:>11.1e} "
               f"{r['trace_diff_vs_ref_in_stderr']:>7.3f}")
@@ -425,6 +361,7 @@ def print_report(res: dict[str, Any]) -> None:
                   f"(CPU {o['eig_cpu_seconds'] / n['eig_cpu_seconds']:.2f}x), trace "
                   f"{o['trace_seconds'] / n['trace_seconds']:.2f}x (CPU {o['trace_cpu_seconds'] / n['trace_cpu_seconds']:.2f}x)"
                   " (above 1: fedlab faster)")
+    print_lines(res["estimators"])
     if res["landscape"]:
         by_name = {r["solver"]: r for r in res["landscape"]}
         print(f"2-D landscape, {s['grid']}x{s['grid']} points on {s['landscape_n']} images (median of 3, the variants "
@@ -455,20 +392,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="seconds-long version: n 32, tol 1e-3, cap 30, 4 probes, grid 3")
+    p.add_argument("--repeats", type=int, default=3, help="pairs timing each estimator against the plain reference "
+                                                          "(lab.bench.estimators; 0: none)")
+    p.add_argument("--quick", action="store_true",
+                   help="seconds-long version: n 32, tol 1e-3, cap 30, 4 probes, grid 3, 1 pair per estimator")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = p.parse_args(list(argv) if argv is not None else None)
     for name in ("n", "k", "cap", "probes", "threads", "landscape_n"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.repeats < 0:
+        p.error(f"--repeats must be >= 0, got {args.repeats}")
     if not args.tol > 0:
         p.error(f"--tol must be > 0, got {args.tol}")
     if args.quick:
         args.n, args.tol, args.cap, args.probes, args.grid, args.landscape_n = 32, 1e-3, 30, 4, 3, 32
+        args.repeats = min(args.repeats, 1)
     torch.set_num_threads(args.threads)
     solvers = [s for s in args.solvers if s != "pyhessian" or args.pyhessian]
     res = run_benchmark(n=args.n, k=args.k, tol=args.tol, cap=args.cap, probes=args.probes, grid=args.grid,
-                        landscape_n=args.landscape_n, solvers=solvers, seed=args.seed, device=args.device)
+                        landscape_n=args.landscape_n, solvers=solvers, seed=args.seed, device=args.device,
+                        repeats=args.repeats)
     print_report(res)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -185,7 +185,7 @@ def bench_algorithm(algorithm: str, *, train_size: int | None, test_size: int | 
     from fedlab.algorithms import algorithm_class
     from lab.bench.conventional import ConventionalFL
     from lab.bench.machine import sync
-    from lab.bench.speed import model_flops
+    from lab.bench.workload import model_flops
     from fedlab.engine import Simulation
 
     dev = torch.device(device)
@@ -338,7 +338,7 @@ def _eval_batch(text: str) -> int | str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lab.bench.speed import matmul_flops_per_second
+    from lab.bench.workload import matmul_flops_per_second
 
     p = argparse.ArgumentParser(prog="python -m lab bench flsim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)

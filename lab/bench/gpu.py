@@ -73,7 +73,7 @@ def _curvature(device: str, dry_run: bool) -> dict[str, Any]:
 
     kw: dict[str, Any] = dict(n=32, tol=1e-3, cap=30, probes=4, grid=3, landscape_n=32) if dry_run else \
         dict(n=512, tol=1e-5, cap=200, probes=100, grid=21, landscape_n=512)
-    res = run_benchmark(solvers=("new", "power", "old", "plain"), device=device, **kw)
+    res = run_benchmark(solvers=("new", "power", "old", "plain"), device=device, repeats=1, **kw)
     print_report(res)
     return res
 
@@ -97,7 +97,7 @@ def paper_config(algorithm: str, device: str, dry_run: bool, runs_dir: str) -> A
 
 def _paper_round(device: str, dry_run: bool) -> dict[str, Any]:
     from lab.bench.machine import sync
-    from lab.bench.speed import random_dataset
+    from lab.bench.workload import random_dataset
     from fedlab.engine import Simulation
     from fedlab.engine.evaluate import evaluate
 
