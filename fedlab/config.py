@@ -28,7 +28,10 @@ LR_SCHEDULES = ("exponential", "cosine", "constant")
 # memory_budget_mb only bounds the chunk parallel_clients="auto" may pick (itself hashed);
 # client_threads gives the sequential path's numbers bit for bit (at one intra-op thread, and the
 # intra-op thread count is not hashed either).
-_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb", "client_threads"})
+# client_store and its budget choose where client states live, not what they are (a test checks
+# the disk store bit for bit against the in-memory one).
+_NOT_HASHED = frozenset({"runs_dir", "checkpoint_every", "name", "memory_budget_mb", "client_threads",
+                         "client_store", "client_state_budget_mb"})
 
 # --- limits before work -------------------------------------------------------------------------------
 # Declared upper bounds, checked when a Config is built (before any file is written or any tensor
@@ -200,6 +203,11 @@ class Config:
     channels_last: bool = _opt(False, "run convolutions in NHWC memory layout (faster kernels; same function, "
                                "last-bit differences)")
     checkpoint_every: int = _opt(10, "write a checkpoint every this many rounds")
+    client_store: str = _opt("auto", "where stateful methods keep per-client state: memory, disk (a file in "
+                             "the run folder; RAM holds one round's clients) or auto (disk above "
+                             "client_state_budget_mb)")
+    client_state_budget_mb: float = _opt(4096.0, "MiB of client state (N × one client's) above which "
+                                         "client_store 'auto' keeps it on disk")
     runs_dir: str | None = _opt(None, "where run directories live (None = $FEDLAB_RUNS, else ./runs)")
     name: str | None = _opt(None, "label for plots and summaries (not hashed)")
 
@@ -305,6 +313,12 @@ class Config:
             raise bad("parallel_clients", "an integer ≥ 1 or 'auto'")
         if self.memory_budget_mb is not None and not (_is_finite(self.memory_budget_mb) and self.memory_budget_mb > 0):
             raise bad("memory_budget_mb", "None (device default) or a number of MiB > 0")
+        from fedlab.store.client_states import CLIENT_STORES
+
+        if self.client_store not in CLIENT_STORES:
+            raise bad("client_store", " or ".join(map(repr, CLIENT_STORES)))
+        if not (_is_finite(self.client_state_budget_mb) and self.client_state_budget_mb > 0):
+            raise bad("client_state_budget_mb", "a number of MiB > 0")
         if not _is_int(self.client_threads, 1):
             raise bad("client_threads", "an integer ≥ 1 (1 = one client at a time)")
         if self.client_threads > 1 and self.device != "cpu":

@@ -205,13 +205,19 @@ class Checkpoint:
     config_hash: str  # the run key
     theta0: Tensor  # the initial global model (stateful methods initialise client state from it)
     version: str | None  # the fedlab version that wrote it
+    # client states kept on disk (fedlab.store.client_states.DiskClientStates.checkpoint); then
+    # client_states is empty and this names the generation of the files beside the checkpoint
+    client_store: dict[str, Any] | None = None
 
     def payload(self) -> dict[str, Any]:
         """The dict saved to ``checkpoint.pt`` (without ``format`` and ``digest``)."""
-        return {"next_round": self.next_round, "server": _on_cpu(self.server),
-                "clients": {str(i): _on_cpu(s) for i, s in sorted(self.client_states.items())},
-                "rows": self.rows, "status": self.status, "config_hash": self.config_hash,
-                "theta0": self.theta0.cpu(), "version": self.version}
+        out = {"next_round": self.next_round, "server": _on_cpu(self.server),
+               "clients": {str(i): _on_cpu(s) for i, s in sorted(self.client_states.items())},
+               "rows": self.rows, "status": self.status, "config_hash": self.config_hash,
+               "theta0": self.theta0.cpu(), "version": self.version}
+        if self.client_store is not None:  # absent otherwise: in-memory checkpoints keep their bytes
+            out["client_store"] = self.client_store
+        return out
 
     @classmethod
     def from_payload(cls, ckpt: dict[str, Any]) -> "Checkpoint":
@@ -219,7 +225,7 @@ class Checkpoint:
         return cls(next_round=int(ckpt["next_round"]), server=dict(ckpt["server"]),
                    client_states={int(i): dict(s) for i, s in ckpt["clients"].items()},
                    rows=list(ckpt["rows"]), status=ckpt["status"], config_hash=ckpt["config_hash"],
-                   theta0=ckpt["theta0"], version=ckpt.get("version"))
+                   theta0=ckpt["theta0"], version=ckpt.get("version"), client_store=ckpt.get("client_store"))
 
 
 def _on_cpu(state: State) -> State:

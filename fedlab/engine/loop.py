@@ -48,7 +48,9 @@ from fedlab._paths import default_runs_dir
 from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunResult, RunStore, config_record
 from fedlab.engine.setup import (_held_out, _load_theta0, build_dataset, build_partition, check_rounds_drawable,
                                  load_run_schedule, runs_dir_problem)
-from fedlab.engine.state import RoundOutcome, RunInterrupted, TrainingState
+from fedlab.engine.state import (RoundOutcome, RunInterrupted, TrainingState, checkpointed_client_states,
+                                 client_states, saved_client_states)
+from fedlab.store.client_states import DiskClientStates
 from fedlab.engine.summary import run_summary
 from fedlab.tracking import Logger, get_logger, tracked
 
@@ -124,15 +126,19 @@ class Simulation:
 
     def initial_state(self) -> TrainingState:
         theta0 = self.model.theta0()
-        return TrainingState(self.algorithm.server_init(theta0), {}, theta0, 0)
+        return TrainingState(self.algorithm.server_init(theta0),
+                             client_states(self.config, self.algorithm, theta0, self.store.dir), theta0, 0)
 
     def state_from_checkpoint(self, ckpt: Checkpoint) -> TrainingState:
-        """The training state a checkpoint records, on the run's device."""
+        """The training state a checkpoint records, on the run's device (client states in the store the
+        config asks for, whichever kind the checkpoint kept them in)."""
         dev = torch.device(self.config.device)
+        theta0 = ckpt.theta0.to(dev)
         return TrainingState(
             server={k: v.to(dev) for k, v in ckpt.server.items()},
-            client_states={i: {k: v.to(dev) for k, v in s.items()} for i, s in ckpt.client_states.items()},
-            theta0=ckpt.theta0.to(dev),
+            client_states=client_states(self.config, self.algorithm, theta0, self.store.dir,
+                                        saved_client_states(ckpt, self.store.dir, dev)),
+            theta0=theta0,
             next_round=ckpt.next_round,
         )
 
@@ -399,9 +405,12 @@ class Simulation:
                 f"the numeric-path code changed on disk while run {self.store.dir} was training (it was keyed "
                 f"with code {code_digest()[:12]}, the files now give {now[:12]}); rounds since the last "
                 "checkpoint are not saved. Run it again: with the new code it is a new run under a new key")
+        states, record = checkpointed_client_states(state.client_states)  # on disk: made durable first
         self.store.write_checkpoint(Checkpoint(
-            next_round=state.next_round, server=state.server, client_states=state.client_states, rows=rows,
+            next_round=state.next_round, server=state.server, client_states=states, client_store=record, rows=rows,
             status=status, config_hash=self.config_hash, theta0=state.theta0, version=__version__))
+        if isinstance(state.client_states, DiskClientStates) and record is not None:
+            state.client_states.committed(record)
         self.store.write_views(rows, self._summary(rows, status))
 
     def _result(self, rows: list[dict[str, Any]], status: str, server: State) -> RunResult:

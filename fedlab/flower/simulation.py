@@ -22,7 +22,8 @@ from fedlab.flower.server import FedlabStrategy, RoundRecord, make_server_app
 from fedlab.results import RunResult
 from fedlab.tracking import Logger, get_logger
 
-NOT_SIMULATED = ("device", "parallel_clients", "client_threads", "memory_budget_mb", "checkpoint_every")
+NOT_SIMULATED = ("device", "parallel_clients", "client_threads", "memory_budget_mb", "checkpoint_every",
+                 "client_store", "client_state_budget_mb")
 """Config fields a Flower simulation does not honour (``flower-sim`` offers no flag for them): its ClientApps
 train one client at a time in Ray actors without a GPU, and its run is checkpointed once, at the end."""
 
