@@ -20,6 +20,7 @@ BENCH_COMMANDS = {
     "flsim": "lab.bench.flsim",  # FL-Simulator's CPU configuration: seconds per round, training and evaluation
     "gpu": "lab.bench.gpu",  # the CUDA check of the speed goals (--dry-run: the same code on CPU)
     "step": "lab.bench.step",  # ms per local step: fedlab's engine vs the plain PyTorch loop, in pairs
+    "store": "lab.bench.store",  # ms per client of state traffic: client states in RAM vs on disk, in pairs
     "sweep": "lab.bench.sweep",  # the sweep backends' wall time: sequential vs local pool vs Ray
 }
 """``python -m lab bench NAME ...`` runs ``main`` of these modules; anything else goes to :mod:`lab.bench.speed`."""
@@ -151,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="timings: ms per round per algorithm, speed modes (`bench --help`); "
-                                     "bench step (ms per local step vs a plain loop) | analysis | flsim | gpu | sweep",
+                                     "bench step (ms per local step vs a plain loop) | store (client states in RAM vs on disk) | analysis | flsim | gpu | sweep",
                        add_help=False)
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     c = sub.add_parser("claims", allow_abbrev=False,
