@@ -20,7 +20,7 @@ SYSDEPS := /usr/bin/chromium:chromium /usr/share/javascript/mathjax/MathJax.js:l
 HAVE_FMNIST  := test -d $(FMNIST_DEB) -o -f data/FashionMNIST/raw/train-images-idx3-ubyte
 HAVE_MATHJAX := test -f /usr/share/javascript/mathjax/MathJax.js -a -d /usr/share/javascript/mathjax/fonts/HTML-CSS/TeX/woff
 
-.PHONY: venv data sysdeps run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-step bench-speed bench-amp bench-sweep clean-runs
+.PHONY: venv data sysdeps run test test-unit test-notebooks test-papermill book lab figures figures-dry-run claims bench bench-step bench-store bench-speed bench-amp bench-sweep clean-runs
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml lab/pyproject.toml
@@ -147,6 +147,10 @@ bench: venv data
 bench-step: venv
 	@mkdir -p runs/bench
 	$(PY) -m lab bench step --json runs/bench/step.json
+
+# What client states on disk cost: ms per client of a round's state traffic, in RAM vs on disk (lab.bench.store).
+bench-store: venv
+	$(PY) -m lab bench store
 
 # Execution modes side by side (conventional loop, sequential, vmap, auto, client threads, NHWC, bf16);
 # JSON in runs/bench/. bench-amp: what bf16 does to accuracy (FedAvg, FedSAM; 50 rounds on Fashion-MNIST).
