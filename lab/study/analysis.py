@@ -83,6 +83,10 @@ def _paired(values: Values, a: tuple[str, str], b: tuple[str, str], seeds: Seque
     return [values[(*a, s)] - values[(*b, s)] for s in seeds if (*a, s) in values and (*b, s) in values]
 
 
+FAILS = "local SAM fails here"
+NOT_SHOWN = "failure not shown: G not decided"
+
+
 def map_verdict(cell: MapCell, smallest: float, alpha: float = 0.05) -> str:
     """The pre-registered outcome of one cell (``fails here``, ``hurts everywhere``, or not failing) or ``not
     tested`` with the reason. The study file's ``not_failing`` is "any other decided or undecided outcome"; it is
@@ -95,10 +99,10 @@ def map_verdict(cell: MapCell, smallest: float, alpha: float = 0.05) -> str:
     g_decided = g.p_holm < alpha
     i_below = i.p_holm < alpha and i.mean < 0
     if g_decided and g.mean < 0 and g.mean <= -smallest:
-        return "local SAM fails here" if i_below else "SAM hurts here, as much in the IID federation"
+        return FAILS if i_below else "SAM hurts here, as much in the IID federation"
     if g_decided:
         return "does not fail: SAM helps here" if g.mean > 0 else "does not fail: SAM loses less than the smallest effect"
-    return "failure not shown: G not decided"
+    return NOT_SHOWN
 
 
 def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], str] | None = None,
@@ -145,5 +149,15 @@ def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], 
     return [dataclasses.replace(c, verdict=map_verdict(c, smallest)) for c in cells]
 
 
+def failing(cells: Sequence[MapCell]) -> list[MapCell]:
+    """The cells whose pre-registered verdict is that local SAM fails there."""
+    return [c for c in cells if c.verdict == FAILS]
+
+
+def not_shown(cells: Sequence[MapCell]) -> list[MapCell]:
+    """The tested cells where FedSAM − FedAvg is not decided either way (so neither failing nor not failing)."""
+    return [c for c in cells if c.verdict == NOT_SHOWN]
+
+
 def fails_anywhere(cells: Sequence[MapCell]) -> bool:
-    return any(c.verdict == "local SAM fails here" for c in cells)
+    return bool(failing(cells))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lab.study.analysis import MapCell, analyse, estimate_of, fails_anywhere
+from lab.study.analysis import FAILS, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown
 from lab.study.plan import committed_runs, planned_runs, run_config, study_configs
 from lab.study.spec import Study, out_dir
 
@@ -77,17 +77,15 @@ def headline(study: Study, cells: Sequence[MapCell], recorded: int, planned: int
             at = [c for c in cells if c.local_steps == k]
             if any("seeds recorded" in u for c in at for u in c.untested):
                 continue
-            failing = [c for c in at if c.verdict == "local SAM fails here"]
-            undecided = sum(c.verdict.startswith("failure not shown") for c in at)
+            undecided = len(not_shown(at))
             so_far += (f" At K = {k}, all {len(at)} cells recorded, local SAM fails in "
-                       + (_places(failing) if failing else "none")
+                       + (_places(failing(at)) if failing(at) else "none")
                        + (f" (FedSAM − FedAvg is not decided either way in {undecided} of them)." if undecided else "."))
         return (f"The failure map is not decided yet: {recorded} of its {planned} pre-registered runs are recorded "
                 f"(`python -m lab study train lab/study/failure_map.yaml` resumes it).{so_far}")
-    failing = [c for c in cells if c.verdict == "local SAM fails here"]
-    if failing:
-        return f"Local SAM fails on the failure map in: {_places(failing)}."
-    undecided = sum(c.verdict.startswith("failure not shown") for c in cells)
+    if failing(cells):
+        return f"Local SAM fails on the failure map in: {_places(failing(cells))}."
+    undecided = len(not_shown(cells))
     rest = "" if not undecided else (f" (in {undecided} of its {len(cells)} cells FedSAM − FedAvg is not decided "
                                     "either way)")
     return f"Local SAM does not fail anywhere on the failure map{rest}."
@@ -225,7 +223,7 @@ def lesson_markdown(study: Study, cells: Sequence[MapCell], recorded: int, plann
         tail = f" ({len(untested)} of its {len(at_k)} cells not tested yet)" if untested else ""
         out.append(f"* **K = {k} local steps{tail}:** " + "; ".join(parts) + ".")
     helps = [c for c in cells if c.verdict == "does not fail: SAM helps here"]
-    hints = [c for c in cells if c.verdict.startswith("failure not shown") and c.gap.mean < 0
+    hints = [c for c in not_shown(cells) if c.gap.mean < 0
              and _decided(c.interaction) and c.interaction.mean < 0]
     if helps:
         out.append("* Local SAM *helps* on this network, decided after Holm, in: "
@@ -345,7 +343,7 @@ def _figure(study: Study, cells: Sequence[MapCell], records: list[str],
             err = [sub.gap - sub.low, sub.high - sub.gap]
             ax.errorbar(x, sub.gap, yerr=err, fmt="o", capsize=3, color=f"C{j}",
                         label=f"FedSAM ρ = {arm.split('-')[-1]}")
-            fails = sub[sub.verdict == "local SAM fails here"]
+            fails = sub[sub.verdict == FAILS]
             ax.scatter([splits.index(s) + (j - (len(arms) - 1) / 2) * 0.18 for s in fails.split], fails.gap, s=160,
                        facecolors="none", edgecolors="red", zorder=3)
         if not (data[data.local_steps == k].n > 0).any():
