@@ -357,3 +357,25 @@ def test_a_study_figure_names_records_kept_in_the_figures_folder(tmp_path: Path)
     sidecar.write_text(json.dumps({"records": [key]}))  # without it, the records are looked for beside it
     with pytest.raises(EvidenceError, match="names record"):
         integrity.rerecord([sidecar], study)
+
+
+@pytest.mark.parametrize(("profile", "marked"), [("ci", True), ("cpu", False)])
+def test_a_ci_figure_says_smoke_test_in_the_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   profile: str, marked: bool) -> None:
+    """Issue 47: a reader skimming outputs sees on the ci figure itself that it is a smoke test; a citable one
+    carries no such mark (saving twice marks once)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lab.tools.figures import SMOKE_TEST_MARK, save_figure
+
+    monkeypatch.setenv("FEDLAB_ALLOW_DIRTY_FIGURES", "1")
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    for _ in range(2):
+        save_figure(fig, "t", notebook="x", profile=profile, caption="c", out_dir=tmp_path, kind="analysis")
+    marks = [t for t in fig.texts if t.get_text() == SMOKE_TEST_MARK]
+    plt.close(fig)
+    assert len(marks) == (1 if marked else 0)

@@ -127,6 +127,17 @@ def _frames(data: "pd.DataFrame | dict[str, pd.DataFrame]") -> "pd.DataFrame":
 
 
 FIGURE_KINDS = ("results", "tuning", "analysis", "claims")
+SMOKE_TEST_MARK = "smoke test: ci size, not a result"
+"""Written across every figure of a profile that is not citable (``ci``): its numbers only show the code runs, and a
+reader skimming a notebook's outputs must see that in the figure itself, not only in the prose beside it."""
+
+
+def mark_smoke_test(fig: Figure) -> None:
+    """Write :data:`SMOKE_TEST_MARK` across ``fig`` (a light diagonal watermark; once, however often it is saved)."""
+    if any(t.get_text() == SMOKE_TEST_MARK for t in fig.texts):
+        return
+    fig.text(0.5, 0.5, SMOKE_TEST_MARK, transform=fig.transFigure, ha="center", va="center", rotation=20,
+             fontsize=22, color="0.5", alpha=0.35, zorder=1000)
 """What a figure shows (its sidecar's ``kind``): test-set results, tuning runs, analysis without training, or the
 claims table's reading of committed records (the forest plot: it trains nothing and reads the records of many
 figures, which it names in ``records`` without writing them)."""
@@ -152,7 +163,7 @@ def save_figure(
 
     Figures of the citable profiles (``cpu``, ``paper``) go to ``figures/`` and are indexed in
     ``figures/README.md``; ``ci``-profile figures go to ``figures/_scratch/`` (not committed), so a
-    quick check never overwrites a citable figure.
+    quick check never overwrites a citable figure, and carry :data:`SMOKE_TEST_MARK` across them.
 
     ``data`` — the numbers the figure plots (a DataFrame, or one per panel) — is written as
     ``name.csv``; the sidecar and the CSV get their lines in ``out_dir``'s evidence manifest
@@ -191,6 +202,8 @@ def save_figure(
     commit = git_commit()
     _check_clean(commit, out)  # before anything is written, records included
     out.mkdir(parents=True, exist_ok=True)
+    if profile not in CITABLE_PROFILES:
+        mark_smoke_test(fig)
     paths = {"png": out / f"{name}.png", "pdf": out / f"{name}.pdf", "json": out / f"{name}.json"}
     table = _frames(data) if data is not None else None
     embedded = figure_metadata(name, caption, commit)
