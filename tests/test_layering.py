@@ -278,9 +278,11 @@ def test_the_checks_see_what_they_forbid():
 # the lab parsing run folders, +17; fedlab.data_root, +1); 13,705 with client states on disk (issue 43: N = 10,000
 # clients of a stateful method hold 8 GB; fedlab.store.client_states with its two-slot crash rule, the
 # client_store fields and the checkpoint naming the store's generation, +307; the Hutchinson trace's
-# convergence flag written more compactly, −1). Lower the number as the library
-# shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_705
+# convergence flag written more compactly, −1); 13,878 with FedFSA (issue 45: +173 for FedFSA — its module,
+# +125, and the two contract extensions it needs, +48: RoundInfo.layout for its layer-wise radii and
+# Algorithm.personal_model, which client_eval measures for a personalised method). Lower the number as the
+# library shrinks; raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 13_878
 MAX_MODULE_LINES = 450
 LINES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 SIZES = {m: n for m, n in LINES.items() if house(m) == "fedlab"}

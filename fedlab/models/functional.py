@@ -59,6 +59,11 @@ class ParamSpec:
         """d, the length of the flat vector."""
         return sum(self.numels)
 
+    @property
+    def layout(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(name, shape) of each parameter tensor, in θ's order (``fedlab.algorithms.base.Layout``)."""
+        return tuple((n, tuple(s)) for n, s in zip(self.names, self.shapes))
+
     def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
         """Split θ (shape ``[d]``) into a name → tensor dict of views."""
         chunks = torch.split(theta, list(self.numels), dim=-1)
