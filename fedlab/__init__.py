@@ -35,8 +35,8 @@ from fedlab.data.partition import PARTITIONERS, Partition, make_partition  # noq
 from fedlab.engine import Simulation, run  # noqa: E402
 from fedlab.models import MODELS, FlatModel, build_model  # noqa: E402
 from fedlab.results import CheckpointError, RunResult  # noqa: E402
-from fedlab.evidence.tuning import TuneResult, tune  # noqa: E402
-from fedlab.evidence.uncertainty import Estimate, mean_interval  # noqa: E402
+from fedlab.tuning import TuneResult, tune  # noqa: E402
+from fedlab.uncertainty import Estimate, mean_interval  # noqa: E402
 from fedlab import sweep  # noqa: E402  (the module: fedlab.sweep.sweep(...), fedlab.sweep.summary_table(...))
 from fedlab.sweep import summary_table  # noqa: E402
 

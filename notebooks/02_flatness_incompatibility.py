@@ -131,7 +131,7 @@ from lab.evidence.paired import paired_difference
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
 from lab.evidence.records import figure_runs, recorded
 from lab.regime.params import plan_seeds
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 from lab.tools.plots import method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
 from lab.tools.lessons import lessons_line

@@ -30,7 +30,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("fedlab.config",),
         ("fedlab.results", "fedlab.tracking"),
         ("fedlab.engine",),
-        ("fedlab.analysis", "fedlab.evidence"),
+        ("fedlab.analysis", "fedlab.tuning", "fedlab.uncertainty"),
         ("fedlab.sweep",),
         ("fedlab.flower", "fedlab"),  # ``fedlab`` itself: the public API re-exported by fedlab/__init__.py
         ("fedlab.cli",),
