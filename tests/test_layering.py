@@ -29,7 +29,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("fedlab.algorithms",),
         ("fedlab.config",),
         ("fedlab.results", "fedlab.tracking"),
-        ("fedlab.engine",),
+        ("fedlab.engine", "fedlab.toy"),  # fedlab.toy: the engine's round on oracle federations
         ("fedlab.analysis", "fedlab.tuning", "fedlab.uncertainty"),
         ("fedlab.sweep",),
         ("fedlab.flower", "fedlab"),  # ``fedlab`` itself: the public API re-exported by fedlab/__init__.py

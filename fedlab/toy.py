@@ -12,20 +12,13 @@ import torch
 from torch import Tensor
 
 from fedlab.algorithms.base import Algorithm, State
-from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
+from fedlab.engine.clients import ClientJob, GivenBatches, RoundWork, run_clients_sequential
 from fedlab.engine.round import round_info, run_round
 from fedlab.engine.sampling import sample_clients
 from fedlab.models.functional import GradFn
 
 BatchFn = Callable[[int, int, int], Any]
 """``batch_fn(client, round, step) -> batch`` handed to ``grad_fn``."""
-
-
-class _GivenBatches:
-    """The "local data" of an oracle federation: a job's batches are already what ``grad_fn`` takes."""
-
-    def batch(self, batch: Any, generator: torch.Generator | None) -> Any:
-        return batch
 
 
 @dataclass
@@ -47,7 +40,7 @@ def run_functional(
     states: dict[int, State] = {}
     traj = [algorithm.global_model(server).clone()]
     endpoints, losses = [], []
-    given = _GivenBatches()
+    given = GivenBatches()
     for t in range(rounds):
         clients = sample_clients(t, n_clients, participation, seed=seed).tolist()
         # the exponential schedule η_t = η_0 · γ^t with γ = lr_decay (constant for lr_decay = 1)
