@@ -17,7 +17,7 @@ from flwr.simulation import run_simulation
 from fedlab.config import Config, ConfigError
 from fedlab.engine.loop import Simulation
 from fedlab.flower.client import make_client_app
-from fedlab.flower.protocol import Traffic, check_servable, named_configs
+from fedlab.flower.protocol import Traffic, named_configs
 from fedlab.flower.server import FedlabStrategy, RoundRecord, make_server_app
 from fedlab.results import RunResult
 from fedlab.tracking import Logger, get_logger
@@ -52,7 +52,6 @@ def run_flower_simulation(config: Config, *, num_cpus: int = 1, cpus_per_client:
                           logger: Logger | str | None = None) -> FlowerRun:
     """Train ``config`` as a Flower app; ``num_cpus`` for Ray, ``cpus_per_client`` per ClientApp actor,
     ``logger`` a tracker (as for ``fedlab.run``)."""
-    check_servable(config.algorithm)
     return _simulate(config, num_cpus, cpus_per_client, on_round, verbose, logger)[None]
 
 
