@@ -30,11 +30,9 @@ class ToyRun:
     losses: list[float]  # per round, mean local loss
 
 
-def run_functional(
-    algorithm: Algorithm, theta0: Tensor, grad_fn: GradFn, batch_fn: BatchFn, *, n_clients: int,
-    rounds: int, local_steps: int, lr: float, participation: float = 1.0, seed: int = 0,
-    weight_decay: float = 0.0, clip_norm: float | None = None, lr_decay: float = 1.0,
-) -> ToyRun:
+def run_functional(algorithm: Algorithm, theta0: Tensor, grad_fn: GradFn, batch_fn: BatchFn, *, n_clients: int,
+                   rounds: int, local_steps: int, lr: float, participation: float = 1.0, seed: int = 0,
+                   weight_decay: float = 0.0, clip_norm: float | None = None, lr_decay: float = 1.0) -> ToyRun:
     """Run ``rounds`` rounds of ``algorithm`` with uniform client sampling; returns the trajectory."""
     server = algorithm.server_init(theta0)
     states: dict[int, State] = {}
