@@ -281,11 +281,12 @@ def test_the_checks_see_what_they_forbid():
 # the lab parsing run folders, +17; fedlab.data_root, +1); 13,705 with client states on disk (issue 43: N = 10,000
 # clients of a stateful method hold 8 GB; fedlab.store.client_states with its two-slot crash rule, the
 # client_store fields and the checkpoint naming the store's generation, +307; the Hutchinson trace's
-# convergence flag written more compactly, −1); 13,329 with the ceremony removed (issue 44 item 3: the store's
-# fault hook moved into tests/faults.py, −22; Flower's check_servable, a check no Config could fail, −21;
-# signatures and re-export lists packed at the house width, −266; fedlab.evidence's package file, −4; fedlab.toy
-# public, +3). Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_329
+# convergence flag written more compactly, −1); 13,322 with the ceremony removed (issue 44 item 3: the store's
+# fault hook moved into tests/faults.py, −31; Flower's check_servable, a check no Config could fail, −21;
+# signatures and re-export lists packed at the house width, −320; fedlab.evidence's package file, −4;
+# run_flower_simulation's defaults stated once, in run_flower_experiments, −7; fedlab.toy public, ±0).
+# Lower the number as the library shrinks; raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 13_322
 MAX_MODULE_LINES = 450
 LINES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 SIZES = {m: n for m, n in LINES.items() if house(m) == "fedlab"}
@@ -315,7 +316,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "analysis": ("analysis",),
     "periphery": ("sweep", "flower", "cli", "tracking", "tuning", "uncertainty"),
 }
-PART_BUDGETS = {"core": 3_267, "data and models": 2_260, "analysis": 2_122, "periphery": 2_903}
+PART_BUDGETS = {"core": 3_267, "data and models": 2_260, "analysis": 2_122, "periphery": 2_896}
 ALGORITHM_LINES, LINES_PER_METHOD = 450, 100
 
 
