@@ -11,7 +11,7 @@ import fedlab
 from fedlab.config import ConfigError
 from fedlab.engine import build_dataset, hold_out_validation
 from fedlab.algorithms import algorithm_class, algorithm_names
-from fedlab.evidence.tuning import DEFAULT_GRIDS, TUNABLE_CONFIG_FIELDS, default_grid
+from fedlab.tuning import DEFAULT_GRIDS, TUNABLE_CONFIG_FIELDS, default_grid
 
 GRID = {"rho": [0.01, 0.3, 1.0]}
 

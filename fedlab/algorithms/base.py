@@ -114,14 +114,8 @@ def normalized(v: Tensor, eps: float) -> Tensor:
     return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + eps)
 
 
-def descend(
-    theta: Tensor,
-    direction: Tensor,
-    step: StepInfo,
-    *,
-    unclipped: Tensor | None = None,
-    lr: float | None = None,
-) -> Tensor:
+def descend(theta: Tensor, direction: Tensor, step: StepInfo, *, unclipped: Tensor | None = None,
+            lr: float | None = None) -> Tensor:
     """One SGD step θ ← θ − η (clip(d, C) + u + wd·θ), the update every reference code performs.
 
     ``direction`` is clipped (FL-Simulator clips the whole accumulated gradient before the optimizer

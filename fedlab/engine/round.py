@@ -5,7 +5,7 @@
     results = local_work(msg, states)               each sampled client: client_start, K × local_step, upload
     server  = aggregate(server, stacked uploads, info)
 
-:meth:`fedlab.engine.Simulation.train_round` (real data, any executor), :func:`fedlab.engine.toy.run_functional`
+:meth:`fedlab.engine.Simulation.train_round` (real data, any executor), :func:`fedlab.toy.run_functional`
 (gradient oracles) and :func:`fedlab.engine.accounting.communication_vectors` (what a method sends)
 all call :func:`run_round`; :func:`round_info` is the only place a :class:`RoundInfo` is built.
 """

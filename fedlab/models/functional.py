@@ -21,7 +21,7 @@ GradFn = Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
 
 A model's oracles (``FlatModel.grad_fn``, ``FlatModel.autograd_grad_fn``) also take the keyword
 ``distill=Distill(...)``: the gradient of a distillation objective, with the same reported loss. An
-oracle built on anything but logits (a quadratic, :mod:`fedlab.engine.toy`) need not accept it; only
+oracle built on anything but logits (a quadratic, :mod:`fedlab.toy`) need not accept it; only
 the methods that distil (FedGMT, FedSOL) pass it.
 """
 
