@@ -310,7 +310,10 @@ def test_no_module_is_longer_than_450_lines():
 # Each part of the library within a budget of its own (issue 44 item 3), so that one part cannot grow into the
 # room another left: set at the sizes of issue 44 item 3 (13,705 lines before it: core 3,304, data and models
 # 2,365, algorithms 2,792, analysis 2,316, periphery 2,928). The algorithms grow with the methods, by formula:
-# 450 lines of shared machinery (base, sam, the registry) and 100 per method. Lower a budget as its part shrinks.
+# 450 lines of shared machinery (base, sam, the registry) and 100 per method. Raised once since, with its reason:
+# FedFSA's contract extensions (issue 45: the engine hands methods the parameter layout and evaluates a
+# personalised method's own models, core +30; ParamSpec.layout, data and models +5). Lower a budget as its part
+# shrinks.
 PARTS: dict[str, tuple[str, ...]] = {
     "core": ("__init__", "__main__", "_version", "_rng", "_paths", "config", "results", "store", "engine", "toy"),
     "data and models": ("data", "models"),
@@ -318,7 +321,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "analysis": ("analysis",),
     "periphery": ("sweep", "flower", "cli", "tracking", "tuning", "uncertainty"),
 }
-PART_BUDGETS = {"core": 3_267, "data and models": 2_260, "analysis": 2_122, "periphery": 2_896}
+PART_BUDGETS = {"core": 3_297, "data and models": 2_265, "analysis": 2_122, "periphery": 2_896}
 ALGORITHM_LINES, LINES_PER_METHOD = 450, 100
 
 
