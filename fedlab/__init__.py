@@ -14,7 +14,7 @@ held-out split) and :mod:`fedlab.sweep` (grids × seeds on every core or on Ray)
 getters; :func:`mean_interval` (a mean and its interval over seeds); the seeded generators every
 random draw goes through; :func:`data_root` (where datasets are read). The subpackages :mod:`fedlab.analysis`
 (curvature, landscapes, flatness incompatibility, friendly adversary), :mod:`fedlab.data` and
-:mod:`fedlab.algorithms` hold the rest; the Flower adapter is the optional extra ``fedlab.flower``
+:mod:`fedlab.algorithms` hold the rest, :mod:`fedlab.toy` runs any method on closed-form losses; the Flower adapter is the optional extra ``fedlab.flower``
 (``pip install "fedlab-sam[flower]"``). Everything else — this repository's evidence, figures and
 benchmarks — is the lab beside the library (``lab/``), which the library never imports.
 
@@ -35,8 +35,8 @@ from fedlab.data.partition import PARTITIONERS, Partition, make_partition  # noq
 from fedlab.engine import Simulation, run  # noqa: E402
 from fedlab.models import MODELS, FlatModel, build_model  # noqa: E402
 from fedlab.results import CheckpointError, RunResult  # noqa: E402
-from fedlab.evidence.tuning import TuneResult, tune  # noqa: E402
-from fedlab.evidence.uncertainty import Estimate, mean_interval  # noqa: E402
+from fedlab.tuning import TuneResult, tune  # noqa: E402
+from fedlab.uncertainty import Estimate, mean_interval  # noqa: E402
 from fedlab import sweep  # noqa: E402  (the module: fedlab.sweep.sweep(...), fedlab.sweep.summary_table(...))
 from fedlab.sweep import summary_table  # noqa: E402
 

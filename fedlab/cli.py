@@ -320,10 +320,9 @@ def _add_flower_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_flower_sim(args: argparse.Namespace) -> int:
-    from fedlab.flower import check_servable, run_flower_simulation
+    from fedlab.flower import run_flower_simulation
     from fedlab.flower.simulation import check_federation_size
 
-    check_servable(args.algorithm)
     check_federation_size(args.n_clients, args.num_cpus)  # before the Config, whose other limits it explains
     if not args.verbose:  # Flower logs every round at INFO; the lines below say what matters
         import logging

@@ -11,23 +11,16 @@ A run lives in ``<runs_dir>/<algorithm>-<key>/`` where the key is :meth:`fedlab.
 
 The contract (one authoritative file, verified loads that never change a file, atomic writes
 through :mod:`fedlab.store.atomic`, one process per run, nothing ever deleted) is the book's guide
-``results.md``, with the tests that hold it.
-
-Fault injection (tests): with ``FEDLAB_FAULT_AT=<point>[:<rounds done>]`` in the environment, the
-process ends with ``os._exit(FAULT_EXIT_CODE)`` at that write point — ``before_checkpoint``,
-``after_checkpoint``, ``after_metrics`` or ``after_summary`` — exactly as a ``kill -9`` would. In
-one process, a test may instead set :data:`fault_hook` to a function ``(point, rounds_done)`` that
-raises.
+``results.md``, with the tests that hold it (kills between the writes below: ``tests/faults.py``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +36,7 @@ State = dict[str, Tensor]  # an algorithm's server or client state (fedlab.algor
 from fedlab.store.atomic import atomic_torch_save, atomic_write_bytes, atomic_write_text, remove_orphans
 from fedlab.config import Config, ConfigError
 
-__all__ = ["Checkpoint", "CheckpointError", "FAULT_ENV", "FAULT_POINTS", "RunResult", "RunStore", "STATUSES",
+__all__ = ["Checkpoint", "CheckpointError", "RunResult", "RunStore", "STATUSES",
            "TERMINAL_STATUSES", "atomic_torch_save", "atomic_write_bytes", "atomic_write_json",
            "atomic_write_text", "payload_digest"]
 
@@ -51,9 +44,6 @@ TERMINAL_STATUSES = frozenset({"finished", "diverged", "collapsed"})
 """Statuses of a run that is over: loaded from disk, never trained further."""
 STATUSES = TERMINAL_STATUSES | {"running"}
 
-FAULT_ENV = "FEDLAB_FAULT_AT"
-FAULT_POINTS = ("before_checkpoint", "after_checkpoint", "after_metrics", "after_summary")
-FAULT_EXIT_CODE = 86
 CHECKPOINT_FORMAT = 2
 RUN_ID = "{algorithm}-{key}"  # a run's name (RunResult.run_id): its folder's under runs_dir
 _REQUIRED = frozenset({"format", "next_round", "server", "clients", "rows", "status", "config_hash",
@@ -62,22 +52,6 @@ _REQUIRED = frozenset({"format", "next_round", "server", "clients", "rows", "sta
 
 class CheckpointError(RuntimeError):
     """A run file exists but cannot be used; the message names the file and what to do."""
-
-
-fault_hook: Callable[[str, int], None] | None = None
-"""Test hook called at every write point (see the module docstring); ``None`` in normal use."""
-
-
-def _fault_point(point: str, rounds_done: int) -> None:
-    """Die like ``kill -9`` here if ``$FEDLAB_FAULT_AT`` names this point (and round)."""
-    if fault_hook is not None:
-        fault_hook(point, rounds_done)
-    wanted = os.environ.get(FAULT_ENV)
-    if not wanted:
-        return
-    name, _, at = wanted.partition(":")
-    if name == point and (not at or int(at) == rounds_done):
-        os._exit(FAULT_EXIT_CODE)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -317,19 +291,14 @@ class RunStore:
 
     def write_checkpoint(self, ckpt: "Checkpoint") -> None:
         """Write the authoritative record (:meth:`Checkpoint.payload`, plus ``format`` and ``digest``)."""
-        rounds_done = len(ckpt.rows)
         obj = {**ckpt.payload(), "format": CHECKPOINT_FORMAT}
         obj["digest"] = payload_digest(obj)
-        _fault_point("before_checkpoint", rounds_done)
         atomic_torch_save(self.checkpoint_path, obj)
-        _fault_point("after_checkpoint", rounds_done)
 
     def write_views(self, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         """Write metrics.csv and summary.json (after the checkpoint they are derived from)."""
         atomic_write_text(self.metrics_path, metrics_text(rows))
-        _fault_point("after_metrics", len(rows))
         atomic_write_json(self.summary_path, summary)
-        _fault_point("after_summary", len(rows))
 
     def repair_views(self, rows: list[dict[str, Any]], summary: dict[str, Any],
                      config: dict[str, Any]) -> list[Path]:

@@ -73,8 +73,8 @@ from lab.evidence.paired import margin_test, paired_difference
 from lab.evidence.protocol import PARTITION_SEED, final_metric, profile_federation, run_seeds, tuned_params
 from lab.evidence.records import figure_runs
 from lab.regime.params import plan_seeds
-from fedlab.evidence.tuning import DEFAULT_GRIDS
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.tuning import DEFAULT_GRIDS
+from fedlab.uncertainty import mean_interval
 from lab.tools.plots import curve_data, method_color, method_label, metric_scale, round_ticks, status_note, use_house_style
 from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES, REPO_ROOT

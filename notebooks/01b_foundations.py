@@ -70,7 +70,7 @@ from IPython.display import Markdown, display
 from torch import nn
 
 import fedlab
-from fedlab.engine.toy import quadratic_federation, run_functional
+from fedlab.toy import quadratic_federation, run_functional
 from lab.tools.figures import save_figure
 from lab.tools.plots import method_color, method_label, use_house_style
 
@@ -272,7 +272,7 @@ plt.show()
 # by s), and more rounds do not remove it: it is where FedAvg stops. SCAFFOLD's and FedDyn's corrections
 # (notebook 04) exist to remove it.
 #
-# Below: a 2-D federation of five clients (`fedlab.engine.toy.quadratic_federation`; eigenvalues of $A_i$ in
+# Below: a 2-D federation of five clients (`fedlab.toy.quadratic_federation`; eigenvalues of $A_i$ in
 # [e⁻¹, e], random orientations), the closed form, and **fedlab's own FedAvg object** run on it
 # (`run_functional`), started *at* $\theta^\star$.
 

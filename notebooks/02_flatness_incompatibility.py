@@ -35,7 +35,7 @@
 #
 # This notebook looks for the failure three times:
 # 1. on a **2-D toy federation** whose losses are written down in closed form, where we can see every
-#    basin, and where the real fedlab algorithm objects run on it (`fedlab.engine.toy.run_functional`):
+#    basin, and where the real fedlab algorithm objects run on it (`fedlab.toy.run_functional`):
 #    paths from one start point, then a basin map over a grid of start points with controls that carry a
 #    server momentum but no SAM. The toy shows how the failure *can* happen;
 # 2. on a **real network** (Fashion-MNIST; at the `ci` size a few FedAvg rounds, at the `cpu` size the rerun's
@@ -125,13 +125,13 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from fedlab.engine.toy import run_functional
+from fedlab.toy import run_functional
 from lab.tools.basins import ELSEWHERE, assign_basins, basin_shares, run_from_starts, start_grid
 from lab.evidence.paired import paired_difference
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
 from lab.evidence.records import figure_runs, recorded
 from lab.regime.params import plan_seeds
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 from lab.tools.plots import method_color, method_label, status_note, use_house_style
 from lab.tools.figures import save_figure
 from lab.tools.lessons import lessons_line

@@ -111,7 +111,7 @@ from fedlab.analysis import (
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds
 from lab.evidence.records import run_or_load
 from lab.regime.params import plan_seeds
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 from lab.tools.plots import draw_band, method_color, use_house_style
 from lab.tools.figures import save_figure
 from lab.repro import CITABLE_PROFILES

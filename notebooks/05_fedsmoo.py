@@ -83,7 +83,7 @@ import torch
 from IPython.display import Markdown, display
 
 import fedlab
-from fedlab.engine.toy import quadratic_federation, run_functional
+from fedlab.toy import quadratic_federation, run_functional
 from lab.evidence.facts import DRAWN_PER_SEED, partition_rule
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params, tuning_dir
 from lab.evidence.records import figure_runs
@@ -175,7 +175,7 @@ def estimate(results, value, scale=1.0, digits=3):
 # $f_i(\theta) = \tfrac12(\theta-b_i)^\top A_i(\theta-b_i)$ in 5 dimensions, distinct $A_i$ and
 # spread-out $b_i$ (one fixed draw, `toy_seed`, whatever the run's `seed`), full participation, $K = 10$
 # noiseless steps. The global minimiser $\theta^\star = (\sum_i A_i)^{-1}\sum_i A_i b_i$ is exact, and
-# `fedlab.engine.toy.run_functional` drives the *same* algorithm code as the engine. FedDyn-type methods
+# `fedlab.toy.run_functional` drives the *same* algorithm code as the engine. FedDyn-type methods
 # use λ = 1 here (with λ = 0.1 they converge too, but need a few hundred rounds); the SAM methods use
 # ρ = 0.05.
 #

@@ -81,7 +81,7 @@ from IPython.display import Markdown, display
 
 import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
-from fedlab.engine.toy import quadratic_federation, run_functional
+from fedlab.toy import quadratic_federation, run_functional
 from lab.evidence.claims import CLAIMS_FILE, evaluate_claim_paired, load_claims
 from lab.evidence.facts import partition_rule, tuned_on, tuning_rule
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
@@ -211,7 +211,7 @@ display(Markdown(
 # Ten clients with quadratic losses $f_i(\theta) = \tfrac12(\theta-b_i)^\top A_i(\theta-b_i)$ in 5
 # dimensions (distinct $A_i$, spread-out $b_i$), $K = 10$ noiseless local steps, η = 0.05; the federation
 # and the clients sampled each round are one fixed draw (`toy_seed`), whatever the run's `seed`. The
-# global minimiser $\theta^\star$ is known in closed form, and `fedlab.engine.toy.run_functional` runs
+# global minimiser $\theta^\star$ is known in closed form, and `fedlab.toy.run_functional` runs
 # the same algorithm objects as the engine. FedSWA and FedMoSWA use ρ = 0.1 and α = 1 here, so that only
 # the local rule differs from FedAvg and SCAFFOLD.
 #

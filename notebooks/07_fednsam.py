@@ -105,7 +105,7 @@ from IPython.display import Markdown, display
 
 import fedlab
 from fedlab.engine import sample_clients
-from fedlab.engine.toy import quadratic_federation, run_functional
+from fedlab.toy import quadratic_federation, run_functional
 from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
 from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
@@ -132,7 +132,7 @@ toy_rho = 0.05  # the toy federation's radius: the official client's hard-coded 
 # ## 1. The momentum recursion, by hand, on a toy federation
 # Before training a network we check the server recursion on a federation whose gradients are known
 # in closed form: client i holds $f_i(\theta) = \tfrac12(\theta - b_i)^\top A_i(\theta - b_i)$
-# (`fedlab.engine.toy.quadratic_federation`). The next cell re-implements one FedNSAM round in a
+# (`fedlab.toy.quadratic_federation`). The next cell re-implements one FedNSAM round in a
 # dozen lines of plain tensor code — extrapolate, K local SAM steps, average, update the momentum —
 # and compares its trajectory with the library's `FedNSAM` driven by `run_functional`, for both
 # variants and for the official-repo bug. In float64 and without noise the two must agree to rounding.

@@ -107,7 +107,7 @@ from fedlab.engine.batches import fixed_step_batches
 from lab.evidence.facts import partition_rule
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, tuned_params
 from lab.regime.params import plan_seeds
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 from lab.tools.plots import method_color, status_note, use_house_style
 from lab.tools.figures import save_figure
 from fedlab import numpy_generator, torch_generator

@@ -123,7 +123,7 @@ from lab.regime.params import plan_seeds
 from lab.evidence.records import figure_runs, recorded, run_or_load
 from lab.evidence.validity import RecordPool, degenerate_arms
 from lab.sharpness import track_sharpness
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 from lab.tools.plots import (METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, round_ticks, status_note,
                              use_house_style)
 from lab.tools.figures import save_figure

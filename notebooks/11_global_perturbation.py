@@ -104,7 +104,7 @@ from torch import Tensor
 import fedlab
 from fedlab import torch_generator
 from fedlab.algorithms import Algorithm, State, StepInfo
-from fedlab.engine.toy import ToyRun, quadratic_federation, run_functional
+from fedlab.toy import ToyRun, quadratic_federation, run_functional
 from lab.tools.figures import save_figure
 from lab.tools.plots import method_color, method_label, use_house_style
 
@@ -116,7 +116,7 @@ print("FedGMT registered (not measured here: no perturbation, needs logits):", "
 
 # %% [markdown]
 # ## 1. A federation whose ∇F is known exactly
-# `fedlab.engine.toy.quadratic_federation` gives client $i$ the loss
+# `fedlab.toy.quadratic_federation` gives client $i$ the loss
 # $f_i(\theta) = \tfrac12(\theta - b_i)^\top A_i(\theta - b_i)$ with its own curvature $A_i$ (eigenvalues in
 # $[e^{-1}, e]$, random axes) and its own optimum $b_i$ (spread `heterogeneity`); a "minibatch" gradient adds
 # Gaussian noise of standard deviation `noise` per coordinate. Then, exactly,

@@ -191,6 +191,17 @@ CASES: tuple[Case, ...] = (
     Case("fedscar", "fedscar", {}, 3, 2, 2, expect_hp={"rho": 0.1, "alpha": 0.1, "gamma": 0.9, "beta": 0.06},
          reduces_to=Reduction({"alpha": 0.0, "beta": 0.0}, "fedsam")),
     Case("fedscar", "fedscar-strong", {"alpha": 0.3, "beta": 0.3, "gamma": 0.5, "rho": 0.05}, 3, 2, 2),
+    # FedFSA: MoFedSAM's communication (down θ^t and m, up Δ_i); its own model and layer choice stay on the
+    # client. With ρ_larger = ρ every layer has one radius: MoFedSAM; top_c = 0 chooses no layer
+    Case("fedfsa", "fedfsa", {}, 1, 2, 2, expect_hp={"rho": 0.1, "rho_larger": 0.2, "top_c": 2, "alpha": 0.1},
+         reduces_to=Reduction({"rho_larger": 0.1}, "mofedsam", {"rho": 0.1, "eps": 1e-7})),
+    Case("fedfsa", "fedfsa-cifar100", {"preset": "cifar100"}, 1, 2, 2, expect_hp={"rho": 0.05, "rho_larger": 0.9},
+         reduces_to=Reduction({"top_c": 0}, "mofedsam", {"rho": 0.05, "eps": 1e-7})),
+    Case("fedfsa", "fedfsa-resnet18", {"preset": "resnet18"}, 1, 2, 2,
+         expect_hp={"rho": 0.05, "rho_larger": 1.0, "top_c": 5}),
+    # one sharp layer of three, a strong SAM term (α = 0.7): the choice moves the numbers within 3 rounds
+    Case("fedfsa", "fedfsa-top1", {"top_c": 1, "rho_larger": 0.8, "alpha": 0.7}, 1, 2, 2,
+         reduces_to=Reduction({"rho_larger": 0.1, "rho": 0.1, "alpha": 1.0}, "fedsam", {"rho": 0.1, "eps": 1e-7})),
 )
 
 BY_LABEL: dict[str, Case] = {c.label: c for c in CASES}

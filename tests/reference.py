@@ -770,6 +770,67 @@ def fedscar(ctx: Context, t: int, S: list[int]) -> Round:
 
 
 # ------------------------------------------------------------------------------------------------
+# Issue 45: FedFSA (the code's training/FedFSA.py and samOptimizers/FSA.py)
+# ------------------------------------------------------------------------------------------------
+def _mlp_tensors(ctx: Context, theta: Tensor) -> list[tuple[str, Tensor]]:
+    """θ cut into the MLP's named tensors, as ``named_parameters`` lists them (fc1.weight, fc1.bias, ...)."""
+    n_in, hidden, n_out = ctx.dims
+    shapes = [(hidden, n_in), (hidden,), (hidden, hidden), (hidden,), (n_out, hidden), (n_out,)]
+    out, at = [], 0
+    for k, shape in enumerate(shapes):
+        n = math.prod(shape)
+        out.append((f"fc{k // 2 + 1}.{'weight' if len(shape) == 2 else 'bias'}", theta[at:at + n]))
+        at += n
+    return out
+
+
+def _fsa_next_layers(ctx: Context, start: Tensor, end: Tensor, top_c: int) -> list[int]:
+    """FSA.nextDisruptLayer: per tensor mean((minmax(after) − minmax(before))²), 0 for biases and norms;
+    the list min-max normalised; Python's stable sort, largest first, NaN as −inf; the first top_c indices."""
+    def minmax(v: Tensor) -> Tensor:
+        return (v - torch.min(v)) / (torch.max(v) - torch.min(v))
+
+    raw = []
+    for (name, after), (_, before) in zip(_mlp_tensors(ctx, end), _mlp_tensors(ctx, start)):
+        skip = any(w in name.lower() for w in ("bn", "downsample", "shortcut", "norm", "bias"))
+        raw.append(torch.tensor(0.0, dtype=DTYPE) if skip else torch.mean((minmax(after) - minmax(before)) ** 2))
+    normed = minmax(torch.stack(raw))
+    ranked = sorted(enumerate(normed.tolist()), key=lambda p: float("-inf") if math.isnan(p[1]) else p[1],
+                    reverse=True)
+    return [idx for idx, _ in ranked[:top_c]]
+
+
+@method
+def fedfsa(ctx: Context, t: int, S: list[int]) -> Round:
+    """MoFedSAM's round (the server's Client_momentum = −Δ̄/(K̄η) of the last round, 0 in round 0) with FSA's
+    ascent: e_l = ρ_l g_l/(‖g‖ + ε) per tensor, ρ_larger on the tensors the client chose after its last
+    round, ρ_default elsewhere. Each client keeps its chosen tensors and its last model (its own model)."""
+    hp, lr = ctx.hp, ctx.lrs[t]
+    alpha, eps = hp["alpha"], hp["eps"]
+    m = ctx.zeros() if t == 0 else -ctx.server["delta_bar"] / (ctx.server["K_bar"] * ctx.lrs[t - 1])
+    ends, ks = {}, []
+    for i in S:
+        st = ctx.state(i, own=ctx.theta)
+        chosen = st.get("layers", [])
+        th = ctx.theta
+        batches = ctx.batches(t, i)
+        ks.append(len(batches))
+        for idx in batches:
+            g = ctx.grad(th, idx)[0]
+            scale = 1.0 / (g.norm() + eps)
+            e = torch.cat([gl * (hp["rho_larger"] if k in chosen else hp["rho"]) * scale
+                           for k, (_, gl) in enumerate(_mlp_tensors(ctx, g))])
+            g_sam = ctx.grad(th + e, idx)[0]
+            th = ctx.sgd(th, alpha * g_sam + (1 - alpha) * m, lr)
+        ends[i] = th
+        st["layers"] = _fsa_next_layers(ctx, ctx.theta, th, hp["top_c"])
+        st["own"] = th
+    delta_bar = mean([e - ctx.theta for e in ends.values()])
+    ctx.server.update(delta_bar=delta_bar, K_bar=sum(ks) / len(ks))
+    return ends, ctx.theta + hp["server_lr"] * delta_bar
+
+
+# ------------------------------------------------------------------------------------------------
 def run_reference(name: str, ctx: Context, schedule: Sequence[Sequence[int]]) -> list[Round]:
     """Every round of ``schedule`` with method ``name``; returns (end points, θ^{t+1}) per round."""
     fn = METHODS[name]

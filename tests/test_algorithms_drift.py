@@ -19,7 +19,7 @@ from cases import DEFAULTS
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_names, get_algorithm
 from fedlab.algorithms.base import clip_by_norm
 from fedlab.engine.sampling import sample_clients
-from fedlab.engine.toy import run_functional, quadratic_federation
+from fedlab.toy import run_functional, quadratic_federation
 from fedlab.models import FlatModel, build_model
 
 GROUP = ("fedprox", "scaffold", "feddyn", "fedacg", "fedgamma", "fedspeed", "fedsmoo", "fedsmoo_adaptive")

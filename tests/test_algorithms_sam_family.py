@@ -17,7 +17,7 @@ from torch.func import vmap
 from cases import BY_LABEL, DEFAULTS
 from fedlab.algorithms import RoundInfo, StepInfo, algorithm_class, algorithm_names, get_algorithm
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
-from fedlab.engine.toy import quadratic_federation, run_functional
+from fedlab.toy import quadratic_federation, run_functional
 from fedlab.models import FlatModel, build_model
 
 GROUP = ("mofedsam", "fedlesam", "fedswa", "fedmoswa", "fednsam", "fedvssam")

@@ -52,7 +52,7 @@ def test_shared_runs_are_counted_once_and_committed_ones_subtracted(tmp_path):
 
 def test_tuning_counts_every_grid_point_per_split_and_skips_committed(tmp_path):
     from lab.evidence.protocol import profile_splits
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
 
     import math
 

@@ -16,7 +16,7 @@ from lab.evidence.claims import Claim, evaluate_claims_paired, load_claims, writ
 from lab.evidence.claims.unpaired import compare, evaluate_unpaired
 from lab.evidence.records import write_record
 from fedlab.results import RunResult
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 
 
 def _fake(algorithm: str, seed: int, acc: float, status: str = "finished", **params) -> RunResult:

@@ -13,6 +13,7 @@ import fedlab
 from fedlab import Config, ConfigError
 from fedlab.engine.client_eval import STATS, class_counts, client_test_split
 from fedlab.engine.evaluate import evaluate
+from fedlab.engine.state import personal_models
 
 
 def _labels() -> np.ndarray:
@@ -110,3 +111,33 @@ def test_per_client_statistics_match_a_direct_evaluation_and_change_no_other_num
     assert res.summary["client_eval_clients"] == len(ids) and len(res.summary["client_eval_split"]) == 64
     with pytest.raises(ConfigError, match="client_eval_size"):
         fedlab.Simulation.build(cfg.replace(client_eval_size=500))  # digits: ~36 test images a class
+
+
+def test_a_personalised_method_is_measured_with_each_clients_own_model(tiny, tmp_path):
+    """FedFSA (issue 45): client i's split is measured with the model it ended its last round with (θ⁰ if it
+    was never sampled), not with the global model; a method without personal models gets None (global θ)."""
+    cfg = tiny(algorithm="fedfsa", runs_dir=str(tmp_path / "r"), client_eval=True, client_eval_size=20)
+    res = fedlab.run(cfg, progress=False)
+    sim = fedlab.Simulation.build(cfg)
+    state = sim.initial_state()
+    for t in range(cfg.rounds):
+        sim.train_round(state, t)
+    assert torch.equal(sim.algorithm.global_model(state.server), res.theta)
+    ids, split = client_test_split(sim.dataset.y_test.numpy(), sim.partition.stats.counts.to_numpy(), 20, cfg.seed)
+    never = [i for i in ids if i not in state.client_states]
+    own = {i: state.client_states[i]["own"] if i not in never else state.theta0 for i in ids}
+    accs, global_accs = [], []
+    for i, row in zip(ids, split):
+        idx = torch.as_tensor(row)
+        x, y = sim.dataset.x_test[idx], sim.dataset.y_test[idx]
+        accs.append(evaluate(sim.model, own[i], x, y)[0])
+        global_accs.append(evaluate(sim.model, res.theta, x, y)[0])
+    last = res.metrics.iloc[-1]
+    np.testing.assert_allclose([last[f"client_acc/{i}"] for i in ids], accs)
+    assert last["client_acc_mean"] == pytest.approx(np.mean(accs))
+    assert not np.allclose(accs, global_accs)  # the columns are not the global model's
+    assert any(not torch.equal(own[i], res.theta) for i in ids)
+    assert personal_models(sim.algorithm, state) is not None
+    plain = fedlab.Simulation.build(tiny(algorithm="fedsam"))
+    assert personal_models(plain.algorithm, plain.initial_state()) is None  # other methods: the global model
+    assert torch.equal(plain.algorithm.personal_model({}, {"theta": res.theta}), res.theta)

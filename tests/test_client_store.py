@@ -15,9 +15,9 @@ import torch
 
 import fedlab
 from fedlab import CheckpointError
-from fedlab import results as results_mod
 from fedlab.results import RunStore
 from fedlab.store.client_states import ClientStateError, DiskClientStates, Layout, use_disk
+import faults
 from cases import CASES
 
 NUMBERS = ["round", "train_loss", "test_acc", "test_loss", "flatness_distance", "uplink_floats"]
@@ -82,8 +82,8 @@ class Killed(BaseException):
 
 
 @pytest.mark.parametrize("every", [1, 2])
-@pytest.mark.parametrize("point", results_mod.FAULT_POINTS)
-def test_killed_disk_run_resumes_bit_identically(tmp_path, monkeypatch, reference, point, every):
+@pytest.mark.parametrize("point", faults.POINTS)
+def test_killed_disk_run_resumes_bit_identically(tmp_path, reference, point, every):
     # with checkpoint_every 2, a kill before round 4's checkpoint leaves rounds 3 and 4's states
     # written but uncommitted: the resumed run must read round 2's
     def hook(where: str, rounds_done: int) -> None:
@@ -91,10 +91,8 @@ def test_killed_disk_run_resumes_bit_identically(tmp_path, monkeypatch, referenc
             raise Killed(where)
 
     c = cfg(tmp_path, algorithm="scaffold", client_store="disk", checkpoint_every=every)
-    monkeypatch.setattr(results_mod, "fault_hook", hook)
-    with pytest.raises(Killed):
+    with faults.injected(hook), pytest.raises(Killed):
         fedlab.run(c, progress=False)
-    monkeypatch.setattr(results_mod, "fault_hook", None)
     assert_same_run(fedlab.run(c, progress=False), reference)
 
 

@@ -226,7 +226,7 @@ def test_a_bad_tuning_file_is_refused_naming_it(figs: Path, fault: str) -> None:
 
 
 def test_tune_profile_does_not_skip_a_bad_tuning_file_as_done(figs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fedlab.evidence.tuning as tuning_module
+    import fedlab.tuning as tuning_module
     from fedlab.config import Config
     from lab.evidence.protocol import TUNING as PROTOCOL, tune_splits
 

@@ -2,9 +2,8 @@
 
 For every case: either the rerun ends bit-identical to an uninterrupted run (θ and every metric), or
 it raises an error that names the damaged file and leaves every file of the run as it was. Kills are
-injected at the named write points of :mod:`fedlab.results` — in this process through
-``results.fault_hook`` (fast), and in subprocesses through ``FEDLAB_FAULT_AT`` (a real ``os._exit``,
-nothing unwinds) — never with sleeps. Two processes on one run directory: see
+injected at the write points of :mod:`fedlab.results` by ``tests/faults.py`` — in this process by
+raising (fast), and in subprocesses by a real ``os._exit`` (nothing unwinds) — never with sleeps. Two processes on one run directory: see
 ``tests/test_results_store.py::test_second_process_waits_for_the_lock_then_reads_the_result``.
 """
 from __future__ import annotations
@@ -22,8 +21,8 @@ import torch
 
 import fedlab
 from fedlab import CheckpointError
-from fedlab import results as results_mod
 from fedlab import numpy_generator
+import faults
 from _load import window
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,24 +66,23 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
 
 
 # --- kills at every write point of a round --------------------------------------------------------
-KILLS = [(point, r) for point in results_mod.FAULT_POINTS for r in (2, ROUNDS)]
+KILLS = [(point, r) for point in faults.POINTS for r in (2, ROUNDS)]
 
 
 @pytest.mark.parametrize(("point", "at_round"), KILLS, ids=[f"{p}@{r}" for p, r in KILLS])
-def test_kill_at_write_point_then_resume(tmp_path, monkeypatch, reference, point, at_round):
+def test_kill_at_write_point_then_resume(tmp_path, reference, point, at_round):
     def hook(where: str, rounds_done: int) -> None:
         if (where, rounds_done) == (point, at_round):
             raise Killed(where)
 
-    monkeypatch.setattr(results_mod, "fault_hook", hook)
-    with pytest.raises(Killed):
+    with faults.injected(hook), pytest.raises(Killed):
         fedlab.run(config(tmp_path), progress=False)
-    monkeypatch.setattr(results_mod, "fault_hook", None)
     assert_same_as_reference(fedlab.run(config(tmp_path), progress=False), reference)
 
 
 _KILLED = """
-import sys, fedlab
+import sys, faults, fedlab
+faults.exit_at(sys.argv[2])
 fedlab.run(fedlab.Config.from_dict(__import__("json").loads(sys.argv[1])), progress=False)
 """
 
@@ -92,10 +90,10 @@ fedlab.run(fedlab.Config.from_dict(__import__("json").loads(sys.argv[1])), progr
 @pytest.mark.parametrize("fault", ["after_checkpoint:4", "before_checkpoint:2"])
 def test_os_exit_at_write_point_then_resume(tmp_path, reference, fault):
     cfg = config(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", results_mod.FAULT_ENV: fault}
-    done = subprocess.run([sys.executable, "-c", _KILLED, json.dumps(cfg.to_dict())], env=env,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _KILLED, json.dumps(cfg.to_dict()), fault], env=env,
                           capture_output=True, text=True, timeout=window(300))
-    assert done.returncode == results_mod.FAULT_EXIT_CODE, done.stderr
+    assert done.returncode == faults.EXIT_CODE, done.stderr
     assert_same_as_reference(fedlab.run(cfg, progress=False), reference)
 
 

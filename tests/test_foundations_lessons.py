@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from _notebook_outputs import committed as read_committed
-from fedlab.engine.toy import quadratic_federation
+from fedlab.toy import quadratic_federation
 
 
 @pytest.fixture(scope="module")

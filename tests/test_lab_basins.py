@@ -8,7 +8,7 @@ import torch
 import fedlab
 from fedlab.algorithms.base import descend
 from fedlab.algorithms.fedavg import FedAvg
-from fedlab.engine.toy import run_functional
+from fedlab.toy import run_functional
 from lab.tools.basins import ELSEWHERE, assign_basins, basin_shares, run_from_starts, start_grid
 
 F64 = torch.float64

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from _notebook_outputs import committed
-from fedlab.engine.toy import quadratic_federation
+from fedlab.toy import quadratic_federation
 
 # --------------------------------------------------------------------------------------------------
 # 02: the 2-D toy federation

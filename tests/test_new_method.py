@@ -21,7 +21,7 @@ import test_registry
 import test_tuning
 from cases import Case, Reduction
 from fedlab.algorithms import _registry, algorithm_classes, algorithm_names
-from fedlab.evidence.tuning import default_grid
+from fedlab.tuning import default_grid
 from test_contract import world  # noqa: F401  (the contract's federation, a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # as the contract suite: one intra-op thread

@@ -16,7 +16,7 @@ from lab.evidence.claims import NOT_PAIRED, evaluate_claim_paired, load_claims
 from lab.evidence.claims.unpaired import compare, evaluate_unpaired, unpaired_verdict
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, decide, margin_test,
                                     paired_difference, sign_flip_p)
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 from lab.evidence import integrity
 from lab.evidence.tuning_files import tuning_root
 from lab.evidence.validity import UNTESTED

@@ -321,7 +321,7 @@ def test_foundations_paper_file_runs(tmp_path):
 def test_global_perturbation_paper_toy_runs():
     """Notebook 11 stays a toy in its paper profile (it needs ∇F exactly): its paper file's federation
     (clients, dimension, participation, K, η) runs two rounds of FedSAM and FedLESAM to finite models."""
-    from fedlab.engine.toy import quadratic_federation, run_functional
+    from fedlab.toy import quadratic_federation, run_functional
 
     p = paper_params("11_global_perturbation")
     grad_fn, batch_fn, theta_star, problems = quadratic_federation(p["n_clients"], p["dim"], seed=p["seed"])

@@ -24,7 +24,7 @@ import torch
 
 from fedlab import Config, get_algorithm
 from fedlab.analysis.privacy import privacy_of_config, privacy_spent, rdp_sampled_gaussian
-from fedlab.engine.toy import run_functional
+from fedlab.toy import run_functional
 
 Q_MNIST = 256 / 60000
 STEPS_PER_EPOCH = 60000 // 256

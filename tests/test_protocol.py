@@ -198,7 +198,7 @@ def test_every_sam_grid_holds_zero_and_the_papers_radius():
     import dataclasses
 
     from fedlab.algorithms import algorithm_class
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
 
     for name, grid in DEFAULT_GRIDS.items():
         if "rho" not in grid or name in ("fedswa", "fedmoswa"):  # their ρ is an lr fraction, not a radius

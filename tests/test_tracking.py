@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import fedlab
-from fedlab import ConfigError, results
+from fedlab import ConfigError
 from fedlab.tracking import Logger, MLflowLogger, TensorBoardLogger, WandbLogger, run_name
+import faults
 
 pytest.importorskip("tensorboard", reason="the [track] extra (tensorboard) is not installed")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -54,19 +55,17 @@ def test_tensorboard_events_hold_every_round_the_config_and_the_summary(tiny):
     assert step == 4 and json.loads(summary)["status"] == "finished"
 
 
-def test_a_resumed_run_continues_the_same_log_without_repeating_a_round(tiny, tmp_path, monkeypatch):
+def test_a_resumed_run_continues_the_same_log_without_repeating_a_round(tiny, tmp_path):
     cfg = tiny(rounds=6, checkpoint_every=2, eval_every=1)
 
     def crash(point: str, rounds_done: int) -> None:  # dies after logging round 4, before checkpointing it
         if point == "before_checkpoint" and rounds_done == 4:
             raise RuntimeError("killed")
 
-    monkeypatch.setattr(results, "fault_hook", crash)
-    with pytest.raises(RuntimeError, match="killed"):
+    with faults.injected(crash), pytest.raises(RuntimeError, match="killed"):
         fedlab.run(cfg, progress=False, logger="tensorboard")
     folder = Path(cfg.runs_dir) / "tensorboard" / run_name(cfg)
     assert [s for s, _ in _scalars(_events(folder), "train_loss")] == [1, 2, 3, 4]  # 3 and 4 not checkpointed
-    monkeypatch.setattr(results, "fault_hook", None)
     res = fedlab.run(cfg, progress=False, logger="tensorboard")  # resumes from round 2
     assert len(list(folder.iterdir())) == 2  # the same folder, a second event file
     acc = _events(folder)

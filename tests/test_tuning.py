@@ -11,7 +11,7 @@ import fedlab
 from fedlab.config import ConfigError
 from fedlab.engine import build_dataset, hold_out_validation
 from fedlab.algorithms import algorithm_class, algorithm_names
-from fedlab.evidence.tuning import DEFAULT_GRIDS, TUNABLE_CONFIG_FIELDS, default_grid
+from fedlab.tuning import DEFAULT_GRIDS, TUNABLE_CONFIG_FIELDS, default_grid
 
 GRID = {"rho": [0.01, 0.3, 1.0]}
 
@@ -128,6 +128,7 @@ PREREGISTERED_GRIDS = {
     "dp_fedavg": {},
     "dp_fedsam": {"rho": (0.0, 0.01, 0.02, 0.05, 0.5)},
     "fedscar": {"rho": (0.0, 0.01, 0.02, 0.05, 0.1), "beta": (0.01, 0.06)},
+    "fedfsa": {"rho": (0.0, 0.01, 0.02, 0.05, 0.1), "rho_larger": (0.1, 0.2, 0.5)},
 }
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 
 
 def test_t_interval_matches_the_table_value():
@@ -38,7 +38,7 @@ def test_overlap():
 def test_difference_interval_is_welchs():
     from scipy import stats
 
-    from fedlab.evidence.uncertainty import difference_interval
+    from fedlab.uncertainty import difference_interval
 
     lo, hi = difference_interval(mean_interval([1.0, 2.0, 3.0]), mean_interval([1.0, 2.0, 3.0]))
     # ν = 4 (equal variances and sizes), se = √(2/3): t_{0.975, 4} · 0.8165 = 2.2669

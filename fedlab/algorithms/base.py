@@ -46,6 +46,10 @@ from fedlab.models.functional import Batch, GradFn
 State = dict[str, Tensor]
 """Server state, client state, message or upload: a flat dict of tensors."""
 
+Layout = tuple[tuple[str, tuple[int, ...]], ...]
+"""How θ splits into the model's parameter tensors: (name, shape) of each, in θ's order (the module's
+``named_parameters``). Empty when the driver has no module (a gradient oracle of a toy problem)."""
+
 
 @dataclass(frozen=True)
 class RoundInfo:
@@ -59,6 +63,7 @@ class RoundInfo:
     weight_decay: float
     clip_norm: float | None
     seed: int = 0  # the run's seed: a method that draws noise derives its generator from it (fedlab._rng)
+    layout: Layout = ()  # θ's parameter tensors (a layer-wise method's layers); () when there is no module
 
     def __post_init__(self) -> None:
         steps = tuple(self.client_steps)
@@ -109,14 +114,8 @@ def normalized(v: Tensor, eps: float) -> Tensor:
     return v / (torch.linalg.vector_norm(v, dim=-1, keepdim=True) + eps)
 
 
-def descend(
-    theta: Tensor,
-    direction: Tensor,
-    step: StepInfo,
-    *,
-    unclipped: Tensor | None = None,
-    lr: float | None = None,
-) -> Tensor:
+def descend(theta: Tensor, direction: Tensor, step: StepInfo, *, unclipped: Tensor | None = None,
+            lr: float | None = None) -> Tensor:
     """One SGD step θ ← θ − η (clip(d, C) + u + wd·θ), the update every reference code performs.
 
     ``direction`` is clipped (FL-Simulator clips the whole accumulated gradient before the optimizer
@@ -278,7 +277,8 @@ class Algorithm:
     alike), ``order`` (its place in figures and tables), ``paper`` (short citation), ``hparams_cls``,
     ``tuning`` (each sensitive hyperparameter's candidates, from its declared default, e.g.
     :func:`~fedlab.algorithms.sam.sam_radii`: ``fedlab.tune``'s default grid), ``grad_evals_per_step``,
-    ``state_where`` (where persistent state lives), ``presets`` (named hyperparameter sets).
+    ``state_where`` (where persistent state lives), ``presets`` (named hyperparameter sets),
+    ``personal_models`` (whether clients keep models of their own, see :meth:`personal_model`).
     """
 
     name: ClassVar[str] = ""
@@ -291,6 +291,7 @@ class Algorithm:
     grad_evals_per_step: ClassVar[int] = 1
     state_where: ClassVar[str] = "server: θ"
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    personal_models: ClassVar[bool] = False  # True: each client keeps its own model (:meth:`personal_model`)
 
     def __init__(self, hparams: HParams | Mapping[str, Any] | None = None, **overrides: Any) -> None:
         self.hp = self.resolve_hparams(hparams, overrides)
@@ -350,6 +351,12 @@ class Algorithm:
     def global_model(self, server: State) -> Tensor:
         """The model that is evaluated and whose distance Δ_D to the clients is measured."""
         return server["theta"]
+
+    def personal_model(self, cstate: State, server: State) -> Tensor:
+        """Client i's own model θ_i, the one its own test split measures (``Config.client_eval``), from its
+        persistent state (``client_init(θ⁰)`` if it never took part). Default: the global model; a
+        personalised method overrides it and sets ``personal_models = True``."""
+        return self.global_model(server)
 
     def round_metrics(self, server: State) -> dict[str, float]:
         """Extra per-round scalars an algorithm wants logged (e.g. adaptive ρ_k)."""

@@ -11,55 +11,20 @@ Everything works on a *federation view* — a :class:`~fedlab.models.FlatModel` 
 
 Sharpness over training (a run measured every few rounds) is the lab's ``lab.sharpness``.
 """
-from fedlab.analysis.federation import (
-    ClientData,
-    EmpiricalLoss,
-    LossFn,
-    client_data,
-    client_loss_fn,
-    evaluate_affine,
-    evaluate_points,
-    federation_from_config,
-    global_loss_fn,
-)
-from fedlab.analysis.friendly import (
-    FriendlyReport,
-    GradientDecomposition,
-    friendly_adversary,
-    friendly_vs_alpha,
-    friendly_vs_batch_size,
-    gradient_decomposition,
-)
+from fedlab.analysis.federation import (ClientData, EmpiricalLoss, LossFn, client_data, client_loss_fn,
+                                       evaluate_affine, evaluate_points, federation_from_config, global_loss_fn)
+from fedlab.analysis.friendly import (FriendlyReport, GradientDecomposition, friendly_adversary, friendly_vs_alpha,
+                                      friendly_vs_batch_size, gradient_decomposition)
 from fedlab.analysis.gradients import ClientGradients, client_gradients
-from fedlab.analysis.hessian import (
-    HessianOperator,
-    TraceEstimate,
-    hessian_matrix,
-    hessian_trace,
-    hvp,
-    sam_sharpness,
-)
+from fedlab.analysis.hessian import HessianOperator, TraceEstimate, hessian_matrix, hessian_trace, hvp, sam_sharpness
 from fedlab.analysis.eigen import EigenResult, HessianEigen, lanczos, power_iteration, top_eigenvalues
 from fedlab.analysis.costs import COST_AXES, cost_curves, cost_frame, plot_cost_accuracy
 from fedlab.analysis.curvature import convergence_line, curvature_loss, curvature_sample, lambda_max
-from fedlab.analysis.incompatibility import (
-    IncompatibilityReport,
-    MixingSweep,
-    flatness_incompatibility,
-    mixing_sweep,
-    perturbation,
-)
+from fedlab.analysis.incompatibility import (IncompatibilityReport, MixingSweep, flatness_incompatibility, mixing_sweep,
+                                             perturbation)
 from fedlab.analysis.privacy import PrivacySpent, privacy_of_config, privacy_spent, rdp_sampled_gaussian
-from fedlab.analysis.landscape import (
-    Slice1D,
-    Slice2D,
-    filter_normalized_direction,
-    interpolate,
-    plot_contour,
-    plot_surface,
-    slice_1d,
-    slice_2d,
-)
+from fedlab.analysis.landscape import (Slice1D, Slice2D, filter_normalized_direction, interpolate, plot_contour,
+                                       plot_surface, slice_1d, slice_2d)
 
 __all__ = [
     "COST_AXES", "ClientData", "ClientGradients", "EigenResult", "EmpiricalLoss", "FriendlyReport",

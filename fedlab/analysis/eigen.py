@@ -186,19 +186,9 @@ def lanczos(matvec: Matvec, dim: int, k: int = 1, *, tol: float = 1e-4, max_iter
                        tol, "lanczos", tuple(tuple(h) for h in history))
 
 
-def top_eigenvalues(
-    loss_fn: LossFn,
-    theta: Tensor,
-    k: int = 1,
-    *,
-    iters: int = 100,
-    tol: float = 1e-4,
-    method: str | None = None,
-    generator: torch.Generator | None = None,
-    mode: str = "rev",
-    backend: str | None = None,
-    progress: bool = False,
-) -> EigenResult:
+def top_eigenvalues(loss_fn: LossFn, theta: Tensor, k: int = 1, *, iters: int = 100, tol: float = 1e-4,
+                    method: str | None = None, generator: torch.Generator | None = None, mode: str = "rev",
+                    backend: str | None = None, progress: bool = False) -> EigenResult:
     """The k leading eigenvalues of H = ∇²L(θ), their eigenvectors and convergence flags.
 
     ``method="power"`` (default for k = 1): :func:`power_iteration`, the largest |λ| (the largest λ near a

@@ -59,14 +59,8 @@ DEFAULT_CHUNK = 2048
 
 
 # --- building a federation view ---
-def client_data(
-    dataset: "Dataset",
-    partition: "Partition",
-    max_per_client: int | None = None,
-    seed: int = 0,
-    *,
-    drop_empty: bool = True,
-) -> ClientData:
+def client_data(dataset: "Dataset", partition: "Partition", max_per_client: int | None = None, seed: int = 0, *,
+                drop_empty: bool = True) -> ClientData:
     """Each client's training tensors ``(x_train[idx_i], y_train[idx_i])`` on the dataset's device.
 
     ``max_per_client``: a sorted uniform subset of at most that many samples per client, drawn from
@@ -95,13 +89,8 @@ def client_data(
     return out
 
 
-def federation_from_config(
-    config: "Config",
-    *,
-    max_per_client: int | None = None,
-    seed: int = 0,
-    dataset: "Dataset | None" = None,
-) -> tuple[FlatModel, ClientData, tuple[Tensor, Tensor]]:
+def federation_from_config(config: "Config", *, max_per_client: int | None = None, seed: int = 0,
+                           dataset: "Dataset | None" = None) -> tuple[FlatModel, ClientData, tuple[Tensor, Tensor]]:
     """``(model, clients, (x_test, y_test))`` exactly as :class:`fedlab.engine.Simulation` builds them:
     ``model.theta0()`` is the run's θ⁰ and the clients its partition. Nothing is trained or written."""
     from fedlab.engine.loop import Simulation
@@ -128,16 +117,8 @@ class EmpiricalLoss:
     ``parts()`` yields one function per chunk (their sum is F), over which :func:`~fedlab.analysis.hessian.hvp`
     and :meth:`value_and_grad` accumulate."""
 
-    def __init__(
-        self,
-        model: FlatModel,
-        x: Tensor,
-        y: Tensor,
-        groups: Tensor,
-        group_weights: Tensor,
-        *,
-        chunk_size: int = DEFAULT_CHUNK,
-    ) -> None:
+    def __init__(self, model: FlatModel, x: Tensor, y: Tensor, groups: Tensor, group_weights: Tensor, *,
+                 chunk_size: int = DEFAULT_CHUNK) -> None:
         if x.shape[0] != y.shape[0] or x.shape[0] != groups.shape[0]:
             raise ValueError(f"x, y and groups must have the same length; got {x.shape[0]}, {y.shape[0]}, "
                              f"{groups.shape[0]}")
@@ -233,15 +214,8 @@ class EmpiricalLoss:
         return value, grad
 
 
-def _loss_from_clients(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    batches: int | None,
-    batch_size: int,
-    seed: int,
-    chunk_size: int,
-    name: str,
-) -> EmpiricalLoss:
+def _loss_from_clients(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], batches: int | None, batch_size: int,
+                       seed: int, chunk_size: int, name: str) -> EmpiricalLoss:
     check_clients(clients, name)
     xs, ys, gs = [], [], []
     for i, (x, y) in enumerate(clients):
@@ -257,30 +231,16 @@ def _loss_from_clients(
     return EmpiricalLoss(model, torch.cat(xs), torch.cat(ys), torch.cat(gs), weights, chunk_size=chunk_size)
 
 
-def global_loss_fn(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    batches: int | None = None,
-    batch_size: int = 64,
-    seed: int = 0,
-    *,
-    chunk_size: int = DEFAULT_CHUNK,
-) -> EmpiricalLoss:
+def global_loss_fn(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], batches: int | None = None,
+                   batch_size: int = 64, seed: int = 0, *, chunk_size: int = DEFAULT_CHUNK) -> EmpiricalLoss:
     """The global objective F(θ) = (1/N) Σ_i F_i(θ) as a deterministic function of θ; ``batches=b``
     estimates F_i on b minibatches drawn once from ``torch_generator(seed, "analysis-loss-batches", i)``."""
     check_count("batches", batches, optional=True)
     return _loss_from_clients(model, clients, batches, batch_size, seed, chunk_size, "clients")
 
 
-def client_loss_fn(
-    model: FlatModel,
-    client: tuple[Tensor, Tensor],
-    batches: int | None = None,
-    batch_size: int = 64,
-    seed: int = 0,
-    *,
-    chunk_size: int = DEFAULT_CHUNK,
-) -> EmpiricalLoss:
+def client_loss_fn(model: FlatModel, client: tuple[Tensor, Tensor], batches: int | None = None, batch_size: int = 64,
+                   seed: int = 0, *, chunk_size: int = DEFAULT_CHUNK) -> EmpiricalLoss:
     """One client's loss F_i(θ) (full data, or ``batches`` seeded minibatches), as for the global one."""
     check_count("batches", batches, optional=True)
     return _loss_from_clients(model, [client], batches, batch_size, seed, chunk_size, "client")

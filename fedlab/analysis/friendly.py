@@ -90,17 +90,9 @@ class GradientDecomposition:
         }])
 
 
-def gradient_decomposition(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    theta: Tensor,
-    *,
-    batches: int = 4,
-    batch_size: int = 32,
-    seed: int = 0,
-    grads: ClientGradients | None = None,
-    progress: bool = False,
-) -> GradientDecomposition:
+def gradient_decomposition(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor, *,
+                           batches: int = 4, batch_size: int = 32, seed: int = 0, grads: ClientGradients | None = None,
+                           progress: bool = False) -> GradientDecomposition:
     """Split each minibatch direction error g_{i,b} − ∇F into heterogeneity δ_i and batch noise ζ_{i,b}."""
     if grads is None:
         grads = client_gradients(model, clients, theta, batches=batches, batch_size=batch_size, seed=seed,
@@ -286,21 +278,10 @@ def _row(grads: ClientGradients, model: FlatModel, clients: Sequence[tuple[Tenso
             "batch_size": grads.batch_size}
 
 
-def friendly_vs_alpha(
-    config: "Config",
-    alphas: Sequence[float],
-    *,
-    theta: Tensor | None = None,
-    rho: float = 0.05,
-    batches: int = 4,
-    batch_size: int = 32,
-    max_clients: int | None = None,
-    max_per_client: int | None = None,
-    cross_targets: int | None = None,
-    seed: int = 0,
-    vmap_chunk: int | None = None,
-    progress: bool = False,
-) -> pd.DataFrame:
+def friendly_vs_alpha(config: "Config", alphas: Sequence[float], *, theta: Tensor | None = None, rho: float = 0.05,
+                      batches: int = 4, batch_size: int = 32, max_clients: int | None = None,
+                      max_per_client: int | None = None, cross_targets: int | None = None, seed: int = 0,
+                      vmap_chunk: int | None = None, progress: bool = False) -> pd.DataFrame:
     """Decomposition and friendly rates for a Dirichlet partition at each α (one row per α), built by
     :func:`federation_from_config` at θ = ``theta`` or the initial model; ``max_clients`` keeps the same
     seeded subset of client positions for every α."""
@@ -322,19 +303,10 @@ def friendly_vs_alpha(
     return pd.DataFrame(rows)
 
 
-def friendly_vs_batch_size(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    theta: Tensor,
-    batch_sizes: Sequence[int],
-    *,
-    rho: float = 0.05,
-    batches: int = 4,
-    cross_targets: int | None = None,
-    seed: int = 0,
-    vmap_chunk: int | None = None,
-    progress: bool = False,
-) -> pd.DataFrame:
+def friendly_vs_batch_size(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor,
+                           batch_sizes: Sequence[int], *, rho: float = 0.05, batches: int = 4,
+                           cross_targets: int | None = None, seed: int = 0, vmap_chunk: int | None = None,
+                           progress: bool = False) -> pd.DataFrame:
     """Decomposition and friendly rates per minibatch size (one row each): larger batches shrink E‖ζ‖²
     (≈ ∝ 1/size) but not ‖δ‖², so the within-client rate falls while the cross-client rate stays."""
     if len(batch_sizes) == 0:

@@ -193,18 +193,9 @@ class TraceEstimate:
                               "converged": self.converged, "tol": self.tol}])
 
 
-def hessian_trace(
-    loss_fn: LossFn,
-    theta: Tensor,
-    samples: int = 100,
-    *,
-    generator: torch.Generator | None = None,
-    batch: int | None = None,
-    mode: str = "rev",
-    backend: str | None = None,
-    progress: bool = False,
-    tol: float = TRACE_TOL,
-) -> TraceEstimate:
+def hessian_trace(loss_fn: LossFn, theta: Tensor, samples: int = 100, *, generator: torch.Generator | None = None,
+                  batch: int | None = None, mode: str = "rev", backend: str | None = None, progress: bool = False,
+                  tol: float = TRACE_TOL) -> TraceEstimate:
     """Hutchinson's estimator: tr(H) ≈ (1/S) Σ_s v_sᵀ H v_s with v_s ∈ {−1, +1}^d.
 
     Unbiased since E[v vᵀ] = I; its variance 2 Σ_{i≠j} H_ij² is reported as ``stderr`` (std / √S), and

@@ -177,22 +177,11 @@ class _AtTheta:
                                      self.n_samples)
 
 
-def flatness_incompatibility(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    theta: Tensor,
-    rho: float = 0.05,
-    *,
-    batches: int = 4,
-    batch_size: int = 32,
-    eval_batches: int | None = None,
-    eval_batch_size: int = 64,
-    seed: int = 0,
-    grads: ClientGradients | None = None,
-    missed_sharpness: bool = True,
-    vmap_chunk: int | None = None,
-    progress: bool = False,
-) -> IncompatibilityReport:
+def flatness_incompatibility(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor,
+                             rho: float = 0.05, *, batches: int = 4, batch_size: int = 32,
+                             eval_batches: int | None = None, eval_batch_size: int = 64, seed: int = 0,
+                             grads: ClientGradients | None = None, missed_sharpness: bool = True,
+                             vmap_chunk: int | None = None, progress: bool = False) -> IncompatibilityReport:
     """Misalignment, cosine and missed sharpness of the clients' SAM perturbations at θ (module doc).
 
     ``batches``, ``batch_size``, ``seed``: the minibatches (:func:`~fedlab.analysis.gradients.client_gradients`;
@@ -225,24 +214,11 @@ class MixingSweep:
         return df[["gamma"] + [c for c in df.columns if c != "gamma"]]
 
 
-def mixing_sweep(
-    model: FlatModel,
-    clients: Sequence[tuple[Tensor, Tensor]],
-    theta: Tensor,
-    rho: float = 0.05,
-    gammas: Sequence[float] = (0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0),
-    *,
-    h: Tensor | None = None,
-    batches: int = 4,
-    batch_size: int = 32,
-    eval_batches: int | None = None,
-    eval_batch_size: int = 64,
-    seed: int = 0,
-    grads: ClientGradients | None = None,
-    missed_sharpness: bool = True,
-    vmap_chunk: int | None = None,
-    progress: bool = False,
-) -> MixingSweep:
+def mixing_sweep(model: FlatModel, clients: Sequence[tuple[Tensor, Tensor]], theta: Tensor, rho: float = 0.05,
+                 gammas: Sequence[float] = (0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0), *, h: Tensor | None = None,
+                 batches: int = 4, batch_size: int = 32, eval_batches: int | None = None, eval_batch_size: int = 64,
+                 seed: int = 0, grads: ClientGradients | None = None, missed_sharpness: bool = True,
+                 vmap_chunk: int | None = None, progress: bool = False) -> MixingSweep:
     """:func:`flatness_incompatibility` of ε_i(γ) = ρ h_i/‖h_i‖ for each γ in ``gammas``, with
     h_{i,b} = (1−γ) h + γ g_{i,b} (full batch: ∇F_i); ``h`` defaults to ∇F, or pass a run's EMA h^t.
     Gradients are computed once for all γ."""

@@ -53,14 +53,8 @@ def _spec_of(model_or_spec: FlatModel | nn.Module | ParamSpec) -> ParamSpec:
     raise ValueError(f"model_or_spec must be a FlatModel, nn.Module or ParamSpec, got {type(model_or_spec).__name__}")
 
 
-def filter_normalized_direction(
-    model_or_spec: FlatModel | nn.Module | ParamSpec,
-    theta: Tensor,
-    generator: torch.Generator,
-    *,
-    one_dim: str = "zero",
-    eps: float = 1e-10,
-) -> Tensor:
+def filter_normalized_direction(model_or_spec: FlatModel | nn.Module | ParamSpec, theta: Tensor,
+                                generator: torch.Generator, *, one_dim: str = "zero", eps: float = 1e-10) -> Tensor:
     """A random filter-normalised direction d (Li et al. 2018), flat like θ.
 
     d ~ N(0, I); for every parameter tensor with ≥ 2 dims and each filter f (a slice along dim 0):
@@ -170,17 +164,8 @@ def _as_numpy(t: Tensor) -> np.ndarray:
     return t.detach().to("cpu", torch.float64).numpy()
 
 
-def interpolate(
-    loss_fn: LossFn,
-    theta_a: Tensor,
-    theta_b: Tensor,
-    n: int = 21,
-    extend: float = 0.25,
-    *,
-    vmap_chunk: int | None = None,
-    threads: int | None = None,
-    progress: bool = False,
-) -> Slice1D:
+def interpolate(loss_fn: LossFn, theta_a: Tensor, theta_b: Tensor, n: int = 21, extend: float = 0.25, *,
+                vmap_chunk: int | None = None, threads: int | None = None, progress: bool = False) -> Slice1D:
     """L((1−α)θ_a + αθ_b) on ``n`` points of [0, 1] extended by ⌊``extend``·(n−1)⌋ steps at each end;
     α = 0 and 1 are grid points, so the ends are L(θ_a) and L(θ_b) exactly. ``threads``: see :func:`slice_2d`."""
     _check_direction(theta_a, theta_b, "theta_b")
@@ -197,17 +182,8 @@ def interpolate(
     return Slice1D(alphas, _as_numpy(losses), "interpolation")
 
 
-def slice_1d(
-    loss_fn: LossFn,
-    theta: Tensor,
-    direction: Tensor,
-    span: float = 1.0,
-    n: int = 21,
-    *,
-    vmap_chunk: int | None = None,
-    threads: int | None = None,
-    progress: bool = False,
-) -> Slice1D:
+def slice_1d(loss_fn: LossFn, theta: Tensor, direction: Tensor, span: float = 1.0, n: int = 21, *,
+             vmap_chunk: int | None = None, threads: int | None = None, progress: bool = False) -> Slice1D:
     """L(θ + α d) for ``n`` values of α evenly spaced in [−span, span] (α = 0 exact for odd n);
     ``threads``: see :func:`slice_2d`."""
     _check_direction(theta, direction, "direction")
@@ -218,19 +194,9 @@ def slice_1d(
     return Slice1D(alphas, _as_numpy(losses))
 
 
-def slice_2d(
-    loss_fn: LossFn,
-    theta: Tensor,
-    d1: Tensor,
-    d2: Tensor,
-    span: float = 1.0,
-    n: int = 21,
-    *,
-    vmap_chunk: int | None = None,
-    channels_last: bool | None = None,
-    threads: int | None = None,
-    progress: bool = True,
-) -> Slice2D:
+def slice_2d(loss_fn: LossFn, theta: Tensor, d1: Tensor, d2: Tensor, span: float = 1.0, n: int = 21, *,
+             vmap_chunk: int | None = None, channels_last: bool | None = None, threads: int | None = None,
+             progress: bool = True) -> Slice2D:
     """L(θ + α d₁ + β d₂) on an n×n grid over [−span, span]²; n² loss evaluations.
 
     ``channels_last=None`` evaluates an :class:`~fedlab.analysis.federation.EmpiricalLoss` over images in

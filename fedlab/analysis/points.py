@@ -20,14 +20,8 @@ def resolve_chunk(vmap_chunk: int | None, theta: Tensor) -> int:
 
 
 @torch.no_grad()
-def evaluate_points(
-    fn: Callable[[Tensor], Tensor],
-    thetas: Tensor,
-    *,
-    vmap_chunk: int | None = None,
-    progress: bool = False,
-    desc: str = "points",
-) -> Tensor:
+def evaluate_points(fn: Callable[[Tensor], Tensor], thetas: Tensor, *, vmap_chunk: int | None = None,
+                    progress: bool = False, desc: str = "points") -> Tensor:
     """``stack([fn(θ) for θ in thetas])`` — by ``torch.func.vmap`` in chunks of ``vmap_chunk`` points."""
     from tqdm import tqdm
 
@@ -46,17 +40,9 @@ def evaluate_points(
 
 
 @torch.no_grad()
-def evaluate_affine(
-    fn: Callable[[Tensor], Tensor],
-    base: Tensor,
-    coeffs: Tensor,
-    directions: Tensor,
-    *,
-    vmap_chunk: int | None = None,
-    workers: Sequence[Callable[[Tensor], Tensor]] = (),
-    progress: bool = False,
-    desc: str = "points",
-) -> Tensor:
+def evaluate_affine(fn: Callable[[Tensor], Tensor], base: Tensor, coeffs: Tensor, directions: Tensor, *,
+                    vmap_chunk: int | None = None, workers: Sequence[Callable[[Tensor], Tensor]] = (),
+                    progress: bool = False, desc: str = "points") -> Tensor:
     """``fn(base + Σ_k coeffs[p, k] · directions[k])`` for every row p of ``coeffs``.
 
     Points are built one chunk at a time (memory ``chunk × d``); a zero row gives ``base`` exactly.

@@ -20,14 +20,8 @@ AUGMENTATIONS: tuple[str, ...] = ("crop_flip",)
 """Augmentation kinds understood by :func:`apply_augment` (plus ``None`` for no augmentation)."""
 
 
-def random_crop_flip(
-    x: Tensor,
-    generator: torch.Generator,
-    padding: int = 4,
-    flip_p: float = 0.5,
-    *,
-    crop_p: float = 1.0,
-) -> Tensor:
+def random_crop_flip(x: Tensor, generator: torch.Generator, padding: int = 4, flip_p: float = 0.5, *,
+                     crop_p: float = 1.0) -> Tensor:
     """Per-sample random crop of the zero-padded, normalised batch ``x`` and horizontal flip (module doc).
 
     Exactly ``4 n`` numbers are drawn from ``generator`` (on ``x``'s device) per call, whatever the

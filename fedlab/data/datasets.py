@@ -247,21 +247,10 @@ def cifar_verify_default() -> bool:
     return value == "1"
 
 
-def load_dataset(
-    name: str,
-    *,
-    root: str | Path | None = None,
-    device: str | torch.device = "cpu",
-    train_size: int | None = None,
-    test_size: int | None = None,
-    seed: int = 0,
-    download: bool | None = None,
-    as_cifar_shape: bool = False,
-    verify: bool | None = None,
-    synthetic_alpha: float = 1.0,
-    synthetic_beta: float = 1.0,
-    synthetic_clients: int = 30,
-) -> Dataset:
+def load_dataset(name: str, *, root: str | Path | None = None, device: str | torch.device = "cpu",
+                 train_size: int | None = None, test_size: int | None = None, seed: int = 0,
+                 download: bool | None = None, as_cifar_shape: bool = False, verify: bool | None = None,
+                 synthetic_alpha: float = 1.0, synthetic_beta: float = 1.0, synthetic_clients: int = 30) -> Dataset:
     """Load dataset ``name`` (one of :data:`DATASETS`) as normalised tensors on ``device``.
 
     ``root``: default ``$FEDLAB_DATA`` or ``<repo>/data``. ``train_size`` / ``test_size``: a

@@ -57,24 +57,11 @@ config does not already carry in its own fields."""
 # --- Dispatcher ---
 
 
-def make_partition(
-    scheme: str,
-    labels: Any,
-    n_clients: int,
-    *,
-    seed: int,
-    alpha: float | None = None,
-    classes_per_client: int | None = None,
-    shards_per_client: int = 2,
-    min_size: int = 0,
-    balance_cap: bool = False,
-    concentration: str = "per_class",
-    reuse_on_exhaustion: bool = True,
-    path: str | os.PathLike | None = None,
-    allow_empty: bool = False,
-    allow_duplicates: bool | None = None,
-    natural_clients: Any = None,
-) -> Partition:
+def make_partition(scheme: str, labels: Any, n_clients: int, *, seed: int, alpha: float | None = None,
+                   classes_per_client: int | None = None, shards_per_client: int = 2, min_size: int = 0,
+                   balance_cap: bool = False, concentration: str = "per_class", reuse_on_exhaustion: bool = True,
+                   path: str | os.PathLike | None = None, allow_empty: bool = False,
+                   allow_duplicates: bool | None = None, natural_clients: Any = None) -> Partition:
     """Build a partition by scheme name (one of :data:`PARTITIONERS`); arguments the scheme does not use
     are ignored. ``"file"`` needs ``path`` (``labels`` may be ``None``; exactly ``n_clients`` clients;
     ``allow_empty`` / ``allow_duplicates`` as :func:`from_file`); ``"natural"`` takes ``natural_clients``."""

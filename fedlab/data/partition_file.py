@@ -14,14 +14,8 @@ from fedlab.data._partition_core import Partition, _check_int, _check_labels
 # --- Files ---
 
 
-def from_file(
-    path: str | os.PathLike,
-    labels: Any = None,
-    *,
-    n_classes: int | None = None,
-    allow_empty: bool = False,
-    allow_duplicates: bool | None = None,
-) -> Partition:
+def from_file(path: str | os.PathLike, labels: Any = None, *, n_classes: int | None = None, allow_empty: bool = False,
+              allow_duplicates: bool | None = None) -> Partition:
     """Load a partition from JSON (scheme ``"file"``).
 
     Layouts: :meth:`Partition.to_json`'s object, a bare list of per-client index lists, or NIID-Bench's

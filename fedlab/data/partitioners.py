@@ -25,16 +25,8 @@ def iid(labels: Any, n_clients: int, *, seed: int) -> Partition:
     return _partition("iid", clients, {"seed": seed}, y)
 
 
-def dirichlet(
-    labels: Any,
-    n_clients: int,
-    alpha: float,
-    *,
-    seed: int,
-    min_size: int = 0,
-    balance_cap: bool = False,
-    max_tries: int = 100,
-) -> Partition:
+def dirichlet(labels: Any, n_clients: int, alpha: float, *, seed: int, min_size: int = 0, balance_cap: bool = False,
+              max_tries: int = 100) -> Partition:
     """Label skew with per-class Dirichlet shares over clients (Yurochkin et al. 2019; NIID-Bench, Li et al. 2022).
 
     For each class c draw ``q_c ~ Dir(α·1_N)`` over the N clients and cut c's shuffled indices at
@@ -87,15 +79,8 @@ def dirichlet(
     )
 
 
-def dirichlet_client(
-    labels: Any,
-    n_clients: int,
-    alpha: float,
-    *,
-    seed: int,
-    concentration: str = "per_class",
-    reuse_on_exhaustion: bool = True,
-) -> Partition:
+def dirichlet_client(labels: Any, n_clients: int, alpha: float, *, seed: int, concentration: str = "per_class",
+                     reuse_on_exhaustion: bool = True) -> Partition:
     """Equal-size clients with a Dirichlet class prior each (FedDyn code / FL-Simulator).
 
     ``n_i = floor(n/N)``, the remainder to client 0. Client i draws ``p_i ~ Dir(a·1_C)``, with a = α

@@ -49,11 +49,9 @@ def _labels(name: str, value: Any, n: int, x_name: str) -> Tensor:
     return y
 
 
-def from_tensors(
-    x_train: Any, y_train: Any, x_test: Any, y_test: Any, *, n_classes: int | None = None,
-    name: str = "custom", augment: str | None = None, mean: tuple[float, ...] = (0.0,),
-    std: tuple[float, ...] = (1.0,), device: str | torch.device | None = None,
-) -> Dataset:
+def from_tensors(x_train: Any, y_train: Any, x_test: Any, y_test: Any, *, n_classes: int | None = None,
+                 name: str = "custom", augment: str | None = None, mean: tuple[float, ...] = (0.0,),
+                 std: tuple[float, ...] = (1.0,), device: str | torch.device | None = None) -> Dataset:
     """A :class:`Dataset` from user tensors (torch or numpy), validated, as float32/int64 on one device.
 
     ``x_*``: floating features ``(n, ...)``, already normalised, the same per-sample shape; ``y_*``: 1-D

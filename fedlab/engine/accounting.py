@@ -13,9 +13,8 @@ from typing import Any
 import torch
 
 from fedlab.algorithms._registry import get_algorithm
-from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
+from fedlab.engine.clients import ClientJob, GivenBatches, RoundWork, run_clients_sequential
 from fedlab.engine.round import round_info, run_round
-from fedlab.engine.toy import _GivenBatches
 
 __all__ = ["communication_vectors"]
 
@@ -43,7 +42,7 @@ def communication_vectors(name: str, dim: int = 10_000) -> tuple[float, float]:
     jobs = [ClientJob(0, [None, None], None)]
     done = run_round(alg, server, {}, [0], theta0, info,
                      lambda msg, states: run_clients_sequential(
-                         RoundWork(alg, msg, jobs, states, _GivenBatches(), grad_fn, info)))
+                         RoundWork(alg, msg, jobs, states, GivenBatches(), grad_fn, info)))
     up = sum(v.numel() for v in done.results[0].upload.values()) / dim
     down = sum(v.numel() for v in done.msg.values()) / dim
     return round(up, 2), round(down, 2)

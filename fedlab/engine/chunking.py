@@ -168,10 +168,8 @@ def candidate_chunks(m: int) -> list[int]:
     return sorted({c for c in DEFAULT_CANDIDATES if c <= m} | {m})
 
 
-def choose_chunk(
-    work: RoundWork, *, budget_mb: float | None = None, candidates: Sequence[int] | None = None,
-    sequential_grad_fn: GradFn | None = None,
-) -> ChunkChoice:
+def choose_chunk(work: RoundWork, *, budget_mb: float | None = None, candidates: Sequence[int] | None = None,
+                 sequential_grad_fn: GradFn | None = None) -> ChunkChoice:
     """Choose how many clients to vmap together, by measurement, within a memory budget.
 
     Each candidate c (:func:`candidate_chunks`, ascending) is trained for two local steps

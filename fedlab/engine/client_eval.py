@@ -1,4 +1,5 @@
-"""Per-client evaluation: the global model on each client's own test split (``Config.client_eval``).
+"""Per-client evaluation: the global model on each client's own test split (``Config.client_eval``); for a
+personalised method (``Algorithm.personal_models``, FedFSA), each client's own model on its split.
 
 Global test accuracy averages over the pooled test set, whose classes are balanced; a client whose
 data is mostly two classes meets a different distribution. Following FL-bench's per-client report
@@ -15,8 +16,9 @@ p_ic = n_ic / n_i:
 
 At every evaluation round the global model θ is evaluated once on the union of all splits (one
 batched pass, so the cost is at most one extra pass over min(N·s, test size) samples) and each
-client's accuracy acc_i and mean cross-entropy ℓ_i are read from the per-sample results. The metrics
-row gets, over the M clients holding data,
+client's accuracy acc_i and mean cross-entropy ℓ_i are read from the per-sample results; a personalised
+method's client i is measured with its own model θ_i = ``Algorithm.personal_model`` (one pass per
+client over its s samples). The metrics row gets, over the M clients holding data,
 
 * ``client_acc_mean`` = (1/M) Σ_i acc_i, ``client_acc_std`` = the population standard deviation
   (ddof = 0: these are all the clients, not a sample of them), and ``client_acc_worst10`` = the
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +97,18 @@ def spread(values: Tensor, worst_low: bool) -> tuple[float, float, float]:
     return float(values.mean()), float(worst.mean()), float(values.std(correction=0))
 
 
+def _per_sample(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """(correct, cross-entropy) of θ on each sample of (x, y), in float64, in batches."""
+    step = eval_batch_size(x.device)
+    correct, loss = [], []
+    for start in range(0, x.shape[0], step):
+        logits = model.forward(theta, x[start:start + step]).float()
+        target = y[start:start + step]
+        correct.append((logits.argmax(dim=1) == target).double())
+        loss.append(F.cross_entropy(logits, target, reduction="none").double())
+    return torch.cat(correct), torch.cat(loss)
+
+
 @dataclass
 class ClientEval:
     """The splits of a run (built once) and their evaluation at a given θ."""
@@ -121,18 +136,21 @@ class ClientEval:
         return hashlib.sha256(self.clients.tobytes() + self.split.tobytes()).hexdigest()
 
     @torch.no_grad()
-    def row(self, model: FlatModel, theta: Tensor | None) -> dict[str, float]:
-        """The :data:`STATS` columns at θ (all NaN when ``theta`` is None: a round without evaluation)."""
+    def row(self, model: FlatModel, theta: Tensor | None,
+            personal: Callable[[int], Tensor] | None = None) -> dict[str, float]:
+        """The :data:`STATS` columns at θ (all NaN when ``theta`` is None: a round without evaluation);
+        with ``personal`` (client id → its own model, a personalised method's), each client's split is
+        measured with its own model instead."""
         if theta is None:
             return dict.fromkeys((*STATS, *self.vector_columns), float("nan"))
-        step = eval_batch_size(self.x.device)
-        correct, loss = [], []
-        for start in range(0, self.x.shape[0], step):
-            logits = model.forward(theta, self.x[start:start + step]).float()
-            target = self.y[start:start + step]
-            correct.append((logits.argmax(dim=1) == target).double())
-            loss.append(F.cross_entropy(logits, target, reduction="none").double())
-        acc, nll = torch.cat(correct)[self.where].mean(dim=1), torch.cat(loss)[self.where].mean(dim=1)
+        if personal is None:
+            correct, nll = _per_sample(model, theta, self.x, self.y)
+            acc, nll = correct[self.where].mean(dim=1), nll[self.where].mean(dim=1)
+        else:
+            per_client = [_per_sample(model, personal(int(i)), self.x[w], self.y[w])
+                          for i, w in zip(self.clients, self.where)]
+            acc = torch.stack([c.mean() for c, _ in per_client])
+            nll = torch.stack([n.mean() for _, n in per_client])
         row = dict(zip(STATS, spread(acc, worst_low=True) + spread(nll, worst_low=False)))
         # every client's own values too: the STATS summarise a distribution a reader may want to plot
         row.update(zip(self.vector_columns, acc.tolist() + nll.tolist()))

@@ -67,6 +67,14 @@ class BatchSource(Protocol):
     def batch(self, idx: Any, generator: torch.Generator | None) -> Any: ...
 
 
+class GivenBatches:
+    """The local data of an oracle federation (:mod:`fedlab.toy`, :mod:`fedlab.engine.accounting`): a job's
+    batches are already what ``grad_fn`` takes."""
+
+    def batch(self, batch: Any, generator: torch.Generator | None) -> Any:
+        return batch
+
+
 @dataclass(frozen=True)
 class RoundWork:
     """One round's local work, as every executor receives it; ``states[j]`` is job j's persistent

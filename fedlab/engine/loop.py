@@ -49,7 +49,7 @@ from fedlab.results import TERMINAL_STATUSES, Checkpoint, CheckpointError, RunRe
 from fedlab.engine.setup import (_held_out, _load_theta0, build_dataset, build_partition, check_rounds_drawable,
                                  load_run_schedule, runs_dir_problem)
 from fedlab.engine.state import (RoundOutcome, RunInterrupted, TrainingState, checkpointed_client_states,
-                                 client_states, saved_client_states)
+                                 client_states, personal_models, saved_client_states)
 from fedlab.store.client_states import DiskClientStates
 from fedlab.engine.summary import run_summary
 from fedlab.tracking import Logger, get_logger, tracked
@@ -215,7 +215,7 @@ class Simulation:
         c = self.config
         return round_info(t, lr0=c.lr, schedule=c.lr_schedule, rounds=c.rounds, decay=c.lr_decay,
                           client_steps=client_steps, n_clients=c.n_clients, weight_decay=c.weight_decay,
-                          clip_norm=c.clip_norm, seed=c.seed)
+                          clip_norm=c.clip_norm, seed=c.seed, layout=self.model.spec.layout)
 
     def client_jobs(self, t: int, clients: np.ndarray, client_idx: list[Tensor]) -> list[ClientJob]:
         c = self.config
@@ -326,7 +326,7 @@ class Simulation:
                     raise RunInterrupted(self.store.dir, t, c.rounds)
                 t0 = time.perf_counter()
                 outcome = self.train_round(state, t)
-                row, diverged = self._round_row(t, outcome, state.server, eval_set)
+                row, diverged = self._round_row(t, outcome, state, eval_set)
                 row.update(cost_columns(row, rows[-1] if rows else None, outcome, self.algorithm.grad_evals_per_step))
                 row["wall_seconds"] = time.perf_counter() - t0
                 rows.append(row)
@@ -356,14 +356,14 @@ class Simulation:
             x_test, y_test = x_test[keep], y_test[keep]
         return x_test, y_test
 
-    def _round_row(self, t: int, outcome: RoundOutcome, server: State,
+    def _round_row(self, t: int, outcome: RoundOutcome, state: TrainingState,
                    eval_set: tuple[Tensor, Tensor]) -> tuple[dict[str, Any], bool]:
         """Round t's metrics row (without ``wall_seconds``) and whether the run diverged in it.
 
         The global model is evaluated every ``eval_every`` rounds and after the last one, unless the
         round already diverged (a non-finite mean local loss or θ); a non-finite test loss diverges too.
         """
-        c, alg, results = self.config, self.algorithm, outcome.results
+        c, alg, results, server = self.config, self.algorithm, outcome.results, state.server
         theta = alg.global_model(server)
         thetas_k = torch.stack([r.theta_final for r in results])
         train_loss = float(torch.stack([r.mean_loss for r in results]).mean())
@@ -382,8 +382,9 @@ class Simulation:
         if not diverged and ((t + 1) % c.eval_every == 0 or t + 1 == c.rounds):
             row["test_acc"], row["test_loss"] = evaluate(self.model, theta, *eval_set)
             diverged = not math.isfinite(row["test_loss"])
-        if self.client_eval is not None:  # every client's own test split, at the rounds evaluated
-            row.update(self.client_eval.row(self.model, None if math.isnan(row["test_acc"]) else theta))
+        if self.client_eval is not None:  # every client's own split, at the rounds evaluated (its own model too)
+            own = None if math.isnan(row["test_acc"]) else personal_models(alg, state)  # None: the global model
+            row.update(self.client_eval.row(self.model, None if math.isnan(row["test_acc"]) else theta, own))
         row.update(alg.round_metrics(server))
         return row, diverged
 

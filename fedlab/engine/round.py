@@ -5,7 +5,7 @@
     results = local_work(msg, states)               each sampled client: client_start, K × local_step, upload
     server  = aggregate(server, stacked uploads, info)
 
-:meth:`fedlab.engine.Simulation.train_round` (real data, any executor), :func:`fedlab.engine.toy.run_functional`
+:meth:`fedlab.engine.Simulation.train_round` (real data, any executor), :func:`fedlab.toy.run_functional`
 (gradient oracles) and :func:`fedlab.engine.accounting.communication_vectors` (what a method sends)
 all call :func:`run_round`; :func:`round_info` is the only place a :class:`RoundInfo` is built.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlab.algorithms.base import Algorithm, RoundInfo, State
+from fedlab.algorithms.base import Algorithm, Layout, RoundInfo, State
 from fedlab.engine.clients import ClientResult
 from fedlab.engine.schedule import learning_rate
 
@@ -28,13 +28,15 @@ LocalWork = Callable[[State, list[State]], list[ClientResult]]
 
 
 def round_info(t: int, *, lr0: float, schedule: str, rounds: int, decay: float, client_steps: tuple[int, ...],
-               n_clients: int, weight_decay: float, clip_norm: float | None, seed: int = 0) -> RoundInfo:
+               n_clients: int, weight_decay: float, clip_norm: float | None, seed: int = 0,
+               layout: Layout = ()) -> RoundInfo:
     """Round t's info: η_t and η_{t−1} (= η_0 at t = 0) from :func:`~fedlab.engine.schedule.learning_rate`;
-    ``seed``, the run's, for the methods that draw random numbers (DP noise)."""
+    ``seed``, the run's, for the methods that draw random numbers (DP noise); ``layout``, θ's parameter
+    tensors, for the methods that treat layers apart (FedFSA)."""
     lr = learning_rate(t, lr0, schedule, rounds, decay)
     prev = learning_rate(t - 1, lr0, schedule, rounds, decay) if t > 0 else lr
     return RoundInfo(round=t, lr=lr, prev_lr=prev, client_steps=client_steps, n_clients=n_clients,
-                     weight_decay=weight_decay, clip_norm=clip_norm, seed=seed)
+                     weight_decay=weight_decay, clip_norm=clip_norm, seed=seed, layout=layout)
 
 
 @dataclass

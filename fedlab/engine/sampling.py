@@ -38,10 +38,8 @@ def check_sampling(n_clients: int, participation: float, mode: str, eligible: np
                          "sampled); lower participation or use a partition without empty clients")
 
 
-def sample_clients(
-    round_: int, n_clients: int, participation: float, *, seed: int, mode: str = "uniform",
-    schedule: list[list[int]] | None = None, eligible: np.ndarray | None = None,
-) -> np.ndarray:
+def sample_clients(round_: int, n_clients: int, participation: float, *, seed: int, mode: str = "uniform",
+                   schedule: list[list[int]] | None = None, eligible: np.ndarray | None = None) -> np.ndarray:
     """Sorted int64 ids of the clients sampled in round ``round_`` among ``eligible`` (default: all)."""
     eligible = np.arange(n_clients, dtype=np.int64) if eligible is None else np.asarray(eligible, np.int64)
     if mode == "uniform":

@@ -2,7 +2,7 @@
 interruption a stopped run raises."""
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +75,15 @@ def checkpointed_client_states(states: Mapping[int, State]) -> tuple[dict[int, S
     if isinstance(states, DiskClientStates):
         return {}, states.checkpoint()
     return dict(states), None
+
+
+def personal_models(algorithm: Algorithm, state: TrainingState) -> Callable[[int], Tensor] | None:
+    """Client i → its own model (:meth:`Algorithm.personal_model` of its state, of ``client_init(θ⁰)`` if it
+    never took part), for a method whose clients keep models of their own; None for every other method."""
+    if not algorithm.personal_models:
+        return None
+    return lambda i: algorithm.personal_model(state.client_states.get(i) or algorithm.client_init(state.theta0),
+                                              state.server)
 
 
 @dataclass

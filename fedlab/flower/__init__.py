@@ -16,12 +16,12 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     ) from err
 
 from fedlab.flower.client import ClientStateError, FedlabClient, make_client_app
-from fedlab.flower.protocol import Traffic, check_servable, config_from_run_config, servable_algorithms
+from fedlab.flower.protocol import Traffic, config_from_run_config
 from fedlab.flower.server import FedlabStrategy, RoundRecord, make_server_app
 from fedlab.flower.simulation import FlowerRun, run_flower_experiments, run_flower_simulation
 
 __all__ = [
     "ClientStateError", "FedlabClient", "FedlabStrategy", "FlowerRun", "RoundRecord", "Traffic",
-    "check_servable", "config_from_run_config", "make_client_app", "make_server_app",
-    "run_flower_experiments", "run_flower_simulation", "servable_algorithms",
+    "config_from_run_config", "make_client_app", "make_server_app", "run_flower_experiments",
+    "run_flower_simulation",
 ]

@@ -22,7 +22,6 @@ import torch
 from flwr.app import ArrayRecord
 
 from fedlab.algorithms import RoundInfo, State
-from fedlab.algorithms._registry import algorithm_names
 from fedlab.config import Config, ConfigError
 from fedlab.engine.loop import Simulation
 
@@ -43,18 +42,6 @@ NUM_PARTITIONS = "num-partitions"
 """Flower's node-config keys (set by the simulation engine, or ``flower-supernode --node-config``)."""
 QUERY_CLIENT_ID = "query.client_id"
 """Message type the server uses to ask a node which fedlab client it is."""
-
-
-def servable_algorithms() -> tuple[str, ...]:
-    """Every registered algorithm: each fits the contract the apps rely on (only broadcast and upload travel)."""
-    return algorithm_names()
-
-
-def check_servable(name: str) -> None:
-    """Raise ``ConfigError`` naming the allowed algorithms when Flower cannot serve ``name``."""
-    allowed = servable_algorithms()
-    if name not in allowed:
-        raise ConfigError(f"algorithm: fedlab's Flower apps cannot serve '{name}'; allowed: {', '.join(allowed)}")
 
 
 def round_info(sim: Simulation, t: int, clients: Sequence[int]) -> RoundInfo:
@@ -116,9 +103,7 @@ def config_from_run_config(run_config: Mapping[str, Any]) -> Config:
         elif value == "":
             value = None
         values[name] = value
-    config = Config.from_dict(values)
-    check_servable(config.algorithm)
-    return config
+    return Config.from_dict(values)
 
 
 def named_configs(experiments: Config | Mapping[str, Config] | None) -> dict[str | None, Config] | None:
@@ -126,14 +111,12 @@ def named_configs(experiments: Config | Mapping[str, Config] | None) -> dict[str
     if experiments is None:
         return None
     if isinstance(experiments, Config):
-        check_servable(experiments.algorithm)
         return {None: experiments}
     if not experiments:
         raise ValueError("experiments: give at least one named Config")
     for name, cfg in experiments.items():
         if not isinstance(name, str) or not isinstance(cfg, Config):
             raise TypeError(f"experiments must map names (str) to fedlab Configs (got {name!r}: {type(cfg).__name__})")
-        check_servable(cfg.algorithm)
     sizes = {cfg.n_clients for cfg in experiments.values()}
     if len(sizes) > 1:
         raise ValueError(f"experiments sharing one federation need one n_clients (got {sorted(sizes)})")

@@ -38,7 +38,7 @@ from fedlab.engine.state import RoundOutcome, TrainingState
 from fedlab.results import TERMINAL_STATUSES, RunResult, RunStore
 from fedlab.tracking import Logger, get_logger, tracked
 from fedlab.flower.protocol import (
-    BROADCAST, METRICS, QUERY_CLIENT_ID, ROUND, UPLOAD, Traffic, check_servable, config_from_run_config,
+    BROADCAST, METRICS, QUERY_CLIENT_ID, ROUND, UPLOAD, Traffic, config_from_run_config,
     from_record, named_configs, round_info, to_record, traffic,
 )
 
@@ -86,7 +86,6 @@ class FedlabStrategy(Strategy):
 
     def __init__(self, simulation: Simulation, *, on_round: Callable[[RoundRecord], None] | None = None,
                  timeout: float = 3600.0, experiment: str | None = None) -> None:
-        check_servable(simulation.config.algorithm)
         self.sim = simulation
         self.experiment = experiment  # named experiment of a multi-experiment ClientApp (None: the only one)
         self.algorithm = simulation.algorithm

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from flwr.simulation import run_simulation
@@ -17,7 +18,7 @@ from flwr.simulation import run_simulation
 from fedlab.config import Config, ConfigError
 from fedlab.engine.loop import Simulation
 from fedlab.flower.client import make_client_app
-from fedlab.flower.protocol import Traffic, check_servable, named_configs
+from fedlab.flower.protocol import Traffic, named_configs
 from fedlab.flower.server import FedlabStrategy, RoundRecord, make_server_app
 from fedlab.results import RunResult
 from fedlab.tracking import Logger, get_logger
@@ -47,21 +48,9 @@ class FlowerRun:
         return sum((r.downlink for r in self.rounds), Traffic())
 
 
-def run_flower_simulation(config: Config, *, num_cpus: int = 1, cpus_per_client: float = 1.0,
-                          on_round: Callable[[RoundRecord], None] | None = None, verbose: bool = False,
-                          logger: Logger | str | None = None) -> FlowerRun:
-    """Train ``config`` as a Flower app; ``num_cpus`` for Ray, ``cpus_per_client`` per ClientApp actor,
-    ``logger`` a tracker (as for ``fedlab.run``)."""
-    check_servable(config.algorithm)
-    return _simulate(config, num_cpus, cpus_per_client, on_round, verbose, logger)[None]
-
-
-def run_flower_experiments(configs: Mapping[str, Config], *, num_cpus: int = 1, cpus_per_client: float = 1.0,
-                           on_round: Callable[[RoundRecord], None] | None = None, verbose: bool = False,
-                           logger: Logger | str | None = None) -> dict[str, FlowerRun]:
-    """Several named Configs (one ``n_clients``) in ONE simulation, sharing SuperNodes and Ray actors
-    (each with its own client state), which saves seconds of start-up per experiment."""
-    return _simulate(configs, num_cpus, cpus_per_client, on_round, verbose, logger)  # type: ignore[return-value]
+def run_flower_simulation(config: Config, **options: Any) -> FlowerRun:
+    """Train ``config`` as a Flower app; ``options`` as for :func:`run_flower_experiments`."""
+    return run_flower_experiments(config, **options)[None]  # type: ignore[index]
 
 
 NODES_PER_CPU = 1_000
@@ -91,10 +80,13 @@ def check_federation_size(n_clients: int, num_cpus: int) -> None:
                           f"CPU, {MAX_NODES:,} in all); give more CPUs (--num-cpus), or use `python -m fedlab run`")
 
 
-def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_per_client: float,
-              on_round: Callable[[RoundRecord], None] | None, verbose: bool,
-              logger: Logger | str | None) -> dict[str | None, FlowerRun]:
-    named = named_configs(experiments)
+def run_flower_experiments(configs: Config | Mapping[str, Config], *, num_cpus: int = 1, cpus_per_client: float = 1.0,
+                           on_round: Callable[[RoundRecord], None] | None = None, verbose: bool = False,
+                           logger: Logger | str | None = None) -> dict[str | None, FlowerRun]:
+    """Several named Configs (one ``n_clients``) in ONE simulation, sharing SuperNodes and Ray actors (each with
+    its own client state), which saves seconds of start-up per experiment; one Config is ``{None: run}``.
+    ``num_cpus`` for Ray, ``cpus_per_client`` per ClientApp actor, ``logger`` a tracker (as for ``fedlab.run``)."""
+    named = named_configs(configs)
     assert named is not None
     if cpus_per_client <= 0 or num_cpus < cpus_per_client:
         raise ValueError(f"cpus_per_client must be in (0, num_cpus={num_cpus}] (got {cpus_per_client})")
@@ -117,8 +109,8 @@ def _simulate(experiments: Config | Mapping[str, Config], num_cpus: int, cpus_pe
 
     n_clients = next(iter(named.values())).n_clients
     backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}}
-    run_simulation(make_server_app(experiments, on_round=on_round, on_finish=finish, logger=logger),
-                   make_client_app(experiments), num_supernodes=n_clients, backend_config=backend,
+    run_simulation(make_server_app(configs, on_round=on_round, on_finish=finish, logger=logger),
+                   make_client_app(configs), num_supernodes=n_clients, backend_config=backend,
                    verbose_logging=verbose)
     unfinished = [str(name) for name in named if name not in runs]
     if unfinished:

@@ -8,15 +8,5 @@ from __future__ import annotations
 from .functional import Distill, FlatModel, ParamSpec, flatten_params, load_flat_, param_spec
 from .registry import MODELS, build_model, count_parameters, model_info
 
-__all__ = [
-    "MODELS",
-    "Distill",
-    "FlatModel",
-    "ParamSpec",
-    "build_model",
-    "count_parameters",
-    "flatten_params",
-    "load_flat_",
-    "model_info",
-    "param_spec",
-]
+__all__ = ["MODELS", "Distill", "FlatModel", "ParamSpec", "build_model", "count_parameters", "flatten_params",
+           "load_flat_", "model_info", "param_spec"]

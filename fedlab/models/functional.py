@@ -21,7 +21,7 @@ GradFn = Callable[[Tensor, Batch], tuple[Tensor, Tensor]]
 
 A model's oracles (``FlatModel.grad_fn``, ``FlatModel.autograd_grad_fn``) also take the keyword
 ``distill=Distill(...)``: the gradient of a distillation objective, with the same reported loss. An
-oracle built on anything but logits (a quadratic, :mod:`fedlab.engine.toy`) need not accept it; only
+oracle built on anything but logits (a quadratic, :mod:`fedlab.toy`) need not accept it; only
 the methods that distil (FedGMT, FedSOL) pass it.
 """
 
@@ -58,6 +58,11 @@ class ParamSpec:
     def dim(self) -> int:
         """d, the length of the flat vector."""
         return sum(self.numels)
+
+    @property
+    def layout(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """(name, shape) of each parameter tensor, in θ's order (``fedlab.algorithms.base.Layout``)."""
+        return tuple((n, tuple(s)) for n, s in zip(self.names, self.shapes))
 
     def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
         """Split θ (shape ``[d]``) into a name → tensor dict of views."""

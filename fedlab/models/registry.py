@@ -78,15 +78,8 @@ def _check_options(name: str, entry: _Entry, n_classes: int, norm: str, groups: 
         raise ValueError(f"groups must be a positive int, got {groups!r}")
 
 
-def build_model(
-    name: str,
-    input_shape: tuple[int, ...],
-    n_classes: int,
-    *,
-    norm: str = "group",
-    groups: int = 2,
-    seed: int | None = None,
-) -> nn.Module:
+def build_model(name: str, input_shape: tuple[int, ...], n_classes: int, *, norm: str = "group", groups: int = 2,
+                seed: int | None = None) -> nn.Module:
     """Build a registered model (one of ``MODELS``) for one sample of shape ``input_shape``.
 
     ``norm``: ``"group"`` (default, ``groups`` groups: buffer-free, vmap-safe) or ``"none"``; ``"batch"``

@@ -26,7 +26,7 @@ from fedlab.config import _NOT_HASHED, Config, ConfigError
 from fedlab.results import RunResult
 from fedlab.sweep.backends import (BACKENDS, MissingExtraError, RunFailure, SweepError, SweepInterrupted,
                                     execute)
-from fedlab.evidence.uncertainty import mean_interval
+from fedlab.uncertainty import mean_interval
 
 __all__ = ["BACKENDS", "MAX_RUNS", "MissingExtraError", "RunFailure", "SweepError", "SweepInterrupted",
            "expand_grid", "rounds_to_target", "summary_table", "sweep"]

@@ -10,5 +10,5 @@ records), :mod:`~lab.evidence.divergence` (which runs measure a blow-up, not the
 of the run key), :mod:`~lab.evidence.manifest` and :mod:`~lab.evidence.integrity` (the digest manifest that
 guards every committed evidence file, and its checked re-record step) and :mod:`~lab.evidence.tuning_files` (the
 committed tuning choices, checked). Tuning itself and intervals over seeds are the library's
-(:mod:`fedlab.evidence`).
+(:mod:`fedlab.tuning`, :mod:`fedlab.uncertainty`).
 """

@@ -20,7 +20,7 @@ federation with the tuned hyperparameters — are counted once, by the first not
 runs stop being shared and the estimate shows it. Runs already committed as records
 (``figures/records/``, matched on method, split, seed, T and K) are subtracted, and so is every
 tuning already committed (``figures/tuning/<split>/<method>.json``). Tuning adds one run per point
-of each method's declared grid (:data:`fedlab.evidence.tuning.DEFAULT_GRIDS`) per split, at
+of each method's declared grid (:data:`fedlab.tuning.DEFAULT_GRIDS`) per split, at
 :data:`lab.evidence.protocol.TUNING`'s horizon. Analysis-only work (Hessians, landscapes) is not in
 the formula: each family that analyses θ adds :data:`ANALYSIS_S_PER_MODEL` per model.
 """
@@ -175,7 +175,7 @@ def estimate(seeds: int = 3, cores: int = 2, figures_dir: Path | None = None,
              tune: bool = True) -> dict[str, Any]:
     """The dry-run estimate: a :class:`NotebookEstimate` per notebook of ``plan``, tuning, and the total."""
     from lab.evidence.protocol import TUNING, profile_splits
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
 
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     plan = PLAN if plan is None else plan

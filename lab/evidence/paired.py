@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from fedlab.evidence.uncertainty import Interval
+from fedlab.uncertainty import Interval
 
 __all__ = ["FAMILY_ALPHA", "MIN_SEEDS_FOR_P", "MIN_SEEDS_TO_DECIDE", "MIN_SEEDS_TO_PRINT", "PAIRED_OPS", "TOO_FEW",
            "PairedDifference", "decide", "holm", "holm_decision", "margin_test", "op_bound", "paired_difference",

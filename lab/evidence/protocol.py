@@ -12,7 +12,7 @@ Every real-data comparison of the cpu profile follows the same rules (issue 14):
   batch order) are :data:`SEEDS`: at least three, reported as mean ± a 95 % interval.
 * **Hyperparameters are tuned per split on a validation set** held out from the training data
   (:func:`fedlab.tune`, the test set is never read), over each method's declared grid
-  (:data:`fedlab.evidence.tuning.DEFAULT_GRIDS`), at the horizon :data:`TUNING` (shorter than the runs: a
+  (:data:`fedlab.tuning.DEFAULT_GRIDS`), at the horizon :data:`TUNING` (shorter than the runs: a
   radius that collapses the model, or a weight that stalls it, shows within 15 rounds — notebook 04's
   ρ sweep), one seed. That was the K = 5 profile's tuning (``figures/tuning/<split>/``, :data:`K5_TUNING_DIR`,
   cited by its committed figures). The cpu profile's tuning is now the regime rerun's (``python -m lab regime
@@ -218,7 +218,7 @@ def tuned_params(algorithm: str, config: Config, directory: Path | None = None, 
     profile's choices (so the quick run exercises them); a profile in :data:`UNTUNED_PROFILES` gets
     the method's defaults (its parameter file sets the paper's values).
     """
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
     from lab.evidence.tuning_files import load_tuning
 
     if profile in UNTUNED_PROFILES:

@@ -95,6 +95,6 @@ def load_tuning(json_path: str | Path, *, check_manifest: bool = True) -> dict[s
 
 
 def record_tuning(paths: dict[str, Path]) -> None:
-    """Add a saved :class:`fedlab.evidence.tuning.TuneResult` (``save``'s paths) to the evidence manifest
+    """Add a saved :class:`fedlab.tuning.TuneResult` (``save``'s paths) to the evidence manifest
     (refused if a different file was recorded under the same path)."""
     add([paths["csv"], paths["json"]], tuning_root(paths["json"]))

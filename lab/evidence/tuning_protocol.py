@@ -1,7 +1,7 @@
 """How the cpu profile's hyperparameters are tuned (the protocol's third rule, :mod:`lab.evidence.protocol`).
 
 Each method is tuned per split on a validation set held out from the training data (:func:`fedlab.tune`, the test
-set is never read), over its declared grid (:data:`fedlab.evidence.tuning.DEFAULT_GRIDS`), at a horizon shorter than
+set is never read), over its declared grid (:data:`fedlab.tuning.DEFAULT_GRIDS`), at a horizon shorter than
 the runs (:data:`TUNING`); a grid whose optimum sits on its edge is extended before the choice is recorded
 (:data:`EDGE_RULE`, :func:`extend_edges`). :func:`tune_splits` does it resumably, writing each choice (and each grid
 point's run record) as it finishes. Where the choices live: :func:`tuning_dir` (the regime rerun's, tuned on
@@ -88,7 +88,7 @@ def extend_edges(tune_once: Any, grid: Mapping[str, Sequence[Any]],
                  rule: EdgeRule = EDGE_RULE) -> tuple[Any, dict[str, Any]]:
     """Tune, and while the choice sits on an extendable edge, add the next candidate and tune again.
 
-    ``tune_once(grid)`` returns a :class:`~fedlab.evidence.tuning.TuneResult` (points already run are loaded
+    ``tune_once(grid)`` returns a :class:`~fedlab.tuning.TuneResult` (points already run are loaded
     from the run cache, not retrained). Returns the last result and what was done: ``declared_grid``, the
     ``added`` candidates per key in order, and ``on_edge`` (keys whose choice is still on an edge of the final
     grid: the cap or ``max_steps`` stopped the extension, or the choice is the boundary 0)."""
@@ -148,7 +148,7 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
     """Tune every method on every split; write each result when it finishes; skip what is written.
 
     ``splits`` maps a split key to the federation's Config on that split. For each split and method
-    (default: every method whose :data:`~fedlab.evidence.tuning.DEFAULT_GRIDS` entry has more than one
+    (default: every method whose :data:`~fedlab.tuning.DEFAULT_GRIDS` entry has more than one
     point; ``grids`` replaces that table) it runs :func:`fedlab.tune` under :data:`TUNING` and
     writes ``<directory>/<split>/<method>.csv/.json`` (default ``figures/tuning``) as soon as that
     method is done, plus (``record``) each grid point's run record (``figures/records/`` or
@@ -164,7 +164,7 @@ def tune_splits(splits: Mapping[str, Config], *, methods: Iterable[str] | None =
 
     from lab.evidence.records import run_or_load, write_record
     from lab.evidence.tuning_files import record_tuning
-    from fedlab.evidence.tuning import DEFAULT_GRIDS, tune
+    from fedlab.tuning import DEFAULT_GRIDS, tune
 
     root = tuning_dir() if directory is None else Path(directory)
     given = {m: dict(g) for m, g in (grids or DEFAULT_GRIDS).items()}

@@ -99,7 +99,7 @@ def _variant(method: str, params: Mapping[str, Any] | None) -> str:
     a value the method has by default, of a key no grid tunes (as ``rerun.is_tuned_run`` reads a claim's arm);
     with a ``preset`` in the grid any key may have been moved by the tuning, so every one counts."""
     from fedlab.algorithms import algorithm_class
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
 
     defaults = dataclasses.asdict(algorithm_class(method).resolve_hparams(None, {}))
     grid = DEFAULT_GRIDS.get(method) or {}

@@ -192,7 +192,7 @@ def train(plan: Mapping[str, Any], criteria: Any, *, workers: int = 2, root: Pat
     file ``plan`` was read from, unchanged (:func:`~lab.study.spec.require_registered`): the rerun is
     pre-registered like every study. ``design=None`` only for a plan made in memory (a test's tiny plan)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
     from lab.evidence.protocol import final_metric, tuned_params
     from lab.study.spec import require_registered
     from lab.study.workers import Progress, session, write_run
@@ -314,7 +314,7 @@ MEASURED_FILE = FIGURES_DIR / "regime" / "rerun_measured.md"
 def measured_text(plan: Mapping[str, Any]) -> str:
     """:data:`MEASURED_FILE`'s text: the plan's estimate (stage-B seconds) beside the committed records."""
     from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
 
     criteria = load_criteria()
     records = load_records(records_dir(), criteria)
@@ -372,7 +372,7 @@ def main_train(args: Any) -> int:
 def main(args: Any) -> int:
     """``python -m lab regime rerun-plan``."""
     from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
     plan = load_plan(getattr(args, "plan", None))
     criteria = load_criteria()
     if plan["regime"] not in criteria.candidates:

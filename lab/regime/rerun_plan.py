@@ -137,7 +137,7 @@ def the_runs(plan: Mapping[str, Any], claims: Sequence[Mapping[str, Any]] | None
     """:func:`plan_runs` of ``plan`` over every registered method, with their defaults and tuning grids
     (``claims``: :func:`the_claims` when None)."""
     from fedlab.algorithms import algorithm_class, algorithm_names
-    from fedlab.evidence.tuning import DEFAULT_GRIDS
+    from fedlab.tuning import DEFAULT_GRIDS
 
     methods = list(algorithm_names())
     defaults = {m: dataclasses.asdict(algorithm_class(m).resolve_hparams(None, {})) for m in methods}

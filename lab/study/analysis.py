@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fedlab.evidence.uncertainty import Interval
+from fedlab.uncertainty import Interval
 from lab.study.spec import Study
 
 __all__ = ["Effect", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]

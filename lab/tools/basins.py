@@ -3,7 +3,7 @@
 A *basin map* runs one method from every point of a grid of start points θ⁰ and records where the
 final global model θ^T lands. Running each start separately costs one full run per grid point; this
 module runs all of them at once by stacking the starts as the rows of one (n, d) "parameter" and
-handing that to :func:`fedlab.engine.toy.run_functional`, with a gradient oracle that acts row by row.
+handing that to :func:`fedlab.toy.run_functional`, with a gradient oracle that acts row by row.
 That is exact — row r of the stacked run is the run from start r — as long as the method never
 reduces over anything but the last dimension (every norm, clip and normalisation of FedAvg, FedSAM,
 FedVSSAM and FedACG is ``dim=-1``; the client mean is over the stacked client dimension 0).
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from fedlab.algorithms.base import Algorithm
-from fedlab.engine.toy import BatchFn, ToyRun, run_functional
+from fedlab.toy import BatchFn, ToyRun, run_functional
 
 ELSEWHERE = "elsewhere"
 """The label of an end point farther than the radius from every named minimum."""

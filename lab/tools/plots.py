@@ -135,9 +135,9 @@ def finished_runs(results: Iterable[Any]) -> list[Any]:
 
 def final_estimate(results: Iterable[Any]) -> Any:
     """Final test accuracy over the finished runs (:func:`lab.evidence.protocol.final_metric`, the claims
-    table's): an :class:`~fedlab.evidence.uncertainty.Estimate` (mean ± 95 % interval), or None when no run
+    table's): an :class:`~fedlab.uncertainty.Estimate` (mean ± 95 % interval), or None when no run
     finished."""
-    from fedlab.evidence.uncertainty import mean_interval
+    from fedlab.uncertainty import mean_interval
     from lab.evidence.protocol import final_metric
 
     ok = finished_runs(results)
@@ -146,8 +146,8 @@ def final_estimate(results: Iterable[Any]) -> Any:
 
 def mean_curve(results: Iterable[Any], metric: str) -> pd.DataFrame:
     """Per evaluated round: mean ± 95 % interval of ``metric`` over the finished runs (columns
-    ``round, mean, half_width, n``; :func:`fedlab.evidence.uncertainty.mean_interval`)."""
-    from fedlab.evidence.uncertainty import mean_interval
+    ``round, mean, half_width, n``; :func:`fedlab.uncertainty.mean_interval`)."""
+    from fedlab.uncertainty import mean_interval
 
     ok = finished_runs(results)
     tidy = curve_data(ok, metric) if ok else pd.DataFrame(columns=["round", metric])
@@ -158,8 +158,8 @@ def mean_curve(results: Iterable[Any], metric: str) -> pd.DataFrame:
 
 def seed_band(samples: Iterable[Iterable[float]]) -> tuple[np.ndarray, np.ndarray]:
     """For each group of per-seed values: the mean and the half-width of its 95 % interval
-    (:func:`fedlab.evidence.uncertainty.mean_interval`), the half-width 0 where it is undefined (one seed)."""
-    from fedlab.evidence.uncertainty import mean_interval
+    (:func:`fedlab.uncertainty.mean_interval`), the half-width 0 where it is undefined (one seed)."""
+    from fedlab.uncertainty import mean_interval
 
     est = [mean_interval(v) for v in samples]
     return (np.array([e.mean for e in est], dtype=float),

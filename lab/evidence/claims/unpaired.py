@@ -3,14 +3,14 @@
 This is not a reading of the claims (that is :mod:`lab.evidence.claims.reading`, by seed pairs); it answers one
 question about that reading: what pairing decides that the overlap of two intervals would leave open. Notebook 08
 states it for FedVSSAM's ablations, and the claims table keeps its verdict in a column (``unpaired_verdict``). For
-each arm the mean ± 95 % interval over its seeds (:func:`fedlab.evidence.uncertainty.mean_interval`), compared:
+each arm the mean ± 95 % interval over its seeds (:func:`fedlab.uncertainty.mean_interval`), compared:
 
 * ``>`` / ``<`` — **holds** when the intervals are disjoint in the claimed order, **fails** when they are disjoint
   the other way, **inconclusive** when they overlap;
 * ``>=`` / ``<=`` — holds unless contradicted: holds when the means are in the claimed order (or the intervals are
   disjoint in it), fails when disjoint the other way, inconclusive otherwise;
 * ``approx`` (tolerance ``tol``) — an equivalence test on Welch's 95 % interval of the difference of the means
-  (:func:`~fedlab.evidence.uncertainty.difference_interval`): holds when the whole interval lies within [−tol, tol],
+  (:func:`~fedlab.uncertainty.difference_interval`): holds when the whole interval lies within [−tol, tol],
   fails when it lies wholly outside, inconclusive otherwise;
 * ``much_greater`` (``margin``) — holds when left − margin is above right with disjoint intervals, fails when
   left.mean − right.mean < margin and the shifted intervals are disjoint, else inconclusive;
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedlab.evidence.uncertainty import Estimate, difference_interval, mean_interval
+from fedlab.uncertainty import Estimate, difference_interval, mean_interval
 from lab.evidence.claims.evidence import Evidence, cost_check, evidence_of, finished_runs, run_value, table_rows
 from lab.evidence.claims.spec import NO_DATA, OPS, Claim, figures_root
 

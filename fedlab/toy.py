@@ -12,20 +12,13 @@ import torch
 from torch import Tensor
 
 from fedlab.algorithms.base import Algorithm, State
-from fedlab.engine.clients import ClientJob, RoundWork, run_clients_sequential
+from fedlab.engine.clients import ClientJob, GivenBatches, RoundWork, run_clients_sequential
 from fedlab.engine.round import round_info, run_round
 from fedlab.engine.sampling import sample_clients
 from fedlab.models.functional import GradFn
 
 BatchFn = Callable[[int, int, int], Any]
 """``batch_fn(client, round, step) -> batch`` handed to ``grad_fn``."""
-
-
-class _GivenBatches:
-    """The "local data" of an oracle federation: a job's batches are already what ``grad_fn`` takes."""
-
-    def batch(self, batch: Any, generator: torch.Generator | None) -> Any:
-        return batch
 
 
 @dataclass
@@ -37,17 +30,15 @@ class ToyRun:
     losses: list[float]  # per round, mean local loss
 
 
-def run_functional(
-    algorithm: Algorithm, theta0: Tensor, grad_fn: GradFn, batch_fn: BatchFn, *, n_clients: int,
-    rounds: int, local_steps: int, lr: float, participation: float = 1.0, seed: int = 0,
-    weight_decay: float = 0.0, clip_norm: float | None = None, lr_decay: float = 1.0,
-) -> ToyRun:
+def run_functional(algorithm: Algorithm, theta0: Tensor, grad_fn: GradFn, batch_fn: BatchFn, *, n_clients: int,
+                   rounds: int, local_steps: int, lr: float, participation: float = 1.0, seed: int = 0,
+                   weight_decay: float = 0.0, clip_norm: float | None = None, lr_decay: float = 1.0) -> ToyRun:
     """Run ``rounds`` rounds of ``algorithm`` with uniform client sampling; returns the trajectory."""
     server = algorithm.server_init(theta0)
     states: dict[int, State] = {}
     traj = [algorithm.global_model(server).clone()]
     endpoints, losses = [], []
-    given = _GivenBatches()
+    given = GivenBatches()
     for t in range(rounds):
         clients = sample_clients(t, n_clients, participation, seed=seed).tolist()
         # the exponential schedule η_t = η_0 · γ^t with γ = lr_decay (constant for lr_decay = 1)
