@@ -250,7 +250,8 @@ def diverged_arm(name: str, runs: Sequence[RunResult]) -> str:
     """Why the arm ``name`` is not tested because a run of it diverged (:mod:`lab.evidence.divergence`), or ""."""
     from lab.evidence.divergence import run_divergence
 
-    found = [(r.config.seed, why) for r in runs if (why := run_divergence(r))]
+    # by seed, not in the order the records come (their keys change with the code): the text is reproducible
+    found = sorted(((r.config.seed, why) for r in runs if (why := run_divergence(r))), key=lambda f: f[0])
     if not found:
         return ""
     seeds = ", ".join(str(s) for s, _ in found)
