@@ -278,6 +278,13 @@ def test_a_field_a_simulation_does_not_honour_is_refused_before_ray(tmp_path):
             run_flower_simulation(_config(tmp_path, "fedavg", **{field: value}))
 
 
+def test_personal_models_with_client_eval_are_refused_before_ray(tmp_path):
+    from fedlab.flower import run_flower_simulation
+
+    with pytest.raises(ConfigError, match="client_eval=True with algorithm='fedfsa'"):
+        run_flower_simulation(_config(tmp_path, "fedfsa", client_eval=True))
+
+
 def test_flower_sim_cli_rejects_an_unknown_algorithm(capsys):
     from fedlab.cli import main
 

@@ -218,7 +218,10 @@ class FedlabStrategy(Strategy):
             return None
         self._pending = None
         outcome = RoundOutcome(np.asarray(p.clients), p.info, p.msg, p.results)
-        row, diverged = self.sim._round_row(p.t, outcome, self.server, self._eval_set)
+        # the clients' states live on the SuperNodes: the server's view holds none (personalised methods
+        # with client_eval are refused before a simulation starts)
+        state = TrainingState(self.server, {}, self.sim.model.theta0(), p.t + 1)
+        row, diverged = self.sim._round_row(p.t, outcome, state, self._eval_set)
         row.update(cost_columns(row, self.rows[-1] if self.rows else None, outcome,
                                 self.algorithm.grad_evals_per_step))
         row["wall_seconds"] = time.perf_counter() - p.started

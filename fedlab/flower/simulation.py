@@ -96,6 +96,9 @@ def run_flower_experiments(configs: Config | Mapping[str, Config], *, num_cpus: 
             if getattr(cfg, name) != getattr(Config(), name):
                 raise ConfigError(f"{name}={getattr(cfg, name)!r}: a Flower simulation does not honour it; allowed: "
                                   f"{getattr(Config(), name)!r}, the default (fedlab.flower.simulation.NOT_SIMULATED)")
+        if cfg.client_eval and cfg.built_algorithm.personal_models:
+            raise ConfigError(f"client_eval=True with algorithm={cfg.algorithm!r}: its clients' own models stay on the "
+                              "SuperNodes, so a Flower simulation cannot measure them; run it with fedlab.run")
         Simulation.build(cfg)  # dataset, partition, schedule, sampling (the dataset stays cached in-process)
     logger = get_logger(logger)  # a bad name or a missing extra, before Ray starts
     import ray
