@@ -286,9 +286,10 @@ def test_the_checks_see_what_they_forbid():
 # signatures and re-export lists packed at the house width, −320; fedlab.evidence's package file, −4;
 # run_flower_simulation's defaults stated once, in run_flower_experiments, −7; fedlab.toy public, ±0);
 # 13,495 with FedFSA (issue 45, +173: its module and the two contract extensions it needs: RoundInfo.layout for its
-# layer-wise radii and Algorithm.personal_model, which client_eval measures for a personalised method).
-# Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_495
+# layer-wise radii and Algorithm.personal_model, which client_eval measures for a personalised method); 13,501
+# with Flower's side of it (its round rows from the server's view of the training state, and personalised
+# methods with client_eval refused before Ray, +6). Lower the number as the library shrinks; raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 13_501
 MAX_MODULE_LINES = 450
 LINES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 SIZES = {m: n for m, n in LINES.items() if house(m) == "fedlab"}
@@ -312,7 +313,8 @@ def test_no_module_is_longer_than_450_lines():
 # 2,365, algorithms 2,792, analysis 2,316, periphery 2,928). The algorithms grow with the methods, by formula:
 # 450 lines of shared machinery (base, sam, the registry) and 100 per method. Raised once since, with its reason:
 # FedFSA's contract extensions (issue 45: the engine hands methods the parameter layout and evaluates a
-# personalised method's own models, core +30; ParamSpec.layout, data and models +5). Lower a budget as its part
+# personalised method's own models, core +30; ParamSpec.layout, data and models +5; Flower's side of it,
+# periphery +6). Lower a budget as its part
 # shrinks.
 PARTS: dict[str, tuple[str, ...]] = {
     "core": ("__init__", "__main__", "_version", "_rng", "_paths", "config", "results", "store", "engine", "toy"),
@@ -321,7 +323,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "analysis": ("analysis",),
     "periphery": ("sweep", "flower", "cli", "tracking", "tuning", "uncertainty"),
 }
-PART_BUDGETS = {"core": 3_297, "data and models": 2_265, "analysis": 2_122, "periphery": 2_896}
+PART_BUDGETS = {"core": 3_297, "data and models": 2_265, "analysis": 2_122, "periphery": 2_902}
 ALGORITHM_LINES, LINES_PER_METHOD = 450, 100
 
 
