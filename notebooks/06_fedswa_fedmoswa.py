@@ -395,6 +395,23 @@ def by_seed_round(curves, method, value):
     return curves[curves["method"] == method].set_index(["seed", "round"])[value].sort_index()
 
 
+def curve_identity(curves):
+    """How far FedSWA's committed curves are from FedAvg's: the seeds on which both panels agree in every round, the
+    largest difference, and where the others part: the first round whose training loss differs and by how much,
+    relative (float32 round-off is ~1e-7)."""
+    diff = {v: (by_seed_round(curves[v], "fedswa", v) - by_seed_round(curves[v], "fedavg", v)).abs()
+            for v in ("test_acc_pct", "train_loss")}
+    seeds = sorted(set(diff["train_loss"].index.get_level_values("seed")))
+    parted = [s for s in seeds if max(float(d.loc[s].max()) for d in diff.values()) > 0]
+    loss = by_seed_round(curves["train_loss"], "fedavg", "train_loss")
+    first = [int(diff["train_loss"].loc[s].gt(0).idxmax()) for s in parted]
+    return {"same_seeds": len(seeds) - len(parted), "parted_seeds": [int(s) for s in parted],
+            "curve_diff": max(float(d.max()) for d in diff.values()),
+            "first_round": min(first, default=0),
+            "first_rel": max((float(diff["train_loss"].loc[s, r] / loss.loc[s, r]) for s, r in zip(parted, first)),
+                             default=0.0)}
+
+
 sws_par = committed_parameters("06_fedswa_vs_fedsam")["algorithm_params"]
 sws_fin = cpu_final_acc("06_fedswa_vs_fedsam")
 sws_curves = {p_: committed_table("06_fedswa_vs_fedsam", f"{p_}_per_seed") for p_ in ("test_acc_pct", "train_loss")}
@@ -402,13 +419,14 @@ sws_gap = sws_fin["fedsam"] - sws_fin["fedswa"]
 cpu_lessons["fedswa_vs_fedsam"] = sws_l = {
     "seeds": int(len(sws_fin)), "k": len(sws_fin.attrs["final_rounds"]), "swa_rho": float(sws_par["fedswa"]["rho"]),
     "swa_alpha": float(sws_par["fedswa"]["alpha"]), "sam_rho": float(sws_par["fedsam"]["rho"]),
-    "curve_diff": max(float((by_seed_round(c, "fedswa", v) - by_seed_round(c, "fedavg", v)).abs().max())
-                      for c, v in ((sws_curves["test_acc_pct"], "test_acc_pct"), (sws_curves["train_loss"], "train_loss"))),
+    **curve_identity(sws_curves),
     "final": {m_: float(sws_fin[m_].mean()) for m_ in ("fedavg", "fedsam", "fedswa")},
     "sam_minus_swa": float(sws_gap.mean()), "sam_ahead": int((sws_gap > 0).sum()),
     "gap_min": float(sws_gap.min()), "gap_max": float(sws_gap.max())}
 assert (sws_l["swa_rho"], sws_l["swa_alpha"]) == (1.0, 1.0), "the paragraph says tuning chose ρ = 1, α = 1"
-assert sws_l["curve_diff"] == 0.0, "the paragraph says FedSWA's curves are FedAvg's, seed for seed"
+assert sws_l["same_seeds"] >= 1 and sws_l["first_rel"] < 1e-6, \
+    "the paragraph says FedSWA's curves are FedAvg's, apart from float32 round-off on the seeds that part"
+assert sws_l["first_round"] != 1, "the paragraph says the parted seeds agree in round 1"
 assert sws_l["sam_ahead"] == sws_l["seeds"] and 0 < sws_l["gap_min"], "the paragraph says FedSAM is ahead on every seed"
 assert sws_l["gap_max"] < 1, "the paragraph says by a fraction of a point"
 
@@ -432,7 +450,13 @@ display(Markdown(
     f"**FedSWA is FedAvg here, and FedSAM is a fraction of a point ahead of both.** Tuning chose FedSWA's "
     f"ρ = {sws_l['swa_rho']:g} and α = {sws_l['swa_alpha']:g}: no in-round decay and plain averaging, which is "
     f"FedAvg (§2; bit for bit in §6). In the committed runs FedSWA's test accuracy and training loss are FedAvg's "
-    f"in every round of all {sws_l['seeds']} seeds (largest difference {sws_l['curve_diff']:g}). So the cpu figure "
+    f"in every round of {sws_l['same_seeds']} of {sws_l['seeds']} seeds"
+    + (f"; on seed{'s' if len(sws_l['parted_seeds']) > 1 else ''} {', '.join(map(str, sws_l['parted_seeds']))} the "
+       f"two records part at round {sws_l['first_round']}, by {sws_l['first_rel']:.0e} of the training loss: float32 "
+       f"round-off (the runs were trained on different machines, whose kernels round differently; on one machine "
+       f"the two are identical), which training amplifies to {sws_l['curve_diff']:.2f} points of accuracy by "
+       f"the end, a reminder of how large one seed's noise is" if sws_l["parted_seeds"] else "")
+    + f". So the cpu figure "
     f"compares FedAvg with FedSAM, and the claim \"FedSWA > FedSAM\" is not tested with a cyclic schedule: "
     f"FedSWA's own mechanism was not chosen. FedSAM (ρ = {sws_l['sam_rho']:g}) ends at "
     f"{sws_l['final']['fedsam']:.2f} %, FedSWA = FedAvg at {sws_l['final']['fedswa']:.2f} % (final accuracy: the "
@@ -542,12 +566,10 @@ abl_acc = abl_seeds.pivot_table(index="seed", columns=["rho", "alpha"], values="
 abl_rhos = sorted({r_ for r_, _ in abl_cell})
 abl_cost = {r_: abl_cell[r_, 1.0] - abl_cell[r_, 1.5] for r_ in abl_rhos}
 abl_best = max(abl_cell, key=abl_cell.get)
-abl_avg = committed_table("06_fedswa_vs_fedsam", "test_acc_pct_per_seed")
-abl_avg = abl_avg[(abl_avg["method"] == "fedavg") & (abl_avg["round"] == abl_avg["round"].max())].set_index("seed")
 # what the committed cells are: the figure states it (final_how) since issue 41; a figure without it was made by the
 # code before, which plotted the accuracy of each run's last evaluation
 abl_how = committed_parameters("06_swa_ablation").get("final_how", "the last evaluation")
-assert abl_how == "the last evaluation", "the identity check below compares the cells with §5's last round"
+assert abl_how.startswith("mean of the last"), "the identity check below compares the cells with §5's final metric"
 abl_claim = claims_row("fedswa_paper_best_cell")
 abl_pairs = sorted({c.difference.n for c in abl_claim.comparisons if c.difference is not None})
 cpu_lessons["ablation"] = abl_l = {
@@ -558,19 +580,22 @@ cpu_lessons["ablation"] = abl_l = {
     "rho_spread": float(max(abl_cell[r_, 1.0] for r_ in abl_rhos) - min(abl_cell[r_, 1.0] for r_ in abl_rhos)),
     "best_rho": float(abl_best[0]), "best_alpha": float(abl_best[1]),
     "paper_gap": float(abl_cell[abl_best] - abl_cell[0.1, 1.5]),
-    "fedavg_same": int(sum(round(100 * abl_acc[1.0, 1.0][k_], 2) == abl_avg.loc[k_, "test_acc_pct"] for k_ in abl_acc.index)),
+    "fedavg_same": int(sum(abs(100 * abl_acc[1.0, 1.0][k_] - sws_fin["fedavg"][k_]) < 1e-9 for k_ in abl_acc.index)),
+    "fedswa_same": int(sum(abs(100 * abl_acc[1.0, 1.0][k_] - sws_fin["fedswa"][k_]) < 1e-9 for k_ in abl_acc.index)),
     "claims_verdict": abl_claim.verdict, "claims_pairs": abl_pairs}
 assert abl_l["claims_pairs"] and abl_claim.final_how.startswith("mean of the last"), "the claims row is paired, protocol"
 assert abl_l["alpha_lower"] == abl_l["pairs"], "the paragraph says α = 1.5 is below α = 1 in every pair"
 assert abl_l["rho_spread"] < 0.5 < abl_l["alpha_cost_min"], "the paragraph says ρ hardly matters, α does"
-assert abl_best == (1.0, 1.0) and abl_l["fedavg_same"] == abl_l["seeds"], "the paragraph says the best cell is FedAvg"
+assert abl_best == (1.0, 1.0) and abl_l["fedswa_same"] == abl_l["seeds"], "the paragraph says the best cell is §5's FedSWA"
+assert abl_l["fedavg_same"] == sws_l["same_seeds"], "the paragraph says it is FedAvg where §5's curves are"
 assert max(abl_cell[r_, 1.5] for r_ in abl_rhos) < min(abl_cell[r_, 1.0] for r_ in abl_rhos), "α = 1.5 below every α = 1"
 display(Markdown(
     f"**No cell beats FedAvg, and every α = 1.5 cell, the paper's best included, is below every α = 1 cell.** At "
     f"α = 1 the three ρ lie within {abl_l['rho_spread']:.2f} points of each other (ρ = 0.1: "
     f"{abl_l['cells']['0.1']['1']:.2f} %, ρ = 0.5: {abl_l['cells']['0.5']['1']:.2f} %, ρ = 1: "
     f"{abl_l['cells']['1']['1']:.2f} %): the in-round decay changes little here. The best cell is ρ = {abl_l['best_rho']:g}, α = {abl_l['best_alpha']:g}, FedAvg itself (its "
-    f"accuracies are §5's FedAvg's in {abl_l['fedavg_same']} of {abl_l['seeds']} seeds, to the printed digit). "
+    f"runs are §5's FedSWA runs, and their final accuracies are §5's FedAvg's exactly on {abl_l['fedavg_same']} of "
+    f"{abl_l['seeds']} seeds, the others parted by round-off as §5 shows). "
     f"α = 1.5 costs {abl_l['alpha_cost_min']:.1f} to {abl_l['alpha_cost_max']:.1f} points at every ρ and is below α = 1 "
     f"in {abl_l['alpha_lower']} of {abl_l['pairs']} paired seeds: extrapolating past the clients' average hurts at "
     f"this scale. The paper's best cell (ρ = 0.1, α = 1.5) ends {abl_l['paper_gap']:.2f} points below the best. "
@@ -745,7 +770,7 @@ print(lessons_line(lessons))
 sws_l, abl_l, mo_l = (cpu_lessons[k] for k in ("fedswa_vs_fedsam", "ablation", "fedmoswa"))
 display(Markdown(
     f"* FedSWA's cyclic learning rate did not earn its place: tuning chose ρ = {sws_l['swa_rho']:g}, "
-    f"α = {sws_l['swa_alpha']:g}, which is FedAvg, and the cpu FedSWA is FedAvg seed for seed. The paper's "
+    f"α = {sws_l['swa_alpha']:g}, which is FedAvg, and the cpu FedSWA is FedAvg seed for seed (to round-off). The paper's "
     f"\"FedSWA > FedSAM\" is therefore not tested with the schedule; what the runs show is FedSAM "
     f"{sws_l['sam_minus_swa']:.2f} points above FedAvg, on {sws_l['sam_ahead']} of {sws_l['seeds']} seeds.\n"
     f"* In the ρ × α grid the decay moves the accuracy by at most {abl_l['rho_spread']:.2f} points at α = 1, and "
