@@ -85,6 +85,7 @@ from fedlab.toy import quadratic_federation, run_functional
 from lab.evidence.claims import CLAIMS_FILE, evaluate_claim_paired, load_claims
 from lab.evidence.facts import partition_rule, tuned_on, tuning_rule
 from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
+from lab.evidence.records import figure_runs
 from lab.evidence.validity import NOT_TESTED_DEGENERATE
 from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
 from lab.regime.params import plan_seeds
@@ -395,21 +396,21 @@ def by_seed_round(curves, method, value):
     return curves[curves["method"] == method].set_index(["seed", "round"])[value].sort_index()
 
 
-def curve_identity(curves):
-    """How far FedSWA's committed curves are from FedAvg's: the seeds on which both panels agree in every round, the
-    largest difference, and where the others part: the first round whose training loss differs and by how much,
-    relative (float32 round-off is ~1e-7)."""
+def curve_identity(name, curves):
+    """How far FedSWA's committed curves are from FedAvg's: the seeds on which both agree in every round, the largest
+    difference in the figure, and where the others part, read from the records at full precision: the first round
+    whose training loss differs and by how much, relative (float32 round-off is ~1e-7)."""
     diff = {v: (by_seed_round(curves[v], "fedswa", v) - by_seed_round(curves[v], "fedavg", v)).abs()
             for v in ("test_acc_pct", "train_loss")}
-    seeds = sorted(set(diff["train_loss"].index.get_level_values("seed")))
-    parted = [s for s in seeds if max(float(d.loc[s].max()) for d in diff.values()) > 0]
-    loss = by_seed_round(curves["train_loss"], "fedavg", "train_loss")
-    first = [int(diff["train_loss"].loc[s].gt(0).idxmax()) for s in parted]
-    return {"same_seeds": len(seeds) - len(parted), "parted_seeds": [int(s) for s in parted],
+    loss = {(r.config.algorithm, r.config.seed): r.metrics.set_index("round")["train_loss"] for r in figure_runs(name)}
+    seeds = sorted(s for a, s in loss if a == "fedswa")
+    gap = {s: (loss["fedswa", s] - loss["fedavg", s]).abs() / loss["fedavg", s] for s in seeds}
+    parted = [s for s in seeds if gap[s].max() > 0]
+    first = {s: int(gap[s].gt(0).idxmax()) for s in parted}
+    return {"same_seeds": len(seeds) - len(parted), "parted_seeds": parted,
             "curve_diff": max(float(d.max()) for d in diff.values()),
-            "first_round": min(first, default=0),
-            "first_rel": max((float(diff["train_loss"].loc[s, r] / loss.loc[s, r]) for s, r in zip(parted, first)),
-                             default=0.0)}
+            "first_round": min(first.values(), default=0),
+            "first_rel": max((float(gap[s][first[s]]) for s in parted), default=0.0)}
 
 
 sws_par = committed_parameters("06_fedswa_vs_fedsam")["algorithm_params"]
@@ -419,7 +420,7 @@ sws_gap = sws_fin["fedsam"] - sws_fin["fedswa"]
 cpu_lessons["fedswa_vs_fedsam"] = sws_l = {
     "seeds": int(len(sws_fin)), "k": len(sws_fin.attrs["final_rounds"]), "swa_rho": float(sws_par["fedswa"]["rho"]),
     "swa_alpha": float(sws_par["fedswa"]["alpha"]), "sam_rho": float(sws_par["fedsam"]["rho"]),
-    **curve_identity(sws_curves),
+    **curve_identity("06_fedswa_vs_fedsam", sws_curves),
     "final": {m_: float(sws_fin[m_].mean()) for m_ in ("fedavg", "fedsam", "fedswa")},
     "sam_minus_swa": float(sws_gap.mean()), "sam_ahead": int((sws_gap > 0).sum()),
     "gap_min": float(sws_gap.min()), "gap_max": float(sws_gap.max())}
