@@ -410,7 +410,7 @@ def curve_identity(name, curves):
     return {"same_seeds": len(seeds) - len(parted), "parted_seeds": parted,
             "curve_diff": max(float(d.max()) for d in diff.values()),
             "first_round": min(first.values(), default=0),
-            "first_rel": max((float(gap[s][first[s]]) for s in parted), default=0.0)}
+            "first_rel": f"{max((float(gap[s][first[s]]) for s in parted), default=0.0):.0e}"}
 
 
 sws_par = committed_parameters("06_fedswa_vs_fedsam")["algorithm_params"]
@@ -425,7 +425,7 @@ cpu_lessons["fedswa_vs_fedsam"] = sws_l = {
     "sam_minus_swa": float(sws_gap.mean()), "sam_ahead": int((sws_gap > 0).sum()),
     "gap_min": float(sws_gap.min()), "gap_max": float(sws_gap.max())}
 assert (sws_l["swa_rho"], sws_l["swa_alpha"]) == (1.0, 1.0), "the paragraph says tuning chose ρ = 1, α = 1"
-assert sws_l["same_seeds"] >= 1 and sws_l["first_rel"] < 1e-6, \
+assert sws_l["same_seeds"] >= 1 and float(sws_l["first_rel"]) < 1e-6, \
     "the paragraph says FedSWA's curves are FedAvg's, apart from float32 round-off on the seeds that part"
 assert sws_l["first_round"] != 1, "the paragraph says the parted seeds agree in round 1"
 assert sws_l["sam_ahead"] == sws_l["seeds"] and 0 < sws_l["gap_min"], "the paragraph says FedSAM is ahead on every seed"
@@ -453,9 +453,9 @@ display(Markdown(
     f"FedAvg (§2; bit for bit in §6). In the committed runs FedSWA's test accuracy and training loss are FedAvg's "
     f"in every round of {sws_l['same_seeds']} of {sws_l['seeds']} seeds"
     + (f"; on seed{'s' if len(sws_l['parted_seeds']) > 1 else ''} {', '.join(map(str, sws_l['parted_seeds']))} the "
-       f"two records part at round {sws_l['first_round']}, by {sws_l['first_rel']:.0e} of the training loss: float32 "
-       f"round-off (the runs were trained on different machines, whose kernels round differently; on one machine "
-       f"the two are identical), which training amplifies to {sws_l['curve_diff']:.2f} points of accuracy by "
+       f"two records part at round {sws_l['first_round']}, by {sws_l['first_rel']} of the training loss: float32 "
+       f"round-off (the two were trained in different sessions, which can run on CPUs whose kernels round "
+       f"differently), which training amplifies to {sws_l['curve_diff']:.2f} points of accuracy by "
        f"the end, a reminder of how large one seed's noise is" if sws_l["parted_seeds"] else "")
     + f". So the cpu figure "
     f"compares FedAvg with FedSAM, and the claim \"FedSWA > FedSAM\" is not tested with a cyclic schedule: "
