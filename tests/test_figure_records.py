@@ -46,11 +46,6 @@ REL_TOL = 5e-6  # half a unit of the 6th significant digit of the CSV's %.6g
 KNOWN = {
     "02_sharpness_vs_alpha": "notebook 02's committed cpu figure: final_test_acc is the last evaluation, at 3 rows "
                              "of a retrained θ (need_theta for λ_max), not final_metric of the record",
-    "06_fedmoswa_vs_scaffold": "notebook 06's committed cpu figure predates issue 41: the seed-0 FedAvg and SCAFFOLD "
-                               "curves come from a run trained again, not from the records the sidecar names",
-    "06_fedswa_vs_fedsam": "notebook 06's committed cpu figure predates issue 41: the seed-0 FedAvg and FedSAM "
-                           "curves come from a run trained again, not from the records the sidecar names",
-    "06_swa_ablation": "notebook 06's committed cpu figure predates issue 41: final_acc is the last evaluation",
     "08_fedvssam_ablation": "notebook 08's committed cpu figure predates issue 41 (its cpu run replays training): "
                             "final_acc is the last evaluation",
     "08_fedvssam_gamma_variance": "notebook 08's committed cpu figure predates issue 41 (its cpu run replays "
