@@ -305,9 +305,9 @@ cpu.show("08_fedvssam_ablation")
 # read from the committed cpu data (whatever profile this run has), checked, then written out
 abl_cpu = committed_table("08_fedvssam_ablation", "per_seed")
 abl_par = committed_parameters("08_fedvssam_ablation")
-# what the committed figure's final accuracies are: it states it (final_how) since issue 41; a figure without it was
-# made by the code before, which plotted the accuracy of each run's last evaluation
+# what the committed figure's final accuracies are: it states it (final_how) since issue 41
 abl_fig_how = abl_par.get("final_how", f"the last evaluation, round {abl_par['rounds']}")
+assert abl_fig_how.startswith("mean of the last"), "the figure plots the protocol's final metric"
 abl_acc = 100 * abl_cpu[abl_cpu["status"] == "finished"].pivot(index="seed", columns="row", values="final_acc")
 ABL_FULL, ABL_BASE, ABL_GU = "full (LF + LU + GU)", "base (= FedSAM)", "GU only"
 ABL_VS = {"gu_only": ABL_GU, "lu_gu": "LU + GU", "lf_lu": "LF + LU", "base": ABL_BASE}
@@ -323,7 +323,7 @@ def abl_paired(left, right):
     return abl_numbers(paired_difference(abl_acc[left].to_dict(), abl_acc[right].to_dict()))
 
 
-abl_fig = {k: abl_paired(ABL_FULL, row) for k, row in ABL_VS.items()}  # the figure: last evaluation
+abl_fig = {k: abl_paired(ABL_FULL, row) for k, row in ABL_VS.items()}  # the figure's values
 abl_fig["gu_only_vs_base"] = abl_paired(ABL_GU, ABL_BASE)
 # the protocol's final metric (lab.evidence.protocol.final_metric), paired by seed, from the committed records
 abl_claims = {c.id: evaluate_claim_paired(c) for c in load_claims(FIGURES_DIR / "claims.yaml")
@@ -346,9 +346,9 @@ for src in (abl_fig, abl_pro):
     assert src["lu_gu"]["high"] < 0 and src["lu_gu"]["positive"] == 0, "full below LU + GU in every seed"
     assert src["lf_lu"]["low"] > 0 and src["lf_lu"]["positive"] == src["lf_lu"]["n"], "full above LF + LU, every seed"
     assert src["gu_only_vs_base"]["low"] > 0 and src["gu_only_vs_base"]["positive"] == src["gu_only_vs_base"]["n"]
-assert abl_fig_how.startswith("the last evaluation"), "the paragraph compares the figure's last evaluation with the protocol"
-assert abl_fig["base"]["mean"] > 0 > abl_pro["base"]["mean"], "full − base changes sign with the final metric"
-assert abl_pro["base"]["low"] < 0 < abl_pro["base"]["high"] and abl_fig["base"]["high"] < 4, "no 4–6 points"
+assert all(abs(abl_fig[k][q] - abl_pro[k][q]) < 1e-3 for k in abl_fig for q in ("mean", "low", "high")), \
+    "the figure and the claims read the same metric from the same runs (the CSV keeps 6 digits)"
+assert abl_pro["base"]["low"] < 0 < abl_pro["base"]["high"] and abl_pro["base"]["high"] < 4, "no 4–6 points"
 assert abl_paired_verdicts == {"fedvssam_full_above_ablations": "fails", "fedvssam_full_above_base": "inconclusive",
                                "fedvssam_gu_only_above_base": "holds"}
 assert {v.claim.id: v.verdict for v in cpu.verdicts if v.claim.id in abl_claims} == abl_paired_verdicts, \
@@ -365,27 +365,23 @@ def abl_text(x):
 display(Markdown(
     f"**The full method does not beat its ablations at this scale; the server's EMA alone does best.** FedVSSAM "
     f"at its tuned point (ρ = {abl_par['rho']:g}, γ_l = {abl_par['gamma_l']:g}, γ_g = {abl_par['gamma_g']:g}) minus "
-    f"each row, in points, paired by seed over the {les_abl['seeds']} seeds (mean and 95 % interval): first on the "
-    f"figure's final accuracy ({abl_fig_how}), then on the protocol's final metric "
-    f"by which the claims are judged (the {abl_final_how}, from the committed run records):\n\n"
-    f"* − GU only (server EMA, plain local SAM): {abl_text(abl_fig['gu_only'])}; {abl_text(abl_pro['gu_only'])}. "
-    f"GU only is ahead.\n"
-    f"* − LU + GU (LF off: the perturbation along the raw minibatch gradient): {abl_text(abl_fig['lu_gu'])}; "
-    f"{abl_text(abl_pro['lu_gu'])}. LU + GU is ahead in every seed, by a fraction of a point.\n"
-    f"* − LF + LU (GU off: plain averaging on the server): {abl_text(abl_fig['lf_lu'])}; "
-    f"{abl_text(abl_pro['lf_lu'])}. The only ablation the full method beats, in every seed.\n"
-    f"* − base (γ_l = γ_g = 1, that is FedSAM): {abl_text(abl_fig['base'])} on the last evaluation, but "
-    f"{abl_text(abl_pro['base'])} on the protocol's metric. The sign depends on which evaluations are averaged: "
-    f"no gain over FedSAM survives, let alone the paper's 4–6 points.\n\n"
-    f"GU only beats base in every seed on both metrics ({abl_text(abl_fig['gu_only_vs_base'])}; "
-    f"{abl_text(abl_pro['gu_only_vs_base'])}). What helps here is the GU switch, the server's EMA of the "
-    f"pseudo-gradients (a server momentum); mixing h into the clients' perturbation and step (LF, LU) takes a little "
-    f"away instead of adding. Read by seed pairs, the claim that the full method beats each ablation "
-    f"**{abl_paired_verdicts['fedvssam_full_above_ablations']}** (against GU only and LU + GU), \"full > base\" is "
-    f"{abl_paired_verdicts['fedvssam_full_above_base']} and \"GU only > base\" "
-    f"{abl_paired_verdicts['fedvssam_gu_only_above_base']}, as the claims table and the closing section say. Read unpaired (each row's mean ± interval over seeds), the seed-to-seed "
-    f"spread that all rows share would make the intervals overlap and leave all three undecided: pairing by seed is "
-    f"what decides them."))
+    f"each row, in points, paired by seed over the {les_abl['seeds']} seeds (mean and 95 % interval) on the "
+    f"protocol's final metric, the {abl_final_how}, which the figure plots and the claims judge:\n\n"
+    f"* − GU only (server EMA, plain local SAM): {abl_text(abl_pro['gu_only'])}. GU only is ahead.\n"
+    f"* − LU + GU (LF off: the perturbation along the raw minibatch gradient): {abl_text(abl_pro['lu_gu'])}. "
+    f"LU + GU is ahead in every seed, by a fraction of a point.\n"
+    f"* − LF + LU (GU off: plain averaging on the server): {abl_text(abl_pro['lf_lu'])}. The only ablation the "
+    f"full method beats, in every seed.\n"
+    f"* − base (γ_l = γ_g = 1, that is FedSAM): {abl_text(abl_pro['base'])}: no gain over FedSAM is resolved, let "
+    f"alone the paper's 4–6 points.\n\n"
+    f"GU only beats base in every seed ({abl_text(abl_pro['gu_only_vs_base'])}). What helps here is the GU switch, "
+    f"the server's EMA of the pseudo-gradients (a server momentum); mixing h into the clients' perturbation and step "
+    f"(LF, LU) takes a little away instead of adding. Read by seed pairs, the claim that the full method beats each "
+    f"ablation **{abl_paired_verdicts['fedvssam_full_above_ablations']}** (against GU only and LU + GU), "
+    f"\"full > base\" is {abl_paired_verdicts['fedvssam_full_above_base']} and \"GU only > base\" "
+    f"{abl_paired_verdicts['fedvssam_gu_only_above_base']}, as the claims table and the closing section say. Read "
+    f"unpaired (each row's mean ± interval over seeds), the seed-to-seed spread that all rows share would make the "
+    f"intervals overlap and leave all three undecided: pairing by seed is what decides them."))
 
 # %% [markdown]
 # ## 2. One local step and one server step, by hand
@@ -1150,8 +1146,7 @@ display(Markdown(
     f"* At this scale FedVSSAM's parts do not add up to the paper's ablation. Paired over "
     f"{les_abl['seeds']} seeds on the protocol's final metric, the full method trails GU only by "
     f"{-les_abl['protocol']['gu_only']['mean']:.2f} points and LU + GU by {-les_abl['protocol']['lu_gu']['mean']:.2f}, and "
-    f"against FedSAM (base) it gains nothing that survives a change of metric ({les_abl['figure']['base']['mean']:+.2f} "
-    f"on the last evaluation, {les_abl['protocol']['base']['mean']:+.2f} on the {abl_final_how}), far from the "
+    f"against FedSAM (base) it gains nothing resolved ({abl_text(les_abl['protocol']['base'])}), far from the "
     f"paper's 4–6 points. What helps is the server's EMA alone: GU only is "
     f"{les_abl['protocol']['gu_only_vs_base']['mean']:+.2f} points over FedSAM, ahead in every seed.\n"
     f"* The server direction $h^t$ that the clients mix in is nearly zero along the run and no better a guess of "
