@@ -892,12 +892,14 @@ cpu_lessons["step_mse"] = les_sm = {
     "client": int(sm_par["client"]), "batches": int(sm_par["variance_batches"]),
     "bias_share": float(sm_plain["bias^2"] / sm_plain["MSE"]), "snr_fedsam": float(sm_plain["SNR"]),
     "cos_fedsam": float(sm_plain["cos(mean, gradF)"]), "by_gamma": sm_by,
-    "gap_max": max(abs(v["vs_rescaled"]["ratio"] - 1) for v in sm_by.values())}
+    "gap_max": max(abs(v["vs_rescaled"]["ratio"] - 1) for v in sm_by.values()),
+    "momentum_gap_max": max(abs(v["vs_momentum"]["ratio"] - 1) for v in sm_by.values())}
 assert les_sm["bias_share"] > 0.5, "bias is most of plain FedSAM's error at this client"
 assert les_sm["snr_fedsam"] < 0 and les_sm["cos_fedsam"] < 0, "the client's mean direction points against grad F"
 assert all(v["rescaled"]["verdict"] == "lower" and v["rescaled"]["ratio"] < 1 for v in sm_by.values())
 assert les_sm["gap_max"] < 0.005, "FedVSSAM's error is the rescaled FedSAM's to within half a percent"
-assert all(v["vs_momentum"]["verdict"] == "indistinguishable" for v in sm_by.values())
+# a practical bound, not the interval's verdict: the interval resolves 1e-4 (a retrained θ's last bits move it there)
+assert les_sm["momentum_gap_max"] < 0.001, "the momentum control's error is FedVSSAM's to within 0.1 %"
 assert all(v["snr"] <= les_sm["snr_fedsam"] for v in sm_by.values()), "FedVSSAM's SNR is no higher than FedSAM's"
 sm_list = ", ".join(f"{v['rescaled']['ratio']:.3f}" for v in sm_by.values())
 sm_vs = ", ".join(f"{v['vs_rescaled']['ratio']:.4f} ({v['vs_rescaled']['verdict']})" for v in sm_by.values())
@@ -911,7 +913,8 @@ display(Markdown(
     f"client's data more than its minibatch noise set the error. Scaling FedSAM's step by γ_l lowers that error by itself, "
     f"towards the error of not stepping at all (MSE relative to plain FedSAM {sm_list} at γ_l = {sm_gl}). FedVSSAM's "
     f"error is that of the rescaled FedSAM to within {100 * les_sm['gap_max']:.2f} % at every γ_l (ratios {sm_vs}) and "
-    f"indistinguishable from the momentum control's (the rescaled step plus (1−γ_l)·h) at every γ_l. Nor does it "
+    f"the momentum control's (the rescaled step plus (1−γ_l)·h) to within {100 * les_sm['momentum_gap_max']:.2f} % "
+    f"at every γ_l. Nor does it "
     f"raise the signal-to-noise ratio: FedVSSAM's SNR is {sm_snrs} at those γ_l, none above plain FedSAM's. So the "
     f"variance \"suppression\" $\\mathrm{{Var}}[u] = \\gamma_l^2\\mathrm{{Var}}[\\tilde g]$ is here what the identity "
     f"says it is, a rescaling: with $h$ close to zero (§3's cpu run) mixing it in shortens the step and changes "
