@@ -46,10 +46,6 @@ REL_TOL = 5e-6  # half a unit of the 6th significant digit of the CSV's %.6g
 KNOWN = {
     "02_sharpness_vs_alpha": "notebook 02's committed cpu figure: final_test_acc is the last evaluation, at 3 rows "
                              "of a retrained θ (need_theta for λ_max), not final_metric of the record",
-    "08_fedvssam_ablation": "notebook 08's committed cpu figure predates issue 41 (its cpu run replays training): "
-                            "final_acc is the last evaluation",
-    "08_fedvssam_gamma_variance": "notebook 08's committed cpu figure predates issue 41 (its cpu run replays "
-                                  "training): final_acc is the last evaluation",
     "09_curvature": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
                     "(need_theta), not final_metric of the record",
     "09_flatness_vs_accuracy": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
