@@ -97,6 +97,8 @@ def test_rerun_on_a_new_machine_skips_committed_runs(two_runs, tiny, tmp_path, m
     assert calls == [] and not fresh.exists()
     assert got.theta is None and got.status == two_runs[1].status
     pd.testing.assert_frame_equal(got.metrics, two_runs[1].metrics, check_dtype=False)
+    # the caller's label (not in the key, so not in the record) names the loaded run, as a figure shows it
+    assert run_or_load(cfg.replace(name="my label")).config.name == "my label" and calls == []
     # where θ is analysed, need_theta=True trains (identically)
     trained = run_or_load(cfg, need_theta=True)
     assert calls and trained.theta is not None

@@ -29,6 +29,7 @@ The directory is ``$FEDLAB_RECORDS`` if set, else ``<repo>/figures/records``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import io
 import json
@@ -232,8 +233,8 @@ def run_or_load(config: Config, *, need_theta: bool = False, dataset: Any = None
     if not need_theta:
         # read-only: no lock, and nothing is created under runs/
         committed = load_record(sim.store.dir.name, partition=sim.partition, config=sim.config)
-        if committed is not None:
-            return committed
+        if committed is not None:  # the caller's label (Config.name, not in the key) names it in figures
+            return dataclasses.replace(committed, config=committed.config.replace(name=config.name))
     return sim.run(progress=progress)
 
 
