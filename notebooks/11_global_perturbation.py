@@ -75,7 +75,7 @@
 # Sizes: the defaults are the `ci` profile (seconds on one CPU core). `params/11_global_perturbation.cpu.yaml`
 # and `.paper.yaml` are larger toys (more clients, dimensions, rounds and seeds; still CPU, minutes) whose
 # figures go to `figures/`. §8 and §9 train small models with `fedlab.run` (parameters `fed_*`, `dp_*`); the
-# cpu file sets them to notebook 10's cpu federation.
+# cpu file sets them to the rerun's federation, generated as notebook 10's.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
