@@ -983,8 +983,9 @@ display(Markdown(
 # ## What the cpu run shows
 # This section is generated from the committed cpu-profile data (the figures in `figures/` whose sidecar
 # names this notebook, and the claims in `figures/claims.yaml` that it tests), whatever profile this
-# notebook was run with. The toy makes no comparative claim about accuracy; until the cpu profile
-# (`params/11_global_perturbation.cpu.yaml`) has been run and its figures committed, the list is empty.
+# notebook was run with. The toy makes no comparative claim about accuracy; the claims of §8–9's papers are
+# listed with the reason this repository does not decide them, and the cpu figures once the cpu profile
+# (`params/11_global_perturbation.cpu.yaml`) has been run and its figures committed.
 
 # %%
 # NBVAL_CHECK_OUTPUT
