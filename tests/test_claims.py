@@ -15,6 +15,7 @@ from lab.evidence import integrity
 from lab.evidence.claims import Claim, evaluate_claims_paired, load_claims, write_claims
 from lab.evidence.claims.unpaired import compare, evaluate_unpaired
 from lab.evidence.records import write_record
+from lab.evidence.validity import NOT_TESTABLE_SCOPE
 from fedlab.results import RunResult
 from fedlab.uncertainty import mean_interval
 
@@ -130,7 +131,8 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
                 assert set(arm.get("params", {})) <= names, (c.id, arm)
         assert (lab.repro.REPO_ROOT / "notebooks" / f"{c.notebook}.py").exists(), c.id
     verdicts = evaluate_claims_paired(claims, tmp_path)  # an empty figures dir: nothing run yet
-    assert {v.verdict for v in verdicts} == {"not run"}
+    assert {v.verdict for v in verdicts if not v.claim.not_testable} == {"not run"}
+    assert {v.verdict for v in verdicts if v.claim.not_testable} == {NOT_TESTABLE_SCOPE}  # declared, read from nothing
     paths = write_claims(verdicts, tmp_path / "claims_cpu")
     md = paths["md"].read_text()
     kinds = {c.kind for c in claims}  # one table per kind, its header a row too

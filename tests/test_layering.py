@@ -288,8 +288,10 @@ def test_the_checks_see_what_they_forbid():
 # 13,495 with FedFSA (issue 45, +173: its module and the two contract extensions it needs: RoundInfo.layout for its
 # layer-wise radii and Algorithm.personal_model, which client_eval measures for a personalised method); 13,501
 # with Flower's side of it (its round rows from the server's view of the training state, and personalised
-# methods with client_eval refused before Ray, +6). Lower the number as the library shrinks; raising it needs a reason in the commit that does.
-MAX_LIBRARY_LINES = 13_501
+# methods with client_eval refused before Ray, +6); 13,460 with the sweep's test hooks moved out of the package
+# (issue 44 item 3: tests/sweep_hooks/sitecustomize.py arms them in the workers, −41). Lower the number as the
+# library shrinks; raising it needs a reason in the commit that does.
+MAX_LIBRARY_LINES = 13_460
 MAX_MODULE_LINES = 450
 LINES = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in MODULES.items()}
 SIZES = {m: n for m, n in LINES.items() if house(m) == "fedlab"}
@@ -314,8 +316,8 @@ def test_no_module_is_longer_than_450_lines():
 # 450 lines of shared machinery (base, sam, the registry) and 100 per method. Raised once since, with its reason:
 # FedFSA's contract extensions (issue 45: the engine hands methods the parameter layout and evaluates a
 # personalised method's own models, core +30; ParamSpec.layout, data and models +5; Flower's side of it,
-# periphery +6). Lower a budget as its part
-# shrinks.
+# periphery +6). Lowered since: the sweep's test hooks out of the package (periphery −41). Lower a budget as its
+# part shrinks.
 PARTS: dict[str, tuple[str, ...]] = {
     "core": ("__init__", "__main__", "_version", "_rng", "_paths", "config", "results", "store", "engine", "toy"),
     "data and models": ("data", "models"),
@@ -323,7 +325,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "analysis": ("analysis",),
     "periphery": ("sweep", "flower", "cli", "tracking", "tuning", "uncertainty"),
 }
-PART_BUDGETS = {"core": 3_297, "data and models": 2_265, "analysis": 2_122, "periphery": 2_902}
+PART_BUDGETS = {"core": 3_297, "data and models": 2_265, "analysis": 2_122, "periphery": 2_861}
 ALGORITHM_LINES, LINES_PER_METHOD = 450, 100
 
 

@@ -210,6 +210,14 @@ def training_configs(notebook: str, runs_dir: Path) -> dict[str, Config]:
     elif notebook == "09_sharpness_and_landscapes":
         for m in p["methods"]:  # the 16 methods of the paper file, each with its method_params
             add(m, m, p.get("method_params", {}).get(m, {}))
+    elif notebook == "11_global_perturbation":  # a toy, but §8–9 train on the fed_* federation of its file
+        fed11 = Config(**{k: p[f"fed_{k}"] for k in ("dataset", "model", "alpha", "lr", "lr_schedule")}, **TINY,
+                       runs_dir=str(runs_dir), seed=0, partition_seed=0)
+        for m in ("mofedsam", "fedfsa"):  # TINY's test set has 2 images per class: 2 per client, not the file's
+            add(m, m, cfg=fed11.replace(client_eval=True, client_eval_size=min(2, p["client_eval_size"])))
+        for sigma in p["dp_noise_multipliers"]:
+            for m in ("dp_fedavg", "dp_fedsam"):
+                add(f"{m} sigma={sigma}", m, {"noise_multiplier": float(sigma)}, cfg=fed11)
     elif notebook == "10_benchmarks":
         for ds, model, c in zip(p["datasets"], p["models"], p["pathological_classes"]):
             pair = base.replace(dataset=ds, model=model)
@@ -234,7 +242,12 @@ USED = {
     "10_benchmarks": {"datasets", "models", "pathological_classes", "dirichlet_alphas"},
     "01_heterogeneity": {"alphas", "classes_per_client"},
     "01b_foundations": set(),
-    "11_global_perturbation": {"seed", "dim", "n_clients", "participation", "rounds", "local_steps", "lr"},
+    "11_global_perturbation": {"seed", "dim", "n_clients", "participation", "rounds", "local_steps", "lr",
+                               "fed_dataset", "fed_model", "fed_alpha", "fed_lr", "fed_lr_schedule",
+                               "client_eval_size", "dp_noise_multipliers",
+                               # §8–9's sizes, replaced by TINY as the other notebooks' are
+                               "fed_train_size", "fed_test_size", "fed_n_clients", "fed_participation", "fed_rounds",
+                               "fed_local_steps", "fed_batch_size", "fed_eval_every", "dp_n_seeds", "dp_delta"},
 }
 """Paper-file keys beyond :data:`FEDERATION` that :func:`training_configs` (or the partition test) reads."""
 
@@ -296,9 +309,9 @@ def test_heterogeneity_paper_partitions(tiny_cifar):
             assert max(len(set(split.labels[ix].tolist())) for ix in split.client_indices) <= cfg.classes_per_client
 
 
-TOYS = ("01_heterogeneity", "01b_foundations", "11_global_perturbation")
+TOYS = ("01_heterogeneity", "01b_foundations")
 """Notebooks whose paper file trains no CIFAR model: partitions only (01), the foundations' MLP on
-Fashion-MNIST (01b, below), a quadratic toy (11)."""
+Fashion-MNIST (01b, below). Notebook 11 is a quadratic toy (below) whose §8–9 train on CIFAR."""
 
 
 def test_foundations_paper_file_runs(tmp_path):

@@ -36,6 +36,15 @@ def test_render_replaces_the_block_and_drops_the_files_own_copies_of_its_keys():
     assert yaml.safe_load(changed)["rounds"] == 50 and changed.count(rp.BEGIN) == 1
 
 
+def test_notebook_11s_trained_sections_take_notebook_10s_federation():
+    """§8–9 of notebook 11 train under ``fed_*`` names: the same federation as the benchmark's, field for field."""
+    ours, bench = notebook_params("11_global_perturbation", "cpu"), notebook_params("10_benchmarks", "cpu")
+    for key in ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds", "local_steps",
+                "batch_size", "lr", "lr_schedule", "eval_every"):
+        want = bench[key + "s"][0] if key in ("dataset", "model") else bench[key]
+        assert ours[f"fed_{key}"] == want, f"fed_{key}: notebook 11 has {ours[f'fed_{key}']!r}, notebook 10 {want!r}"
+
+
 @pytest.mark.parametrize("notebook", rp.NOTEBOOKS)
 def test_a_notebook_built_from_its_cpu_parameters_trains_the_plans_configs(notebook, plan_and_criteria):
     """What the notebooks do with these parameters (Config from the federation fields, the split's alpha,

@@ -23,6 +23,7 @@ from fedlab.sweep import MissingExtraError, SweepError, executed_on, expand_grid
 
 GRID = {"algorithm": ["fedavg", "scaffold"], "lr": [0.05, 0.1]}
 SEEDS = [0, 1]
+HOOKS = Path(__file__).parent / "sweep_hooks"  # a sitecustomize that arms the crash in worker processes
 
 
 def _base(runs_dir: Path, **overrides) -> Config:
@@ -119,6 +120,9 @@ def test_killed_worker_then_restart_finishes_without_retraining(reference, tmp_p
     configs = expand_grid(base, GRID, SEEDS)
     victim = configs[-1]  # the last config: by the time it starts at least 6 others have finished
     # its worker dies at the start of round index 3; the checkpoint of rounds 1–2 survives
+    # the pool's workers start on this process's sys.path: they load tests/sweep_hooks/sitecustomize.py (the library
+    # has no hook), which arms the crash
+    monkeypatch.syspath_prepend(str(HOOKS))
     monkeypatch.setenv("FEDLAB_SWEEP_TEST_CRASH", f"{victim.hash()}:3")
     with pytest.raises(SweepError) as info:
         sweep(base, GRID, SEEDS, backend="local", max_workers=2, progress=False)

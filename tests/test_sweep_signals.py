@@ -1,7 +1,7 @@
 """A sweep stops when told and starts from any entry point (fedlab.sweep.pool, backends).
 
 Each test starts a real sweep in a subprocess: 3 learning rates × 2 seeds of a small digits CNN on
-the local pool's 2 workers. The hook ``FEDLAB_SWEEP_TEST_HOLD`` holds every run at the start of its
+the local pool's 2 workers. The test hook ``FEDLAB_SWEEP_TEST_HOLD`` (tests/sweep_hooks) holds every run at the start of its
 round index 2 (two rounds checkpointed) and marks it with a file holding the worker's pid, so the
 signal lands while exactly two runs are mid-run and four are queued — no race with a timer. Then:
 
@@ -36,6 +36,7 @@ from fedlab.sweep import SweepInterrupted, sweep
 GRID = {"lr": [0.05, 0.1, 0.2]}
 SEEDS = [0, 1]
 HOLD_ROUND = 2
+HOOKS = Path(__file__).parent / "sweep_hooks"
 BASE = dict(dataset="digits", model="cnn", n_clients=8, participation=0.5, rounds=4, local_steps=3, batch_size=16,
             lr=0.05, checkpoint_every=1)
 
@@ -68,7 +69,8 @@ def _script(runs_dir: Path, body: str) -> str:
 def _env(hold: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("FEDLAB_SWEEP_TEST_HOLD", None)
-    if hold is not None:
+    if hold is not None:  # every process of the sweep loads tests/sweep_hooks/sitecustomize.py, which holds the run
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
         env["FEDLAB_SWEEP_TEST_HOLD"] = f"{HOLD_ROUND}:{hold}"
     return env
 

@@ -16,7 +16,7 @@ from fedlab.results import RunResult
 from lab.evidence import integrity
 from lab.evidence.claims import Claim, claims_markdown, evaluate_claims_paired, load_claims
 from lab.evidence.records import write_record
-from lab.evidence.validity import (CONFOUNDED, IDENTITIES, NOT_TESTABLE_HEADROOM, NOT_TESTED_DEGENERATE,
+from lab.evidence.validity import (CONFOUNDED, IDENTITIES, NOT_TESTABLE_HEADROOM, NOT_TESTABLE_SCOPE, NOT_TESTED_DEGENERATE,
                                    NOT_TESTED_DIVERGED, identity_of)
 from lab.repro import FIGURES_DIR
 
@@ -100,6 +100,22 @@ def test_a_diverged_run_leaves_its_arm_untested_whatever_its_status(tmp_path):
     # a right arm diverged: the comparison against it does not count either, and its fail does not refute
     v = evaluate_claims_paired([_claim("d", {"algorithm": "fedsam"}, ">", {"algorithm": "fedgf"})], folder)[0]
     assert v.verdict == NOT_TESTED_DIVERGED
+
+
+def test_a_claim_declared_out_of_scope_reads_no_evidence_and_is_not_counted(tmp_path):
+    left = [_run("fedscar", s, a) for s, a in zip(SEEDS, _accs(0.80, 0.002))]
+    right = [_run("fedsam", s, a, rho=0.05) for s, a in zip(SEEDS, _accs(0.70))]
+    folder = _figure(tmp_path, left + right)
+    tested = _claim("c", {"algorithm": "fedscar"}, ">", {"algorithm": "fedsam"}, family="f")
+    why = "its baselines are not implemented"
+    scoped = _claim("d", {"algorithm": "fedscar"}, ">", {"algorithm": "fedsam"}, family="f",
+                    not_testable={"reason": why})
+    v, w = evaluate_claims_paired([tested, scoped], folder)
+    assert v.verdict == "holds" and v.family_size == 1  # the scoped claim takes no place in the Holm family
+    assert w.verdict == NOT_TESTABLE_SCOPE and not w.tested and w.untested == why
+    assert [c.verdict for c in w.comparisons] == [NOT_TESTABLE_SCOPE] and w.comparisons[0].difference is None
+    with pytest.raises(ValueError, match="not_testable="):
+        _claim("x", {"algorithm": "fedscar"}, ">", {"algorithm": "fedsam"}, not_testable="no reason field")
 
 
 def test_a_margin_above_the_room_to_the_ceiling_is_not_testable(tmp_path):
@@ -232,7 +248,7 @@ def test_the_committed_table_sets_apart_the_arms_that_test_nothing():
         short = int(control["n"].fillna(0).iloc[0]) < int(control["min_seeds_to_decide"].iloc[0])
         assert (verdict[dd] == CONFOUNDED) == short, (dd, verdict[dd])
     assert verdict["fedswa_paper_best_cell"] != NOT_TESTED_DEGENERATE  # its ρ = 1, α = 1 cell is asked for
-    classes = [NOT_TESTED_DEGENERATE, NOT_TESTED_DIVERGED, CONFOUNDED, NOT_TESTABLE_HEADROOM]
+    classes = [NOT_TESTED_DEGENERATE, NOT_TESTED_DIVERGED, CONFOUNDED, NOT_TESTABLE_HEADROOM, NOT_TESTABLE_SCOPE]
     untested = table[table["comparison_verdict"].isin(classes)]  # never decided, never in a family
     assert len(untested) >= 6 and not untested["decided"].any() and untested["p_holm"].isna().all()
     # a claim set apart may keep a tested comparison (FedMoSWA vs SCAFFOLD), but none that fails (it would refute)

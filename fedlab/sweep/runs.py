@@ -12,7 +12,6 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +24,6 @@ from fedlab.results import RunResult
 __all__ = ["LOG_DIR_NAME", "RunFailure", "executed_on", "execute_one", "log_path", "placement_path", "runs_root"]
 
 LOG_DIR_NAME = "sweep-logs"
-
-# Test hooks, so tests stop a run at a known point instead of racing a timer.
-# "<config.hash()>:<round>" makes the process that trains that config exit abruptly (os._exit, no
-# cleanup, like a SIGKILL) when that 0-based round starts.
-_CRASH_ENV = "FEDLAB_SWEEP_TEST_CRASH"
-# "<round>:<folder>" makes every run that reaches that 0-based round write "<folder>/<hash>.held"
-# (holding its pid) and wait there until it is killed: the sweep is then known to be mid-run.
-_HOLD_ENV = "FEDLAB_SWEEP_TEST_HOLD"
-
 
 @dataclass(frozen=True)
 class RunFailure:
@@ -97,36 +87,6 @@ def executed_on(config: Config) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-@contextlib.contextmanager
-def _crash_hook(config: Config) -> Iterator[None]:
-    """Arm the test-only crash of :data:`_CRASH_ENV` or hold of :data:`_HOLD_ENV` for this config."""
-    spec = os.environ.get(_CRASH_ENV, "")
-    target, _, round_text = spec.partition(":")
-    hold_round, _, hold_dir = os.environ.get(_HOLD_ENV, "").partition(":")
-    crash = bool(spec) and target == config.hash()
-    if not crash and not hold_dir:
-        yield
-        return
-    from fedlab.engine.loop import Simulation
-
-    original = Simulation.train_round
-
-    def train_round(self: Simulation, state: Any, t: int, clients: Any = None) -> Any:
-        if crash and t == int(round_text):
-            os._exit(70)
-        if hold_dir and t == int(hold_round):
-            Path(hold_dir, f"{config.hash()}.held").write_text(str(os.getpid()))
-            while True:  # until the test's signal ends this process
-                time.sleep(1)
-        return original(self, state, t, clients)
-
-    Simulation.train_round = train_round  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        Simulation.train_round = original  # type: ignore[method-assign]
-
-
 def execute_one(key: int, config: Config, threads: int, backend: str, logger: Any = None) -> _Outcome:
     """Train (or load, or resume) one config through :func:`fedlab.run`: the body of every backend.
 
@@ -154,12 +114,11 @@ def execute_one(key: int, config: Config, threads: int, backend: str, logger: An
                   flush=True)
             _append_placement(config, {"started": now, **where})
             try:
-                with _crash_hook(config):
-                    sim = Simulation.build(config)
-                    # the run key names the run folder; it covers the data and the split, which this log's
-                    # file name (Config.hash of the fields alone, known before anything is loaded) cannot
-                    print(f"== run key {sim.config_hash}: {sim.store.dir}", flush=True)
-                    result = sim.run(progress=False, logger=logger)
+                sim = Simulation.build(config)
+                # the run key names the run folder; it covers the data and the split, which this log's
+                # file name (Config.hash of the fields alone, known before anything is loaded) cannot
+                print(f"== run key {sim.config_hash}: {sim.store.dir}", flush=True)
+                result = sim.run(progress=False, logger=logger)
             except Exception as err:  # noqa: BLE001 — any failure of a run is reported, not raised
                 traceback.print_exc(file=log)
                 print(f"== failed after {time.perf_counter() - t0:.1f} s", flush=True)

@@ -20,6 +20,9 @@ fails / inconclusive and always listed with its reason:
 * **not testable — headroom** (:func:`headroom`): a ``much_greater`` claim's margin exceeds the measured room
   between its right arm and a declared ``ceiling`` (e.g. FedAvg on the IID split of the same federation): no
   method could pass it here. Without a ceiling record the verdict stands and the note says the room is unchecked.
+* **not testable — scope** (a claim's ``not_testable`` reason in ``figures/claims.yaml``): the claim is declared
+  outside what this repository can test, with why (e.g. its baselines are not implemented, or the cpu budget gives
+  too few seeds or clients for the regime it is about); read from no evidence, counted nowhere.
 
 Committed records outside the claim's figure are read from the records folder through :class:`RecordPool`
 (by algorithm, once per evaluation).
@@ -37,7 +40,7 @@ import numpy as np
 
 from fedlab.results import RunResult
 
-__all__ = ["CONFOUNDED", "IDENTITIES", "NOT_TESTABLE_HEADROOM", "NOT_TESTED_DEGENERATE", "NOT_TESTED_DIVERGED",
+__all__ = ["CONFOUNDED", "IDENTITIES", "NOT_TESTABLE_HEADROOM", "NOT_TESTABLE_SCOPE", "NOT_TESTED_DEGENERATE", "NOT_TESTED_DIVERGED",
            "REFERENCES", "UNTESTED", "Identity", "RecordPool", "RunPool", "companion_runs", "degenerate",
            "degenerate_arms", "diverged_arm", "federation", "headroom", "identity_of", "matches", "same_series"]
 
@@ -45,7 +48,8 @@ NOT_TESTED_DEGENERATE = "not tested — degenerate arm"
 NOT_TESTED_DIVERGED = "not tested — diverged"
 CONFOUNDED = "confounded"
 NOT_TESTABLE_HEADROOM = "not testable — headroom"
-UNTESTED = (NOT_TESTED_DIVERGED, NOT_TESTED_DEGENERATE, CONFOUNDED, NOT_TESTABLE_HEADROOM)
+NOT_TESTABLE_SCOPE = "not testable — scope"
+UNTESTED = (NOT_TESTABLE_SCOPE, NOT_TESTED_DIVERGED, NOT_TESTED_DEGENERATE, CONFOUNDED, NOT_TESTABLE_HEADROOM)
 """The classes in the order a claim reports them when several apply."""
 
 

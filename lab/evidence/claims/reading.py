@@ -35,8 +35,8 @@ from lab.evidence.claims.evidence import Evidence, arm_runs, cost_check, evidenc
 from lab.evidence.claims.spec import CLAIMS_FILE, NO_DATA, Claim, arm_name, figures_root, load_claims
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide, holm,
                                  holm_decision, op_bound, paired_difference, t_test_p)
-from lab.evidence.validity import (CONFOUNDED, NOT_TESTABLE_HEADROOM, NOT_TESTED_DEGENERATE, NOT_TESTED_DIVERGED,
-                                   UNTESTED, RecordPool, companion_runs, degenerate, diverged_arm, headroom)
+from lab.evidence.validity import (CONFOUNDED, NOT_TESTABLE_HEADROOM, NOT_TESTABLE_SCOPE, NOT_TESTED_DEGENERATE,
+                                   NOT_TESTED_DIVERGED, UNTESTED, RecordPool, companion_runs, degenerate, diverged_arm, headroom)
 
 __all__ = ["NOT_PAIRED", "TESTED", "PairedComparison", "PairedVerdict", "combine", "evaluate_claim_paired",
            "evaluate_claims_paired", "verdict_rank"]
@@ -189,6 +189,11 @@ def _seed_values(claim: Claim, runs: Mapping[Hashable, RunResult]) -> dict[Hasha
 def _read(claim: Claim, figures_dir: Path, pool: RecordPool, min_seeds_to_decide: int, level: float) -> _Reading:
     """Phase 1 of the paired reading: the evidence, each comparison's paired difference, the arms' validity
     (:mod:`lab.evidence.validity`), the required controls and the ceiling's room; no decision yet."""
+    if claim.not_testable:  # declared outside fedlab's reach: no evidence is read, every comparison takes the class
+        reading = _Reading(claim, comparisons=[PairedComparison(a, None, NOT_TESTABLE_SCOPE, NOT_TESTABLE_SCOPE, "")
+                                               for a in claim.right])
+        reading.untested.append((NOT_TESTABLE_SCOPE, claim.not_testable))
+        return reading
     evidence = evidence_of(claim, figures_dir)
     if isinstance(evidence, str):
         return _Reading(claim, not_run=evidence)

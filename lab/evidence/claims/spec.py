@@ -54,6 +54,7 @@ class Claim:
     smallest_effect: dict[str, Any] = field(default_factory=dict)  # >= / <=: {value | of, times, reason}
     requires: list[dict[str, Any]] = field(default_factory=list)  # controls without which it is confounded
     ceiling: dict[str, Any] = field(default_factory=dict)  # much_greater: the arm that bounds the room
+    not_testable: str = ""  # why the claim is outside what fedlab can test ("": it is tested)
 
     @property
     def family_name(self) -> str:
@@ -110,6 +111,10 @@ class Claim:
         if any(not isinstance(a, Mapping) or not a.get("algorithm") for a in requires):
             raise ValueError(f"{where}: requires={requires!r} is invalid; allowed: a list of arms, each with an "
                              "algorithm (and params / config)")
+        not_testable = d.get("not_testable") or ""
+        if not_testable and not (isinstance(not_testable, Mapping) and str(not_testable.get("reason", "")).strip()):
+            raise ValueError(f"{where}: not_testable={not_testable!r} is invalid; allowed: {{reason: <why fedlab "
+                             "cannot test the claim>}")
         return cls(id=str(d["id"]), claim=str(d["claim"]), paper=str(d["source"]["paper"]),
                    where=str(d["source"].get("where", "")), notebook=str(d["setting"]["notebook"]),
                    figure=str(d["setting"]["figure"]), select=dict(d["setting"].get("select") or {}),
@@ -118,7 +123,8 @@ class Claim:
                    reasons=_reasons(where, d.get("reasons")) | _hypothesis_texts(hypotheses),
                    kind=kind, effect=dict(d.get("effect") or {}), hypotheses=hypotheses,
                    controls=str(d.get("controls", "")), family=family, smallest_effect=smallest,
-                   requires=[dict(a) for a in requires], ceiling=ceiling)
+                   requires=[dict(a) for a in requires], ceiling=ceiling,
+                   not_testable=str(not_testable["reason"]) if not_testable else "")
 
 
 def _smallest_effect(where: str, op: str, d: Mapping[str, Any]) -> dict[str, Any]:
