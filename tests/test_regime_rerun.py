@@ -304,3 +304,16 @@ def test_the_committed_measurement_is_the_committed_records():
     """figures/regime/rerun_measured.md (estimate against measured wall time) says what the records say."""
     assert rr.MEASURED_FILE.read_text() == rr.measured_text(rr.load_plan()), \
         "stale: python -m lab regime rerun-measured"
+
+
+def test_claim_arms_leave_out_what_the_plan_does_not_train():
+    """A claim adds its arms to the rerun's plan, except a claim declared out of scope, an arm of a method fedlab does
+    not implement (``planned``) and an arm of a method registered after the plan (that takes an amendment)."""
+    from lab.regime.rerun_plan import claim_arms
+
+    base = {"id": "c", "setting": {"figure": "f", "select": {"partition": "dirichlet", "alpha": 0.1}},
+            "left": {"algorithm": "fedsam"}, "right": {"algorithm": "fedavg"}}
+    assert sorted(a.method for a in claim_arms([base])) == ["fedavg", "fedsam"]
+    assert claim_arms([{**base, "not_testable": {"reason": "its baselines are not implemented"}}]) == []
+    assert [a.method for a in claim_arms([{**base, "right": {"algorithm": "pfl", "planned": "outside"}}])] == ["fedsam"]
+    assert [a.method for a in claim_arms([{**base, "left": {"algorithm": "fedscar"}}])] == ["fedavg"]

@@ -70,14 +70,18 @@ def _canonical(arm: Mapping[str, Any]) -> str:
 
 
 def claim_arms(claims: Sequence[Mapping[str, Any]]) -> list[PlanRun]:
-    """Every arm of every claim that names a method, at the split its claim is judged on (not a study's claims)."""
+    """Every arm of every claim that names a method, at the split its claim is judged on (not a study's claims, not
+    a claim declared out of scope, not an arm of a method fedlab does not implement, nor of one registered after the
+    plan, :data:`~lab.regime.criteria.REGISTERED_LATER`: training those takes an amendment, not a new claim)."""
     out = []
-    for claim in (c for c in claims if "/" not in str(c.get("setting", {}).get("figure", ""))):  # failure_map/…: its own
+    for claim in (c for c in claims if "/" not in str(c.get("setting", {}).get("figure", ""))  # failure_map/…: its own
+                  and not c.get("not_testable")):
         split = split_key(claim.get("setting", {}).get("select"))
         for side in ("left", "right"):
             arms = claim.get(side)
             for arm in arms if isinstance(arms, list) else [arms]:
-                if isinstance(arm, Mapping) and arm.get("algorithm"):
+                if isinstance(arm, Mapping) and arm.get("algorithm") and not arm.get("planned") \
+                        and arm["algorithm"] not in REGISTERED_LATER:
                     out.append(PlanRun(split, arm["algorithm"], _canonical(arm), f"claim {claim['id']}"))
     return out
 
