@@ -1,8 +1,8 @@
 """A sweep stops when told and starts from any entry point (fedlab.sweep.pool, backends).
 
 Each test starts a real sweep in a subprocess: 3 learning rates × 2 seeds of a small digits CNN on
-the local pool's 2 workers. The test hook ``FEDLAB_SWEEP_TEST_HOLD`` (tests/sweep_hooks) holds every run at the start of its
-round index 2 (two rounds checkpointed) and marks it with a file holding the worker's pid, so the
+the local pool's 2 workers. The test hook ``FEDLAB_SWEEP_TEST_HOLD`` (tests/sweep_hooks) holds every run at the
+start of its round index 2 (two rounds checkpointed) and marks it with a file holding the worker's pid, so the
 signal lands while exactly two runs are mid-run and four are queued — no race with a timer. Then:
 
 * Ctrl-C of ``python -m fedlab sweep`` (SIGINT to the whole process group, as a terminal sends it):

@@ -16,8 +16,8 @@ from fedlab.results import RunResult
 from lab.evidence import integrity
 from lab.evidence.claims import Claim, claims_markdown, evaluate_claims_paired, load_claims
 from lab.evidence.records import write_record
-from lab.evidence.validity import (CONFOUNDED, IDENTITIES, NOT_TESTABLE_HEADROOM, NOT_TESTABLE_SCOPE, NOT_TESTED_DEGENERATE,
-                                   NOT_TESTED_DIVERGED, identity_of)
+from lab.evidence.validity import (CONFOUNDED, IDENTITIES, NOT_TESTABLE_HEADROOM, NOT_TESTABLE_SCOPE,
+                                   NOT_TESTED_DEGENERATE, NOT_TESTED_DIVERGED, identity_of)
 from lab.repro import FIGURES_DIR
 
 SEEDS = range(6)

@@ -40,8 +40,8 @@ import numpy as np
 
 from fedlab.results import RunResult
 
-__all__ = ["CONFOUNDED", "IDENTITIES", "NOT_TESTABLE_HEADROOM", "NOT_TESTABLE_SCOPE", "NOT_TESTED_DEGENERATE", "NOT_TESTED_DIVERGED",
-           "REFERENCES", "UNTESTED", "Identity", "RecordPool", "RunPool", "companion_runs", "degenerate",
+__all__ = ["CONFOUNDED", "IDENTITIES", "NOT_TESTABLE_HEADROOM", "NOT_TESTABLE_SCOPE", "NOT_TESTED_DEGENERATE",
+           "NOT_TESTED_DIVERGED", "REFERENCES", "UNTESTED", "Identity", "RecordPool", "RunPool", "companion_runs", "degenerate",
            "degenerate_arms", "diverged_arm", "federation", "headroom", "identity_of", "matches", "same_series"]
 
 NOT_TESTED_DEGENERATE = "not tested — degenerate arm"

@@ -74,7 +74,8 @@ def claim_arms(claims: Sequence[Mapping[str, Any]]) -> list[PlanRun]:
     a claim declared out of scope, not an arm of a method fedlab does not implement, nor of one registered after the
     plan, :data:`~lab.regime.criteria.REGISTERED_LATER`: training those takes an amendment, not a new claim)."""
     out = []
-    for claim in (c for c in claims if "/" not in str(c.get("setting", {}).get("figure", ""))  # failure_map/…: its own
+    # a study's claims (failure_map/…) plan their own runs
+    for claim in (c for c in claims if "/" not in str(c.get("setting", {}).get("figure", ""))
                   and not c.get("not_testable")):
         split = split_key(claim.get("setting", {}).get("select"))
         for side in ("left", "right"):

@@ -36,7 +36,8 @@ from lab.evidence.claims.spec import CLAIMS_FILE, NO_DATA, Claim, arm_name, figu
 from lab.evidence.paired import (MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, PairedDifference, decide, holm,
                                  holm_decision, op_bound, paired_difference, t_test_p)
 from lab.evidence.validity import (CONFOUNDED, NOT_TESTABLE_HEADROOM, NOT_TESTABLE_SCOPE, NOT_TESTED_DEGENERATE,
-                                   NOT_TESTED_DIVERGED, UNTESTED, RecordPool, companion_runs, degenerate, diverged_arm, headroom)
+                                   NOT_TESTED_DIVERGED, UNTESTED, RecordPool, companion_runs, degenerate, diverged_arm,
+                                   headroom)
 
 __all__ = ["NOT_PAIRED", "TESTED", "PairedComparison", "PairedVerdict", "combine", "evaluate_claim_paired",
            "evaluate_claims_paired", "verdict_rank"]
