@@ -43,6 +43,9 @@
 # judges), each seed drawing its own partition; Dirichlet 0.1) and the `paper` profile (CIFAR-10,
 # ResNet-18-GN, GPU) produce the citable figures; what the committed cpu run shows is generated in the last
 # section.
+#
+# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
+# for it: [running the notebooks](book/guide/running.md).
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -148,6 +151,33 @@ seeds = list(range(seed, seed + n_seeds))
 # every method's radius from that tuning on the Dirichlet-0.1 split (`tuned_params`: a small grid per
 # method that contains ρ = 0, chosen on validation data, never on the test set); the `paper` profile
 # sets the papers' ρ = 0.1 through the parameters `rho` and `lam`.
+
+# %% [markdown]
+# ## 1a. Two more baselines: FedProx and FedACG
+# Notebook 10's benchmark carries two methods this course does not otherwise build on. Both correct client drift
+# without any sharpness term, one gradient per local step, so they are the drift-only references beside SCAFFOLD
+# and FedDyn.
+#
+# **FedProx** (Li et al., MLSys 2020) keeps each client near the model it received by adding a proximal term to
+# its loss, $f_i(\theta) + \tfrac{\mu}{2}\lVert\theta-\theta^t\rVert^2$. The local step is FedAvg's plus a pull
+# back towards $\theta^t$, and the server averages as FedAvg does:
+#
+# $$\theta \leftarrow \theta - \eta\,\big(g + \mu(\theta-\theta^t)\big), \qquad \theta^{t+1} = \theta^t + \bar\Delta .$$
+#
+# The pull shortens every client's walk, and with it the drift, at the price of slower local progress; with
+# $\mu = 0$ it is FedAvg exactly (the docstring of `fedlab.algorithms.fedprox` states the identity).
+#
+# **FedACG** (Kim et al., CVPR 2024) moves the correction to the server. It keeps a global momentum $m$ and sends
+# the clients a *look-ahead* point $\tilde\theta^t = \theta^t + \lambda m^{t-1}$, where the last rounds' updates
+# say the model is heading; each client starts there and adds a light proximal term around it:
+#
+# $$\theta \leftarrow \theta - \eta\,\big(g + 2\beta(\theta-\tilde\theta^t)\big), \qquad
+#   m^t = \lambda m^{t-1} + \bar\Delta, \qquad \theta^{t+1} = \tilde\theta^t + \bar\Delta .$$
+#
+# Starting every client at the point the federation is moving towards aligns the clients' walks with the global
+# direction, so their average loses less to disagreement; with $\lambda = \beta = 0$ it is FedAvg exactly
+# (`fedlab.algorithms.fedacg`). Both are judged with the others in notebook 10; their defaults and where the
+# papers' and the authors' codes differ are on the book's methods page.
 
 # %% [markdown]
 # ## 1b. The measured ρ sweep, and the protocol's tuning grids

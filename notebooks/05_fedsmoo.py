@@ -42,6 +42,9 @@
 # six seeds (three for a run no claim judges), each seed drawing its own partition; Dirichlet 0.1, tuned
 # hyperparameters) and `params/05_fedsmoo.paper.yaml` (CIFAR-10, ResNet-18-GN, GPU) give the citable figures;
 # what the committed cpu run shows is generated in the last section.
+#
+# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
+# for it: [running the notebooks](book/guide/running.md).
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

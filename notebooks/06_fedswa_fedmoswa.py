@@ -40,6 +40,9 @@
 # `params/06_fedswa_fedmoswa.paper.yaml` (the paper's CIFAR-100 Dirichlet-0.1 setting, GPU) produce the
 # citable figures. Each committed cpu figure is shown beside the paragraph that reads it ("The cpu run"), its
 # numbers computed from its committed data; the last section lists the figures and the claims they test.
+#
+# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
+# for it: [running the notebooks](book/guide/running.md).
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -258,6 +258,6 @@ def test_gallery_in_chromium_every_figure_loads_and_every_link_resolves(site):
         assert target.exists(), f"gallery link to a missing file: {href}"
         if fragment:
             assert f'id="{fragment}"' in target.read_text(errors="replace"), f"missing anchor: {href}"
-    sidecar = next(h for h in downloads if h.endswith("00_quickstart_curves.json"))
+    sidecar = next(h for h in downloads if h.endswith("10_benchmarks_bars_fmnist.json"))
     meta = json.loads((gallery.parent / unquote(sidecar)).read_text())
-    assert meta["figure"] == "00_quickstart_curves"
+    assert meta["figure"] == "10_benchmarks_bars_fmnist"

@@ -141,6 +141,10 @@ def test_repository_claims_file_is_valid_and_written(tmp_path):
     with pytest.raises(ValueError, match="op='=='"):
         Claim.from_dict({**{"id": "x", "claim": "x", "source": {"paper": "p"}, "setting": {"notebook": "n",
                          "figure": "f"}, "metric": "final_test_acc", "left": {}, "op": "=="}})
+    with pytest.raises(ValueError, match="map=.*allowed: {arm: <a SAM arm"):
+        Claim.from_dict({"id": "x", "claim": "x", "source": {"paper": "p"}, "setting": {"notebook": "n", "figure": "f"},
+                         "metric": "final_test_acc", "left": {}, "op": ">", "right": {"algorithm": "fedavg"},
+                         "map": "fedsam-0.05"})
 
 
 def test_the_claims_block_of_a_page_is_regenerated_and_the_rest_kept(tmp_path):

@@ -173,7 +173,7 @@ def test_a_retrained_curve_is_caught(tmp_path):
     """The check can fail: a copy of a clean figure whose one accuracy value is moved by 0.01 points is reported."""
     import shutil
 
-    name = "00_quickstart_curves"
+    name = "10_benchmarks_curves_fmnist"
     for suffix in (".json", ".csv"):
         shutil.copy(FIGURES_DIR / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
     assert mismatches(name, tmp_path)[1] == []

@@ -114,3 +114,16 @@ def test_papermill_understands_every_parameter(path):
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     parsed = {p.name for p in PythonTranslator.inspect(cell)}
     assert parsed == _parameter_names(nb), sorted(_parameter_names(nb) - parsed)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_every_notebook_links_the_notation_and_the_evidence_page_once(path):
+    """The course issue: the notation page is linked from every notebook, and the infrastructure vocabulary lives
+    on one book page that every notebook links once (in its opening cell; the book build points these links at
+    its staged pages)."""
+    cells = [c for c in _read(path).cells if c.cell_type == "markdown"]
+    text = "\n".join(c.source for c in cells)
+    for page in ("book/notation.md", "book/guide/running.md"):
+        assert text.count(f"]({page})") == 1, f"{path.name} links {page} {text.count(f']({page})')} times"
+        assert f"]({page})" in cells[0].source, f"{path.name}: the link to {page} belongs in the opening cell"
+        assert (NB_DIR / page).is_file()

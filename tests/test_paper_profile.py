@@ -168,10 +168,7 @@ def training_configs(notebook: str, runs_dir: Path) -> dict[str, Config]:
     def add(label: str, method: str, params: dict[str, Any] | None = None, cfg: Config = base) -> None:
         out[label] = cfg.replace(algorithm=method, algorithm_params=params or {})
 
-    if notebook == "00_quickstart":
-        for m in ("fedavg", "fedsam", "fedvssam"):
-            add(m, m)
-    elif notebook == "02_flatness_incompatibility":
+    if notebook == "02_flatness_incompatibility":
         for a in p["alphas"]:  # the FedAvg vs FedSAM heterogeneity sweep (its first alpha is the main split)
             for m in ("fedavg", "fedsam"):
                 add(f"{m} alpha={a}", m, cfg=base.replace(alpha=a))

@@ -298,3 +298,44 @@ def test_an_unfinished_map_says_what_its_finished_local_work_already_decides() -
     assert ("At K = 50, all 4 cells recorded, local SAM fails in pathological, 2 classes, K = 50, fedsam-0.05; "
             "pathological, 2 classes, K = 50, fedsam-0.1.") in text
     assert "K = 200" not in text  # nothing is said about a local work whose cells are still training
+
+
+def test_the_claims_read_the_maps_decision(tmp_path: Path) -> None:
+    """A claim tested by the map (``map: {arm}`` in figures/claims.yaml) prints the map's decision for its arm from
+    the table the analysis writes: the failing cells by name, "not reproduced anywhere" when none fails, the
+    incompleteness while seeds are missing."""
+    from lab.evidence.map_table import map_reading
+    from lab.study.report import write_table
+
+    study = load_study(MAP)
+    effect = {(s, k): 0.3 for s in study.splits for k in study.local_steps}
+    effect[("path2", 200)] = -2.0
+    table = tmp_path / "map.csv"
+    write_table(analyse(study, _synthetic(study, effect)), table)
+    text = map_reading("fedsam-0.1", table)
+    assert "local SAM fails in pathological, 2 classes, K = 200 (SAM helps, decided, in 3)" in text
+    assert "not reproduced" not in text
+
+    effect[("path2", 200)] = 0.3
+    write_table(analyse(study, _synthetic(study, effect)), table)
+    assert "not reproduced anywhere on the map — local SAM fails in none of its cells (SAM helps, decided, in 4)" \
+        in map_reading("fedsam-0.05", table)
+
+    values = _synthetic(study, effect)
+    del values[("dir0.1-K200", "fedavg", 5)]
+    write_table(analyse(study, values), table)
+    text = map_reading("fedsam-0.05", table)
+    assert "not complete, 3 of 4 cells tested" in text and "not reproduced" not in text
+
+    with pytest.raises(ValueError, match="fedsam-0.3"):
+        map_reading("fedsam-0.3", table)
+    with pytest.raises(ValueError, match="no failure-map table"):
+        map_reading("fedsam-0.05", tmp_path / "absent.csv")
+
+
+def test_every_claim_on_the_map_names_one_of_its_arms() -> None:
+    from lab.evidence.claims import load_claims
+
+    arms = {a.name for a in load_study(MAP).arms} - {load_study(MAP).baseline_arm}
+    on_map = {c.id: c.map_arm for c in load_claims() if c.map_arm}
+    assert on_map and set(on_map.values()) <= arms

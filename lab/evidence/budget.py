@@ -14,7 +14,7 @@ that other jobs on a shared machine do not inflate it: the estimate is for quiet
 The runs come from :data:`PLAN`: per notebook, its families of runs (methods × variants × splits ×
 seeds), with T, K, N, p, B and the evaluation read from the notebook's cpu parameters
 (``notebooks/params/NN_*.cpu.yaml``). A run is identified by (method, variant, split, seed, T, K):
-families that the notebooks share — notebooks 00 and 04–09 train on notebook 10's Dirichlet-0.1
+families that the notebooks share — notebooks 04–09 train on notebook 10's Dirichlet-0.1
 federation with the tuned hyperparameters — are counted once, by the first notebook in run order
 (10 first), *because* their parameters agree; if a yaml drifts from notebook 10's federation, its
 runs stop being shared and the estimate shows it. Runs already committed as records
@@ -68,7 +68,6 @@ class Family:
 
 PLAN: dict[str, list[Family]] = {
     "10_benchmarks": [Family("every method on three splits", ALL_METHODS, splits=BENCH_SPLITS)],
-    "00_quickstart": [Family("FedAvg, FedSAM, FedVSSAM", ("fedavg", "fedsam", "fedvssam"))],
     "02_flatness_incompatibility": [
         Family("λ_max against α", ("fedavg", "fedsam"),
                splits=("dirichlet-0.1", "dirichlet-0.5", "dirichlet-1"), analysed=True)],

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, leaning, load_claims
+from lab.evidence.map_table import map_reading
 from lab.evidence.validity import UNTESTED
 from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 from lab.repro import FIGURES_DIR
@@ -104,6 +105,8 @@ class CpuReport:
             lean = _lean(v)
             if lean:
                 lines.append(f"    {lean}")
+            if c.map_arm:
+                lines.append(f"    {map_reading(c.map_arm)}")
             if _word(v) in c.reasons:  # a hypothesis of claims.yaml says so itself; an old `reasons` text is labelled
                 text = c.reasons[_word(v)]
                 lines.append(f"    {text}" if text.startswith("hypothesis") else f"    likely reason: {text}")

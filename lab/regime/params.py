@@ -23,10 +23,11 @@ from lab.repro import REPO_ROOT
 __all__ = ["BEGIN", "END", "NOTEBOOKS", "federation_params", "main", "plan_seeds", "planned_seeds", "render",
            "stale"]
 
-NOTEBOOKS: tuple[str, ...] = ("00_quickstart", "02_flatness_incompatibility", "03_friendly_adversary",
-                              "04_sam_baselines", "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
+NOTEBOOKS: tuple[str, ...] = ("02_flatness_incompatibility", "03_friendly_adversary", "04_sam_baselines",
+                               "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
                               "09_sharpness_and_landscapes", "10_benchmarks")
-"""The notebooks that train the plan's runs in the cpu profile (01 only partitions; 01b is a toy; 11, a toy, trains
+"""The notebooks that train the plan's runs in the cpu profile (00 is one small run at every size; 01 only
+partitions; 01b is a toy; 11, a toy, trains
 on the federation only in two sections: :data:`_PREFIXED`)."""
 _LISTS = frozenset({"10_benchmarks"})  # takes ``datasets`` / ``models`` as lists, one entry per dataset
 _PREFIXED = {"11_global_perturbation": "fed_"}
@@ -39,7 +40,7 @@ END = "# --- end of the generated federation ---"
 _KEY = re.compile(r"^([A-Za-z_]\w*)\s*:")
 
 
-def federation_params(plan: Mapping[str, Any], criteria: Any, notebook: str = "00_quickstart") -> dict[str, Any]:
+def federation_params(plan: Mapping[str, Any], criteria: Any, notebook: str = "02_flatness_incompatibility") -> dict[str, Any]:
     """The parameters that put ``notebook`` in the rerun's federation on its default split (the notebook
     keeps its own ``alpha``/splits): the regime's config fields, :data:`~lab.evidence.protocol.FINAL_METRIC`'s
     evaluation grid, the plan's seeds, paired partitions (:data:`~lab.evidence.protocol.RERUN_PROTOCOL`) and

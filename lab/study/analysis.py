@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fedlab.uncertainty import Interval
+from lab.evidence.map_table import FAILS, HELPS, NOT_SHOWN
 from lab.study.spec import Study
 
 __all__ = ["Effect", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]
@@ -83,10 +84,6 @@ def _paired(values: Values, a: tuple[str, str], b: tuple[str, str], seeds: Seque
     return [values[(*a, s)] - values[(*b, s)] for s in seeds if (*a, s) in values and (*b, s) in values]
 
 
-FAILS = "local SAM fails here"
-NOT_SHOWN = "failure not shown: G not decided"
-
-
 def map_verdict(cell: MapCell, smallest: float, alpha: float = 0.05) -> str:
     """The pre-registered outcome of one cell (``fails here``, ``hurts everywhere``, or not failing) or ``not
     tested`` with the reason. The study file's ``not_failing`` is "any other decided or undecided outcome"; it is
@@ -101,7 +98,7 @@ def map_verdict(cell: MapCell, smallest: float, alpha: float = 0.05) -> str:
     if g_decided and g.mean < 0 and g.mean <= -smallest:
         return FAILS if i_below else "SAM hurts here, as much in the IID federation"
     if g_decided:
-        return "does not fail: SAM helps here" if g.mean > 0 else "does not fail: SAM loses less than the smallest effect"
+        return HELPS if g.mean > 0 else "does not fail: SAM loses less than the smallest effect"
     return NOT_SHOWN
 
 

@@ -8,12 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lab.evidence.map_table import HELPS, split_label
 from lab.study.analysis import FAILS, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown
 from lab.study.plan import committed_runs, planned_runs, run_config, study_configs
 from lab.study.spec import Study, out_dir
 
 __all__ = ["README_END", "README_START", "budget_markdown", "busy_seconds", "control_rows", "decision_markdown",
-           "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text", "replace_readme_block", "write_outputs"]
+           "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text", "replace_readme_block", "write_outputs",
+           "write_table"]
 
 def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple[str, str, int], float],
                                                                      dict[tuple[str, str], str], dict[str, Any]]:
@@ -61,10 +63,6 @@ def control_rows(study: Study, values: Mapping[tuple[str, str, int], float]) -> 
     return rows
 
 
-def _split_label(split: str) -> str:
-    return {"iid": "IID", "dir0.1": "Dirichlet 0.1", "path2": "pathological, 2 classes"}.get(split, split)
-
-
 README_START, README_END = "<!-- fedlab:map:start -->", "<!-- fedlab:map:end -->"
 
 
@@ -92,7 +90,7 @@ def headline(study: Study, cells: Sequence[MapCell], recorded: int, planned: int
 
 
 def _places(cells: Sequence[MapCell]) -> str:
-    return "; ".join(f"{_split_label(c.split)}, K = {c.local_steps}, {c.arm}" for c in cells)
+    return "; ".join(f"{split_label(c.split)}, K = {c.local_steps}, {c.arm}" for c in cells)
 
 
 def decision_markdown(study: Study, cells: Sequence[MapCell], controls: Sequence[Mapping[str, Any]],
@@ -108,7 +106,7 @@ def decision_markdown(study: Study, cells: Sequence[MapCell], controls: Sequence
              "| split | K | arm | G = FedSAM − FedAvg | p(Holm) | I = G − G(IID) | p(Holm) | H = FedAvg IID − split | "
              "verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
-        lines.append(f"| {_split_label(c.split)} | {c.local_steps} | {c.arm} | {c.gap.text()} | {number(c.gap.p_holm, '.3g')} | "
+        lines.append(f"| {split_label(c.split)} | {c.local_steps} | {c.arm} | {c.gap.text()} | {number(c.gap.p_holm, '.3g')} | "
                      f"{c.interaction.text()} | {number(c.interaction.p_holm, '.3g')} | {c.cost.text()} | {c.verdict} |")
     lines += ["", "## Controls (read by the claims; not in the map's families)", "",
               "| control | cell | against | paired difference (points) |", "|---|---|---|---|"]
@@ -217,20 +215,20 @@ def lesson_markdown(study: Study, cells: Sequence[MapCell], recorded: int, plann
             inter = [c for c in row if _decided(c.interaction)]
             more = "".join(f"; against its IID gain at ρ = {radius[c.arm]}, I = {c.interaction.text()} (decided)"
                            for c in inter)
-            parts.append(f"{_split_label(split)} costs FedAvg {row[0].cost.text()} points against IID, and "
+            parts.append(f"{split_label(split)} costs FedAvg {row[0].cost.text()} points against IID, and "
                          f"FedSAM − FedAvg there is {gaps}{more}")
         untested = [c for c in at_k if c.untested]
         tail = f" ({len(untested)} of its {len(at_k)} cells not tested yet)" if untested else ""
         out.append(f"* **K = {k} local steps{tail}:** " + "; ".join(parts) + ".")
-    helps = [c for c in cells if c.verdict == "does not fail: SAM helps here"]
+    helps = [c for c in cells if c.verdict == HELPS]
     hints = [c for c in not_shown(cells) if c.gap.mean < 0
              and _decided(c.interaction) and c.interaction.mean < 0]
     if helps:
         out.append("* Local SAM *helps* on this network, decided after Holm, in: "
-                   + "; ".join(f"{_split_label(c.split)}, K = {c.local_steps}, ρ = {radius[c.arm]}" for c in helps)
+                   + "; ".join(f"{split_label(c.split)}, K = {c.local_steps}, ρ = {radius[c.arm]}" for c in helps)
                    + ".")
     for c in hints:
-        out.append(f"* The papers' direction shows only as an interaction: with {_split_label(c.split)} at K = "
+        out.append(f"* The papers' direction shows only as an interaction: with {split_label(c.split)} at K = "
                    f"{c.local_steps} and ρ = {radius[c.arm]}, FedSAM − FedAvg is {abs(c.interaction.mean):.2f} points "
                    "lower than in the IID federation (I, decided), but its loss against FedAvg in that split itself is not "
                    "decided, and the pre-registered rule asks for both. The toy's mechanism (part 1) is a possibility "
@@ -267,11 +265,22 @@ def replace_readme_block(text: str, sentence: str) -> str:
     return text[: i + len(README_START)] + "\n" + sentence + "\n" + text[j:]
 
 
+def write_table(cells: Sequence[MapCell], path: Path) -> None:
+    """The map's table, one row per (split, K, SAM arm): G, I, H with p and Holm's p, and the verdict — what
+    the claims read (:func:`lab.evidence.map_table.map_reading`)."""
+    import pandas as pd
+
+    rows = [{"split": c.split, "local_steps": c.local_steps, "arm": c.arm, "n": c.gap.n, "gap": c.gap.mean,
+             "gap_half_width": c.gap.half_width, "gap_p": c.gap.p, "gap_p_holm": c.gap.p_holm,
+             "interaction": c.interaction.mean, "interaction_half_width": c.interaction.half_width,
+             "interaction_p": c.interaction.p, "interaction_p_holm": c.interaction.p_holm,
+             "fedavg_cost": c.cost.mean, "verdict": c.verdict} for c in cells]
+    pd.DataFrame(rows).to_csv(path, index=False, float_format="%.6g")
+
+
 def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = None) -> dict[str, Path]:
     """Write the decision page and the map's table (and its figure) under ``figures/<study stem>/``; with
     ``readme``, its map block gets the headline."""
-    import pandas as pd
-
     values, untested, results = load_values(study)
     cells = analyse(study, values, untested=untested)
     controls = control_rows(study, values)
@@ -282,12 +291,7 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
     paths = {"decision": folder / "decision.md", "table": folder / "map.csv", "budget": folder / "measured.md"}
     paths["decision"].write_text(text)
     paths["budget"].write_text(budget_markdown(study, _estimate(study), measured_runs(study, sorted(results))))
-    rows = [{"split": c.split, "local_steps": c.local_steps, "arm": c.arm, "n": c.gap.n, "gap": c.gap.mean,
-             "gap_half_width": c.gap.half_width, "gap_p": c.gap.p, "gap_p_holm": c.gap.p_holm,
-             "interaction": c.interaction.mean, "interaction_half_width": c.interaction.half_width,
-             "interaction_p": c.interaction.p, "interaction_p_holm": c.interaction.p_holm,
-             "fedavg_cost": c.cost.mean, "verdict": c.verdict} for c in cells]
-    pd.DataFrame(rows).to_csv(paths["table"], index=False, float_format="%.6g")
+    write_table(cells, paths["table"])
     if figure:  # before the README: a citable figure is refused once a tracked file outside figures/ changed
         paths.update(_figure(study, cells, sorted(results), values))
     if readme is not None:
@@ -349,7 +353,7 @@ def _figure(study: Study, cells: Sequence[MapCell], records: list[str],
         if not (data[data.local_steps == k].n > 0).any():
             ax.text(0.5, 0.5, "no runs recorded yet", transform=ax.transAxes, ha="center", color="0.4")
         ax.axhline(0, color="0.4", lw=0.8)
-        ax.set_xticks(range(len(splits)), [_split_label(s).replace(", ", "\n") for s in splits])
+        ax.set_xticks(range(len(splits)), [split_label(s).replace(", ", "\n") for s in splits])
         ax.set_title(f"K = {k} local steps")
     axes[0][0].set_ylabel("FedSAM − FedAvg (points, paired)")
     axes[0][0].legend(fontsize=8)

@@ -4,7 +4,7 @@ A claim names a paper's statement, the figure whose committed evidence judges it
 left arm, an op and the right arms (each a method, optionally with hyperparameters, a config or a label), and
 what a reader needs beside fedlab's number: the paper's own ``effect``, labelled ``hypotheses`` (each naming the
 run that would test it), the Holm ``family``, a non-inferiority claim's ``smallest_effect``, the controls it
-``requires`` and a ``much_greater`` claim's ``ceiling``. :func:`load_claims` reads and checks the file; how a
+``requires``, a ``much_greater`` claim's ``ceiling`` and the failure map's arm that also tests it (``map``). :func:`load_claims` reads and checks the file; how a
 claim is read from its evidence is :mod:`lab.evidence.claims.reading`.
 """
 from __future__ import annotations
@@ -55,6 +55,7 @@ class Claim:
     requires: list[dict[str, Any]] = field(default_factory=list)  # controls without which it is confounded
     ceiling: dict[str, Any] = field(default_factory=dict)  # much_greater: the arm that bounds the room
     not_testable: str = ""  # why the claim is outside what fedlab can test ("": it is tested)
+    map_arm: str = ""  # the failure map's FedSAM arm that also tests it (lab.evidence.map_table), "" when none
 
     @property
     def family_name(self) -> str:
@@ -115,6 +116,11 @@ class Claim:
         if not_testable and not (isinstance(not_testable, Mapping) and str(not_testable.get("reason", "")).strip()):
             raise ValueError(f"{where}: not_testable={not_testable!r} is invalid; allowed: {{reason: <why fedlab "
                              "cannot test the claim>}")
+        on_map = d.get("map")
+        if on_map is not None and not (isinstance(on_map, Mapping) and isinstance(on_map.get("arm"), str)
+                                       and on_map["arm"]):
+            raise ValueError(f"{where}: map={d.get('map')!r} is invalid; allowed: {{arm: <a SAM arm of "
+                             "lab/study/failure_map.yaml, e.g. fedsam-0.05>}")
         return cls(id=str(d["id"]), claim=str(d["claim"]), paper=str(d["source"]["paper"]),
                    where=str(d["source"].get("where", "")), notebook=str(d["setting"]["notebook"]),
                    figure=str(d["setting"]["figure"]), select=dict(d["setting"].get("select") or {}),
@@ -124,7 +130,8 @@ class Claim:
                    kind=kind, effect=dict(d.get("effect") or {}), hypotheses=hypotheses,
                    controls=str(d.get("controls", "")), family=family, smallest_effect=smallest,
                    requires=[dict(a) for a in requires], ceiling=ceiling,
-                   not_testable=str(not_testable["reason"]) if not_testable else "")
+                   not_testable=str(not_testable["reason"]) if not_testable else "",
+                   map_arm=str(on_map["arm"]) if on_map is not None else "")
 
 
 def _smallest_effect(where: str, op: str, d: Mapping[str, Any]) -> dict[str, Any]:

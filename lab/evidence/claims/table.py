@@ -20,6 +20,7 @@ from lab.evidence.claims.reading import NOT_PAIRED, TESTED, PairedComparison, Pa
 from lab.evidence.claims.spec import KINDS, NO_DATA, arm_name
 from lab.evidence.claims.unpaired import unpaired_verdict
 from lab.evidence.integrity import rerecord
+from lab.evidence.map_table import map_reading
 from lab.evidence.paired import (FAMILY_ALPHA, MIN_SEEDS_TO_DECIDE, MIN_SEEDS_TO_PRINT, TOO_FEW, sign_flip_floor,
                                  sign_flip_text)
 from lab.evidence.validity import UNTESTED
@@ -299,6 +300,11 @@ def claims_markdown(verdicts: Sequence[PairedVerdict], profile: str = "cpu", *, 
     if sanity:
         summary.append(f"sanity checks (not counted): {verdict_counts([v.as_if for v in sanity])}")
     lines += ["Summary — " + ". ".join(summary) + "."]
+    mapped = [v for v in verdicts if v.claim.map_arm]
+    if mapped:
+        lines += ["", "**Where local SAM should fail** (the failure map, `lab/study/failure_map.yaml`: its pre-registered "
+                  "decision per split × local work, read from `figures/failure_map/map.csv`)", ""]
+        lines += [f"- {esc(_short(v))}: {esc(map_reading(v.claim.map_arm))}" for v in mapped]
     apart = [v for v in verdicts if v.verdict in UNTESTED]
     if apart:
         lines += ["", "**Not tested, with the reason** (not counted above)", ""]
