@@ -739,7 +739,7 @@ ax.set_ylabel("client's own model (FedFSA)")
 global_acc = {name: final_metric(r).value for name, r in personal_runs.items()}
 ax.set_title(f"{len(per_client)} clients, {fed_rounds} rounds; global test acc. "
              f"MoFedSAM {global_acc['mofedsam']:.2f}, FedFSA {global_acc['fedfsa']:.2f}", fontsize=9)
-save_figure(fig, "11_fedfsa_personal", notebook=NB, profile=profile, kind="analysis",
+save_figure(fig, "11_fedfsa_personal", notebook=NB, profile=profile, runs=list(personal_runs.values()),
             caption="Per-client accuracy on each client's own test split (its label proportions): FedFSA's personal "
                     "model against MoFedSAM's global model, same federation, seed and splits; dashed: equal.",
             parameters={**fed_parameters, "client_eval_size": client_eval_size},
@@ -796,13 +796,14 @@ sam_choice = tuned_params("fedsam", federation, profile=profile)
 dp_sam_params = (dict(dp_fedsam_params) if dp_fedsam_params is not None
                  else {k: v for k, v in sam_choice.params.items() if k == "rho"})
 print("DP-FedSAM:", dp_sam_params or "defaults", "" if dp_fedsam_params is not None else f"(FedSAM's choice: {sam_choice.source})")
-dp_rows = []
+dp_rows, dp_runs = [], []
 for s in range(seed, seed + dp_n_seeds):
     for name in ("dp_fedavg", "dp_fedsam"):
         for sigma in dp_noise_multipliers:
             params = {"noise_multiplier": float(sigma), **(dp_sam_params if name == "dp_fedsam" else {})}
             cfg = federation.replace(algorithm=name, algorithm_params=params, seed=s)
-            final = final_metric(fedlab.run(cfg, progress=False))
+            dp_runs.append(fedlab.run(cfg, progress=False))
+            final = final_metric(dp_runs[-1])
             dp_rows.append({"method": name, "seed": s, "sigma": float(sigma),
                             "epsilon": privacy_of_config(cfg, dp_delta).epsilon, "accuracy": final.value,
                             "how": final.how})
@@ -829,7 +830,7 @@ ax.set_ylabel("final test accuracy")
 ax.legend(fontsize=8)
 ax.set_title(f"{fed_dataset}/{fed_model}, N={fed_n_clients}, {dp_n_seeds} seed(s)"
              + (" — ci smoke test" if profile == "ci" else ""), fontsize=10)
-save_figure(fig, "11_dp_epsilon_accuracy", notebook=NB, profile=profile, kind="analysis",
+save_figure(fig, "11_dp_epsilon_accuracy", notebook=NB, profile=profile, runs=dp_runs,
             caption=f"Final test accuracy against the privacy ε (at δ = {dp_delta:g}) of DP-FedAvg and DP-FedSAM at "
                     "noise multipliers σ (update clip C = 0.2; DP-FedSAM's ρ: FedSAM's tuned radius); dashed: σ = 0, "
                     "clipping without noise; "
