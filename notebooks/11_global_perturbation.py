@@ -742,7 +742,7 @@ ax.set_title(f"{len(per_client)} clients, {fed_rounds} rounds; global test acc. 
 save_figure(fig, "11_fedfsa_personal", notebook=NB, profile=profile, runs=list(personal_runs.values()),
             caption="Per-client accuracy on each client's own test split (its label proportions): FedFSA's personal "
                     "model against MoFedSAM's global model, same federation, seed and splits; dashed: equal.",
-            parameters={**fed_parameters, "client_eval_size": client_eval_size},
+            parameters={**fed_parameters, "client_eval_size": client_eval_size, "seeds": [seed]},
             data=per_client.rename_axis("client").reset_index())
 plt.show()
 print("global test accuracy:", "; ".join(f"{method_label(n)} {100 * v:.1f} %" for n, v in global_acc.items()),
@@ -835,7 +835,8 @@ save_figure(fig, "11_dp_epsilon_accuracy", notebook=NB, profile=profile, runs=dp
                     "noise multipliers σ (update clip C = 0.2; DP-FedSAM's ρ: FedSAM's tuned radius); dashed: σ = 0, "
                     "clipping without noise; "
                     "line: mean over seeds, dots: seeds.",
-            parameters=dict(**fed_parameters, dp_n_seeds=dp_n_seeds, dp_noise_multipliers=list(dp_noise_multipliers),
+            parameters=dict(**fed_parameters, seeds=list(range(seed, seed + dp_n_seeds)), dp_n_seeds=dp_n_seeds,
+                            dp_noise_multipliers=list(dp_noise_multipliers),
                             dp_delta=dp_delta, dp_fedsam_params=dp_sam_params),
             data=dp_df)
 plt.show()
