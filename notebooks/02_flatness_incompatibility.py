@@ -1221,11 +1221,8 @@ display(Markdown(
 # local work K ∈ {50, 200}, and FedSAM at two fixed radii ρ ∈ {0.05, 0.1} (ρ is an axis, not tuned), against
 # FedAvg, six seeds per arm, each seed its own partition. For split s, K and ρ, paired over the seeds j:
 #
-# $$G = 	ext{final}(	ext{FedSAM}_
-# ho\mid s,K) - 	ext{final}(	ext{FedAvg}\mid s,K),\qquad
-# I = G(s,K,
-# ho) - G(	ext{IID},K,
-# ho),$$
+# $$G = \text{final}(\text{FedSAM}_\rho\mid s,K) - \text{final}(\text{FedAvg}\mid s,K),\qquad
+# I = G(s,K,\rho) - G(\text{IID},K,\rho),$$
 #
 # where final(·) is the protocol's final metric (mean test accuracy over the last 20 % of rounds). G asks
 # whether SAM loses to FedAvg in the split; I asks whether it loses *because of* the split, against its own

@@ -127,3 +127,12 @@ def test_every_notebook_links_the_notation_and_the_evidence_page_once(path):
         assert text.count(f"]({page})") == 1, f"{path.name} links {page} {text.count(f']({page})')} times"
         assert f"]({page})" in cells[0].source, f"{path.name}: the link to {page} belongs in the opening cell"
         assert (NB_DIR / page).is_file()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_no_control_characters_in_the_source(path):
+    """A tab or carriage return in a notebook's source is an escape that a generator did not mean (``"\\text"``
+    written without a raw string becomes a tab and "ext"): 02's map formula rendered as "ext{final}" that way."""
+    text = path.with_suffix(".py").read_text(encoding="utf-8")
+    bad = sorted({repr(ch) for ch in text if ord(ch) < 32 and ch != "\n"})
+    assert not bad, f"{path.with_suffix('.py').name} holds control characters {bad}"
