@@ -28,8 +28,8 @@
 # ends on top here is chance. Whether and where SAM helps a federation is what the course measures, after it has
 # built both methods from scratch (01b).
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # the quickstart is the same small run at every size; nothing here is saved or judged

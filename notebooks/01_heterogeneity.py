@@ -33,8 +33,8 @@
 # C = uniform); the **total-variation distance** TV(p_i, p) = ½ Σ_c |p_i(c) − p(c)| to the global
 # label distribution; and the **Gini coefficient** of client sizes.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go

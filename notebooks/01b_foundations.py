@@ -28,8 +28,8 @@
 #
 # The Dirichlet concentration of the data split is written α_Dir (parameter `dirichlet_alpha`), never a bare α.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 #
 # Sizes: everything here runs in seconds, and the lessons do not depend on the size. The `ci` defaults
 # below are the full content; `params/01b_foundations.cpu.yaml` only trains the tiny federation longer.

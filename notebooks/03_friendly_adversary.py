@@ -50,8 +50,8 @@
 # 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no
 # claim judges), each seed drawing its own partition; the models measured are its FedAvg runs on Dirichlet 0.1.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -43,8 +43,8 @@
 # hyperparameters) and `params/05_fedsmoo.paper.yaml` (CIFAR-10, ResNet-18-GN, GPU) give the citable figures;
 # what the committed cpu run shows is generated in the last section.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -41,8 +41,8 @@
 # citable figures. Each committed cpu figure is shown beside the paragraph that reads it ("The cpu run"), its
 # numbers computed from its committed data; the last section lists the figures and the claims they test.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -59,8 +59,8 @@
 # claim judges), each seed drawing its own partition; Dirichlet 0.1 — so the full FedVSSAM and FedAvg runs
 # here *are* notebook 10's Dir-0.1 runs.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

@@ -56,8 +56,8 @@
 # and CIFAR-100 with WRN-28-4, 100 clients, 10 %, K = 50, B = 50, lr 0.1, 800 rounds, three seeds — which is
 # many GPU-days for all methods; restrict `methods` and `n_seeds` to what your budget allows.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures and the CSV table go (ci → figures/_scratch)

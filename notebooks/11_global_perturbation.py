@@ -77,8 +77,8 @@
 # figures go to `figures/`. §8 and §9 train small models with `fedlab.run` (parameters `fed_*`, `dp_*`); the
 # cpu file sets them to the rerun's federation, generated as notebook 10's.
 #
-# Symbols: [the notation page](book/notation.md). How the evidence behind the figures is made, and the words
-# for it: [running the notebooks](book/guide/running.md).
+# Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
+# the words for it: `notebooks/book/guide/running.md`.
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)

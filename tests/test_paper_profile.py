@@ -306,7 +306,7 @@ def test_heterogeneity_paper_partitions(tiny_cifar):
             assert max(len(set(split.labels[ix].tolist())) for ix in split.client_indices) <= cfg.classes_per_client
 
 
-TOYS = ("01_heterogeneity", "01b_foundations")
+TOYS = ("00_quickstart", "01_heterogeneity", "01b_foundations")  # 00: one small run, no paper-size training
 """Notebooks whose paper file trains no CIFAR model: partitions only (01), the foundations' MLP on
 Fashion-MNIST (01b, below). Notebook 11 is a quadratic toy (below) whose §8–9 train on CIFAR."""
 

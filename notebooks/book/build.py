@@ -146,8 +146,7 @@ def figure_label(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def stage_notebooks(nb_paths: list[Path], records: list[dict], dest: Path) -> dict[str, str]:
-    """Copy the notebooks, adding a MyST target above each figure's cell and pointing their links to book pages
-    (``book/notation.md``) at the staged pages; return ``{stem: title}``."""
+    """Copy the notebooks, adding a MyST target above each figure's cell; return ``{stem: title}``."""
     dest.mkdir(parents=True, exist_ok=True)
     by_notebook: dict[str, list[str]] = {}
     for rec in records:
@@ -158,9 +157,6 @@ def stage_notebooks(nb_paths: list[Path], records: list[dict], dest: Path) -> di
     for path in nb_paths:
         nb = nbformat.read(path, as_version=4)
         titles[path.stem] = notebook_title(nb, path)
-        for cell in nb.cells:  # a notebook links book pages from notebooks/; in the book they sit beside it
-            if cell.cell_type == "markdown":
-                cell.source = cell.source.replace("](book/", "](")
         inserts = []
         for name in by_notebook.get(path.stem, []):
             index = figure_cell_index(nb, name)
