@@ -52,7 +52,7 @@ def _repo_with(tmp_path: Path, design: dict, commit: bool) -> Path:
 
 def test_the_failure_map_loads_and_its_plan_covers_every_cell_arm_and_seed() -> None:
     study = load_study(MAP)
-    runs = planned_runs(study)
+    runs = planned_runs(study, 1)
     assert len(study.cells) == 6
     assert len(runs) == len(study.cells) * len(study.arms) * len(study.seeds) + len(study.controls) * len(study.seeds)
     assert len({r.key for r in runs}) == len(runs)
@@ -267,7 +267,7 @@ def test_readmes_map_headline_is_the_one_the_committed_records_give() -> None:
     cells = analyse(study, values, untested=untested)
     text = (REPO / "README.md").read_text()
     block = text[text.index(README_START) + len(README_START):text.index(README_END)].strip()
-    assert block == headline(study, cells, len(results), len(planned_runs(study)))
+    assert block == headline(study, cells, len(results), len(planned_runs(study, 1)))
 
 
 def test_an_incomplete_map_is_adjusted_for_its_whole_declared_family() -> None:

@@ -24,7 +24,8 @@ from fedlab.uncertainty import Interval
 from lab.evidence.map_table import FAILS, HELPS, NOT_SHOWN
 from lab.study.spec import Study
 
-__all__ = ["Effect", "MapCell", "analyse", "estimate_of", "fails_anywhere", "map_verdict"]
+__all__ = ["BELOW_DRIFT", "Effect", "FixRow", "MapCell", "NOT_MORE", "RECOVERS", "analyse", "estimate_of", "fails_anywhere",
+           "fix_verdict", "map_verdict", "stage2_rows"]
 
 Values = Mapping[tuple[str, str, int], float]
 """(cell name, arm name, seed) → final metric in points."""
@@ -158,3 +159,80 @@ def not_shown(cells: Sequence[MapCell]) -> list[MapCell]:
 
 def fails_anywhere(cells: Sequence[MapCell]) -> bool:
     return bool(failing(cells))
+
+
+RECOVERS = "recovers more than drift correction"
+BELOW_DRIFT = "below the drift correction"
+NOT_MORE = "not more than drift correction (not decided)"
+
+
+@dataclass(frozen=True)
+class FixRow:
+    """One fix F of stage 2 in one cell where local SAM fails: F − FedAvg, F − the better drift reference (by
+    mean, in that cell), both Holm-adjusted across the fixes of the cell, F − FedSAM at the failing radius
+    (descriptive), and the pre-registered reading."""
+
+    cell: str
+    fix: str
+    reference: str
+    over_fedavg: Effect
+    over_reference: Effect
+    over_sam: Effect
+    untested: tuple[str, ...]
+    verdict: str = ""
+
+
+def stage2_rows(study: Study, values: Values, failing_cells: Sequence[MapCell], *,
+                untested: Mapping[tuple[str, str], str] | None = None,
+                holm: Callable[[Sequence[float]], list[float]] | None = None) -> list[FixRow]:
+    """The stage-2 table of the map's amendments (``study.stage2``; values keyed (cell, arm, seed) as the map's):
+    per cell, the references ``stage2.references`` and the fixes ``stage2.methods`` of the study file. The
+    better reference is chosen by its mean over the seeds in that cell (the file's "max(SCAFFOLD, FedDyn)");
+    each family (F − FedAvg; F − reference) is the cell's fixes, Holm at 0.05; a fix or reference with a
+    diverged run or a missing seed is not tested, and its fix's reading says so."""
+    if holm is None:
+        from lab.evidence.paired import holm as holm_adjust
+
+        holm = holm_adjust
+    untested = dict(untested or {})
+    declared = study.raw["stage2"]
+    fixes, refs = list(declared["methods"]), list(declared["references"])
+    seeds, base = list(study.seeds), study.baseline_arm
+    out: list[FixRow] = []
+    for cell in dict.fromkeys(a.cell.name for a in study.stage2 if a.cell is not None):
+        def mean(arm: str) -> float:
+            got = [values[(cell, arm, s)] for s in seeds if (cell, arm, s) in values]
+            return sum(got) / len(got) if len(got) == len(seeds) and (cell, arm) not in untested else -math.inf
+        ref = max(refs, key=mean)
+        sam = next((c.arm for c in failing_cells if f"{c.split}-K{c.local_steps}" == cell), None)
+        rows = []
+        for fix in fixes:
+            why = tuple(f"{a}: {untested[(cell, a)]}" for a in (fix, ref, base) if (cell, a) in untested)
+            missing = [a for a in (fix, ref, base) if sum((cell, a, s) in values for s in seeds) < len(seeds)
+                       and (cell, a) not in untested]
+            why += tuple(f"{a}: {sum((cell, a, s) in values for s in seeds)}/{len(seeds)} seeds recorded"
+                         for a in missing)
+            rows.append(FixRow(cell, fix, ref, estimate_of(_paired(values, (cell, fix), (cell, base), seeds)),
+                               estimate_of(_paired(values, (cell, fix), (cell, ref), seeds)),
+                               estimate_of(_paired(values, (cell, fix), (cell, sam), seeds)) if sam else estimate_of([]),
+                               why))
+        for field in ("over_fedavg", "over_reference"):
+            whole = holm([getattr(r, field).p if not r.untested else 1.0 for r in rows])
+            for i, r in enumerate(rows):
+                if not r.untested:
+                    e = getattr(r, field)
+                    rows[i] = dataclasses.replace(r, **{field: Effect(e.values, e.mean, e.half_width, e.p, whole[i])})
+        out += [dataclasses.replace(r, verdict=fix_verdict(r)) for r in rows]
+    return out
+
+
+def fix_verdict(row: FixRow, alpha: float = 0.05) -> str:
+    """The pre-registered reading of one fix: it recovers more than drift correction when F − the better
+    reference is decided above 0 (Holm across the cell's fixes); decided below 0, it is below the drift
+    correction; otherwise not more; not tested when a run it needs diverged or is missing."""
+    if row.untested:
+        return f"not tested ({'; '.join(row.untested)})"
+    e = row.over_reference
+    if e.p_holm < alpha:
+        return RECOVERS if e.mean > 0 else BELOW_DRIFT
+    return NOT_MORE

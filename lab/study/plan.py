@@ -39,15 +39,21 @@ class StudyRun:
         return f"{self.cell.name} {self.arm.name} s{self.seed}"
 
 
-def planned_runs(study: Study) -> list[StudyRun]:
-    """Every run of the study, cheapest local work first, then seed-major inside it (a session that stops
-    early leaves whole seeds of the cheap cells, which pair across arms and cells), the controls with the
-    arms of their K."""
+def planned_runs(study: Study, stage: int | None = None) -> list[StudyRun]:
+    """Every run of the study (of one ``stage``: 1 the map, 2 its amendments' stage 2), cheapest local work
+    first, then seed-major inside it (a session that stops early leaves whole seeds of the cheap cells, which
+    pair across arms and cells), the controls with the arms of their K; stage 2 after the map, also seed-major."""
     out = []
-    for k in sorted(study.local_steps):
-        for seed in study.seeds:
-            out += [StudyRun(Cell(s, k), a, seed) for s in study.splits for a in study.arms]
-            out += [StudyRun(a.cell, a, seed) for a in study.controls if a.cell is not None and a.cell.local_steps == k]
+    if stage in (None, 1):
+        for k in sorted(study.local_steps):
+            for seed in study.seeds:
+                out += [StudyRun(Cell(s, k), a, seed) for s in study.splits for a in study.arms]
+                out += [StudyRun(a.cell, a, seed) for a in study.controls
+                        if a.cell is not None and a.cell.local_steps == k]
+    if stage in (None, 2):
+        for k in sorted(study.local_steps):
+            for seed in study.seeds:
+                out += [StudyRun(a.cell, a, seed) for a in study.stage2 if a.cell is not None and a.cell.local_steps == k]
     return out
 
 
@@ -163,10 +169,13 @@ def seconds_of(run: StudyRun, base_k: int, seconds: Mapping[tuple[str, str], flo
 
 
 def estimate(study: Study, runs: Sequence[StudyRun], committed: Mapping[tuple[str, str, int], str],
-             seconds: Mapping[tuple[str, str], float], base_k: int = 50) -> dict[str, Any]:
-    """The study's cost on ``study.raw['budget']['workers']`` workers, from measured seconds (:func:`measured_seconds`,
-    at K = ``base_k``): committed runs cost 0, each calibration one run of its cell at the rerun's FedSAM cost."""
+             seconds: Mapping[tuple[str, str], float], base_k: int = 50, budget_hours: float | None = None) \
+        -> dict[str, Any]:
+    """The cost of ``runs`` on ``study.raw['budget']['workers']`` workers, from measured seconds (:func:`measured_seconds`,
+    at K = ``base_k``): committed runs cost 0, each calibration one run of its cell at the rerun's FedSAM cost
+    (when ``runs`` hold the map's); checked against ``budget_hours`` (default the study file's budget)."""
     workers = int(study.raw["budget"]["workers"])
+    budget = float(study.raw["budget"]["hours"]) if budget_hours is None else float(budget_hours)
     parts: dict[str, dict[str, float]] = {}
     for run in runs:
         part = parts.setdefault(f"{run.cell.name} {run.arm.name}", {"runs": 0, "committed": 0, "seconds": 0.0})
@@ -176,13 +185,13 @@ def estimate(study: Study, runs: Sequence[StudyRun], committed: Mapping[tuple[st
             continue
         part["seconds"] += seconds_of(run, base_k, seconds)[0]
     calibration = 0.0
-    for arm in (study.raw.get("calibration") or {}):
+    for arm in (study.raw.get("calibration") or {}) if any(r.arm.stage == 1 for r in runs) else ():
         cell = study.arm(arm).cell
         assert cell is not None
         calibration += seconds_of(StudyRun(cell, Arm("calibration", "fedsam", {}), 0), base_k, seconds)[0]
     total = sum(p["seconds"] for p in parts.values()) + calibration
     hours = total / workers / 3600
     return {"parts": parts, "calibration_seconds": calibration, "total_seconds": total, "workers": workers,
-            "hours": hours, "budget_hours": float(study.raw["budget"]["hours"]),
-            "fits": hours <= float(study.raw["budget"]["hours"]) and math.isfinite(hours),
+            "hours": hours, "budget_hours": budget,
+            "fits": hours <= budget and math.isfinite(hours),
             "runs": len(runs), "committed": sum(1 for r in runs if r.key in committed)}

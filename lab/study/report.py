@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.map_table import HELPS, split_label
-from lab.study.analysis import FAILS, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown
+from lab.study.analysis import (FAILS, FixRow, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown,
+                                stage2_rows)
 from lab.study.plan import committed_runs, planned_runs, run_config, study_configs
 from lab.study.spec import Study, out_dir
 
@@ -17,9 +18,10 @@ __all__ = ["README_END", "README_START", "budget_markdown", "busy_seconds", "con
            "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text", "replace_readme_block", "write_outputs",
            "write_table"]
 
-def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple[str, str, int], float],
-                                                                     dict[tuple[str, str], str], dict[str, Any]]:
-    """(values, untested, results): every committed run of ``study`` as its final metric in points, keyed by
+def load_values(study: Study, directory: Path | None = None, stage: int | None = 1) \
+        -> tuple[dict[tuple[str, str, int], float], dict[tuple[str, str], str], dict[str, Any]]:
+    """(values, untested, results): every committed run of ``study`` (of ``stage``: 1 the map, 2 its amendments'
+    stage 2, None both) as its final metric in points, keyed by
     (cell, arm, seed); the (cell, arm)s with a run that breaks the validity rule, with the reason; and the
     runs themselves by record key."""
     from lab.evidence.divergence import run_divergence
@@ -29,7 +31,7 @@ def load_values(study: Study, directory: Path | None = None) -> tuple[dict[tuple
 
     calibrated = load_calibration(out_dir(study) / "calibration.json")
     configs = {}
-    for run in planned_runs(study):
+    for run in planned_runs(study, stage):
         try:
             configs[run.key] = run_config(study, run, calibrated)
         except ValueError:
@@ -243,7 +245,7 @@ def map_lesson(study: Study | None = None) -> str:
     study = load_study(Path(__file__).with_name("failure_map.yaml")) if study is None else study
     values, untested, results = load_values(study)
     cells = analyse(study, values, untested=untested)
-    return lesson_markdown(study, cells, len(results), len(planned_runs(study)))
+    return lesson_markdown(study, cells, len(results), len(planned_runs(study, 1)))
 
 
 def number(value: float, spec: str = ".2f") -> str:
@@ -286,12 +288,21 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
     controls = control_rows(study, values)
     folder = out_dir(study)
     folder.mkdir(parents=True, exist_ok=True)
-    planned = len(planned_runs(study))
+    planned = len(planned_runs(study, 1))
     text = decision_markdown(study, cells, controls, untested, len(results), planned)
     paths = {"decision": folder / "decision.md", "table": folder / "map.csv", "budget": folder / "measured.md"}
     paths["decision"].write_text(text)
     paths["budget"].write_text(budget_markdown(study, _estimate(study), measured_runs(study, sorted(results))))
     write_table(cells, paths["table"])
+    if study.stage2:
+        values2, untested2, results2 = load_values(study, stage=2)
+        rows = stage2_rows(study, {**values, **values2}, failing(cells), untested={**untested, **untested2})
+        paths["stage2"] = folder / "stage2.csv"
+        write_stage2_table(rows, paths["stage2"])
+        text += stage2_markdown(study, rows, len(results2))
+        paths["decision"].write_text(text)
+        with paths["budget"].open("a") as page:
+            page.write(stage2_budget_markdown(study, measured_runs(study, sorted(results2))))
     if figure:  # before the README: a citable figure is refused once a tracked file outside figures/ changed
         paths.update(_figure(study, cells, sorted(results), values))
     if readme is not None:
@@ -302,13 +313,61 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
     return paths
 
 
+def write_stage2_table(rows: Sequence[FixRow], path: Path) -> None:
+    """The stage-2 table, one row per (cell, fix): F − FedAvg, F − the better drift reference, F − FedSAM at the
+    failing radius, with p and Holm's p, and the pre-registered reading."""
+    import pandas as pd
+
+    out = []
+    for r in rows:
+        row: dict[str, Any] = {"cell": r.cell, "fix": r.fix, "reference": r.reference}
+        for name in ("over_fedavg", "over_reference", "over_sam"):
+            e = getattr(r, name)
+            row.update({name: e.mean, f"{name}_half_width": e.half_width, f"{name}_p": e.p,
+                        f"{name}_p_holm": e.p_holm, f"{name}_n": e.n})
+        row["verdict"] = r.verdict
+        out.append(row)
+    pd.DataFrame(out).to_csv(path, index=False, float_format="%.6g")
+
+
+def stage2_markdown(study: Study, rows: Sequence[FixRow], recorded: int) -> str:
+    """The stage-2 section of the decision page: which amendment ran it and beyond which budget, then per cell the
+    fixes against FedAvg, against the better drift-only reference and against FedSAM at the failing radius."""
+    planned = len(planned_runs(study, 2))
+    names = ", ".join(a.path.name for a in study.amendments)
+    lines = ["", f"## Stage 2: do the fixes recover SAM's advantage where local SAM fails? ({names})", "",
+             f"Run under {names} (its reasons: a budget of its own, beyond the map's "
+             f"{float(study.raw['budget']['hours']):.0f} h, stated before its first run), in the cells the map's "
+             f"rule decides; {recorded} of {planned} runs recorded. Each fix and reference at its rerun-tuned "
+             "hyperparameters (tuned on Dirichlet 0.1, K = 50, reused here). The better drift reference is SCAFFOLD or "
+             "FedDyn, whichever has the higher mean in the cell; p(Holm) is adjusted across the cell's fixes, per "
+             "column; 'recovers more than drift correction' when F − reference > 0 is decided.", "",
+             "| cell | fix | F − FedAvg | p(Holm) | reference | F − reference | p(Holm) | F − FedSAM (failing ρ) | "
+             "reading |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.cell} | {r.fix} | {r.over_fedavg.text()} | {number(r.over_fedavg.p_holm, '.3g')} | "
+                     f"{r.reference} | {r.over_reference.text()} | {number(r.over_reference.p_holm, '.3g')} | "
+                     f"{r.over_sam.text()} | {r.verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def stage2_budget_markdown(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
+    """Stage 2's measured cost against its amendment's budget (the map's rows above leave stage 2 out)."""
+    budget = sum(a.budget_hours for a in study.amendments)
+    mine = [r for r in rows if r["arm"] in {a.name for a in study.stage2}]
+    return (f"\n## Stage 2 ({', '.join(a.path.name for a in study.amendments)})\n\n"
+            f"- runs measured: {len(mine)} of {len(planned_runs(study, 2))}; busy {busy_seconds(mine) / 3600:.2f} h of "
+            f"wall time on {study.raw['budget']['workers']} workers, against the amendment's budget of {budget:.1f} h "
+            f"(its estimate: {', '.join(f'`plan_{a.path.stem.removeprefix(study.path.stem + chr(95))}.md`' for a in study.amendments)}); one worker: {sum(r['seconds'] for r in mine) / 3600:.2f} h\n")
+
+
 def _estimate(study: Study) -> dict[str, Any]:
     """The plan's estimate made again from what it was made from: the rerun's measured seconds, and as
     committed only the records the study reuses (its own records were still to train when it was made)."""
     from lab.evidence.records import record_meta
     from lab.study.plan import estimate, measured_seconds
 
-    runs = planned_runs(study)
+    runs = planned_runs(study, 1)
     reused = {k: r for k, r in committed_runs(study_configs(study, runs)).items()
               if record_meta(r).get("study") != study.name}
     return estimate(study, runs, reused, measured_seconds())

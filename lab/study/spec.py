@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from lab.repro import FIGURES_DIR, REPO_ROOT
 
-__all__ = ["CALIBRATED", "KINDS", "Arm", "Cell", "Design", "Study", "StudyError", "kind_module", "load_study",
+__all__ = ["CALIBRATED", "KINDS", "Amendment", "Arm", "Cell", "Design", "Study", "StudyError", "kind_module", "load_study",
            "need", "out_dir", "read_design", "require_registered"]
 
 CALIBRATED = "calibrated"
@@ -72,6 +72,22 @@ class Arm:
     algorithm: str
     params: Mapping[str, Any]
     cell: Cell | None = None  # a control's one cell; None: every cell of the map
+    stage: int = 1  # 2: a fix or drift reference of an amendment's stage 2, run in its one cell
+
+
+@dataclass(frozen=True)
+class Amendment:
+    """A later file of a map's pre-registration (``<study stem>_amendment<N>.yaml``), refused unless its
+    ``amends.sha256`` is the study file's digest: its reasons, and a stage 2 (``arms``: each fix and drift
+    reference of the study's ``stage2`` block in each of the amendment's cells, at its tuned hyperparameters)
+    with its own budget."""
+
+    path: Path
+    sha256: str
+    cells: tuple[Cell, ...]
+    arms: tuple[Arm, ...]
+    budget_hours: float
+    raw: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -89,10 +105,16 @@ class Study:
     controls: tuple[Arm, ...]
     raw: Mapping[str, Any]
     kind: str = "map"
+    amendments: tuple[Amendment, ...] = ()
 
     @property
     def designs(self) -> tuple[Path, ...]:
-        return (self.path,)  # a map is its one file
+        return (self.path, *(a.path for a in self.amendments))  # the map and every amendment of it
+
+    @property
+    def stage2(self) -> tuple[Arm, ...]:
+        """The arms of the amendments' stage 2, each in one cell where the map decided that local SAM fails."""
+        return tuple(arm for a in self.amendments for arm in a.arms)
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -249,9 +271,57 @@ def _load_map(path: Path, data: bytes, raw: dict[str, Any]) -> Study:
     workers = need(raw["budget"], "workers", "budget.", path, int)
     if hours <= 0 or workers < 1:
         raise StudyError(f"{path.name}: budget needs hours > 0 and workers >= 1, got {hours}, {workers}")
-    return Study(path=path, sha256=hashlib.sha256(data).hexdigest(), name=name, federation=dict(federation),
+    digest = hashlib.sha256(data).hexdigest()
+    amendments = tuple(_load_amendment(p, path, digest, raw, splits, ks)
+                       for p in sorted(path.parent.glob(f"{path.stem}_amendment*.yaml")))
+    return Study(path=path, sha256=digest, name=name, federation=dict(federation),
                  seeds=tuple(seeds), splits={k: dict(v) for k, v in splits.items()}, local_steps=tuple(ks),
-                 arms=tuple(arms), controls=tuple(controls), raw=raw)
+                 arms=tuple(arms), controls=tuple(controls), raw=raw, amendments=amendments)
+
+
+def _load_amendment(path: Path, study_path: Path, digest: str, study_raw: Mapping[str, Any],
+                    splits: Mapping[str, Any], ks: list[int]) -> Amendment:
+    """An amendment of the map ``study_path`` (digest ``digest``), checked before anything is planned: it names
+    the study's file and digest, its stage 2 lists cells of the map and a budget, and each of the study's
+    ``stage2`` methods and references has a tuning file under ``stage2.tuning`` (or nothing to tune)."""
+    from fedlab.tuning import DEFAULT_GRIDS
+    from lab.evidence.tuning_files import load_tuning
+
+    data, raw = read_design(path, "amendment")
+    amends = need(raw, "amends", "", path, dict)
+    if amends.get("file") != study_path.name or amends.get("sha256") != digest:
+        raise StudyError(f"{path.name}: amends={amends!r} does not name {study_path.name} at its digest "
+                         f"({digest[:12]}…): it amends another file, or that file changed after it was written")
+    need(raw, "reasons", "", path, dict)
+    stage = need(raw, "stage2", "", path, dict)
+    declared = need(study_raw, "stage2", "", study_path, dict)
+    cells = []
+    for cell in need(stage, "cells", "stage2.", path, list):
+        split, k = (cell or {}).get("split"), (cell or {}).get("local_steps")
+        if split not in splits or k not in ks:
+            raise StudyError(f"{path.name}: stage2.cells has {cell!r}, not a cell of the map; allowed: a split of "
+                             f"{', '.join(splits)} and local_steps of {ks}")
+        cells.append(Cell(str(split), int(k)))
+    hours = need(stage, "budget_hours", "stage2.", path, (int, float))
+    if not hours > 0:
+        raise StudyError(f"{path.name}: stage2.budget_hours={hours!r} is invalid; allowed: a number > 0")
+    from lab.repro import REPO_ROOT
+
+    tuning = REPO_ROOT / need(stage, "tuning", "stage2.", path, str)
+    arms = []
+    for method in [*need(declared, "methods", "stage2.", study_path, list),
+                   *need(declared, "references", "stage2.", study_path, list)]:
+        algorithm = _algorithm(method, "stage2.", study_path)
+        file = tuning / f"{algorithm}.json"
+        if file.exists():
+            params = dict(load_tuning(file)["best"])  # checked: its manifest digest, its grid's best point
+        elif not DEFAULT_GRIDS.get(algorithm):
+            params = {}
+        else:
+            raise StudyError(f"{path.name}: stage2.tuning has no {file.name} for {algorithm}, which has "
+                             "hyperparameters to tune")
+        arms += [Arm(algorithm, algorithm, params, cell, stage=2) for cell in cells]
+    return Amendment(path, hashlib.sha256(data).hexdigest(), tuple(cells), tuple(arms), float(hours), raw)
 
 
 def require_registered(design: Design | Path, root: Path | None = None) -> str:
