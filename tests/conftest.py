@@ -22,6 +22,25 @@ def tiny(tmp_path):
     return make
 
 
+RAY_FIXTURES = {"ray_turn", "ray_cluster", "two_nodes"}
+"""The fixtures that start a Ray cluster or hold the Ray lock: a test that takes one is marked ``ray``."""
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture
+def ray_turn(tmp_path_factory):
+    """The suite's Ray lock held for the test: no other test's Ray cluster starts or runs meanwhile."""
+    from _ray_procs import one_ray_at_a_time
+
+    with one_ray_at_a_time(tmp_path_factory):
+        yield
+
+
 @pytest.fixture
 def one_thread():
     """One intra-op thread for the test (what each client thread uses), restored afterwards."""

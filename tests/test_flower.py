@@ -43,6 +43,7 @@ def _config(tmp_path, algorithm: str, **overrides) -> Config:
     return Config(**values)
 
 
+@pytest.mark.usefixtures("ray_turn")  # a Ray of its own: never beside another test's cluster
 def test_flower_simulation_matches_the_engine_bit_for_bit_and_byte_for_byte(tmp_path):
     """Eleven methods in one Flower simulation (one test, so that pytest-xdist starts Ray once).
 
@@ -84,6 +85,7 @@ def test_flower_simulation_matches_the_engine_bit_for_bit_and_byte_for_byte(tmp_
     assert dyn.uplink.floats == avg.uplink.floats and dyn.downlink.floats == avg.downlink.floats
 
 
+@pytest.mark.usefixtures("ray_turn")  # a Ray of its own: never beside another test's cluster
 def test_flower_sim_stores_its_run_as_run_does(tmp_path, capsys):
     """`flower-sim` and `run` on the same flags (their defaults are Config's) leave the same run folder: the same
     files, metric columns, summary keys and config record, under the same run key (the Flower run in
@@ -126,6 +128,7 @@ def test_flower_sim_stores_its_run_as_run_does(tmp_path, capsys):
         assert [e.step for e in events.Scalars("train_loss")] == [1, 2], root
 
 
+@pytest.mark.usefixtures("ray_turn")  # a Ray of its own: never beside another test's cluster
 def test_flower_run_exits_with_the_runs_failure_and_leaves_no_process(monkeypatch, capsys):
     """`flwr run . local` exits 0 once a run is submitted and keeps its SuperLink running; `flower-run` waits
     for the run (here one that fails inside the ServerApp: its schedule file is missing), exits 1 naming

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from _load import window
+from _ray_procs import one_ray_at_a_time, stop_cluster
 from fedlab import Config
 from fedlab.sweep import executed_on, sweep
 from test_sweep_backends import _assert_same  # the bit-for-bit comparison of two sweeps
@@ -55,40 +55,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cluster_pids(temp: str) -> list[int]:
-    """Processes whose command line names ``temp`` (every process ``ray start`` launched for this
-    cluster passes its session folder below it), this process excluded."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if temp in cmdline:
-            pids.append(int(proc.name))
-    return pids
-
-
-def _stop_cluster(temp: str) -> list[int]:
-    """SIGTERM, then SIGKILL after a grace period, to this cluster's processes; the ones that were alive."""
-    pids = _cluster_pids(temp)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + window(5)
-        while time.monotonic() < deadline and _cluster_pids(temp):
-            time.sleep(0.2)
-        pids = _cluster_pids(temp)
-        if not pids:
-            break
-    return pids
-
-
 def _start(cli: Path, temp: str, address: str, env: dict[str, str]) -> str | None:
     """``ray start`` the head at ``address`` (session under ``temp``), then the second node; None, or
     the failed command with its output."""
@@ -104,8 +70,14 @@ def _start(cli: Path, temp: str, address: str, env: dict[str, str]) -> str | Non
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
-    """``address`` of a running two-node cluster (one CPU per node) and ``{node id: custom resource}``."""
+def two_nodes(tmp_path_factory):
+    """``address`` of a running two-node cluster (one CPU per node) and ``{node id: custom resource}``, started
+    and used under the suite's Ray lock."""
+    with one_ray_at_a_time(tmp_path_factory):
+        yield from _two_nodes()
+
+
+def _two_nodes():
     ray = pytest.importorskip("ray")
     cli = Path(sys.executable).with_name("ray")
     if not cli.exists():
@@ -125,7 +97,7 @@ def two_nodes():
             failure = _start(cli, temps[-1], address, env)
             if failure is None:
                 break
-            _stop_cluster(temps[-1])
+            stop_cluster(temps[-1])
             # Ray gives a starting raylet a fixed 30 s to register (what ray_init retries too), and the
             # head's first node-info RPC a fixed deadline (it missed it at a load of 6 on 2 cores);
             # anything else is a real failure
@@ -148,13 +120,12 @@ def two_nodes():
         assert sorted(nodes.values()) == sorted(NODES), f"nodes alive: {alive}"
         yield address, nodes
     finally:
-        left = [pid for temp in temps for pid in _stop_cluster(temp)]
+        left = [pid for temp in temps for pid in stop_cluster(temp)]
         for temp in temps:
             shutil.rmtree(temp, ignore_errors=True)
         assert not left, f"Ray processes of this test's cluster survived SIGKILL: {left}"
 
 
-@pytest.mark.xdist_group("ray")
 def test_sweep_runs_on_both_nodes_with_the_sequential_bits(two_nodes, tmp_path):
     address, nodes = two_nodes
     results = sweep(_base(tmp_path / "cluster"), GRID, SEEDS, backend="ray", address=address, progress=False)

@@ -1,9 +1,9 @@
 """Sweep backends: a local process pool and Ray give the sequential sweep's bits; a killed worker's
 sweep finishes on restart without retraining finished runs; failures are reported; Ray is optional.
 
-Ray starts once for this module (``ray_cluster``), lean (2 CPUs, no dashboard, logs in a temporary
-folder); the tests that use it share the xdist group "ray", so ``pytest -n 2 --dist loadgroup`` (the
-Makefile's) runs them on one worker and starts one cluster.
+Ray starts for each test that asks for it (``ray_cluster``), lean (2 CPUs, no dashboard, logs in a temporary
+folder), under the suite's Ray lock (``ray_turn``): never beside another test's cluster, and whatever it
+started is ended afterwards.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _ray_procs import stop_cluster
 from fedlab import Config
 from fedlab.sweep import MissingExtraError, SweepError, executed_on, expand_grid, sweep
 
@@ -56,8 +57,8 @@ def reference(tmp_path_factory):
     return sweep(_base(tmp_path_factory.mktemp("sequential")), GRID, SEEDS, backend="sequential", progress=False)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
+@pytest.fixture
+def ray_cluster(ray_turn):
     ray = pytest.importorskip("ray")
     from fedlab.sweep.backends import ray_init
 
@@ -68,7 +69,9 @@ def ray_cluster():
         yield ray
     finally:
         ray.shutdown()
+        left = stop_cluster(temp)  # what a failed start left behind, too
         shutil.rmtree(temp, ignore_errors=True)
+    assert not left, f"Ray processes of this test's cluster survived SIGKILL: {left}"
 
 
 def test_sequential_sweep_writes_one_log_per_run(reference):
@@ -102,7 +105,6 @@ def test_executed_on_lists_every_attempt_of_a_run(reference):
     assert executed_on(reference[0].config.replace(seed=99)) == []  # never started
 
 
-@pytest.mark.xdist_group("ray")
 def test_ray_matches_sequential_and_its_store_loads_anywhere(reference, ray_cluster, tmp_path):
     results = sweep(_base(tmp_path), GRID, SEEDS, backend="ray", progress=False)
     assert all(Path(r.run_dir).parent == tmp_path for r in results)
@@ -206,7 +208,6 @@ def test_bad_resources_are_named_before_anything_runs(tmp_path, kwargs, field):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.xdist_group("ray")
 def test_ray_refuses_resources_the_cluster_lacks(ray_cluster, tmp_path):
     from fedlab.config import ConfigError
 
@@ -218,7 +219,6 @@ def test_ray_refuses_resources_the_cluster_lacks(ray_cluster, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.xdist_group("ray")
 def test_bench_sweep_quick_prints_every_backend(ray_cluster, capsys):
     from lab.bench.sweep import main
 

@@ -18,17 +18,21 @@ sweep. A last test runs a local sweep from a script without a ``__main__`` guard
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 from _load import window
+from _ray_procs import raylet_log_tail, stop_cluster
 
 from fedlab import Config
 from fedlab.sweep import SweepInterrupted, sweep
@@ -95,8 +99,8 @@ def _start(args: list[str], cwd: Path, hold: Path | None, stdin: str | None = No
     return proc
 
 
-def _held_workers(hold: Path, proc: subprocess.Popen, n: int = 2) -> list[int]:
-    """Wait until ``n`` runs are held mid-run; the pids of their workers."""
+def _held_workers(hold: Path, proc: subprocess.Popen, n: int = 2, why: Callable[[], str] = str) -> list[int]:
+    """Wait until ``n`` runs are held mid-run; the pids of their workers (``why()``: more to show on failure)."""
     deadline = time.monotonic() + window(120)
     while time.monotonic() < deadline:
         marks = list(hold.glob("*.held"))
@@ -104,10 +108,10 @@ def _held_workers(hold: Path, proc: subprocess.Popen, n: int = 2) -> list[int]:
         if len(pids) == n:
             return pids
         if proc.poll() is not None:
-            pytest.fail(f"the sweep ended before its runs were held: {proc.communicate()}")
+            pytest.fail(f"the sweep ended before its runs were held: {proc.communicate()}\n{why()}")
         time.sleep(0.2)
     proc.kill()
-    pytest.fail(f"{n} runs were not held within the window: {proc.communicate()}")
+    pytest.fail(f"{n} runs were not held within the window: {proc.communicate()}\n{why()}")
 
 
 def _run_dirs(runs_dir: Path) -> set[str]:
@@ -221,31 +225,38 @@ def test_kill_9_of_a_sweep_from_stdin_takes_its_workers_down(reference, tmp_path
     _assert_same(sweep(_base(runs), GRID, SEEDS, backend="sequential", progress=False), reference)
 
 
-@pytest.mark.xdist_group("ray")
+@pytest.mark.usefixtures("ray_turn")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
 def test_ray_tasks_end_with_their_driver(tmp_path, signum):
     pytest.importorskip("ray")
     runs, hold = tmp_path / "runs", tmp_path / "hold"
     hold.mkdir()
-    # a lean cluster of 2 CPUs, started by the script itself as a user would; the sweep joins it
-    body = textwrap.dedent("""
-        import tempfile
+    # a lean cluster of 2 CPUs, started by the script itself as a user would; the sweep joins it. Its session
+    # folder is this test's, so that the head a killed driver leaves behind is ended here, not left to load the
+    # next test's start (short: Ray's socket paths live under it)
+    temp = tempfile.mkdtemp(prefix="rays")
+    body = textwrap.dedent(f"""
         import ray
         from fedlab.sweep.backends import ray_init
         ray_init(ray, num_cpus=2, num_gpus=0, include_dashboard=False, object_store_memory=100 * 2**20,
-                  _temp_dir=tempfile.mkdtemp(prefix="ray"))
+                  _temp_dir={temp!r})
         """) + textwrap.dedent(CATCH)
-    proc = _start(["-"], tmp_path, hold, stdin=_script(runs, body).replace("max_workers=2", "backend='ray'"))
-    workers = _held_workers(hold, proc)
-    before = _run_dirs(runs)
-    os.killpg(proc.pid, signum) if signum == signal.SIGINT else os.kill(proc.pid, signum)
-    out, err = proc.communicate(timeout=window(60))
-    assert _gone(workers, 10), "a Ray task outlived its driver"
-    if signum == signal.SIGINT:
-        assert proc.returncode == 130, (out, err)
-        assert out.split() == ["caught", "0", "2", "4"], (out, err)
-    time.sleep(1)
-    assert _run_dirs(runs) == before
+    try:
+        proc = _start(["-"], tmp_path, hold, stdin=_script(runs, body).replace("max_workers=2", "backend='ray'"))
+        workers = _held_workers(hold, proc, why=lambda: raylet_log_tail(temp))
+        before = _run_dirs(runs)
+        os.killpg(proc.pid, signum) if signum == signal.SIGINT else os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=window(60))
+        assert _gone(workers, 10), "a Ray task outlived its driver"
+        if signum == signal.SIGINT:
+            assert proc.returncode == 130, (out, err)
+            assert out.split() == ["caught", "0", "2", "4"], (out, err)
+        time.sleep(1)
+        assert _run_dirs(runs) == before
+    finally:
+        left = stop_cluster(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+    assert not left, f"Ray processes of this test's cluster survived SIGKILL: {left}"
 
 
 def test_a_script_without_a_main_guard_runs_a_local_sweep(tmp_path):
