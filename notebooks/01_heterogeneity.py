@@ -53,8 +53,7 @@ import fedlab
 from fedlab.data import partition as P
 from matplotlib.ticker import FuncFormatter
 
-from lab.tools.plots import use_house_style
-from lab.tools.figures import save_figure
+from lab.course import save_figure, use_house_style
 
 use_house_style()
 data = fedlab.load_dataset(dataset)
@@ -289,8 +288,7 @@ assert sizes.min() == sizes.max() and table.loc["dirichlet α=0.1", "size_gini"]
 assert table.loc["iid", "mean_effective_classes"] > 0.95 * data.n_classes, "iid: nearly every class"
 # Whether a larger client weighs more is a property of the server, not of the split: measured on one FedAvg round
 # of notebook 10's cpu federation (a per-class split) shrunk to four clients, every one of them sampled
-from lab.evidence.aggregation import aggregation_weights
-from lab.evidence.protocol import profile_federation
+from lab.course import aggregation_weights, profile_federation
 
 agg = aggregation_weights(profile_federation("cpu").replace(train_size=800, test_size=200, n_clients=4,
                                                             participation=1.0, rounds=1, local_steps=2))
@@ -376,7 +374,7 @@ display(Markdown(
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("01_heterogeneity")
 print(report.text())

@@ -73,8 +73,7 @@ from torch import nn
 
 import fedlab
 from fedlab.toy import quadratic_federation, run_functional
-from lab.tools.figures import save_figure
-from lab.tools.plots import method_color, method_label, use_house_style
+from lab.course import method_color, method_label, save_figure, use_house_style
 
 use_house_style()
 

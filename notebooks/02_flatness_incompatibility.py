@@ -129,17 +129,12 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from fedlab.toy import run_functional
-from lab.tools.basins import ELSEWHERE, assign_basins, basin_shares, run_from_starts, start_grid
-from lab.evidence.paired import paired_difference
-from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
-from lab.evidence.records import figure_runs, recorded
-from lab.regime.params import plan_seeds
+from lab.course import (ELSEWHERE, PARTITION_SEED, assign_basins, basin_shares, figure_runs, final_metric,
+                        paired_difference, plan_seeds, recorded, run_from_starts, run_seeds, split_key,
+                        start_grid, tuned_params)
 from fedlab.uncertainty import mean_interval
-from lab.tools.plots import method_color, method_label, status_note, use_house_style
-from lab.tools.figures import save_figure
-from lab.tools.lessons import lessons_line
-from lab.evidence.report import committed_table, cpu_report
-from lab.repro import CITABLE_PROFILES
+from lab.course import (CITABLE_PROFILES, committed_table, cpu_report, lessons_line, method_color,
+                        method_label, save_figure, status_note, use_house_style)
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -1236,8 +1231,7 @@ display(Markdown(
 # %%
 from IPython.display import Image
 
-from lab.repro import FIGURES_DIR
-from lab.study.report import map_lesson
+from lab.course import FIGURES_DIR, map_lesson
 
 display(Image(filename=str(FIGURES_DIR / "failure_map" / "failure_map.png")))
 
@@ -1432,7 +1426,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("02_flatness_incompatibility")
 print(report.text())

@@ -111,15 +111,10 @@ from fedlab.analysis import (
     gradient_decomposition,
     mixing_sweep,
 )
-from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds
-from lab.evidence.records import run_or_load
-from lab.regime.params import plan_seeds
+from lab.course import PARTITION_SEED, final_metric, plan_seeds, run_or_load, run_seeds
 from fedlab.uncertainty import mean_interval
-from lab.tools.plots import draw_band, method_color, use_house_style
-from lab.tools.figures import save_figure
-from lab.repro import CITABLE_PROFILES
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
-from lab.tools.lessons import lessons_line
+from lab.course import (CITABLE_PROFILES, committed_parameters, committed_table, cpu_report, draw_band,
+                        lessons_line, method_color, save_figure, use_house_style)
 from IPython.display import Markdown, display
 
 use_house_style()
@@ -970,7 +965,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("03_friendly_adversary")
 print(report.text())

@@ -86,18 +86,12 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import fedlab
-from lab.evidence.collapse import chance_threshold
-from lab.evidence.facts import DRAWN_PER_SEED, partition_rule
-from lab.evidence.records import figure_runs
-from lab.evidence.protocol import (K5_TUNING_DIR, PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params,
-                                   tuning_dir)
-from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
-from lab.regime.params import plan_seeds
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR
-from lab.tools.figures import save_curves, save_figure
-from lab.tools.lessons import lessons_line
-from lab.tools.plots import (all_runs, draw_band, final_estimate, finished_runs, method_color, method_label, run_styles, status_note,
-                             use_house_style)
+from lab.course import (CITABLE_PROFILES, DRAWN_PER_SEED, FIGURES_DIR, K5_TUNING_DIR, PARTITION_SEED,
+                        all_runs, chance_threshold, committed_final_accuracy, committed_parameters,
+                        committed_table, cpu_report, draw_band, figure_runs, final_estimate, final_metric,
+                        finished_runs, lessons_line, method_color, method_label, partition_rule, plan_seeds,
+                        run_seeds, run_styles, save_curves, save_figure, split_key, status_note, tuned_params,
+                        tuning_dir, use_house_style)
 
 use_house_style()
 NB = "04_sam_baselines"
@@ -871,7 +865,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("04_sam_baselines")
 print(report.text())

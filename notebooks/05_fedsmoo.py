@@ -87,15 +87,11 @@ from IPython.display import Markdown, display
 
 import fedlab
 from fedlab.toy import quadratic_federation, run_functional
-from lab.evidence.facts import DRAWN_PER_SEED, partition_rule
-from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params, tuning_dir
-from lab.evidence.records import figure_runs
-from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
-from lab.regime.params import plan_seeds
-from lab.repro import CITABLE_PROFILES
-from lab.tools.figures import save_curves, save_figure
-from lab.tools.lessons import lessons_line
-from lab.tools.plots import curve_data, finished_runs, method_label, run_styles, use_house_style
+from lab.course import (CITABLE_PROFILES, DRAWN_PER_SEED, PARTITION_SEED, committed_final_accuracy,
+                        committed_parameters, committed_table, cpu_report, curve_data, figure_runs,
+                        final_metric, finished_runs, lessons_line, method_label, partition_rule, plan_seeds,
+                        run_seeds, run_styles, save_curves, save_figure, split_key, tuned_params, tuning_dir,
+                        use_house_style)
 
 use_house_style()
 NB = "05_fedsmoo"
@@ -769,7 +765,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("05_fedsmoo")
 print(report.text())

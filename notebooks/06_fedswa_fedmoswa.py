@@ -85,17 +85,12 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.algorithms.fedswa import swa_learning_rate, swa_learning_rate_sum
 from fedlab.toy import quadratic_federation, run_functional
-from lab.evidence.claims import CLAIMS_FILE, evaluate_claim_paired, load_claims
-from lab.evidence.facts import partition_rule, tuned_on, tuning_rule
-from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, split_key, tuned_params
-from lab.evidence.records import figure_runs
-from lab.evidence.validity import NOT_TESTED_DEGENERATE
-from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
-from lab.regime.params import plan_seeds
-from lab.repro import CITABLE_PROFILES
-from lab.tools.figures import save_curves, save_figure
-from lab.tools.lessons import lessons_line
-from lab.tools.plots import final_estimate, finished_runs, method_label, run_styles, status_note, use_house_style
+from lab.course import (CITABLE_PROFILES, CLAIMS_FILE, NOT_TESTED_DEGENERATE, PARTITION_SEED,
+                        committed_final_accuracy, committed_parameters, committed_table, cpu_report,
+                        evaluate_claim_paired, figure_runs, final_estimate, final_metric, finished_runs,
+                        lessons_line, load_claims, method_label, partition_rule, plan_seeds, run_seeds,
+                        run_styles, save_curves, save_figure, split_key, status_note, tuned_on, tuned_params,
+                        tuning_rule, use_house_style)
 
 use_house_style()
 NB = "06_fedswa_fedmoswa"
@@ -861,7 +856,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("06_fedswa_fedmoswa")
 print(report.text())

@@ -109,14 +109,10 @@ from IPython.display import Markdown, display
 import fedlab
 from fedlab.engine import sample_clients
 from fedlab.toy import quadratic_federation, run_functional
-from lab.evidence.protocol import PARTITION_SEED, run_seeds, split_key, tuned_params
-from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
-from lab.regime.params import plan_seeds
-from lab.evidence.records import run_or_load
-from lab.repro import CITABLE_PROFILES
-from lab.tools.figures import save_curves, save_figure
-from lab.tools.lessons import lessons_line
-from lab.tools.plots import finished_runs, run_styles, use_house_style
+from lab.course import (CITABLE_PROFILES, PARTITION_SEED, committed_final_accuracy, committed_parameters,
+                        committed_table, cpu_report, finished_runs, lessons_line, plan_seeds, run_or_load,
+                        run_seeds, run_styles, save_curves, save_figure, split_key, tuned_params,
+                        use_house_style)
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -679,7 +675,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("07_fednsam")
 print(report.text())

@@ -107,22 +107,15 @@ import fedlab
 from fedlab.analysis import client_data, global_loss_fn
 from fedlab.algorithms import RoundInfo, StepInfo, clip_by_norm
 from fedlab.engine.batches import fixed_step_batches
-from lab.evidence.facts import partition_rule
-from lab.evidence.protocol import PARTITION_SEED, final_metric, run_seeds, tuned_params
-from lab.regime.params import plan_seeds
+from lab.course import PARTITION_SEED, final_metric, partition_rule, plan_seeds, run_seeds, tuned_params
 from fedlab.uncertainty import mean_interval
-from lab.tools.plots import method_color, status_note, use_house_style
-from lab.tools.figures import save_figure
+from lab.course import method_color, save_figure, status_note, use_house_style
 from fedlab import numpy_generator, torch_generator
-from lab.repro import CITABLE_PROFILES
+from lab.course import CITABLE_PROFILES
 from fedlab.sweep import summary_table
 from IPython.display import Markdown, display
-from lab.evidence.claims import evaluate_claim_paired, load_claims
-from lab.evidence.claims.unpaired import unpaired_verdict
-from lab.evidence.paired import paired_difference
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
-from lab.repro import FIGURES_DIR
-from lab.tools.lessons import lessons_line
+from lab.course import (FIGURES_DIR, committed_parameters, committed_table, cpu_report, evaluate_claim_paired,
+                        lessons_line, load_claims, paired_difference, unpaired_verdict)
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -1246,7 +1239,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("08_fedvssam")
 print(report.text())

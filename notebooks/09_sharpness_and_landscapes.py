@@ -121,23 +121,17 @@ from fedlab.analysis import (
     slice_1d,
     slice_2d,
 )
-from lab.evidence.protocol import PARTITION_SEED, final_metric, rerun_config, run_seeds, tuned_params
-from lab.regime.params import plan_seeds
-from lab.evidence.records import figure_runs, recorded, run_or_load
-from lab.evidence.validity import RecordPool, degenerate_arms
-from lab.sharpness import track_sharpness
+from lab.course import (PARTITION_SEED, degenerate_arms, figure_runs, final_metric, plan_seeds, recorded,
+                        RecordPool, rerun_config, run_or_load, run_seeds, track_sharpness, tuned_params)
 from fedlab.uncertainty import mean_interval
-from lab.tools.plots import (METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, round_ticks, status_note,
-                             use_house_style)
-from lab.tools.figures import save_figure
+from lab.course import (METHOD_ORDER, draw_band, draw_seeds, method_color, method_label, round_ticks,
+                        save_figure, status_note, use_house_style)
 from fedlab import numpy_generator, torch_generator
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR
+from lab.course import CITABLE_PROFILES, FIGURES_DIR
 from IPython.display import Markdown, display
 from scipy import stats
-from lab.evidence.claims import evaluate_claim_paired, load_claims
-from lab.evidence.paired import paired_difference
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
-from lab.tools.lessons import lessons_line
+from lab.course import (committed_parameters, committed_table, cpu_report, evaluate_claim_paired,
+                        lessons_line, load_claims, paired_difference)
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have
@@ -1206,7 +1200,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("09_sharpness_and_landscapes")
 print(report.text())

@@ -99,19 +99,15 @@ import numpy as np
 import pandas as pd
 
 import fedlab
-from lab.evidence.facts import partition_rule, tuned_on, tuning_rule
-from lab.evidence.protocol import PARTITION_SEED, Curve, final_metric, run_seeds, split_key, tuned_params
-from lab.regime.params import plan_seeds
+from lab.course import (PARTITION_SEED, Curve, final_metric, partition_rule, plan_seeds, run_seeds, split_key,
+                        tuned_on, tuned_params, tuning_rule)
 from fedlab import mean_interval
-from lab.tools.plots import (METHOD_ORDER, draw_small_multiples, method_color, method_label, round_ticks, status_note,
-                             use_house_style)
-from lab.tools.figures import save_figure
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR
+from lab.course import (CITABLE_PROFILES, FIGURES_DIR, METHOD_ORDER, draw_small_multiples, method_color,
+                        method_label, round_ticks, save_figure, status_note, use_house_style)
 from fedlab.sweep import summary_table
 from IPython.display import Markdown, display
-from lab.evidence.claims import evaluate_claim_paired, load_claims
-from lab.evidence.report import committed_parameters, committed_table, cpu_report
-from lab.tools.lessons import lessons_line
+from lab.course import (committed_parameters, committed_table, cpu_report, evaluate_claim_paired,
+                        lessons_line, load_claims)
 
 use_house_style()
 seeds = list(range(seed, seed + n_seeds))
@@ -623,7 +619,7 @@ print("worst 10 % at most the client mean for every method:",
 # registered communication and gradient counts).
 
 # %%
-from lab.tools.costs import cost_curves, plot_cost_accuracy
+from lab.course import cost_curves, plot_cost_accuracy
 
 for ds in datasets:
     split = split_order[-1] if "Dir 0.1" not in split_order else "Dir 0.1"
@@ -854,7 +850,7 @@ else:
 # %%
 from IPython.display import Image, display
 
-from lab.tools.forest import claims_forest
+from lab.course import claims_forest
 
 forest = claims_forest(profile=profile)
 display(Image(filename=str(forest["png"]), width=700))
@@ -962,7 +958,7 @@ print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report("10_benchmarks")
 print(report.text())

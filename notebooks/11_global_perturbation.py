@@ -130,9 +130,7 @@ from fedlab import torch_generator
 from fedlab.algorithms import Algorithm, State, StepInfo
 from fedlab.analysis import privacy_of_config
 from fedlab.toy import ToyRun, quadratic_federation, run_functional
-from lab.evidence.protocol import final_metric, tuned_params
-from lab.tools.figures import save_figure
-from lab.tools.plots import method_color, method_label, use_house_style
+from lab.course import final_metric, method_color, method_label, save_figure, tuned_params, use_house_style
 
 use_house_style()
 NB = "11_global_perturbation"
@@ -994,7 +992,7 @@ display(Markdown(
 
 # %%
 # NBVAL_CHECK_OUTPUT
-from lab.evidence.report import cpu_report
+from lab.course import cpu_report
 
 report = cpu_report(NB)
 print(report.text())

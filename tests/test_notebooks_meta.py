@@ -136,3 +136,47 @@ def test_no_control_characters_in_the_source(path):
     text = path.with_suffix(".py").read_text(encoding="utf-8")
     bad = sorted({repr(ch) for ch in text if ord(ch) < 32 and ch != "\n"})
     assert not bad, f"{path.with_suffix('.py').name} holds control characters {bad}"
+
+
+def _lab_and_fedlab_imports(source: str) -> list[tuple[str, str]]:
+    """(module, name) of every import of the lab or of fedlab in ``source`` (name '' for ``import module``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("lab", "fedlab"):
+            out += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if a.name.split(".")[0] in ("lab", "fedlab")]
+    return out
+
+
+def _outside_the_course_api(source: str) -> list[str]:
+    """Imports a notebook may not make: from the lab anything but :mod:`lab.course` (and a name it does not
+    export), from fedlab a private module or name."""
+    import lab.course
+
+    bad = []
+    for module, name in _lab_and_fedlab_imports(source):
+        if module.split(".")[0] == "lab":
+            if module != "lab.course" or (name and name not in lab.course.__all__):
+                bad.append(f"{module}.{name}" if name else module)
+        elif any(part.startswith("_") for part in [*module.split("."), name] if part):
+            bad.append(f"{module}.{name}" if name else module)
+    return bad
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebooks_import_only_fedlabs_public_api_and_the_course_module(path):
+    """The course issue: a notebook imports the public API of fedlab and one evidence module, ``lab.course``."""
+    source = "\n".join(c.source for c in _read(path).cells if c.cell_type == "code")
+    source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    assert not _outside_the_course_api(source), f"{path.name} imports {_outside_the_course_api(source)}"
+
+
+def test_the_import_check_sees_what_it_forbids():
+    assert _outside_the_course_api("from lab.tools.plots import draw_band") == ["lab.tools.plots.draw_band"]
+    assert _outside_the_course_api("import lab.evidence") == ["lab.evidence"]
+    assert _outside_the_course_api("from lab.course import no_such_helper") == ["lab.course.no_such_helper"]
+    assert _outside_the_course_api("from fedlab._rng import torch_generator") == ["fedlab._rng.torch_generator"]
+    assert _outside_the_course_api("from fedlab.engine import _private") == ["fedlab.engine._private"]
+    assert not _outside_the_course_api("import fedlab\nfrom fedlab.toy import x\nfrom lab.course import draw_band\n"
+                                       "import numpy as np")
