@@ -1227,6 +1227,13 @@ display(Markdown(
 # SAM's own gain in the rerun's regime. Anything else is reported as it came out. The decision page
 # `figures/failure_map/decision.md` and the budget page `figures/failure_map/measured.md` are written by
 # `python -m lab study analyse lab/study/failure_map.yaml` from the same records.
+#
+# Where the rule decides a failure, the study's stage 2 asks the course's second question there: do the fixes
+# of notebooks 05–08 (FedVSSAM, FedGMT, FedSMOO, FedNSAM) recover SAM's advantage, or only what correcting client
+# drift recovers? They run beside SCAFFOLD and FedDyn, the drift-only references, six seeds each; a fix "recovers
+# more than drift correction" when it is decided above the better of the two. Stage 2 was written down after
+# the map's decision and before its first run, in an amendment of its own (`lab/study/failure_map_amendment1.yaml`,
+# which also says why it has a budget beyond the map's); its reading closes the paragraph below.
 
 # %%
 from IPython.display import Image

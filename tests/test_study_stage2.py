@@ -136,3 +136,20 @@ def test_a_fix_missing_a_seed_is_not_tested() -> None:
     rows = {r.fix: r for r in stage2_rows(study, values, failing(cells))}
     assert rows["fedgmt"].verdict.startswith("not tested") and "5/6 seeds" in rows["fedgmt"].verdict
     assert rows["fedvssam"].verdict == RECOVERS and rows["fedvssam"].reference == "feddyn"
+
+
+def test_the_course_reads_stage_two_from_its_table_and_says_when_it_is_incomplete() -> None:
+    from lab.study.report import stage2_lesson
+
+    study = load_study(MAP)
+    means = {"scaffold": 0.5, "feddyn": 1.0, "fedvssam": 2.0, "fedgmt": 1.0, "fedsmoo": 1.0, "fednsam": 0.0}
+    values = _stage2_values(study, means)
+    cells = analyse(study, {k: v for k, v in values.items() if k[1] in ("fedavg", "fedsam-0.05", "fedsam-0.1")})
+    rows = stage2_rows(study, values, failing(cells))
+    text = stage2_lesson(study, rows, 36)
+    assert "FedVSSAM recovers more than drift correction alone (1 of 4 fixes)." in text
+    assert "over FedDyn" in text and "pathological, 2 classes, K = 50" in text
+    none = _stage2_values(study, {**means, "fedvssam": 1.0})
+    text = stage2_lesson(study, stage2_rows(study, none, failing(cells)), 36)
+    assert "No fix is decided above FedDyn" in text
+    assert "12 of its 36 runs recorded" in stage2_lesson(study, rows, 12)  # never read on a part of its seeds

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.map_table import HELPS, split_label
-from lab.study.analysis import (FAILS, FixRow, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown,
+from lab.study.analysis import (FAILS, RECOVERS, FixRow, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown,
                                 stage2_rows)
 from lab.study.plan import committed_runs, planned_runs, run_config, study_configs
 from lab.study.spec import Study, out_dir
 
 __all__ = ["README_END", "README_START", "budget_markdown", "busy_seconds", "control_rows", "decision_markdown",
-           "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text", "replace_readme_block", "write_outputs",
-           "write_table"]
+           "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text",
+           "replace_readme_block", "stage2_budget_markdown", "stage2_lesson", "stage2_markdown", "write_outputs",
+           "write_stage2_table", "write_table"]
 
 def load_values(study: Study, directory: Path | None = None, stage: int | None = 1) \
         -> tuple[dict[tuple[str, str, int], float], dict[tuple[str, str], str], dict[str, Any]]:
@@ -245,7 +246,40 @@ def map_lesson(study: Study | None = None) -> str:
     study = load_study(Path(__file__).with_name("failure_map.yaml")) if study is None else study
     values, untested, results = load_values(study)
     cells = analyse(study, values, untested=untested)
-    return lesson_markdown(study, cells, len(results), len(planned_runs(study, 1)))
+    text = lesson_markdown(study, cells, len(results), len(planned_runs(study, 1)))
+    if study.stage2:
+        values2, untested2, results2 = load_values(study, stage=2)
+        rows = stage2_rows(study, {**values, **values2}, failing(cells), untested={**untested, **untested2})
+        text += stage2_lesson(study, rows, len(results2))
+    return text
+
+
+def stage2_lesson(study: Study, rows: Sequence[FixRow], recorded: int) -> str:
+    """Stage 2 in the course's words, from its table: where local SAM fails, each fix against FedAvg and against
+    the better drift-only reference, and what the pre-registered reading says of the fixes as a group."""
+    from lab.evidence.map_table import split_label as label
+    from lab.style import method_label
+
+    planned = len(planned_runs(study, 2))
+    cells = ", ".join(dict.fromkeys(f"{label(a.cell.split)}, K = {a.cell.local_steps}" for a in study.stage2
+                                    if a.cell is not None))
+    head = (f"* **Stage 2, where local SAM fails ({cells}):** the fixes against FedAvg and against drift correction "
+            f"alone, run under `{', '.join(a.path.name for a in study.amendments)}` (a budget of its own, beyond the "
+            "map's, stated before its first run)")
+    if recorded < planned or any(r.untested for r in rows):
+        return f"{head}: {recorded} of its {planned} runs recorded; read once every seed of every arm is.\n"
+    ref = method_label(rows[0].reference)
+    parts = [f"{method_label(r.fix)} {r.over_fedavg.text()} over FedAvg"
+             + ("" if _decided(r.over_fedavg) else " (not decided)")
+             + f", {r.over_reference.text()} over {ref} ({r.verdict})" for r in rows]
+    recovers = [method_label(r.fix) for r in rows if r.verdict == RECOVERS]
+    if recovers:
+        tail = (f"{', '.join(recovers)} {'recovers' if len(recovers) == 1 else 'recover'} more than drift correction "
+                f"alone ({len(recovers)} of {len(rows)} fixes).")
+    else:
+        tail = (f"No fix is decided above {ref}, the better drift-only reference in this cell: what the fixes recover "
+                "where local SAM fails is not shown to be more than what correcting client drift recovers.")
+    return f"{head}: " + "; ".join(parts) + f". {tail}\n"
 
 
 def number(value: float, spec: str = ".2f") -> str:
