@@ -934,7 +934,7 @@ display(Markdown(
     f"against FedSAM's {sam_floor:.3g}: "
     + ("lower, the correction pays on this toy. " if scar_floor < sam_floor else
        "higher, since its start shift, anchor and correction have lengths fixed by hyperparameters, a floor a "
-       "quadratic near θ\* exposes; a correct direction is not yet a better end point. ")
+       "quadratic near θ\\* exposes; a correct direction is not yet a better end point. ")
     + f"FedFSA's personal models beat the global MoFedSAM model on their own clients' splits for {own_wins} of "
     f"{len(per_client)} clients, and DP-FedSAM minus DP-FedAvg at σ = "
     + ", ".join(f"{s_:g}: {v:+.1f}" for s_, v in dp_gap.items())

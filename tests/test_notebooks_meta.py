@@ -180,3 +180,14 @@ def test_the_import_check_sees_what_it_forbids():
     assert _outside_the_course_api("from fedlab.engine import _private") == ["fedlab.engine._private"]
     assert not _outside_the_course_api("import fedlab\nfrom fedlab.toy import x\nfrom lab.course import draw_band\n"
                                        "import numpy as np")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_the_source_compiles_without_warnings(path):
+    """An invalid escape (``"θ\\*"`` for a Markdown star) is a SyntaxWarning today and an error in a later Python."""
+    import warnings
+
+    text = path.with_suffix(".py").read_text(encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile(text, str(path.with_suffix(".py")), "exec")
