@@ -12,7 +12,7 @@ import yaml
 from lab.evidence.tuning_files import load_tuning
 from lab.study.analysis import BELOW_DRIFT, NOT_MORE, RECOVERS, analyse, failing, stage2_rows
 from lab.study.plan import planned_runs
-from lab.study.report import stage2_markdown
+from lab.study.stage2 import stage2_markdown
 from lab.study.spec import Cell, StudyError, load_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def test_a_fix_missing_a_seed_is_not_tested() -> None:
 
 
 def test_the_course_reads_stage_two_from_its_table_and_says_when_it_is_incomplete() -> None:
-    from lab.study.report import stage2_lesson
+    from lab.study.stage2 import stage2_lesson
 
     study = load_study(MAP)
     means = {"scaffold": 0.5, "feddyn": 1.0, "fedvssam": 2.0, "fedgmt": 1.0, "fedsmoo": 1.0, "fednsam": 0.0}

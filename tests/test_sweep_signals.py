@@ -35,7 +35,7 @@ from _load import window
 from _ray_procs import raylet_log_tail, stop_cluster
 
 from fedlab import Config
-from fedlab.sweep import SweepInterrupted, sweep
+from fedlab.sweep import sweep
 
 GRID = {"lr": [0.05, 0.1, 0.2]}
 SEEDS = [0, 1]

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from lab.evidence.map_table import HELPS, split_label
-from lab.study.analysis import (FAILS, RECOVERS, FixRow, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown,
-                                stage2_rows)
+from lab.study.analysis import FAILS, MapCell, analyse, estimate_of, fails_anywhere, failing, not_shown, stage2_rows
+from lab.study.numbers import busy_seconds, decided, number, paired_text
 from lab.study.plan import committed_runs, planned_runs, run_config, study_configs
 from lab.study.spec import Study, out_dir
+from lab.study.stage2 import stage2_budget_markdown, stage2_lesson, stage2_markdown, write_stage2_table
 
 __all__ = ["README_END", "README_START", "budget_markdown", "busy_seconds", "control_rows", "decision_markdown",
            "headline", "lesson_markdown", "load_values", "map_lesson", "measured_runs", "number", "paired_text",
-           "replace_readme_block", "stage2_budget_markdown", "stage2_lesson", "stage2_markdown", "write_outputs",
-           "write_stage2_table", "write_table"]
+           "replace_readme_block", "write_outputs", "write_table"]
 
 def load_values(study: Study, directory: Path | None = None, stage: int | None = 1) \
         -> tuple[dict[tuple[str, str, int], float], dict[tuple[str, str], str], dict[str, Any]]:
@@ -135,21 +135,6 @@ def measured_runs(study: Study, records: Sequence[str], directory: Path | None =
     return rows
 
 
-def busy_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
-    """Wall time during which at least one of the runs trained: the length of the union of the intervals
-    [finished − seconds, finished]. What the study took on its workers, the gaps between sessions left out."""
-    import datetime
-
-    spans = sorted((end - r["seconds"], end) for r in rows
-                   for end in [datetime.datetime.strptime(r["finished"], "%Y-%m-%dT%H:%M:%SZ").timestamp()])
-    total, reach = 0.0, -math.inf
-    for start, end in spans:
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
-
-
 def budget_markdown(study: Study, est: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
     """The budget estimate (``plan.md``, made before the first run) against the measured cost, per (cell, arm):
     seconds of one worker estimated and measured, their ratio, and the wall time the workers were busy."""
@@ -194,10 +179,6 @@ def budget_markdown(study: Study, est: Mapping[str, Any], rows: Sequence[Mapping
     return "\n".join(lines) + "\n"
 
 
-def _decided(effect: Any, alpha: float = 0.05) -> bool:
-    return effect.n > 0 and effect.p_holm < alpha
-
-
 def lesson_markdown(study: Study, cells: Sequence[MapCell], recorded: int, planned: int) -> str:
     """The map's "what we learned" for the course (notebook 02), written from the cells' numbers and verdicts:
     per local work K, what heterogeneity costs FedAvg (H) and what SAM gains or loses against FedAvg in the
@@ -214,8 +195,8 @@ def lesson_markdown(study: Study, cells: Sequence[MapCell], recorded: int, plann
         for split in dict.fromkeys(c.split for c in at_k):
             row = [c for c in at_k if c.split == split]
             gaps = ", ".join(f"{c.gap.text()} at ρ = {radius[c.arm]}"
-                             + ("" if _decided(c.gap) else " (not decided)") for c in row)
-            inter = [c for c in row if _decided(c.interaction)]
+                             + ("" if decided(c.gap) else " (not decided)") for c in row)
+            inter = [c for c in row if decided(c.interaction)]
             more = "".join(f"; against its IID gain at ρ = {radius[c.arm]}, I = {c.interaction.text()} (decided)"
                            for c in inter)
             parts.append(f"{split_label(split)} costs FedAvg {row[0].cost.text()} points against IID, and "
@@ -225,7 +206,7 @@ def lesson_markdown(study: Study, cells: Sequence[MapCell], recorded: int, plann
         out.append(f"* **K = {k} local steps{tail}:** " + "; ".join(parts) + ".")
     helps = [c for c in cells if c.verdict == HELPS]
     hints = [c for c in not_shown(cells) if c.gap.mean < 0
-             and _decided(c.interaction) and c.interaction.mean < 0]
+             and decided(c.interaction) and c.interaction.mean < 0]
     if helps:
         out.append("* Local SAM *helps* on this network, decided after Holm, in: "
                    + "; ".join(f"{split_label(c.split)}, K = {c.local_steps}, ρ = {radius[c.arm]}" for c in helps)
@@ -252,45 +233,6 @@ def map_lesson(study: Study | None = None) -> str:
         rows = stage2_rows(study, {**values, **values2}, failing(cells), untested={**untested, **untested2})
         text += stage2_lesson(study, rows, len(results2))
     return text
-
-
-def stage2_lesson(study: Study, rows: Sequence[FixRow], recorded: int) -> str:
-    """Stage 2 in the course's words, from its table: where local SAM fails, each fix against FedAvg and against
-    the better drift-only reference, and what the pre-registered reading says of the fixes as a group."""
-    from lab.evidence.map_table import split_label as label
-    from lab.style import method_label
-
-    planned = len(planned_runs(study, 2))
-    cells = ", ".join(dict.fromkeys(f"{label(a.cell.split)}, K = {a.cell.local_steps}" for a in study.stage2
-                                    if a.cell is not None))
-    head = (f"* **Stage 2, where local SAM fails ({cells}):** the fixes against FedAvg and against drift correction "
-            f"alone, run under `{', '.join(a.path.name for a in study.amendments)}` (a budget of its own, beyond the "
-            "map's, stated before its first run)")
-    if recorded < planned or any(r.untested for r in rows):
-        return f"{head}: {recorded} of its {planned} runs recorded; read once every seed of every arm is.\n"
-    ref = method_label(rows[0].reference)
-    parts = [f"{method_label(r.fix)} {r.over_fedavg.text()} over FedAvg"
-             + ("" if _decided(r.over_fedavg) else " (not decided)")
-             + f", {r.over_reference.text()} over {ref} ({r.verdict})" for r in rows]
-    recovers = [method_label(r.fix) for r in rows if r.verdict == RECOVERS]
-    if recovers:
-        tail = (f"{', '.join(recovers)} {'recovers' if len(recovers) == 1 else 'recover'} more than drift correction "
-                f"alone ({len(recovers)} of {len(rows)} fixes).")
-    else:
-        tail = (f"No fix is decided above {ref}, the better drift-only reference in this cell: what the fixes recover "
-                "where local SAM fails is not shown to be more than what correcting client drift recovers.")
-    return f"{head}: " + "; ".join(parts) + f". {tail}\n"
-
-
-def number(value: float, spec: str = ".2f") -> str:
-    """``value`` as a decision page writes it, or an en dash where there is none (NaN: a missing or diverged run)."""
-    return format(value, spec) if math.isfinite(value) else "–"
-
-
-def paired_text(diff: Any) -> str:
-    """A paired difference (:class:`lab.evidence.paired.PairedDifference`) as the regime's pages write it, or an
-    en dash where the runs to pair are missing."""
-    return "–" if diff is None else diff.format(digits=2)
 
 
 def replace_readme_block(text: str, sentence: str) -> str:
@@ -345,54 +287,6 @@ def write_outputs(study: Study, *, figure: bool = True, readme: Path | None = No
     print(text)
     print("fails anywhere:", fails_anywhere(cells))
     return paths
-
-
-def write_stage2_table(rows: Sequence[FixRow], path: Path) -> None:
-    """The stage-2 table, one row per (cell, fix): F − FedAvg, F − the better drift reference, F − FedSAM at the
-    failing radius, with p and Holm's p, and the pre-registered reading."""
-    import pandas as pd
-
-    out = []
-    for r in rows:
-        row: dict[str, Any] = {"cell": r.cell, "fix": r.fix, "reference": r.reference}
-        for name in ("over_fedavg", "over_reference", "over_sam"):
-            e = getattr(r, name)
-            row.update({name: e.mean, f"{name}_half_width": e.half_width, f"{name}_p": e.p,
-                        f"{name}_p_holm": e.p_holm, f"{name}_n": e.n})
-        row["verdict"] = r.verdict
-        out.append(row)
-    pd.DataFrame(out).to_csv(path, index=False, float_format="%.6g")
-
-
-def stage2_markdown(study: Study, rows: Sequence[FixRow], recorded: int) -> str:
-    """The stage-2 section of the decision page: which amendment ran it and beyond which budget, then per cell the
-    fixes against FedAvg, against the better drift-only reference and against FedSAM at the failing radius."""
-    planned = len(planned_runs(study, 2))
-    names = ", ".join(a.path.name for a in study.amendments)
-    lines = ["", f"## Stage 2: do the fixes recover SAM's advantage where local SAM fails? ({names})", "",
-             f"Run under {names} (its reasons: a budget of its own, beyond the map's "
-             f"{float(study.raw['budget']['hours']):.0f} h, stated before its first run), in the cells the map's "
-             f"rule decides; {recorded} of {planned} runs recorded. Each fix and reference at its rerun-tuned "
-             "hyperparameters (tuned on Dirichlet 0.1, K = 50, reused here). The better drift reference is SCAFFOLD or "
-             "FedDyn, whichever has the higher mean in the cell; p(Holm) is adjusted across the cell's fixes, per "
-             "column; 'recovers more than drift correction' when F − reference > 0 is decided.", "",
-             "| cell | fix | F − FedAvg | p(Holm) | reference | F − reference | p(Holm) | F − FedSAM (failing ρ) | "
-             "reading |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.cell} | {r.fix} | {r.over_fedavg.text()} | {number(r.over_fedavg.p_holm, '.3g')} | "
-                     f"{r.reference} | {r.over_reference.text()} | {number(r.over_reference.p_holm, '.3g')} | "
-                     f"{r.over_sam.text()} | {r.verdict} |")
-    return "\n".join(lines) + "\n"
-
-
-def stage2_budget_markdown(study: Study, rows: Sequence[Mapping[str, Any]]) -> str:
-    """Stage 2's measured cost against its amendment's budget (the map's rows above leave stage 2 out)."""
-    budget = sum(a.budget_hours for a in study.amendments)
-    mine = [r for r in rows if r["arm"] in {a.name for a in study.stage2}]
-    return (f"\n## Stage 2 ({', '.join(a.path.name for a in study.amendments)})\n\n"
-            f"- runs measured: {len(mine)} of {len(planned_runs(study, 2))}; busy {busy_seconds(mine) / 3600:.2f} h of "
-            f"wall time on {study.raw['budget']['workers']} workers, against the amendment's budget of {budget:.1f} h "
-            f"(its estimate: {', '.join(f'`plan_{a.path.stem.removeprefix(study.path.stem + chr(95))}.md`' for a in study.amendments)}); one worker: {sum(r['seconds'] for r in mine) / 3600:.2f} h\n")
 
 
 def _estimate(study: Study) -> dict[str, Any]:
