@@ -58,7 +58,7 @@ for method in ("fedavg", "fedsam"):
     print(method, result.status)
     plt.plot(result.metrics["round"], 100 * result.metrics["test_acc"], label=method)
 plt.gca().set(xlabel="round", ylabel="test accuracy (%)", title="a smoke test: which curve ends on top is chance")
-plt.legend();
+_ = plt.legend()  # assigned: Jupyter then prints no object under the figure
 
 # %% [markdown]
 # ## Where to go next
