@@ -19,6 +19,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fedlab.uncertainty import Interval
 from lab.evidence.map_table import FAILS, HELPS, NOT_SHOWN
@@ -26,6 +27,8 @@ from lab.study.spec import Study
 
 __all__ = ["BELOW_DRIFT", "Effect", "FixRow", "MapCell", "NOT_MORE", "RECOVERS", "analyse", "estimate_of", "fails_anywhere",
            "fix_verdict", "map_verdict", "stage2_rows"]
+
+T = TypeVar("T")
 
 Values = Mapping[tuple[str, str, int], float]
 """(cell name, arm name, seed) → final metric in points."""
@@ -138,13 +141,19 @@ def analyse(study: Study, values: Values, *, untested: Mapping[tuple[str, str], 
     # One Holm family each, of the size the file declares: a cell not tested yet enters with p = 1, so a verdict
     # read while the map is incomplete is never looser than the one the whole family will allow.
     for field in ("gap", "interaction"):
-        tested = [i for i, c in enumerate(cells) if not c.untested]
-        whole = holm([getattr(c, field).p if not c.untested else 1.0 for c in cells])
-        adjusted = [whole[i] for i in tested]
-        for i, p in zip(tested, adjusted):
-            est = getattr(cells[i], field)
-            cells[i] = dataclasses.replace(cells[i], **{field: Effect(est.values, est.mean, est.half_width, est.p, p)})
+        cells = _holm_family(cells, field, holm)
     return [dataclasses.replace(c, verdict=map_verdict(c, smallest)) for c in cells]
+
+
+def _holm_family(rows: list[T], field: str, holm: Callable[[Sequence[float]], list[float]]) -> list[T]:
+    """``rows`` with the :class:`Effect` in ``field`` Holm-adjusted over all of them: a row not tested (``untested``)
+    enters with p = 1, so a family read while incomplete is never looser than the whole one, and keeps its NaN."""
+    whole = holm([getattr(r, field).p if not r.untested else 1.0 for r in rows])
+    out = []
+    for r, p in zip(rows, whole):
+        e = getattr(r, field)
+        out.append(r if r.untested else dataclasses.replace(r, **{field: Effect(e.values, e.mean, e.half_width, e.p, p)}))
+    return out
 
 
 def failing(cells: Sequence[MapCell]) -> list[MapCell]:
@@ -217,11 +226,7 @@ def stage2_rows(study: Study, values: Values, failing_cells: Sequence[MapCell], 
                                estimate_of(_paired(values, (cell, fix), (cell, sam), seeds)) if sam else estimate_of([]),
                                why))
         for field in ("over_fedavg", "over_reference"):
-            whole = holm([getattr(r, field).p if not r.untested else 1.0 for r in rows])
-            for i, r in enumerate(rows):
-                if not r.untested:
-                    e = getattr(r, field)
-                    rows[i] = dataclasses.replace(r, **{field: Effect(e.values, e.mean, e.half_width, e.p, whole[i])})
+            rows = _holm_family(rows, field, holm)
         out += [dataclasses.replace(r, verdict=fix_verdict(r)) for r in rows]
     return out
 

@@ -305,8 +305,6 @@ def _load_amendment(path: Path, study_path: Path, digest: str, study_raw: Mappin
     hours = need(stage, "budget_hours", "stage2.", path, (int, float))
     if not hours > 0:
         raise StudyError(f"{path.name}: stage2.budget_hours={hours!r} is invalid; allowed: a number > 0")
-    from lab.repro import REPO_ROOT
-
     tuning = REPO_ROOT / need(stage, "tuning", "stage2.", path, str)
     arms = []
     for method in [*need(declared, "methods", "stage2.", study_path, list),
