@@ -52,12 +52,8 @@
 # **The evidence protocol.** The full method runs with the ρ and preset **tuned** for this split on a held-out
 # validation set (`tuned_params("fedvssam", split)`; at the `cpu` profile `figures/rerun/tuning/`); each
 # ablation switches one part off from that tuned point, and every comparison is trained over several seeds,
-# compared seed by seed (paired) and reported as mean ± 95 % interval. In the `cpu` profile
-# (`params/08_fedvssam.cpu.yaml`) this is the rerun's regime (chosen by the pilot of `figures/regime/`,
-# planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images,
-# 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no
-# claim judges), each seed drawing its own partition; Dirichlet 0.1 — so the full FedVSSAM and FedAvg runs
-# here *are* notebook 10's Dir-0.1 runs.
+# compared seed by seed (paired) and reported as mean ± 95 % interval. At the cpu size the full FedVSSAM and FedAvg
+# runs here *are* notebook 10's Dir-0.1 runs; the table at the end lists what each size trains.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -1247,3 +1243,18 @@ print(report.text())
 # %%
 report.show_figures(skip=("08_fedvssam_ablation", "08_fedvssam_h_tracking", "08_fedvssam_step_mse",
                           "08_fedvssam_gamma_variance"))  # shown beside their paragraphs above
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 8 rounds of K = 4 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/08_fedvssam.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 4 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/08_fedvssam.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 800 rounds of K = 50 local steps at η = 0.1, 3 seeds, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/08_fedvssam.ipynb out.ipynb -f notebooks/params/08_fedvssam.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->
