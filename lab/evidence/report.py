@@ -185,9 +185,10 @@ def evidence_setting(keys: list[str], seeds: list[Any], records: Path) -> str | 
         res = load_record(key, records)
         if res is not None:
             c = res.config
+            named = ", seeds " + ", ".join(str(s) for s in seeds) if seeds else ""  # an older sidecar names none
             return (f"{c.dataset} with the {c.model} model, {c.n_clients} clients, {c.participation:.0%} per round, "
-                    f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
-                    + ", ".join(str(s) for s in seeds) + "; the papers used CIFAR and ResNets over hundreds of rounds")
+                    f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}){named}"
+                    "; the papers used CIFAR and ResNets over hundreds of rounds")
     return None
 
 
