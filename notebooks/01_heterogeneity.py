@@ -381,3 +381,18 @@ print(report.text())
 
 # %%
 report.show_figures()
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, 100 clients | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/01_heterogeneity.cpu.yaml` over the defaults | Fashion-MNIST, 100 clients | the evidence: its 3 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/01_heterogeneity.paper.yaml` over the defaults | CIFAR-10, 100 clients | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/01_heterogeneity.ipynb out.ipynb -f notebooks/params/01_heterogeneity.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -31,8 +31,7 @@
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
 #
-# Sizes: everything here runs in seconds, and the lessons do not depend on the size. The `ci` defaults
-# below are the full content; `params/01b_foundations.cpu.yaml` only trains the tiny federation longer.
+# Everything here runs in seconds, and the lessons do not depend on the size (the table at the end lists the sizes).
 
 # %% tags=["parameters"]
 profile = "ci"  # ci | cpu | paper: where figures go (ci → figures/_scratch, others → figures/)
@@ -492,6 +491,96 @@ print(f"same function: max |output difference| < 1e-12: {output_gap < 1e-12}; "
       f"λ_max {lam['original']:.3f} → {lam['rescaled']:.3f} after rescaling by a = {rescale:g}")
 
 # %% [markdown]
+# ### Measuring λ_max without the Hessian
+#
+# The cell above built the whole 40 × 40 Hessian. The network of part 1 has tens of thousands of parameters
+# and the one of the later notebooks about 200 000: its Hessian would have 4·10¹⁰ entries. What is cheap is
+# the *Hessian-vector product*: $Hv = \nabla_\theta\langle\nabla L(\theta), v\rangle$, the gradient of one
+# scalar, costs about two gradients and never forms $H$ (Pearlmutter, Neural Computation 1994). Two ways to
+# turn products into the top eigenvalue:
+#
+# ```
+# power iteration                              Lanczos (what fedlab uses)
+# v ← random unit vector                       q₁ ← random unit vector
+# repeat:                                      for j = 1, 2, …:
+#     w ← H v;  λ ← vᵀw                            w ← H q_j;  α_j ← q_jᵀw
+#     stop if ‖w − λv‖ ≤ tol·|λ|                   w ← w − α_j q_j − β_{j−1} q_{j−1}  (and against all q)
+#     v ← w / ‖w‖                                  β_j ← ‖w‖;  q_{j+1} ← w / β_j
+#                                                  θ₁ ← top eigenvalue of the tridiagonal T_j(α, β)
+#                                                  stop if its residual ‖H u₁ − θ₁u₁‖ ≤ tol·|θ₁|
+# ```
+#
+# Power iteration uses only the last product and converges at the rate |λ₂/λ₁| per step, slowly when the top
+# two eigenvalues are close; it finds the eigenvalue of largest *magnitude*, which is λ_max near a minimum
+# but can be a negative one elsewhere. Lanczos keeps every product (a Krylov basis) and reads the top
+# eigenvalue off a small tridiagonal matrix, usually in fewer products (the counts below). Both stop on a
+# residual: some eigenvalue of H lies within ‖Hu − λu‖ of the estimate, a bound, not a guess. An estimate
+# that did not meet its tolerance is *reported* as not converged, never silently used; notebooks 02 and 09
+# measure every final model's λ_max this way (`fedlab.analysis.curvature.lambda_max`, on one fixed
+# class-balanced sample of training images). First our power iteration on the small network, against the
+# dense eigendecomposition above:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def hessian_vector(loss, theta: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """H v = ∇_θ ⟨∇loss(θ), v⟩: two backward passes, no Hessian."""
+    theta = theta.detach().requires_grad_(True)
+    (g,) = torch.autograd.grad(loss(theta), theta, create_graph=True)
+    (hv,) = torch.autograd.grad(g @ v.to(g.dtype), theta)
+    return hv.to(v.dtype)
+
+
+def power_iteration(matvec, dim: int, gen: torch.Generator, tol: float = 1e-3, max_iter: int = 500):
+    """The eigenvalue of largest magnitude, the products it took, and whether its residual met tol."""
+    v = torch.randn(dim, generator=gen, dtype=torch.float64)
+    v = v / torch.linalg.vector_norm(v)
+    for n in range(1, max_iter + 1):
+        w = matvec(v)
+        lam_n = float(v @ w)
+        if float(torch.linalg.vector_norm(w - lam_n * v)) <= tol * abs(lam_n):
+            return lam_n, n, True
+        v = w / torch.linalg.vector_norm(w)
+    return lam_n, max_iter, False
+
+
+dense_eigs = torch.linalg.eigvalsh(torch.autograd.functional.hessian(mse, same))
+largest = float(dense_eigs[dense_eigs.abs().argmax()])
+pi_small = power_iteration(lambda v: hessian_vector(mse, same, v), same.numel(), fedlab.torch_generator(seed, "power"))
+print(f"power iteration on Hessian-vector products: converged {pi_small[2]}; agrees with the dense "
+      f"eigendecomposition to 0.1 %: {abs(pi_small[0] - largest) <= 1e-3 * abs(largest)}")
+
+# %% [markdown]
+# And both methods on the network of part 1 (`ours[-1]`, the FedAvg model our loop trained), on a class-balanced
+# sample of its training images — a size at which the dense Hessian is out of reach, so the residual is the
+# only check:
+
+# %%
+from fedlab.analysis.curvature import curvature_sample
+from fedlab.analysis.eigen import lanczos
+
+n_classes = int(y_train.max()) + 1
+per_class = min(50, int(torch.bincount(y_train, minlength=n_classes).min()))
+sample = torch.as_tensor(curvature_sample(y_train, per_class * n_classes, seed=0))
+theta_net = ours[-1].detach()
+
+
+def sample_loss(theta: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits(theta, x_train[sample]), y_train[sample])
+
+
+def net_hvp(v: torch.Tensor) -> torch.Tensor:
+    return hessian_vector(sample_loss, theta_net, v)
+
+
+pi_net = power_iteration(net_hvp, theta_net.numel(), fedlab.torch_generator(seed, "power"))
+lz_net = lanczos(net_hvp, theta_net.numel(), tol=1e-3, generator=fedlab.torch_generator(seed, "lanczos"))
+print(f"{theta_net.numel():,} parameters, {len(sample)} images ({per_class} per class)")
+print(f"power iteration: λ_max ≈ {pi_net[0]:.3f} after {pi_net[1]} products "
+      f"(converged: {pi_net[2]})")
+print(f"Lanczos:         λ_max ≈ {float(lz_net.values[0]):.3f} after {lz_net.hvps} products "
+      f"(converged: {lz_net.converged[0]}, residual {float(lz_net.residuals[0]):.1e})")
+
+# %% [markdown]
 # **m-sharpness.** In practice ε̂ is computed on a minibatch (or, in Foret et al., on each shard of m
 # samples — their "m" counts samples, not clients), so SAM minimises the *average over shards of the
 # per-shard maximum*, which is at least the maximum of the average: $\frac1S\sum_s\max_{\varepsilon_s}f_s(\theta+\varepsilon_s)
@@ -673,3 +762,18 @@ print("lessons:", json.dumps({k: (round(v, 2 if k.startswith("sharpness") else 6
 # fedlab and the reference codes of the SAM papers target $\frac1N\sum_i f_i$, in which every client counts once.
 #
 # </details>
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | scikit-learn's 8×8 digits, 10 clients, 30% per round, Dirichlet α = 0.5, 20 rounds of K = 5 local steps at η = 0.05 | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/01b_foundations.cpu.yaml` over the defaults | scikit-learn's 8×8 digits, 10 clients, 30% per round, Dirichlet α = 0.5, 50 rounds of K = 5 local steps at η = 0.05 | a larger run of the same cells; none of its figures is kept |
+# | `paper` | `notebooks/params/01b_foundations.paper.yaml` over the defaults | Fashion-MNIST, 100 clients, 10% per round, Dirichlet α = 0.5, 100 rounds of K = 5 local steps at η = 0.05 | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/01b_foundations.ipynb out.ipynb -f notebooks/params/01b_foundations.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -47,13 +47,8 @@
 #    two classes each, more local work, two radii, six paired seeds per cell, with the rule that decides "local
 #    SAM fails here" written down before any run. Its paragraph is generated from the committed records.
 #
-# Sizes: the defaults are the `ci` profile (a minute or two on a laptop CPU, one seed; the network analyses
-# then use a few clients and a few dozen samples each, so their numbers are noisy).
-# `params/02_flatness_incompatibility.cpu.yaml` is the rerun's regime (chosen by the pilot of
-# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
-# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
-# six seeds (three for a run no claim judges), each seed drawing its own partition; it writes the citable
-# figures to `figures/`.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -970,8 +965,8 @@ display(Markdown(
 # For each α we train FedAvg and FedSAM (with FedSAM's tuned ρ) on the same Dirichlet split, once per
 # training seed, and measure three things of each final global model: the top Hessian eigenvalue λ_max of
 # the training loss L_S on one fixed class-balanced sample S of `curvature_size` training images (so every
-# model is measured on the same function, the same as notebook 09's; Lanczos on Hessian-vector products until
-# its residual meets `eig_tol`, `fedlab.analysis.curvature`, each estimate with its convergence flag); the
+# model is measured on the same function, the same as notebook 09's; Lanczos on Hessian-vector products, taught in
+# notebook 01b §3, until its residual meets `eig_tol`, `fedlab.analysis.curvature`, each estimate with its convergence flag); the
 # final test accuracy of the run's record (the protocol's final metric, `final_metric`); and the flatness distance Δ_D = mean_i ‖θ_{i,K} − θ^{t+1}‖² — the measure FedNSAM (Liu et al.
 # MM'25) introduced — averaged over the last quarter of the rounds. In the `cpu` profile the α = 0.1 and
 # α = 0.5 runs are notebook 10's runs.
@@ -1440,3 +1435,18 @@ print(report.text())
 
 # %%
 report.show_figures(skip=("02_misalignment", "02_sharpness_vs_alpha"))  # shown beside their paragraphs above
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 8 rounds of K = 5 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/02_flatness_incompatibility.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/02_flatness_incompatibility.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 500 rounds of K = 50 local steps at η = 0.1, 1 seed, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/02_flatness_incompatibility.ipynb out.ipynb -f notebooks/params/02_flatness_incompatibility.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -44,11 +44,8 @@
 #
 # The measurements below use `fedlab.analysis.friendly`; the paper's own measurement protocol is not public,
 # so these are fedlab's operational definitions (what the paper leaves out: `book/guide/papers.md#fedvssam`).
-# Sizes: the defaults are the `ci` profile (a few clients and batches, so every number is noisy);
-# `params/03_friendly_adversary.cpu.yaml` is the rerun's regime (chosen by the pilot of `figures/regime/`,
-# planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images,
-# 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no
-# claim judges), each seed drawing its own partition; the models measured are its FedAvg runs on Dirichlet 0.1.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -89,6 +86,8 @@ descent_factors = [10.0, 100.0]  # then descent on F from the last of them until
 descent_lr = 0.05  # step size η of that full-batch heavy-ball descent on F
 descent_momentum = 0.9  # its momentum μ
 descent_max_steps = 300  # its step limit (a factor not reached by then is measured at the last step, and flagged)
+fedsam_every = 4  # rounds between the measurements along FedSAM's own trajectory (section 5b)
+fedsam_seeds = 1  # FedSAM runs (training seeds seed, seed + 1, ...) followed there
 device = "cpu"  # cpu | cuda (the paper profile needs a GPU)
 
 # %%
@@ -111,7 +110,7 @@ from fedlab.analysis import (
     gradient_decomposition,
     mixing_sweep,
 )
-from lab.course import PARTITION_SEED, final_metric, plan_seeds, run_or_load, run_seeds
+from lab.course import PARTITION_SEED, final_metric, plan_seeds, run_or_load, run_seeds, tuned_params
 from fedlab.uncertainty import mean_interval
 from lab.course import (CITABLE_PROFILES, committed_parameters, committed_table, cpu_report, draw_band,
                         lessons_line, method_color, save_figure, use_house_style)
@@ -750,6 +749,77 @@ display(Markdown(
     f"minimum, too, the friendly adversary is heterogeneity's."))
 
 # %% [markdown]
+# ## 5b. Along FedSAM's own trajectory
+# Every rate so far was measured at FedAvg's models. FedSAM is the method whose clients *use* these
+# perturbations, and its trajectory is not FedAvg's: its global model is flatter (notebook 02) and so may its
+# clients' minibatch gradients agree differently. So we replay FedSAM's own runs (Dirichlet α = `alpha`, its
+# tuned radius ρ, the radius it perturbs with) round by round, as section 5 replays FedAvg's, and every
+# `fedsam_every` rounds repeat section 3's test at its global model, with FedSAM's ρ, on the clients of that
+# run's partition. The dashed lines are section 3's rates at FedAvg's final models (with the notebook's ρ).
+
+# %%
+fs_choice = tuned_params("fedsam", base, profile=profile)
+fs_rho = float(fs_choice.params.get("rho", fedlab.get_algorithm("fedsam").hp.rho))
+fs_cfg = base.replace(algorithm="fedsam", algorithm_params=dict(fs_choice.params))
+fs_seeds = plan_seeds(fs_cfg, {}, list(range(seed, seed + fedsam_seeds)), use_plan=rerun_plan)
+fs_runs = run_seeds(fs_cfg, fs_seeds, record=profile in CITABLE_PROFILES, need_theta=True, paired=paired_partitions)
+fs_stops = sorted(set(range(0, rounds + 1, fedsam_every)) | {rounds})
+fs_rows, fs_same = [], []
+for r in fs_runs:
+    _, r_clients, _ = federation_from_config(r.config, max_per_client=max_per_client, seed=seed)
+    r_f_clients = [c for c in r_clients if c[1].shape[0] >= batch_size][:friendly_clients]
+    thetas, same = replay_fedavg(r, fs_stops)  # the replay is the engine's round, whatever the method
+    fs_same.append(same)
+    for t, th in thetas.items():
+        g = client_gradients(net, r_f_clients, th, batches=friendly_batches, batch_size=batch_size, seed=seed)
+        fr = friendly_adversary(net, r_f_clients, th, fs_rho, grads=g, cross_targets=cross_targets,
+                                seed=seed).summary().iloc[0]
+        fs_rows.append({"seed": r.config.seed, "round": t, "rho": fs_rho, "status": r.status,
+                        "within_client_rate": fr["within_client_rate"], "cross_client_rate": fr["cross_client_rate"]})
+fs_traj = pd.DataFrame(fs_rows)
+print(f"FedSAM at ρ = {fs_rho:g} ({fs_choice.source}), {len(fs_runs)} seed(s), measured at rounds {fs_stops}")
+print(fs_traj.groupby("round")[["within_client_rate", "cross_client_rate"]].mean().round(3).T.to_string())
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("the replay reaches every trained FedSAM model bit for bit:", all(fs_same))
+print("every FedSAM model measured at every stop:", len(fs_traj) == len(fs_runs) * len(fs_stops))
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3.6))
+fa_rates = pd.concat([f.summary() for f in friendly_by_seed.values()])
+for col, label, colour in [("cross_client_rate", "other client", "#1f77b4"),
+                           ("within_client_rate", "same client, other batch", "#ff7f0e")]:
+    wide = fs_traj.pivot(index="round", columns="seed", values=col)
+    for k in wide.columns:
+        ax.plot(wide.index, 100 * wide[k], color=colour, lw=0.6, alpha=0.5)
+    draw_band(ax, list(wide.index), [100 * wide.loc[t].to_numpy() for t in wide.index], color=colour,
+              label=f"{label}: FedSAM's model at that round")
+    ax.axhline(100 * fa_rates[col].mean(), color=colour, ls="--", lw=1,
+               label=f"{label}: FedAvg's final models (section 3)")
+ax.set_xlabel("round of FedSAM's run")
+ax.set_ylabel("friendly pairs (%)")
+ax.set_title(f"friendly-adversary rates along FedSAM's trajectory (ρ = {fs_rho:g}, {len(fs_runs)} seed(s))")
+ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8)
+save_figure(fig, "03_friendly_fedsam_trajectory", notebook="03_friendly_adversary", profile=profile,
+            caption=f"Share of friendly pairs f_B(θ+ε_A) < f_B(θ) at FedSAM's global model every {fedsam_every} rounds "
+                    f"of its own runs ({dataset}, Dirichlet α={alpha}, FedSAM's tuned ρ = {fs_rho:g} for the "
+                    f"perturbations), cross-client and within-client pairs, mean ± 95 % interval over "
+                    f"{len(fs_runs)} seed(s), thin lines per seed; dashed: section 3's rates at FedAvg's final "
+                    f"models (ρ = {rho:g}).",
+            parameters=dict(dataset=dataset, alpha=alpha, rho=fs_rho, fedsam_every=fedsam_every, seeds=fs_seeds,
+                            friendly_clients=friendly_clients, friendly_batches=friendly_batches,
+                            cross_targets=cross_targets, seed=seed),
+            data=fs_traj, runs=fs_runs)
+plt.show()
+
+# %% [markdown]
+# **The cpu run.** The committed figure follows FedSAM's runs of the rerun's regime every 10 rounds:
+
+# %%
+cpu.show("03_friendly_fedsam_trajectory")
+
+# %% [markdown]
 # ## 6. FedVSSAM's mixing shrinks both error sources — if h is ∇F
 # With $h = \nabla F$ (the idealised server direction), the mixed direction error is exactly
 # $h_i - \nabla F = \gamma_l(g_{i,b} - \nabla F)$, so its mean square is $\gamma_l^2\,\mathbb E\lVert g - \nabla F\rVert^2$ —
@@ -972,3 +1042,18 @@ print(report.text())
 
 # %%
 report.show_figures()
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 8 rounds of K = 5 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/03_friendly_adversary.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/03_friendly_adversary.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 200 rounds of K = 50 local steps at η = 0.1, 1 seed, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/03_friendly_adversary.ipynb out.ipynb -f notebooks/params/03_friendly_adversary.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

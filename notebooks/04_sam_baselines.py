@@ -34,15 +34,9 @@
 # method sends per round and how many gradients it evaluates per local step — and the *flatness
 # distance* Δ_D (§5), the spread of the clients' end points around the new global model.
 #
-# Sizes: the defaults are the `ci` profile (seconds on two CPU cores: 10 clients, 10 rounds of 4 steps, one
-# seed). At that size the curves are noisy and the ranking of the methods is *not* meaningful — the point is
-# to see the machinery run and the cost table, which does not depend on the size. The `cpu` profile
-# (`params/04_sam_baselines.cpu.yaml`: the rerun's regime (chosen by the pilot of `figures/regime/`, planned
-# in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100
-# clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no claim
-# judges), each seed drawing its own partition; Dirichlet 0.1) and the `paper` profile (CIFAR-10,
-# ResNet-18-GN, GPU) produce the citable figures; what the committed cpu run shows is generated in the last
-# section.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
+# At that size the curves are noisy and the ranking means nothing; the cost table does not depend on the size.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -872,3 +866,18 @@ print(report.text())
 
 # %%
 report.show_figures(skip=("04_rho_sweep", "04_sam_curves", "04_sam_cost_accuracy", "04_flatness_distance"))
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 40% per round, Dirichlet α = 0.1, 10 rounds of K = 4 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/04_sam_baselines.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 4 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/04_sam_baselines.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 800 rounds of K = 50 local steps at η = 0.1, 1 seed, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/04_sam_baselines.ipynb out.ipynb -f notebooks/params/04_sam_baselines.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

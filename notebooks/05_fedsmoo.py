@@ -34,14 +34,10 @@
 # | `fedsmoo_adaptive` | **a blog's adaptive variant**: FedAvg + a proximal term and a SAM radius that each client tunes every round ($\lambda_k$, $\rho_k$) | a practitioner's blog post about the paper (`book/guide/papers.md#fedsmoo`); *not* the paper's algorithm |
 #
 # Both are trained below next to FedDyn, FedSpeed (FedDyn + local SAM, Sun et al., ICLR'23), FedSAM and
-# FedAvg. Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed). At that size the
-# accuracy curves are noisy and do not rank the methods reliably; the closed-form federation of §4 and the
-# checks of §7 hold at any size. `params/05_fedsmoo.cpu.yaml` (the rerun's regime (chosen by the pilot of
-# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
-# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
-# six seeds (three for a run no claim judges), each seed drawing its own partition; Dirichlet 0.1, tuned
-# hyperparameters) and `params/05_fedsmoo.paper.yaml` (CIFAR-10, ResNet-18-GN, GPU) give the citable figures;
-# what the committed cpu run shows is generated in the last section.
+# FedAvg.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
+# The closed-form federation of §4 and the checks of §7 hold at any size.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -772,3 +768,18 @@ print(report.text())
 
 # %%
 report.show_figures(skip=("05_quadratic_drift", "05_fedsmoo_curves", "05_adaptive_lambda_rho"))
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 40% per round, Dirichlet α = 0.1, 10 rounds of K = 4 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/05_fedsmoo.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 3 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/05_fedsmoo.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 800 rounds of K = 50 local steps at η = 0.1, 1 seed, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/05_fedsmoo.ipynb out.ipynb -f notebooks/params/05_fedsmoo.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -31,15 +31,9 @@
 #
 # This notebook takes the pieces one at a time (the schedule, the server EMA, the control variates on a
 # closed-form federation), then tests the paper's central claim — FedSWA beats FedSAM under high heterogeneity
-# — on Fashion-MNIST, with a small ablation of ρ and α and FedMoSWA against SCAFFOLD. Sizes: the defaults are
-# the `ci` profile (seconds on two CPU cores, one seed; too small to rank methods reliably).
-# `params/06_fedswa_fedmoswa.cpu.yaml` (the rerun's regime (chosen by the pilot of `figures/regime/`, planned
-# in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images, 100
-# clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no claim
-# judges), each seed drawing its own partition; Dirichlet 0.1, tuned hyperparameters) and
-# `params/06_fedswa_fedmoswa.paper.yaml` (the paper's CIFAR-100 Dirichlet-0.1 setting, GPU) produce the
-# citable figures. Each committed cpu figure is shown beside the paragraph that reads it ("The cpu run"), its
-# numbers computed from its committed data; the last section lists the figures and the claims they test.
+# — on Fashion-MNIST, with a small ablation of ρ and α and FedMoSWA against SCAFFOLD.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -864,3 +858,18 @@ print(report.text())
 # %%
 # shown beside their paragraphs above
 report.show_figures(skip=("06_cyclic_lr", "06_fedswa_vs_fedsam", "06_swa_ablation", "06_fedmoswa_vs_scaffold"))
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 40% per round, Dirichlet α = 0.1, 10 rounds of K = 4 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/06_fedswa_fedmoswa.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/06_fedswa_fedmoswa.paper.yaml` over the defaults | CIFAR-100, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 300 rounds of K = 50 local steps at η = 0.1, 1 seed, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/06_fedswa_fedmoswa.ipynb out.ipynb -f notebooks/params/06_fedswa_fedmoswa.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -61,13 +61,8 @@
 # Defaults as hard-coded in the official client: γ = 0.85, ρ = 0.05. The toy federation below uses
 # them; on Fashion-MNIST every radius is the protocol's tuned one (`tuned_params`), γ stays 0.85.
 #
-# Sizes: the defaults are the `ci` profile (seconds on two CPU cores, one seed). `params/07_fednsam.cpu.yaml`
-# (the rerun's regime (chosen by the pilot of `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP
-# on a class-balanced 10 000 of Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K
-# = 50 local steps at η = 0.1, six seeds (three for a run no claim judges), each seed drawing its own
-# partition; Dirichlet 0.1) and `params/07_fednsam.paper.yaml` (CIFAR-100, ResNet-18-GN, GPU) give the citable
-# figures. The committed cpu data are read beside the paragraphs they concern ("The cpu run"), their numbers
-# computed from it; the last section lists the figures and the claims they test.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -682,3 +677,18 @@ print(report.text())
 
 # %%
 report.show_figures(skip=("07_fednsam_accuracy_flatness",))  # shown beside its paragraph above
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 10 rounds of K = 5 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/07_fednsam.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 2 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/07_fednsam.paper.yaml` over the defaults | CIFAR-100, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 300 rounds of K = 50 local steps at η = 0.1, 1 seed, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/07_fednsam.ipynb out.ipynb -f notebooks/params/07_fednsam.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -52,12 +52,8 @@
 # **The evidence protocol.** The full method runs with the ρ and preset **tuned** for this split on a held-out
 # validation set (`tuned_params("fedvssam", split)`; at the `cpu` profile `figures/rerun/tuning/`); each
 # ablation switches one part off from that tuned point, and every comparison is trained over several seeds,
-# compared seed by seed (paired) and reported as mean ± 95 % interval. In the `cpu` profile
-# (`params/08_fedvssam.cpu.yaml`) this is the rerun's regime (chosen by the pilot of `figures/regime/`,
-# planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of Fashion-MNIST's training images,
-# 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1, six seeds (three for a run no
-# claim judges), each seed drawing its own partition; Dirichlet 0.1 — so the full FedVSSAM and FedAvg runs
-# here *are* notebook 10's Dir-0.1 runs.
+# compared seed by seed (paired) and reported as mean ± 95 % interval. At the cpu size the full FedVSSAM and FedAvg
+# runs here *are* notebook 10's Dir-0.1 runs; the table at the end lists what each size trains.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -81,6 +77,7 @@ ablation = "paper"  # "paper": base, GU, LU+GU, LF+LU, full | "all": the 8 LF/LU
 gammas_l = [0.1, 0.4, 1.0]  # γ_l values of the sweep (the rest of the tuned point fixed)
 h_track_every = 1  # measure h^t against the full-batch global gradient every this many rounds
 h_grad_per_client = None  # samples per client in that full-batch gradient (None: all; else a uniform subset)
+h_track_seeds = 1  # seeds whose full runs are tracked there (the first ones; cpu: 3)
 variance_batches = 32  # minibatches drawn to measure Var[u] against γ_l² Var[g̃]
 bootstrap = 200  # bootstrap resamples of those minibatches for the variance intervals
 eval_every = 2  # evaluate the global model every this many rounds
@@ -444,8 +441,8 @@ print(f"cos(g, h) = {cos(g, h):.3f}   cos(h_i, h) = {cos(h_i, h):.3f}   cos(g~, 
 
 # %% [markdown]
 # ## 3. The server direction $h^t$ along a run, measured
-# FedVSSAM's premise is that $h^t$ tracks the global gradient. We check it on the run itself: the
-# first seed's full FedVSSAM run is replayed round by round with the engine's public
+# FedVSSAM's premise is that $h^t$ tracks the global gradient. We check it on the runs themselves: the
+# full FedVSSAM runs of the first `h_track_seeds` seeds are replayed round by round with the engine's public
 # `Simulation.train_round` (the same code `fedlab.run` loops over, so the replay ends at the trained
 # run's $\theta$ and $h$ bit for bit — checked below), and before every `h_track_every`-th round the pair
 # $(\theta^t, h^t)$ the server broadcasts is compared with the full-batch gradient
@@ -469,43 +466,54 @@ print(f"cos(g, h) = {cos(g, h):.3f}   cos(h_i, h) = {cos(h_i, h):.3f}   cos(g~, 
 # $\|h^t - \nabla F\|^2 < \|\nabla F\|^2$, which holds exactly when $2\langle h^t, \nabla F\rangle > \|h^t\|^2$.
 
 # %%
-alg_track = sim.algorithm
-clients_F = client_data(sim.dataset, sim.partition, h_grad_per_client, seed)  # clients with data only
-F_global = global_loss_fn(sim.model, clients_F)
-track_state = sim.initial_state()
-track_rounds = len(full_run.metrics)  # every round the run trained (fewer if it diverged)
-
-
 def sq(x):
     return float(x.double().pow(2).sum())
 
 
-track_rows = []
-for t in range(track_rounds + 1):
-    theta_t, h_t = track_state.server["theta"], track_state.server["h"].clone()
-    measured = t % h_track_every == 0 or t == track_rounds
-    if measured:
-        F_t, grad_F_t = F_global.value_and_grad(theta_t)
-        track_rows.append({"round": t, "F": float(F_t), "|gradF|^2": sq(grad_F_t), "|h|^2": sq(h_t),
-                           "|h - gradF|^2": sq(h_t - grad_F_t), "cos(h, gradF)": cos(h_t, grad_F_t)})
-    if t == track_rounds:
-        break
-    sim.train_round(track_state, t)
-    if measured:  # the round's fresh direction d^t, from h^t and h^{t+1}
-        gg, gl_t = alg_track.server_gamma(t), (alg_track.local_gamma(t) if alg_track.hp.lu else 1.0)
-        pseudo = (track_state.server["h"] - (1 - gg) * h_t) / gg  # g^{t+1}
-        fresh = (pseudo - (1 - gl_t) * h_t) / gl_t  # d^t
-        track_rows[-1].update({"|d - gradF|^2": sq(fresh - grad_F_t), "cos(d, gradF)": cos(fresh, grad_F_t)})
-h_track = pd.DataFrame(track_rows)
+def track_h(run):
+    """Replay ``run`` round by round and measure (θ^t, h^t) against ∇F(θ^t) every ``h_track_every`` rounds: one row
+    per measured round (its seed in ``seed``), and the state the replay ends in."""
+    replay = fedlab.Simulation.build(run.config)
+    alg = replay.algorithm
+    F_run = global_loss_fn(replay.model, client_data(replay.dataset, replay.partition, h_grad_per_client, seed))
+    state = replay.initial_state()
+    last = len(run.metrics)  # every round the run trained (fewer if it diverged)
+    rows = []
+    for t in range(last + 1):
+        theta_t, h_t = state.server["theta"], state.server["h"].clone()
+        measured = t % h_track_every == 0 or t == last
+        if measured:
+            F_t, grad_F_t = F_run.value_and_grad(theta_t)
+            rows.append({"seed": run.config.seed, "round": t, "F": float(F_t), "|gradF|^2": sq(grad_F_t),
+                         "|h|^2": sq(h_t), "|h - gradF|^2": sq(h_t - grad_F_t), "cos(h, gradF)": cos(h_t, grad_F_t)})
+        if t == last:
+            break
+        replay.train_round(state, t)
+        if measured:  # the round's fresh direction d^t, from h^t and h^{t+1}
+            gg, gl_t = alg.server_gamma(t), (alg.local_gamma(t) if alg.hp.lu else 1.0)
+            pseudo = (state.server["h"] - (1 - gg) * h_t) / gg  # g^{t+1}
+            fresh = (pseudo - (1 - gl_t) * h_t) / gl_t  # d^t
+            rows[-1].update({"|d - gradF|^2": sq(fresh - grad_F_t), "cos(d, gradF)": cos(fresh, grad_F_t)})
+    return pd.DataFrame(rows), state, F_run
+
+
+full_runs = (runs["full (LF + LU + GU)"] if ablation == "paper" else runs["LF+LU+GU"])
+h_runs = full_runs[:h_track_seeds]  # the first seeds' full runs
+tracked = [track_h(r) for r in h_runs]
+h_track = pd.concat([rows for rows, _, _ in tracked], ignore_index=True)
+track_state, F_global = tracked[0][1], tracked[0][2]  # the first seed's: checked against its trained state below
+track_rounds = len(full_run.metrics)
 beta_eff = gamma_l * gamma_g
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"F over {len(clients_F)} clients, {F_global.n_samples} samples; {len(h_track)} measurements of h^t")
+print(f"F over the clients with data, {F_global.n_samples} samples; {len(h_track)} measurements of h^t over "
+      f"{h_track['seed'].nunique()} seed(s)")
 print("the replay ends at the trained run's theta and h, bit for bit:",
       torch.equal(track_state.server["theta"], server["theta"]) and torch.equal(track_state.server["h"], server["h"]))
-print("h^0 = 0, so the round-0 error is exactly ||grad F(theta^0)||^2:",
-      h_track["|h - gradF|^2"].iloc[0] == h_track["|gradF|^2"].iloc[0])
+first_rows = h_track[h_track["round"] == 0]
+print("h^0 = 0, so the round-0 error is exactly ||grad F(theta^0)||^2, at every seed:",
+      bool((first_rows["|h - gradF|^2"] == first_rows["|gradF|^2"]).all()))
 
 # %%
 print(h_track.round(4).to_string(index=False))
@@ -513,7 +521,7 @@ later = h_track[h_track["round"] > 0]
 beats_zero = int((later["|h - gradF|^2"] < later["|gradF|^2"]).sum())
 print(f"\nbeta = gamma_l * gamma_g = {beta_eff:.3g}; T = {track_rounds} rounds; beta * T = {beta_eff * track_rounds:.3g} "
       "(the bound's start-up term scales as 1/(beta T))")
-print(f"rounds t >= 1 where h^t is closer to grad F than the zero vector is: {beats_zero} of {len(later)}")
+print(f"rounds t >= 1 (all seeds) where h^t is closer to grad F than the zero vector is: {beats_zero} of {len(later)}")
 print(f"relative error ||h - grad F||^2 / ||grad F||^2: round 0 = 1, median over t >= 1 = "
       f"{float((later['|h - gradF|^2'] / later['|gradF|^2']).median()):.3f}, last = "
       f"{float(later['|h - gradF|^2'].iloc[-1] / later['|gradF|^2'].iloc[-1]):.3f}")
@@ -527,18 +535,24 @@ print(f"fresh direction d^t: median ||d - grad F||^2 / ||grad F||^2 = "
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 c_vs = method_color("fedvssam")
-ax1.plot(h_track["round"], h_track["|h - gradF|^2"], "o-", color=c_vs, label=r"$\|h^t - \nabla F(\theta^t)\|^2$")
-ax1.plot(fresh_rows["round"], fresh_rows["|d - gradF|^2"], "s--", ms=4, color=c_vs, alpha=0.6,
-         label=r"$\|d^t - \nabla F(\theta^t)\|^2$ (fresh direction)")
-ax1.plot(h_track["round"], h_track["|gradF|^2"], "k:", label=r"$\|\nabla F(\theta^t)\|^2$ (error of $h = 0$)")
+for i, (k, rows_k) in enumerate(h_track.groupby("seed", sort=False)):  # each tracked seed its own line
+    fresh_k = rows_k.dropna(subset=["|d - gradF|^2"])
+    lw, named = (1.6, i == 0) if len(h_runs) == 1 else (0.9, i == 0)
+    ax1.plot(rows_k["round"], rows_k["|h - gradF|^2"], "o-", ms=3, lw=lw, color=c_vs,
+             label=r"$\|h^t - \nabla F(\theta^t)\|^2$" if named else None)
+    ax1.plot(fresh_k["round"], fresh_k["|d - gradF|^2"], "s--", ms=3, lw=lw, color=c_vs, alpha=0.6,
+             label=r"$\|d^t - \nabla F(\theta^t)\|^2$ (fresh direction)" if named else None)
+    ax1.plot(rows_k["round"], rows_k["|gradF|^2"], "k:", lw=lw,
+             label=r"$\|\nabla F(\theta^t)\|^2$ (error of $h = 0$)" if named else None)
+    ax2.plot(rows_k["round"], rows_k["cos(h, gradF)"], "o-", ms=3, lw=lw, color=c_vs,
+             label=r"cos($h^t$, $\nabla F$)" if named else None)
+    ax2.plot(fresh_k["round"], fresh_k["cos(d, gradF)"], "s--", ms=3, lw=lw, color=c_vs, alpha=0.6,
+             label=r"cos($d^t$, $\nabla F$)" if named else None)
 ax1.set_yscale("log")
 ax1.set_xlabel("round t")
 ax1.set_ylabel("squared norm")
 ax1.set_title(rf"server direction vs full-batch $\nabla F$ ($\beta = \gamma_l\gamma_g$ = {beta_eff:.2g})")
 ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
-ax2.plot(h_track["round"], h_track["cos(h, gradF)"], "o-", color=c_vs, label=r"cos($h^t$, $\nabla F$)")
-ax2.plot(fresh_rows["round"], fresh_rows["cos(d, gradF)"], "s--", ms=4, color=c_vs, alpha=0.6,
-         label=r"cos($d^t$, $\nabla F$)")
 ax2.axhline(0.0, color="#555555", lw=1)
 ax2.set_ylim(-1.05, 1.05)
 ax2.set_xlabel("round t")
@@ -547,15 +561,15 @@ ax2.set_title("alignment with the global gradient")
 ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
 fig.tight_layout()
 save_figure(fig, "08_fedvssam_h_tracking", notebook="08_fedvssam", profile=profile,
-            caption=f"FedVSSAM's server direction h^t against the full-batch global gradient ∇F(θ^t) along the first "
-                    f"seed's run ({dataset}, Dirichlet α={alpha}, {n_clients} clients, tuned ρ={rho}, γ_l={gamma_l}, "
+            caption=f"FedVSSAM's server direction h^t against the full-batch global gradient ∇F(θ^t) along the full runs "
+                    f"of {len(h_runs)} seed(s), one line each ({dataset}, Dirichlet α={alpha}, {n_clients} clients, tuned ρ={rho}, γ_l={gamma_l}, "
                     f"γ_g={gamma_g}): squared error and cosine per round, with the round's fresh direction d^t "
                     "(the clients' mean perturbed gradient that the EMA mixes in) and ‖∇F‖² (the error of h = 0).",
             parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds, rho=rho,
                             gamma_l=gamma_l, gamma_g=gamma_g, h_track_every=h_track_every,
                             h_grad_per_client=h_grad_per_client, seed=seed, partition_seed=partition_seed_note,
-                            tuning=tuned.source),
-            data={"h_tracking": h_track}, runs=[full_run])
+                            tuning=tuned.source, seeds=[r.config.seed for r in h_runs]),
+            data={"h_tracking": h_track}, runs=list(h_runs))
 plt.show()
 
 # %% [markdown]
@@ -580,8 +594,8 @@ print(f"The round's fresh direction d^t (taken from theta^t itself) has median r
 
 # %% [markdown]
 # **The cpu run.** The figure and the numbers above come from this execution (at the `ci` size a smoke test: a
-# few rounds of a small federation). The committed cpu figure measures $h^t$ at every round of the first seed's
-# full FedVSSAM run in the rerun's regime, against the full-batch $\nabla F$ over all clients:
+# few rounds of a small federation). The committed cpu figure measures $h^t$ at every round of full FedVSSAM runs
+# in the rerun's regime (the line above it names how many seeds), against the full-batch $\nabla F$ over all clients:
 
 # %%
 cpu.show("08_fedvssam_h_tracking")
@@ -593,6 +607,7 @@ ht_par = committed_parameters("08_fedvssam_h_tracking")
 ht_later = ht_cpu[ht_cpu["round"] > 0]
 ht_rel = ht_later["|h - gradF|^2"] / ht_later["|gradF|^2"]
 ht_fresh = ht_cpu.dropna(subset=["|d - gradF|^2"])
+ht_seeds = int(ht_cpu["seed"].nunique()) if "seed" in ht_cpu else 1  # a one-seed figure had no seed column
 cpu_lessons["h_tracking"] = les_ht = {
     "rounds": int(len(ht_later)), "beta_T": float(ht_par["gamma_l"] * ht_par["gamma_g"] * ht_par["rounds"]),
     "beats_zero": int((ht_later["|h - gradF|^2"] < ht_later["|gradF|^2"]).sum()),
@@ -611,7 +626,7 @@ assert les_ht["d_cos_median"] > 0 and les_ht["d_beats_zero"] > les_ht["d_rounds"
 assert 0.5 < les_ht["d_rel_median"] < 1, "d^t's error is below that of zero, but close to it"
 display(Markdown(
     f"**Along the cpu run, $h^t$ is no better an estimate of $\\nabla F$ than the zero vector.** Over the "
-    f"{les_ht['rounds']} rounds t ≥ 1 (β = γ_l γ_g, βT = {les_ht['beta_T']:.0f}) $h^t$ is closer to $\\nabla F(\\theta^t)$ than "
+    f"{les_ht['rounds']} measured rounds t ≥ 1 of {ht_seeds} seed(s) (β = γ_l γ_g, βT = {les_ht['beta_T']:.0f}) $h^t$ is closer to $\\nabla F(\\theta^t)$ than "
     f"zero in {les_ht['beats_zero']} of {les_ht['rounds']} rounds, and its relative error "
     f"$\\|h^t - \\nabla F\\|^2 / \\|\\nabla F\\|^2$ stays between {les_ht['rel_min']:.2f} and {les_ht['rel_max']:.2f} over "
     f"the whole run (median {les_ht['rel_median']:.3f}): in the left panel the error curve lies on the "
@@ -1247,3 +1262,18 @@ print(report.text())
 # %%
 report.show_figures(skip=("08_fedvssam_ablation", "08_fedvssam_h_tracking", "08_fedvssam_step_mse",
                           "08_fedvssam_gamma_variance"))  # shown beside their paragraphs above
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 8 rounds of K = 4 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/08_fedvssam.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 4 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/08_fedvssam.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 800 rounds of K = 50 local steps at η = 0.1, 3 seeds, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/08_fedvssam.ipynb out.ipynb -f notebooks/params/08_fedvssam.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

@@ -44,12 +44,8 @@
 # the 1-D slices and the sharpness over training are means over the
 # seeds, and the 2-D landscapes are drawn for every seed side by side. A model that **collapsed** (stayed at
 # chance) is marked on every figure and never averaged in: a network that learned nothing can look very flat.
-# In the `ci` size a representative subset of methods is trained for a few rounds;
-# `params/09_sharpness_and_landscapes.cpu.yaml` trains all 16 in the rerun's regime (chosen by the pilot of
-# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
-# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
-# six seeds (three for a run no claim judges), each seed drawing its own partition — the same runs as notebook
-# 10's Dir-0.1 benchmark — and writes the citable figures to `figures/`.
+# At the smoke-test size (the default) a few methods train for a few rounds; at the cpu size all 16, the same runs
+# as notebook 10's Dir-0.1 benchmark. The table at the end lists what each size trains.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -1208,3 +1204,18 @@ print(report.text())
 # %%
 report.show_figures(skip=("09_curvature", "09_flatness_vs_accuracy", "09_slices_1d", "09_landscape_2d",
                           "09_sharpness_over_training"))  # shown beside their paragraphs above
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 8 rounds of K = 5 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/09_sharpness_and_landscapes.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/09_sharpness_and_landscapes.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 800 rounds of K = 50 local steps at η = 0.1, 3 seeds, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/09_sharpness_and_landscapes.ipynb out.ipynb -f notebooks/params/09_sharpness_and_landscapes.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

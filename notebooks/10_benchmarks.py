@@ -43,18 +43,11 @@
 # over the seeds with a **95 % Student-t interval**; a run that stays at chance is `collapsed`: it is
 # drawn and counted, never averaged into its method's mean. `method_params` overrides the tuned values.
 #
-# **Sizes.** The `ci` defaults train one small run per registered method and split on a Fashion-MNIST subset
-# with the fast 2-layer MLP, one seed, in about a minute: they check that the whole pipeline works, not which
-# method wins. The `cpu` profile (`params/10_benchmarks.cpu.yaml`: the rerun's regime (chosen by the pilot of
-# `figures/regime/`, planned in `lab/regime/rerun.yaml`): the MLP on a class-balanced 10 000 of
-# Fashion-MNIST's training images, 100 clients, 10 % per round, 100 rounds of K = 50 local steps at η = 0.1,
-# six seeds (three for a run no claim judges), each seed drawing its own partition; Dir 0.5 and Dir 0.1 only: the
-# pathological split's eleven methods × six seeds did not fit the rerun's 8-hour budget) makes the committed
-# figures, `figures/10_benchmarks_cpu.csv` and one committed record per run (`figures/records/`), written as
-# each run finishes, so an interrupted benchmark resumes where it stopped, on this machine or another. The
-# `paper` profile (`params/10_benchmarks.paper.yaml`) carries the papers' settings — CIFAR-10 with ResNet-18
-# and CIFAR-100 with WRN-28-4, 100 clients, 10 %, K = 50, B = 50, lr 0.1, 800 rounds, three seeds — which is
-# many GPU-days for all methods; restrict `methods` and `n_seeds` to what your budget allows.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
+# The committed figures cover Dir 0.5 and Dir 0.1: the pathological split's eleven methods × six seeds did not
+# fit the rerun's 8-hour budget (notebook 02 §4 trains pathological splits for the methods its question needs).
+# Every run is recorded as it finishes, so an interrupted benchmark resumes where it stopped.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -487,7 +480,7 @@ display(Markdown(
        f"{b01['fedlesam']['largest']:.2f} points.") + "\n"
     f"* **FedGF fails**: {b01['fedgf']['lost']} of its {b01['fedgf']['seeds']} seeds collapsed and the others end at "
     f"{b01['fedgf']['mean']:.1f} %: at K = 50 every client's drift passes FedGF's threshold, so every local step takes "
-    f"its gradient at one globally perturbed point (the claim `fedgf_above_fedsam_dir01`; FedGF's rule: notebook 11).\n\n"
+    f"its gradient at one globally perturbed point (the claim `fedgf_above_fedsam_dir01`; FedGF's rule: notebook 09b).\n\n"
     f"**At Dirichlet 0.5** every method but MoFedSAM ({b05['mofedsam']['diff']:+.1f}) is within "
     f"{max(abs(v['diff']) for v in near05.values()):.1f} points of FedAvg, and the top is again drift correction "
     f"(" + ", ".join(points(m, b05) for m in sorted(near05, key=lambda m: -near05[m]['mean'])[:3]) + ")."))
@@ -966,3 +959,18 @@ print(report.text())
 # %%
 report.show_figures(skip=("10_benchmarks_bars_fmnist", "10_benchmarks_curves_fmnist", "10_cost_accuracy_fmnist",
                           "10_claim_arms_fmnist"))
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the mlp model, 3,000 training images, 10 clients, 30% per round, 10 rounds of K = 5 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/10_benchmarks.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 4 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/10_benchmarks.paper.yaml` over the defaults | CIFAR-10 and CIFAR-100, the resnet18_gn / wrn28_4_gn model, all training images, 100 clients, 10% per round, 800 rounds of K = 50 local steps at η = 0.1, 3 seeds, on a GPU | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/10_benchmarks.ipynb out.ipynb -f notebooks/params/10_benchmarks.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->

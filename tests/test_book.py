@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+from lab.repro import RENAMED_NOTEBOOKS, notebook_now
+
 from _browser import BROKEN_IMAGES_JS, chromium_page, needs_chromium
 from _load import window_ms
 
@@ -94,7 +96,7 @@ def test_every_figure_has_a_sidecar_and_a_cell_that_saves_it():
     records = book.figure_records()
     assert sorted(r["png"].name for r in records) == FIGURE_PNGS
     for rec in records:
-        nb = nbformat.read(REPO / rec["meta"]["notebook"], as_version=4)
+        nb = nbformat.read(REPO / "notebooks" / f"{notebook_now(rec['meta']['notebook'])}.ipynb", as_version=4)
         assert book.figure_cell_index(nb, rec["name"]) is not None, rec["name"]
     bench = next(r for r in records if r["name"] == "10_benchmarks_bars_fmnist")
     assert "10_benchmarks_cpu.csv" in [p.name for p in bench["data"]]  # named in its caption
@@ -120,6 +122,9 @@ def test_built_site_is_complete_and_offline(site):
                  "api/analysis.html", "api/algorithms.html"):
         assert (site / page).exists(), page
     assert book.remote_assets(site) == []
+    for old, new in RENAMED_NOTEBOOKS.items():  # a renamed notebook's old address sends the reader on
+        moved = (site / "notebooks" / f"{old}.html").read_text()
+        assert f'url={new}.html"' in moved and f'href="{new}.html"' in moved, old
     registry = (site / "api" / "algorithms.html").read_text()
     import fedlab
 

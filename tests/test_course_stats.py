@@ -25,6 +25,11 @@ import lab.tools.plots
 from fedlab import run
 
 x = 1
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# The cpu profile's records.
 '''
 
 
@@ -35,8 +40,9 @@ def test_counts_of_a_known_script(tmp_path: Path) -> None:
     assert got.notebook == "99_lesson" and got.code_cells == 2
     assert got.code_lines == 5  # profile =, two lab imports, the fedlab import, x = 1
     assert got.lab_names == 3  # final_metric, run_seeds, lab.tools.plots; fedlab's run is not lab's
-    assert got.infrastructure_words == 4  # ci, profile, records, papermill; "SAM" and "ball" are the lesson's
-    assert got.prose_words == 15  # the heading's # is not a word
+    assert got.infrastructure_words == 6  # ci, profile, records, papermill; profile, records in the closing section
+    assert got.lesson_infrastructure_words == 4  # "SAM" and "ball" are the lesson's; the closing section is not
+    assert got.prose_words == 15 + 9  # the headings' # are not words
 
 
 def test_the_command_refuses_a_folder_without_notebooks(tmp_path: Path, capsys) -> None:

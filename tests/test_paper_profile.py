@@ -24,7 +24,6 @@ analysis size, so a new key fails here until it is exercised or consciously left
 """
 from __future__ import annotations
 
-import ast
 import pickle
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import yaml
 
 import fedlab
 from fedlab import Config, numpy_generator
+from lab.tools.how_made import parameter_defaults
 
 REPO = Path(__file__).resolve().parent.parent
 PARAMS = REPO / "notebooks" / "params"
@@ -68,7 +68,7 @@ ANALYSIS = {
                                     "eig_tol", "eig_max_iter", "track_iters", "trace_samples", "slice_points", "grid_points", "track_methods",
                                     "track_every"},
     "10_benchmarks": {"targets"},
-    "11_global_perturbation": set(),
+    "09b_global_perturbation": set(),
 }
 """Paper-file keys that size a notebook's measurements, not its training (not exercised here)."""
 
@@ -141,13 +141,7 @@ def paper_params(notebook: str) -> dict[str, Any]:
 
 def notebook_parameters(notebook: str) -> dict[str, Any]:
     """The names and default values of the notebook's ``parameters`` cell (what papermill overrides)."""
-    text = (REPO / "notebooks" / f"{notebook}.py").read_text()
-    cell = text.split('# %% tags=["parameters"]\n', 1)[1].split("\n# %%", 1)[0]
-    values = {}
-    for node in ast.parse(cell).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            values[node.targets[0].id] = ast.literal_eval(node.value)
-    return values
+    return parameter_defaults(notebook)
 
 
 def _with(defaults: dict[str, Any], forced: dict[str, Any], method: str) -> dict[str, Any]:
@@ -207,7 +201,7 @@ def training_configs(notebook: str, runs_dir: Path) -> dict[str, Config]:
     elif notebook == "09_sharpness_and_landscapes":
         for m in p["methods"]:  # the 16 methods of the paper file, each with its method_params
             add(m, m, p.get("method_params", {}).get(m, {}))
-    elif notebook == "11_global_perturbation":  # a toy, but §8–9 train on the fed_* federation of its file
+    elif notebook == "09b_global_perturbation":  # a toy, but §8–9 train on the fed_* federation of its file
         fed11 = Config(**{k: p[f"fed_{k}"] for k in ("dataset", "model", "alpha", "lr", "lr_schedule")}, **TINY,
                        runs_dir=str(runs_dir), seed=0, partition_seed=0)
         for m in ("mofedsam", "fedfsa"):  # TINY's test set has 2 images per class: 2 per client, not the file's
@@ -239,7 +233,7 @@ USED = {
     "10_benchmarks": {"datasets", "models", "pathological_classes", "dirichlet_alphas"},
     "01_heterogeneity": {"alphas", "classes_per_client"},
     "01b_foundations": set(),
-    "11_global_perturbation": {"seed", "dim", "n_clients", "participation", "rounds", "local_steps", "lr",
+    "09b_global_perturbation": {"seed", "dim", "n_clients", "participation", "rounds", "local_steps", "lr",
                                "fed_dataset", "fed_model", "fed_alpha", "fed_lr", "fed_lr_schedule",
                                "client_eval_size", "dp_noise_multipliers",
                                # §8–9's sizes, replaced by TINY as the other notebooks' are
@@ -308,7 +302,7 @@ def test_heterogeneity_paper_partitions(tiny_cifar):
 
 TOYS = ("00_quickstart", "01_heterogeneity", "01b_foundations")  # 00: one small run, no paper-size training
 """Notebooks whose paper file trains no CIFAR model: partitions only (01), the foundations' MLP on
-Fashion-MNIST (01b, below). Notebook 11 is a quadratic toy (below) whose §8–9 train on CIFAR."""
+Fashion-MNIST (01b, below). Notebook 09b is a quadratic toy (below) whose §8–9 train on CIFAR."""
 
 
 def test_foundations_paper_file_runs(tmp_path):
@@ -329,11 +323,11 @@ def test_foundations_paper_file_runs(tmp_path):
 
 
 def test_global_perturbation_paper_toy_runs():
-    """Notebook 11 stays a toy in its paper profile (it needs ∇F exactly): its paper file's federation
+    """Notebook 09b stays a toy in its paper profile (it needs ∇F exactly): its paper file's federation
     (clients, dimension, participation, K, η) runs two rounds of FedSAM and FedLESAM to finite models."""
     from fedlab.toy import quadratic_federation, run_functional
 
-    p = paper_params("11_global_perturbation")
+    p = paper_params("09b_global_perturbation")
     grad_fn, batch_fn, theta_star, problems = quadratic_federation(p["n_clients"], p["dim"], seed=p["seed"])
     assert len(problems) == p["n_clients"] and theta_star.shape == (p["dim"],)
     for method in ("fedsam", "fedlesam"):

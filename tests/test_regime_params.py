@@ -37,12 +37,12 @@ def test_render_replaces_the_block_and_drops_the_files_own_copies_of_its_keys():
 
 
 def test_notebook_11s_trained_sections_take_notebook_10s_federation():
-    """§8–9 of notebook 11 train under ``fed_*`` names: the same federation as the benchmark's, field for field."""
-    ours, bench = notebook_params("11_global_perturbation", "cpu"), notebook_params("10_benchmarks", "cpu")
+    """§8–9 of notebook 09b train under ``fed_*`` names: the same federation as the benchmark's, field for field."""
+    ours, bench = notebook_params("09b_global_perturbation", "cpu"), notebook_params("10_benchmarks", "cpu")
     for key in ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds", "local_steps",
                 "batch_size", "lr", "lr_schedule", "eval_every"):
         want = bench[key + "s"][0] if key in ("dataset", "model") else bench[key]
-        assert ours[f"fed_{key}"] == want, f"fed_{key}: notebook 11 has {ours[f'fed_{key}']!r}, notebook 10 {want!r}"
+        assert ours[f"fed_{key}"] == want, f"fed_{key}: notebook 09b has {ours[f'fed_{key}']!r}, notebook 10 {want!r}"
 
 
 @pytest.mark.parametrize("notebook", rp.NOTEBOOKS)
@@ -86,25 +86,22 @@ def test_plan_seeds_uses_the_plan_only_when_asked_and_refuses_an_unplanned_requi
         rp.plan_seeds(cfg, {"gamma_l": 0.123}, range(6), use_plan=True)
 
 
-_WORDS = {3: "three", 6: "six"}
-
-
 @pytest.mark.parametrize("notebook", rp.NOTEBOOKS)
-def test_a_notebooks_introduction_states_the_regime_its_cpu_parameters_hold(notebook):
-    """The sentence that introduces ``params/<notebook>.cpu.yaml`` (in the committed .ipynb, which the book shows)
-    gives that file's rounds, K, η, clients and seeds, and none of the K = 5 profile's, which the generated
-    federation block replaced."""
+def test_a_notebooks_closing_section_states_the_regime_its_cpu_parameters_hold(notebook):
+    """The row of the closing section (``lab.tools.how_made``) that introduces ``params/<notebook>.cpu.yaml``, in
+    the committed .ipynb that the book shows, gives that file's rounds, K, η, clients and seeds, and none of the
+    K = 5 profile's, which the generated federation block replaced."""
     import nbformat
 
     p = notebook_params(notebook, "cpu")
     nb = nbformat.read(f"notebooks/{notebook}.ipynb", as_version=4)
-    name = f"params/{notebook}.cpu.yaml"
-    paragraphs = [para for c in nb.cells if c.cell_type == "markdown" for para in c.source.split("\n\n")
-                  if name in para]
-    assert paragraphs, f"{notebook}: no paragraph introduces {name}"
-    text = " ".join(paragraphs[0].split())
-    for want in (f"{p['rounds']} rounds of K = {p['local_steps']}", f"η = {p['lr']:g}", f"{p['n_clients']} clients",
-                 f"{100 * p['participation']:.0f} % per round", f"{_WORDS[p['n_seeds']]} seeds"):
-        assert want in text, f"{notebook}: the introduction of {name} does not say {want!r}: {text}"
+    name = f"`notebooks/params/{notebook}.cpu.yaml`"
+    rows = [line for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+            if line.startswith("| `cpu` |") and name in line]
+    assert len(rows) == 1, f"{notebook}: {len(rows)} rows introduce {name}"
+    text = rows[0]
+    for want in (f"{p['rounds']} rounds of K = {p['local_steps']} local steps at η = {p['lr']:g}",
+                 f"{p['n_clients']} clients", f"{100 * p['participation']:.0f}% per round", f"{p['n_seeds']} seeds"):
+        assert want in text, f"{notebook}: the row of {name} does not say {want!r}: {text}"
     for stale in (r"K = 5\b", r"\b30 rounds", "60 000", "all of Fashion-MNIST", "GroupNorm CNN"):
-        assert not re.search(stale, text), f"{notebook}: the introduction of {name} still says {stale!r}"
+        assert not re.search(stale, text), f"{notebook}: the row of {name} still says {stale!r}"

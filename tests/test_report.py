@@ -186,3 +186,15 @@ def test_the_inline_figure_line_states_the_partition_rule_of_its_records_configs
         sidecar.write_text(json.dumps(meta))
         rerecord([sidecar], tmp_path)  # the sidecar is evidence: a remade one is re-recorded, as save_figure does
         assert cpu_report("08_fedvssam", tmp_path).figure_line("08_fig").endswith(words)
+
+
+def test_the_evidence_setting_names_seeds_only_when_the_sidecar_does():
+    """An older sidecar without ``parameters.seeds`` gives no dangling "seeds ;" in the evidence line."""
+    from lab.evidence.report import evidence_setting
+    from lab.repro import FIGURES_DIR
+
+    keys = json.loads((FIGURES_DIR / "10_benchmarks_bars_fmnist.json").read_text())["records"][:1]
+    named = evidence_setting(keys, [0, 1], FIGURES_DIR / "records")
+    bare = evidence_setting(keys, [], FIGURES_DIR / "records")
+    assert "seeds 0, 1;" in named and "seeds" not in bare and "local steps (B = " in bare
+    assert evidence_setting(["no-such-record"], [0], FIGURES_DIR / "records") is None

@@ -48,7 +48,7 @@ PARALLEL_EFFICIENCY = 0.9
 """Speed-up per extra core with ``client_threads`` (one client per thread; assumed, not measured)."""
 RUN_ORDER = ("10_benchmarks", "00_quickstart", "02_flatness_incompatibility", "03_friendly_adversary",
              "04_sam_baselines", "05_fedsmoo", "06_fedswa_fedmoswa", "07_fednsam", "08_fedvssam",
-             "09_sharpness_and_landscapes", "01_heterogeneity", "01b_foundations", "11_global_perturbation")
+             "09_sharpness_and_landscapes", "01_heterogeneity", "01b_foundations", "09b_global_perturbation")
 """The order ``make figures`` runs the notebooks in: 10 first, its runs are the ones the others share."""
 ALL_METHODS = METHOD_ORDER
 """Every registered method, in the plots' order: what notebook 10 trains when no list is given."""

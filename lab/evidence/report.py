@@ -26,7 +26,7 @@ from lab.evidence.claims import PairedVerdict, evaluate_claims_paired, leaning, 
 from lab.evidence.map_table import map_reading
 from lab.evidence.validity import UNTESTED
 from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
-from lab.repro import FIGURES_DIR
+from lab.repro import FIGURES_DIR, notebook_now
 
 __all__ = ["CpuFigure", "CpuReport", "committed_final_accuracy", "committed_parameters", "committed_table", "cpu_report",
            "figure_from_sidecar", "sidecar_partition_rule"]
@@ -185,9 +185,10 @@ def evidence_setting(keys: list[str], seeds: list[Any], records: Path) -> str | 
         res = load_record(key, records)
         if res is not None:
             c = res.config
+            named = ", seeds " + ", ".join(str(s) for s in seeds) if seeds else ""  # an older sidecar names none
             return (f"{c.dataset} with the {c.model} model, {c.n_clients} clients, {c.participation:.0%} per round, "
-                    f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}), seeds "
-                    + ", ".join(str(s) for s in seeds) + "; the papers used CIFAR and ResNets over hundreds of rounds")
+                    f"{c.rounds} rounds of {c.local_steps} local steps (B = {c.batch_size}){named}"
+                    "; the papers used CIFAR and ResNets over hundreds of rounds")
     return None
 
 
@@ -224,12 +225,12 @@ def figure_from_sidecar(sidecar: Path, meta: dict[str, Any] | None = None) -> Cp
 
 def _is_cpu_figure_of(meta: dict[str, Any], notebook: str) -> bool:
     """Whether a sidecar is of a cpu-profile figure made by ``notebook``."""
-    return Path(meta.get("notebook", "")).stem == notebook and meta.get("profile") == "cpu"
+    return notebook_now(meta.get("notebook", "")) == notebook and meta.get("profile") == "cpu"
 
 
 def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
     out = []
-    for sidecar in sorted(figures_dir.glob(f"{notebook.split('_')[0]}_*.json")):
+    for sidecar in sorted(figures_dir.glob("[0-9][0-9]*_*.json")):  # a renamed notebook's figures keep their names
         meta: dict[str, Any] = json.loads(sidecar.read_text())
         if _is_cpu_figure_of(meta, notebook):
             out.append(figure_from_sidecar(sidecar, meta))
@@ -241,7 +242,7 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     claims = [c for c in load_claims(figures_dir / "claims.yaml") if c.notebook == notebook]
     keys, seeds = [], set()
-    for sidecar in sorted(figures_dir.glob(f"{notebook.split('_')[0]}_*.json")):
+    for sidecar in sorted(figures_dir.glob("[0-9][0-9]*_*.json")):  # a renamed notebook's figures keep their names
         meta = json.loads(sidecar.read_text())
         if _is_cpu_figure_of(meta, notebook):
             keys += list(meta.get("records") or [])

@@ -30,7 +30,7 @@ NOTEBOOKS: tuple[str, ...] = ("02_flatness_incompatibility", "03_friendly_advers
 partitions; 01b is a toy; 11, a toy, trains
 on the federation only in two sections: :data:`_PREFIXED`)."""
 _LISTS = frozenset({"10_benchmarks"})  # takes ``datasets`` / ``models`` as lists, one entry per dataset
-_PREFIXED = {"11_global_perturbation": "fed_"}
+_PREFIXED = {"09b_global_perturbation": "fed_"}
 """Notebooks whose own parameters are a toy's: their real-data sections read the federation under a prefix, without
 the plan's seeds and pairing (those sections draw their own few seeds, outside the plan)."""
 _FEDERATION_ONLY = ("dataset", "model", "train_size", "test_size", "n_clients", "participation", "rounds",

@@ -32,6 +32,8 @@ INFRASTRUCTURE: tuple[str, ...] = (
 """Patterns of the infrastructure vocabulary (one place; the counts in the course issue's note use these)."""
 
 _CELL = re.compile(r"^# %%(.*)$")
+CLOSING = ("## What the cpu run shows", "## How this evidence was made")
+"""Headings of a notebook's closing sections, where the evidence's plumbing is meant to live (the course issue)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class NotebookStats:
     lab_names: int
     infrastructure_words: int
     prose_words: int
+    lesson_infrastructure_words: int = 0  # before the closing sections (CLOSING), where the lessons are
 
 
 def _cells(text: str) -> list[tuple[str, list[str]]]:
@@ -78,9 +81,21 @@ def notebook_stats(script: Path) -> NotebookStats:
                       for kind, lines in cells if kind == "markdown")
     code_lines = sum(1 for lines in code for line in lines if line.strip() and not line.lstrip().startswith("#"))
     lab = set().union(*(_lab_names("\n".join(lines)) for lines in code)) if code else set()
-    infra = sum(len(re.findall(p, prose, flags=re.IGNORECASE)) for p in INFRASTRUCTURE)
+    infra = _infrastructure(prose)
     words = len(re.findall(r"[^\W_][\w'’-]*", prose))  # words, not markdown's # and |
-    return NotebookStats(script.stem, code_lines, len(code), len(lab), infra, words)
+    lesson = _before(prose, CLOSING)
+    return NotebookStats(script.stem, code_lines, len(code), len(lab), infra, words, _infrastructure(lesson))
+
+
+def _infrastructure(prose: str) -> int:
+    return sum(len(re.findall(p, prose, flags=re.IGNORECASE)) for p in INFRASTRUCTURE)
+
+
+def _before(prose: str, headings: tuple[str, ...]) -> str:
+    """The prose before the first line that is one of ``headings`` (the whole prose when none is there)."""
+    lines = prose.splitlines()
+    stop = next((i for i, line in enumerate(lines) if line.strip() in headings), len(lines))
+    return "\n".join(lines[:stop])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,15 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     if not scripts:
         parser.error(f"--notebooks {args.notebooks}: no NN_slug.py notebook twins there")
     rows = [notebook_stats(p) for p in scripts]
-    head = f"{'notebook':34} {'code lines':>10} {'cells':>6} {'lab names':>9} {'infra words':>11} {'prose words':>11}"
+    head = (f"{'notebook':34} {'code lines':>10} {'cells':>6} {'lab names':>9} {'infra words':>11} {'in lessons':>10} "
+            f"{'prose words':>11}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r.notebook:34} {r.code_lines:10d} {r.code_cells:6d} {r.lab_names:9d} {r.infrastructure_words:11d} "
-              f"{r.prose_words:11d}")
+              f"{r.lesson_infrastructure_words:10d} {r.prose_words:11d}")
     print(f"{'total':34} {sum(r.code_lines for r in rows):10d} {sum(r.code_cells for r in rows):6d} "
           f"{sum(r.lab_names for r in rows):9d} {sum(r.infrastructure_words for r in rows):11d} "
-          f"{sum(r.prose_words for r in rows):11d}")
+          f"{sum(r.lesson_infrastructure_words for r in rows):10d} {sum(r.prose_words for r in rows):11d}")
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     return 0

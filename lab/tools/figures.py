@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fedlab import __version__, data_root
-from lab.repro import CITABLE_PROFILES, FIGURES_DIR, REPO_ROOT, SCRATCH_DIR, environment, git_commit, in_scratch, package_versions
+from lab.repro import (CITABLE_PROFILES, FIGURES_DIR, RENAMED_NOTEBOOKS, REPO_ROOT, SCRATCH_DIR, environment, git_commit,
+                       in_scratch, notebook_now, package_versions)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import pandas as pd
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from fedlab.results import RunResult
@@ -293,7 +293,7 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
             continue
         if "figure" in meta:
             entries.append((meta, figure_from_sidecar(sidecar, meta)))
-    entries.sort(key=lambda e: (e[0]["notebook"], e[0]["figure"]))
+    entries.sort(key=lambda e: (notebook_now(e[0]["notebook"]), e[0]["figure"]))
     claims_file = figures_dir / "claims.yaml"
     claims = claims_block(figures_dir, figures_dir) if claims_file.exists() else "(no claims.yaml)"
     lines = [
@@ -320,8 +320,13 @@ def write_figure_index(figures_dir: Path = FIGURES_DIR) -> Path:
         name = m["figure"]
         caption = str(m.get("caption", "")).replace("|", "\\|").replace("\n", " ")
         data = f"[csv]({name}.csv)" if (figures_dir / f"{name}.csv").exists() else "—"
+        made_by, command = f"`{m['notebook']}`", m["command"]
+        old = Path(m["notebook"]).stem
+        if old in RENAMED_NOTEBOOKS:  # the sidecar keeps the name it was made under; the index says today's
+            made_by = f"`{m['notebook'].replace(old, RENAMED_NOTEBOOKS[old])}` (made as `{old}`)"
+            command = command.replace(old, RENAMED_NOTEBOOKS[old])
         lines.append(f"| [{name}]({name}.png) ([pdf]({name}.pdf), [json]({name}.json)) | {data} | {fig.evidence()}"
-                     f" | {caption} | `{m['notebook']}` | {m['profile']} | `{m['command']}` |")
+                     f" | {caption} | {made_by} | {m['profile']} | `{command}` |")
     path = figures_dir / "README.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -3,7 +3,8 @@
 ``python -m lab.tools.nbtools build [NN ...]`` turns each ``notebooks/NN_slug.py`` (jupytext
 py:percent, the reviewable source) into ``NN_slug.ipynb``, executes it in place with papermill at its
 default parameters and strips volatile metadata, keeping outputs and execution counts (nbval needs
-both); ``pair`` only pairs, without executing. That every pair is in sync is a test
+both); ``pair`` only pairs, without executing (outputs dropped); ``sync`` carries a prose change into the
+.ipynb, outputs kept. That every pair is in sync is a test
 (``tests/test_notebooks_meta.py::test_paired_script_in_sync``).
 """
 from __future__ import annotations
@@ -43,13 +44,26 @@ def build(script: Path, execute: bool = True) -> Path:
     return ipynb
 
 
+def sync(script: Path) -> Path:
+    """Carry a change of the .py's text into its .ipynb without executing: ``jupytext --update`` keeps every
+    output and cell id, so use it only where no output changes (prose, a comment); a code change needs
+    :func:`build`."""
+    ipynb = script.with_suffix(".ipynb")
+    _run([sys.executable, "-m", "jupytext", "--update", "--to", "ipynb", str(script), "-o", str(ipynb)])
+    _run([sys.executable, "-m", "nbstripout", *STRIP_FLAGS, str(ipynb)])
+    return ipynb
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("build", "pair"):
+    if not args or args[0] not in ("build", "pair", "sync"):
         print(__doc__)
         return 2
     for script in notebooks(args[1:]):
-        build(script, execute=args[0] == "build")
+        if args[0] == "sync":
+            sync(script)
+        else:
+            build(script, execute=args[0] == "build")
     return 0
 
 

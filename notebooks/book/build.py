@@ -32,6 +32,8 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from lab.repro import RENAMED_NOTEBOOKS, notebook_now
+
 BOOK_DIR = Path(__file__).resolve().parent
 REPO = BOOK_DIR.parents[1]
 FIGURES = REPO / "figures"
@@ -150,7 +152,7 @@ def stage_notebooks(nb_paths: list[Path], records: list[dict], dest: Path) -> di
     dest.mkdir(parents=True, exist_ok=True)
     by_notebook: dict[str, list[str]] = {}
     for rec in records:
-        by_notebook.setdefault(Path(rec["meta"]["notebook"]).stem, []).append(rec["name"])
+        by_notebook.setdefault(notebook_now(rec["meta"]["notebook"]), []).append(rec["name"])
     titles = {}
     for rec in records:
         rec["cell_found"] = False
@@ -229,7 +231,7 @@ def gallery_page(records: list[dict], titles: dict[str, str]) -> str:
              "under each figure rebuilds one.", ""]
     for rec in records:
         meta, name = rec["meta"], rec["name"]
-        stem = Path(meta["notebook"]).stem
+        stem = notebook_now(meta["notebook"])
         files = [f"{{download}}`PNG <figures/{rec['png'].name}>`"]
         if rec["pdf"] is not None:
             files.append(f"{{download}}`PDF <figures/{rec['pdf'].name}>`")
@@ -239,7 +241,7 @@ def gallery_page(records: list[dict], titles: dict[str, str]) -> str:
         lines += [f"## {name}", "",
                   f"![{_md_escape(meta['caption'])}](figures/{rec['png'].name})", "",
                   meta["caption"], "",
-                  f"- **made by** "
+                  "- **made by** "
                   + (f"{{ref}}`{_md_escape(titles.get(stem, stem))} <{figure_label(name)}>` (the cell that saves it; "
                      if rec.get("cell_found") else
                      f"[{_md_escape(titles.get(stem, stem))}](notebooks/{stem}.ipynb) (the notebook; ")
@@ -511,6 +513,25 @@ def sphinx_build(src: Path, html_dir: Path, doctrees: Path) -> None:
         raise BookError("sphinx-build reported warnings or errors (see above); warnings are errors here")
 
 
+def redirect_page(new: str) -> str:
+    """A page that sends the reader on to ``new.html`` (a renamed notebook's old address), with no script."""
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url={new}.html">'
+            f'<link rel="canonical" href="{new}.html"><title>Moved to {new}</title></head>\n'
+            f'<body><p>This notebook is now <a href="{new}.html">{new}</a>.</p></body></html>\n')
+
+
+def write_redirects(pages: Path) -> list[Path]:
+    """For each renamed notebook (:data:`lab.repro.RENAMED_NOTEBOOKS`), ``<old>.html`` redirecting to today's page,
+    so links and citations of the old address keep working. BookError if today's page was not built."""
+    written = []
+    for old, new in sorted(RENAMED_NOTEBOOKS.items()):
+        if not (pages / f"{new}.html").is_file():
+            raise BookError(f"{old} was renamed to {new}, but the book has no page {new}.html to redirect to")
+        (pages / f"{old}.html").write_text(redirect_page(new))
+        written.append(pages / f"{old}.html")
+    return written
+
+
 def build(nb_dir: Path, out: Path) -> Path:
     """Stage and build; return the landing page ``out/html/index.html``."""
     start = time.perf_counter()
@@ -520,6 +541,7 @@ def build(nb_dir: Path, out: Path) -> Path:
         if stale.exists():
             shutil.rmtree(stale)
     sphinx_build(src, html_dir, out / "doctrees")
+    write_redirects(html_dir / "notebooks")
     remote = remote_assets(html_dir)
     if remote:
         listing = "\n".join(f"  {page}: {url}" for page, url in remote[:20])

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 11 · Estimating the global perturbation
+# # 09b · Estimating the global perturbation
 #
 # Every sharpness-aware successor of FedSAM answers the same question in its own way. The flatness
 # that generalises is the flatness of the **global** objective
@@ -72,10 +72,10 @@
 # three shorter lessons on the newest methods (FedScar's bias correction on the same toy; personalised SAM,
 # FedFSA; SAM under differential privacy, DP-FedSAM, with an ε–accuracy curve), and exercises.
 #
-# Sizes: the defaults are the `ci` profile (seconds on one CPU core). `params/11_global_perturbation.cpu.yaml`
-# and `.paper.yaml` are larger toys (more clients, dimensions, rounds and seeds; still CPU, minutes) whose
-# figures go to `figures/`. §8 and §9 train small models with `fedlab.run` (parameters `fed_*`, `dp_*`); the
-# cpu file sets them to the rerun's federation, generated as notebook 10's.
+# The cells run at a small smoke-test size by default (its figures are marked so); the table at the end
+# says what each size trains and which one made the committed figures shown beside the text.
+# The larger sizes are larger toys; §8 and §9 train small models with `fedlab.run` (parameters `fed_*`,
+# `dp_*`), at the cpu size in notebook 10's federation.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -133,7 +133,7 @@ from fedlab.toy import ToyRun, quadratic_federation, run_functional
 from lab.course import final_metric, method_color, method_label, save_figure, tuned_params, use_house_style
 
 use_house_style()
-NB = "11_global_perturbation"
+NB = "09b_global_perturbation"
 seeds = list(range(seed, seed + n_seeds))
 toy_parameters = dict(n_clients=n_clients, dim=dim, heterogeneity=heterogeneity, noise=noise, participation=participation,
                       rounds=rounds, local_steps=local_steps, lr=lr, rho=rho, start_distance=start_distance, seed=seed,
@@ -759,7 +759,7 @@ print(f"both runs measure the same {len(cols['fedfsa'])} clients (one split per 
 # distribution, the point of personalisation under a Dirichlet split where a client holds few classes; the
 # global accuracy in the title is the price or gain for the pooled test set. At the `ci` size the dots are
 # measured on `client_eval_size` samples after a handful of rounds: a smoke test, not evidence; the `cpu`
-# profile (`params/11_global_perturbation.cpu.yaml`) runs the same cell on the rerun's federation, notebook 10's.
+# profile (`params/09b_global_perturbation.cpu.yaml`) runs the same cell on the rerun's federation, notebook 10's.
 #
 # ## 9. SAM under differential privacy: DP-FedAvg and DP-FedSAM
 # **The question.** Client-level differential privacy clips every client's update to norm $C$ and adds
@@ -988,7 +988,7 @@ display(Markdown(
 # names this notebook, and the claims in `figures/claims.yaml` that it tests), whatever profile this
 # notebook was run with. The toy makes no comparative claim about accuracy; the claims of §8–9's papers are
 # listed with the reason this repository does not decide them, and the cpu figures once the cpu profile
-# (`params/11_global_perturbation.cpu.yaml`) has been run and its figures committed.
+# (`params/09b_global_perturbation.cpu.yaml`) has been run and its figures committed.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -999,3 +999,18 @@ print(report.text())
 
 # %%
 report.show_figures()
+
+# %% [markdown]
+# ## How this evidence was made
+#
+# <!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->
+# This notebook runs at three sizes, chosen by parameters and never by editing its code:
+#
+# | size | parameters | federation | what it is for |
+# |---|---|---|---|
+# | `ci` | the parameters cell's defaults, what the outputs above show | 10 clients, 50% per round, 60 rounds of K = 10 local steps at η = 0.01, 3 seeds | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
+# | `cpu` | `notebooks/params/09b_global_perturbation.cpu.yaml` over the defaults | 50 clients, 20% per round, 150 rounds of K = 10 local steps at η = 0.01, 5 seeds | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
+# | `paper` | `notebooks/params/09b_global_perturbation.paper.yaml` over the defaults | 100 clients, 10% per round, 300 rounds of K = 10 local steps at η = 0.01, 10 seeds | closer to the papers' scale; not run in this repository |
+#
+# Run a size with `papermill notebooks/09b_global_perturbation.ipynb out.ipynb -f notebooks/params/09b_global_perturbation.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
+# <!-- how-made: end -->
