@@ -44,8 +44,6 @@ FINAL = {"final_acc": 1.0, "final_acc_pct": 100.0, "final_test_acc": 1.0, "test_
 REL_TOL = 5e-6  # half a unit of the 6th significant digit of the CSV's %.6g
 
 KNOWN = {
-    "02_sharpness_vs_alpha": "notebook 02's committed cpu figure: final_test_acc is the last evaluation, at 3 rows "
-                             "of a retrained θ (need_theta for λ_max), not final_metric of the record",
     "09_curvature": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
                     "(need_theta), not final_metric of the record",
     "09_flatness_vs_accuracy": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
