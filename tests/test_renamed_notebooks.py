@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.evidence.report import cpu_report
+from lab.evidence.report import cpu_figures, cpu_report
 from lab.repro import FIGURES_DIR, RENAMED_NOTEBOOKS, REPO_ROOT, notebook_now
 
 HISTORY = ("CHANGELOG.md", "lab/repro.py", "figures/README.md", "tests/test_renamed_notebooks.py")
@@ -64,6 +64,7 @@ def test_a_renamed_notebooks_figures_are_its_own():
                 if Path(meta["notebook"]).stem == old and meta.get("profile") == "cpu"}
         assert made, f"no committed cpu figure of {old}: the resolution is not exercised"
         assert {f.name for f in cpu_report(new).figures} == made
+        assert {f.name for f in cpu_figures(new)} == made  # the same list, without reading the claims
 
 
 def test_the_figure_index_names_todays_notebook():

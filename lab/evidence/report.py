@@ -28,7 +28,8 @@ from lab.evidence.validity import UNTESTED
 from lab.evidence.paired import MIN_SEEDS_TO_DECIDE
 from lab.repro import FIGURES_DIR, notebook_now
 
-__all__ = ["CpuFigure", "CpuReport", "committed_final_accuracy", "committed_parameters", "committed_table", "cpu_report",
+__all__ = ["CpuFigure", "CpuReport", "committed_final_accuracy", "committed_parameters", "committed_table", "cpu_figures",
+           "cpu_report",
            "figure_from_sidecar", "sidecar_partition_rule"]
 
 
@@ -228,13 +229,20 @@ def _is_cpu_figure_of(meta: dict[str, Any], notebook: str) -> bool:
     return notebook_now(meta.get("notebook", "")) == notebook and meta.get("profile") == "cpu"
 
 
-def _figures(notebook: str, figures_dir: Path) -> list[CpuFigure]:
+def _cpu_sidecars(notebook: str, figures_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, content) of every cpu-profile sidecar ``notebook`` made, each file read once."""
     out = []
     for sidecar in sorted(figures_dir.glob("[0-9][0-9]*_*.json")):  # a renamed notebook's figures keep their names
         meta: dict[str, Any] = json.loads(sidecar.read_text())
         if _is_cpu_figure_of(meta, notebook):
-            out.append(figure_from_sidecar(sidecar, meta))
+            out.append((sidecar, meta))
     return out
+
+
+def cpu_figures(notebook: str, figures_dir: Path | None = None) -> list[CpuFigure]:
+    """The committed cpu figures of ``notebook``, without reading its claims (:func:`cpu_report` does both)."""
+    figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
+    return [figure_from_sidecar(path, meta) for path, meta in _cpu_sidecars(notebook, figures_dir)]
 
 
 def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
@@ -242,13 +250,12 @@ def cpu_report(notebook: str, figures_dir: Path | None = None) -> CpuReport:
     figures_dir = FIGURES_DIR if figures_dir is None else Path(figures_dir)
     claims = [c for c in load_claims(figures_dir / "claims.yaml") if c.notebook == notebook]
     keys, seeds = [], set()
-    for sidecar in sorted(figures_dir.glob("[0-9][0-9]*_*.json")):  # a renamed notebook's figures keep their names
-        meta = json.loads(sidecar.read_text())
-        if _is_cpu_figure_of(meta, notebook):
-            keys += list(meta.get("records") or [])
-            seeds |= {json.dumps(s) for s in (meta.get("parameters") or {}).get("seeds") or []}
-    report = CpuReport(notebook, _figures(notebook, figures_dir), evaluate_claims_paired(claims, figures_dir),
-                       figures_dir=figures_dir)
+    sidecars = _cpu_sidecars(notebook, figures_dir)
+    for _, meta in sidecars:
+        keys += list(meta.get("records") or [])
+        seeds |= {json.dumps(s) for s in (meta.get("parameters") or {}).get("seeds") or []}
+    report = CpuReport(notebook, [figure_from_sidecar(path, meta) for path, meta in sidecars],
+                       evaluate_claims_paired(claims, figures_dir), figures_dir=figures_dir)
     setting = evidence_setting(keys, sorted((json.loads(s) for s in seeds), key=str), figures_dir / "records")
     if setting is not None:
         report.setting = setting

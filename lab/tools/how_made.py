@@ -26,7 +26,6 @@ __all__ = ["BEGIN", "END", "SIZES", "federation_words", "how_made_lines", "param
            "size_parameters", "write"]
 
 NB_DIR = REPO_ROOT / "notebooks"
-PARAMS_DIR = NB_DIR / "params"
 BEGIN = "<!-- how-made: written by `python -m lab.tools.how_made --write` from the parameters; edit those -->"
 END = "<!-- how-made: end -->"
 SIZES = ("ci", "cpu", "paper")
@@ -138,9 +137,9 @@ def how_made_lines(notebook: str, nb_dir: Path = NB_DIR) -> list[str]:
 
 def _committed_cpu_figures(notebook: str) -> int:
     """How many committed cpu-size figures the notebook made (its sidecars in ``figures/``)."""
-    from lab.evidence.report import cpu_report
+    from lab.evidence.report import cpu_figures
 
-    return len(cpu_report(notebook).figures)
+    return len(cpu_figures(notebook))
 
 
 def section_of(text: str, path: Path | str = "the notebook") -> list[str]:
