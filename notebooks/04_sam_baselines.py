@@ -397,24 +397,10 @@ print(f"this execution: {len({r.config.seed for r in all_runs(runs)})} seed(s), 
 # In the `ci` size the curves are dominated by which few clients were sampled in each round; do not
 # read a ranking into them. Compare the `cpu`/`paper` figures (`figures/04_sam_curves.png`).
 
-# %%
-figure_parameters = dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                         local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds)
-save_curves(runs, {"test_acc": ("global model, test accuracy", "test accuracy"),
-                   "train_loss": ("clients' mean local training loss", "train loss")},
-            "04_sam_curves", notebook=NB, profile=profile, parameters=figure_parameters,
-            suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {base.clients_per_round} per round, "
-                     f"K={local_steps}, {len(seeds)} seed(s)",
-            caption=f"Test accuracy and local training loss of FedAvg, SCAFFOLD, FedDyn and five SAM-based methods "
-                    f"on {dataset} ({split_key(base)}, {n_clients} clients), one panel per method: mean over "
-                    f"{len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey; tuned "
-                    f"hyperparameters.")
-plt.show()
-
 # %% [markdown]
-# **The cpu run.** The figure above comes from this execution (at the `ci` size a smoke test: one seed, a few
-# rounds). The committed cpu figure is the rerun's: six paired seeds of every method (FedSpeed three), each seed
-# its own partition, shared by the methods of that seed:
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure is the rerun's: six paired seeds of every method (FedSpeed three), each seed its own
+# partition, shared by the methods of that seed:
 
 # %%
 cpu.show("04_sam_curves")
@@ -458,6 +444,20 @@ display(Markdown(
     f"(CIFAR-100, in the list above) is reversed here, with MoFedSAM's α = {rho_runs['mofedsam']['alpha']:g} fixed "
     f"by this notebook and only its radius tuned."))
 
+# %%
+figure_parameters = dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
+                         local_steps=local_steps, algorithm_params=algorithm_params, seeds=seeds)
+save_curves(runs, {"test_acc": ("global model, test accuracy", "test accuracy"),
+                   "train_loss": ("clients' mean local training loss", "train loss")},
+            "04_sam_curves", notebook=NB, profile=profile, parameters=figure_parameters,
+            suptitle=f"{dataset}, {n_clients} clients, {split_key(base)}, {base.clients_per_round} per round, "
+                     f"K={local_steps}, {len(seeds)} seed(s)",
+            caption=f"Test accuracy and local training loss of FedAvg, SCAFFOLD, FedDyn and five SAM-based methods "
+                    f"on {dataset} ({split_key(base)}, {n_clients} clients), one panel per method: mean over "
+                    f"{len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey; tuned "
+                    f"hyperparameters.")
+plt.show()
+
 # %% [markdown]
 # ## 4. What each method costs
 # Two costs matter in federated learning: **communication** (floats sent per client per round; the
@@ -471,6 +471,71 @@ display(Markdown(
 # * MoFedSAM sends the server momentum down, but uploads only Δ_i.
 # * FedDyn and FedSpeed keep their correction $h_i$ *on the client*: FedAvg's communication.
 # * FedLESAM is the only SAM method at FedAvg's one gradient per step; it pays with one stored model.
+
+# %% [markdown]
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure shows the rerun's six paired seeds (FedSpeed three); its final accuracy is the claims
+# table's (`lab.evidence.protocol.final_metric`, the mean of the last 20 % of rounds), read from the committed
+# records:
+
+# %%
+cpu.show("04_sam_cost_accuracy")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+cost_seed = committed_table("04_sam_cost_accuracy", "per_seed")
+cost_mean = committed_table("04_sam_cost_accuracy", "mean").set_index("method")
+last_cpu = cost_seed.pivot(index="seed", columns="method", values="final_acc_pct")
+# the figure plots the claims table's final metric: the same numbers as §3's (%.6g in the CSV: half a unit of its
+# sixth digit, < 5e-4 points below 100 %)
+assert np.allclose(last_cpu[fin_cpu.columns].loc[fin_cpu.index], fin_cpu, atol=5e-4, equal_nan=True), \
+    "04_sam_cost_accuracy and 04_sam_curves give the same final accuracies"
+cheap = cost_mean[(cost_mean["grads_per_round"] == cost_mean["grads_per_round"].min())
+                  & (cost_mean["uplink_x_fedavg"] == 1)]
+dear = cost_mean[cost_mean["grads_per_round"] > cost_mean["grads_per_round"].min()]
+cheap_best, dear_best = str(cheap["mean_pct"].idxmax()), str(dear["mean_pct"].idxmax())
+# FedLESAM at ρ = 0 is FedAvg bit for bit within one process (§6); its records and FedAvg's come from separate
+# trainings, so per seed: the first round whose accuracy differs (None: none does)
+curves_cpu = committed_table("04_sam_curves", "test_acc_pct_per_seed").pivot_table(
+    index=["seed", "round"], columns="method", values="test_acc_pct")
+lesam_departs = {int(sd): next((int(r) for r, a, b in zip(g.index.get_level_values("round"), g["fedlesam"], g["fedavg"])
+                                if a != b), None) for sd, g in curves_cpu[["fedlesam", "fedavg"]].dropna().groupby(level="seed")}
+lesam_same = {"seeds": len(lesam_departs), "identical": sum(v is None for v in lesam_departs.values()),
+              "departs": {sd: r for sd, r in lesam_departs.items() if r is not None}}
+cpu_lessons["cost"] = cost_l = {
+    "grads": {"fedavg": float(cost_mean.loc["fedavg", "grads_per_round"]),
+              "fedsam": float(cost_mean.loc["fedsam", "grads_per_round"])},
+    "mean_pct": {m: float(cost_mean.loc[m, "mean_pct"]) for m in cost_mean.index},
+    "n": {m: int(cost_mean.loc[m, "n"]) for m in cost_mean.index},
+    "cheap_best": cheap_best, "dear_best": dear_best,
+    "cheap_best_vs_fedavg": paired_cpu(last_cpu, cheap_best, "fedavg"),
+    "fedsam_vs_fedavg": paired_cpu(last_cpu, "fedsam", "fedavg"),
+    "dear_best_vs_cheap_best": paired_cpu(last_cpu, dear_best, cheap_best),
+    "fedlesam_is_fedavg": lesam_same,
+    "fedlesam_vs_fedsam": paired_cpu(last_cpu, "fedlesam", "fedsam")}
+c_cheap, c_sam, c_dear = (cost_l[k] for k in ("cheap_best_vs_fedavg", "fedsam_vs_fedavg", "dear_best_vs_cheap_best"))
+assert cost_l["grads"]["fedsam"] == 2 * cost_l["grads"]["fedavg"], "SAM doubles the gradient work"
+assert c_cheap["positive"] == c_cheap["seeds"] and c_sam["positive"] == c_sam["seeds"], "both above FedAvg, every seed"
+assert c_sam["mean"] < c_cheap["mean"], "SAM's doubled work buys less than the best method at FedAvg's cost"
+assert 0 < c_dear["positive"] < c_dear["seeds"], "the best at twice the work: not above in every seed"
+assert rho_les["fedlesam"]["best_rho"] == 0.0, "FedLESAM ran as FedAvg"
+assert lesam_same["identical"] >= lesam_same["seeds"] - 1, "FedLESAM's curve is FedAvg's in all seeds but at most one"
+assert cost_l["fedlesam_vs_fedsam"]["positive"] == 0
+mp = cost_l["mean_pct"]
+display(Markdown(
+    f"At FedAvg's cost ({cost_l['grads']['fedavg']:.0f} gradient evaluations per client per round, FedAvg's uplink) "
+    f"the most accurate method is {method_label(cheap_best)}, {mp[cheap_best]:.1f} % against FedAvg's "
+    f"{mp['fedavg']:.1f} %, above it in {c_cheap['positive']} of {c_cheap['seeds']} seeds. **SAM's doubled gradient "
+    f"work ({cost_l['grads']['fedsam']:.0f} per round) buys FedSAM {c_sam['mean']:+.2f} points** over FedAvg "
+    f"({c_sam['positive']} of {c_sam['seeds']} seeds above). The most accurate method at that doubled cost, "
+    f"{method_label(dear_best)} ({mp[dear_best]:.1f} %, {cost_l['n'][dear_best]} seeds), is "
+    f"{c_dear['mean']:+.2f} points from {method_label(cheap_best)} on the seeds both ran, above it in only "
+    f"{c_dear['positive']} of {c_dear['seeds']}. FedLESAM's tuning chose ρ = 0 (§1b), so it ran as FedAvg: its "
+    f"accuracy curve is FedAvg's, digit for digit, in {lesam_same['identical']} of {lesam_same['seeds']} seeds"
+    + "".join(f" (seed {sd}: from round {r} on; the two records come from separate trainings, and §6 checks the identity within one process)"
+              for sd, r in lesam_same["departs"].items())
+    + f", and the claim \"FedLESAM ≥ FedSAM at half the gradient cost\" compares "
+    f"FedAvg with FedSAM: {cost_l['fedlesam_vs_fedsam']['mean']:+.2f} points, below FedSAM in every seed."))
 
 # %%
 theta_init = fedlab.FlatModel(fedlab.build_model(model, data.input_shape, data.n_classes, seed=seed)).theta0()
@@ -573,70 +638,6 @@ save_figure(fig, "04_sam_cost_accuracy", notebook=NB, profile=profile,
 plt.show()
 
 # %% [markdown]
-# **The cpu run.** The figure above comes from this execution (at the `ci` size a smoke test). The committed cpu
-# figure shows the rerun's six paired seeds (FedSpeed three); its final accuracy is the claims table's
-# (`lab.evidence.protocol.final_metric`, the mean of the last 20 % of rounds), read from the committed records:
-
-# %%
-cpu.show("04_sam_cost_accuracy")
-
-# %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-cost_seed = committed_table("04_sam_cost_accuracy", "per_seed")
-cost_mean = committed_table("04_sam_cost_accuracy", "mean").set_index("method")
-last_cpu = cost_seed.pivot(index="seed", columns="method", values="final_acc_pct")
-# the figure plots the claims table's final metric: the same numbers as §3's (%.6g in the CSV: half a unit of its
-# sixth digit, < 5e-4 points below 100 %)
-assert np.allclose(last_cpu[fin_cpu.columns].loc[fin_cpu.index], fin_cpu, atol=5e-4, equal_nan=True), \
-    "04_sam_cost_accuracy and 04_sam_curves give the same final accuracies"
-cheap = cost_mean[(cost_mean["grads_per_round"] == cost_mean["grads_per_round"].min())
-                  & (cost_mean["uplink_x_fedavg"] == 1)]
-dear = cost_mean[cost_mean["grads_per_round"] > cost_mean["grads_per_round"].min()]
-cheap_best, dear_best = str(cheap["mean_pct"].idxmax()), str(dear["mean_pct"].idxmax())
-# FedLESAM at ρ = 0 is FedAvg bit for bit within one process (§6); its records and FedAvg's come from separate
-# trainings, so per seed: the first round whose accuracy differs (None: none does)
-curves_cpu = committed_table("04_sam_curves", "test_acc_pct_per_seed").pivot_table(
-    index=["seed", "round"], columns="method", values="test_acc_pct")
-lesam_departs = {int(sd): next((int(r) for r, a, b in zip(g.index.get_level_values("round"), g["fedlesam"], g["fedavg"])
-                                if a != b), None) for sd, g in curves_cpu[["fedlesam", "fedavg"]].dropna().groupby(level="seed")}
-lesam_same = {"seeds": len(lesam_departs), "identical": sum(v is None for v in lesam_departs.values()),
-              "departs": {sd: r for sd, r in lesam_departs.items() if r is not None}}
-cpu_lessons["cost"] = cost_l = {
-    "grads": {"fedavg": float(cost_mean.loc["fedavg", "grads_per_round"]),
-              "fedsam": float(cost_mean.loc["fedsam", "grads_per_round"])},
-    "mean_pct": {m: float(cost_mean.loc[m, "mean_pct"]) for m in cost_mean.index},
-    "n": {m: int(cost_mean.loc[m, "n"]) for m in cost_mean.index},
-    "cheap_best": cheap_best, "dear_best": dear_best,
-    "cheap_best_vs_fedavg": paired_cpu(last_cpu, cheap_best, "fedavg"),
-    "fedsam_vs_fedavg": paired_cpu(last_cpu, "fedsam", "fedavg"),
-    "dear_best_vs_cheap_best": paired_cpu(last_cpu, dear_best, cheap_best),
-    "fedlesam_is_fedavg": lesam_same,
-    "fedlesam_vs_fedsam": paired_cpu(last_cpu, "fedlesam", "fedsam")}
-c_cheap, c_sam, c_dear = (cost_l[k] for k in ("cheap_best_vs_fedavg", "fedsam_vs_fedavg", "dear_best_vs_cheap_best"))
-assert cost_l["grads"]["fedsam"] == 2 * cost_l["grads"]["fedavg"], "SAM doubles the gradient work"
-assert c_cheap["positive"] == c_cheap["seeds"] and c_sam["positive"] == c_sam["seeds"], "both above FedAvg, every seed"
-assert c_sam["mean"] < c_cheap["mean"], "SAM's doubled work buys less than the best method at FedAvg's cost"
-assert 0 < c_dear["positive"] < c_dear["seeds"], "the best at twice the work: not above in every seed"
-assert rho_les["fedlesam"]["best_rho"] == 0.0, "FedLESAM ran as FedAvg"
-assert lesam_same["identical"] >= lesam_same["seeds"] - 1, "FedLESAM's curve is FedAvg's in all seeds but at most one"
-assert cost_l["fedlesam_vs_fedsam"]["positive"] == 0
-mp = cost_l["mean_pct"]
-display(Markdown(
-    f"At FedAvg's cost ({cost_l['grads']['fedavg']:.0f} gradient evaluations per client per round, FedAvg's uplink) "
-    f"the most accurate method is {method_label(cheap_best)}, {mp[cheap_best]:.1f} % against FedAvg's "
-    f"{mp['fedavg']:.1f} %, above it in {c_cheap['positive']} of {c_cheap['seeds']} seeds. **SAM's doubled gradient "
-    f"work ({cost_l['grads']['fedsam']:.0f} per round) buys FedSAM {c_sam['mean']:+.2f} points** over FedAvg "
-    f"({c_sam['positive']} of {c_sam['seeds']} seeds above). The most accurate method at that doubled cost, "
-    f"{method_label(dear_best)} ({mp[dear_best]:.1f} %, {cost_l['n'][dear_best]} seeds), is "
-    f"{c_dear['mean']:+.2f} points from {method_label(cheap_best)} on the seeds both ran, above it in only "
-    f"{c_dear['positive']} of {c_dear['seeds']}. FedLESAM's tuning chose ρ = 0 (§1b), so it ran as FedAvg: its "
-    f"accuracy curve is FedAvg's, digit for digit, in {lesam_same['identical']} of {lesam_same['seeds']} seeds"
-    + "".join(f" (seed {sd}: from round {r} on; the two records come from separate trainings, and §6 checks the identity within one process)"
-              for sd, r in lesam_same["departs"].items())
-    + f", and the claim \"FedLESAM ≥ FedSAM at half the gradient cost\" compares "
-    f"FedAvg with FedSAM: {cost_l['fedlesam_vs_fedsam']['mean']:+.2f} points, below FedSAM in every seed."))
-
-# %% [markdown]
 # ## 5. Flatness distance Δ_D
 # FedNSAM (Liu et al., MM'25) measures how far the clients' local solutions end up from the model
 # the server builds from them:
@@ -646,23 +647,14 @@ display(Markdown(
 # It is FL-Simulator's "divergence" metric, logged by fedlab every round as `flatness_distance`. A
 # large Δ_D means the average lands far from every client's (flat) local minimum — possibly on a
 # sharp point of the global loss. One would expect a drift correction to shrink it and local SAM to
-# leave it alone; the committed cpu run below bears out neither for every method. Note that for FedDyn and FedSpeed $\theta^{t+1}$ is shifted away from the clients' mean by
+# leave it alone; the committed cpu run at the top of this section bears out neither for every method. Note that for FedDyn and FedSpeed $\theta^{t+1}$ is shifted away from the clients' mean by
 # $\tfrac1N\sum h_i$, so their Δ_D includes that shift. Expect MoFedSAM's Δ_D to be far below the
 # others for a reason unrelated to flatness: with α = 0.1, 90 % of every client's step is the *same*
 # server momentum, so the sampled clients move together by construction.
 
-# %%
-save_curves(runs, {"flatness_distance": (
-                f"flatness distance, client end points vs new global model ({len(seeds)} seed(s))",
-                r"$\Delta_D$ = mean $\|\theta_{i,K}-\theta^{t+1}\|^2$")},
-            "04_flatness_distance", notebook=NB, profile=profile, parameters=figure_parameters, log_y=True,
-            caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({split_key(base)}), one panel "
-                    f"per method: mean over {len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey.")
-plt.show()
-
 # %% [markdown]
-# **The cpu run.** The figure above comes from this execution (at the `ci` size a smoke test). The committed cpu
-# figure, six paired seeds (FedSpeed three):
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure, six paired seeds (FedSpeed three):
 
 # %%
 cpu.show("04_flatness_distance")
@@ -704,6 +696,15 @@ display(Markdown(
     f"over FedDyn {sa['fedspeed-feddyn']['ratio']:.2f}× ({sa['fedspeed-feddyn']['seeds']} seeds). The smallest Δ_D is "
     f"MoFedSAM's, whose clients share {100 * (1 - rho_runs['mofedsam']['alpha']):.0f} % of their step, and so is the lowest accuracy: a small Δ_D is no sign of "
     f"a good model."))
+
+# %%
+save_curves(runs, {"flatness_distance": (
+                f"flatness distance, client end points vs new global model ({len(seeds)} seed(s))",
+                r"$\Delta_D$ = mean $\|\theta_{i,K}-\theta^{t+1}\|^2$")},
+            "04_flatness_distance", notebook=NB, profile=profile, parameters=figure_parameters, log_y=True,
+            caption=f"Flatness distance Δ_D per round of eight methods on {dataset} ({split_key(base)}), one panel "
+                    f"per method: mean over {len(seeds)} seed(s) (thick) and each seed (thin), FedAvg's mean in grey.")
+plt.show()
 
 # %%
 def dd_estimate(results, tail=None):

@@ -111,6 +111,36 @@ seeds = list(range(seed, seed + n_seeds))
 # training. Below: three consecutive rounds at this notebook's $\eta$ and $K$ (the across-round
 # decay is left out to show the cycle).
 
+# %% [markdown]
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure draws the schedule of the rerun's regime, K = 50 local steps at η = 0.1:
+
+# %%
+cpu = cpu_report(NB)
+cpu.show("06_cyclic_lr")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+# read from the committed cpu data (whatever profile this run has), checked, then written out
+lr_cpu, lr_cpu_par = committed_table("06_cyclic_lr"), committed_parameters("06_cyclic_lr")
+swa_cpu_par = committed_parameters("06_fedswa_vs_fedsam")["algorithm_params"]["fedswa"]
+lr_cpu_last = lr_cpu[lr_cpu["step"] % lr_cpu_par["local_steps"] == lr_cpu_par["local_steps"] - 1]
+cpu_lessons: dict = {}
+cpu_lessons["cyclic_lr"] = lr_l = {
+    "K": int(lr_cpu_par["local_steps"]), "lr": float(lr_cpu_par["lr"]),
+    "last_eta": {f"{r_:g}": float(lr_cpu_last[lr_cpu_last["rho"] == r_]["eta"].iloc[0]) for r_ in lr_cpu_par["rhos"]},
+    "rho1_spread": float(lr_cpu[lr_cpu["rho"] == 1.0]["eta"].max() - lr_cpu[lr_cpu["rho"] == 1.0]["eta"].min()),
+    "tuned_rho": float(swa_cpu_par["rho"]), "tuned_alpha": float(swa_cpu_par["alpha"])}
+assert lr_l["rho1_spread"] == 0.0 and lr_l["last_eta"]["1"] == lr_l["lr"], "the paragraph says ρ = 1 is constant"
+assert lr_l["last_eta"]["0.1"] < 0.2 * lr_l["lr"], "the paragraph says ρ = 0.1 ends a round near ρη"
+assert lr_l["tuned_rho"] == 1.0, "the paragraph says tuning chose the constant schedule"
+display(Markdown(
+    f"At the cpu regime's K = {lr_l['K']} and η = {lr_l['lr']:g}, ρ = 0.1 ends every round at "
+    f"η₍K−1₎ = {lr_l['last_eta']['0.1']:.4f} and ρ = 0.5 at {lr_l['last_eta']['0.5']:.4f}. The FedSWA that the cpu "
+    f"run trains is none of the decaying lines: tuning on held-out data (`figures/rerun/tuning/dirichlet-0.1/`) "
+    f"chose ρ = {lr_l['tuned_rho']:g} and α = {lr_l['tuned_alpha']:g}, the flat line, on which every local step "
+    f"takes the full η."))
+
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.4))
 show_rounds = 3
@@ -142,36 +172,6 @@ for r_ in (0.1, 0.5, 1.0):
     seq = [swa_learning_rate(0.1, k, 5, r_) for k in range(5)]
     print(f"ρ = {r_}: η_k = {[round(v, 4) for v in seq]}, Σ η_k = {swa_learning_rate_sum(0.1, 5, r_):.4f}")
 print("ρ = 1 gives exactly η at every step:", all(swa_learning_rate(0.1, k, 5, 1.0) == 0.1 for k in range(5)))
-
-# %% [markdown]
-# **The cpu run.** The figure above is drawn at this execution's η and K (at the `ci` size a smoke test, with
-# K = 4). The committed cpu figure draws the schedule of the rerun's regime, K = 50 local steps at η = 0.1:
-
-# %%
-cpu = cpu_report(NB)
-cpu.show("06_cyclic_lr")
-
-# %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-# read from the committed cpu data (whatever profile this run has), checked, then written out
-lr_cpu, lr_cpu_par = committed_table("06_cyclic_lr"), committed_parameters("06_cyclic_lr")
-swa_cpu_par = committed_parameters("06_fedswa_vs_fedsam")["algorithm_params"]["fedswa"]
-lr_cpu_last = lr_cpu[lr_cpu["step"] % lr_cpu_par["local_steps"] == lr_cpu_par["local_steps"] - 1]
-cpu_lessons: dict = {}
-cpu_lessons["cyclic_lr"] = lr_l = {
-    "K": int(lr_cpu_par["local_steps"]), "lr": float(lr_cpu_par["lr"]),
-    "last_eta": {f"{r_:g}": float(lr_cpu_last[lr_cpu_last["rho"] == r_]["eta"].iloc[0]) for r_ in lr_cpu_par["rhos"]},
-    "rho1_spread": float(lr_cpu[lr_cpu["rho"] == 1.0]["eta"].max() - lr_cpu[lr_cpu["rho"] == 1.0]["eta"].min()),
-    "tuned_rho": float(swa_cpu_par["rho"]), "tuned_alpha": float(swa_cpu_par["alpha"])}
-assert lr_l["rho1_spread"] == 0.0 and lr_l["last_eta"]["1"] == lr_l["lr"], "the paragraph says ρ = 1 is constant"
-assert lr_l["last_eta"]["0.1"] < 0.2 * lr_l["lr"], "the paragraph says ρ = 0.1 ends a round near ρη"
-assert lr_l["tuned_rho"] == 1.0, "the paragraph says tuning chose the constant schedule"
-display(Markdown(
-    f"At the cpu regime's K = {lr_l['K']} and η = {lr_l['lr']:g}, ρ = 0.1 ends every round at "
-    f"η₍K−1₎ = {lr_l['last_eta']['0.1']:.4f} and ρ = 0.5 at {lr_l['last_eta']['0.5']:.4f}. The FedSWA that the cpu "
-    f"run trains is none of the decaying lines: tuning on held-out data (`figures/rerun/tuning/dirichlet-0.1/`) "
-    f"chose ρ = {lr_l['tuned_rho']:g} and α = {lr_l['tuned_alpha']:g}, the flat line, on which every local step "
-    f"takes the full η."))
 
 # %% [markdown]
 # ## 2. The server's moving average
@@ -300,75 +300,10 @@ print("30 % participation: SCAFFOLD reaches θ* (< 1e-4):", rel[0.3, "scaffold"]
 # numbers, from the `ci` size, are printed under the plot; with 10 rounds on 2 000 images they say
 # little about the claim — see the `cpu` and `paper` figures.
 
-# %%
-base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
-                     n_clients=n_clients, participation=participation, partition=partition, alpha=alpha,
-                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
-                     lr_schedule=lr_schedule, eval_every=eval_every, eval_subsample=eval_subsample,
-                     device=device, parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
-                     client_threads=client_threads)
-data = fedlab.engine.build_dataset(base)
-split = fedlab.engine.build_partition(base, data)
-print(data.describe())
-print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} per round; mean effective "
-      f"classes per client {split.stats.summary()['mean_effective_classes']:.2f} of {data.n_classes}")
-
-overrides = {"fedsam": {"rho": sam_rho}, "fedswa": {"rho": swa_rho, "alpha": swa_alpha},
-             "fedmoswa": {"rho": swa_rho, "alpha": swa_alpha, "gamma": moswa_gamma}}
-methods = ["fedavg", "fedsam", "fedswa", "scaffold", "fedmoswa"]
-main_params, sources, own_params = {}, {}, {}
-for name in methods:
-    tuned = tuned_params(name, base, profile=profile)
-    forced = {k: v for k, v in overrides.get(name, {}).items() if v is not None}
-    main_params[name] = {**tuned.params, **forced}
-    own_params[name] = {k: v for k, v in forced.items() if tuned.params.get(k, object()) != v}  # on top of the tuning
-    sources[name] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
-print(pd.DataFrame({"params": {method_label(n): main_params[n] or "defaults" for n in methods},
-                    "source": {method_label(n): sources[n] for n in methods}}).to_string())
-resolved = {n: fedlab.get_algorithm(n, p).hp for n, p in main_params.items()}
-runs = {}
-for name, params in main_params.items():
-    cfg = base.replace(algorithm=name, algorithm_params=params)
-    runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
-                           record=profile in CITABLE_PROFILES, paired=paired_partitions)
-print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
-# how these runs were made, read from their own configs and tuning sources (lab.evidence.facts), for the captions
-made = (f"partition {partition_rule(r.config for rs in runs.values() for r in rs)}, hyperparameters "
-        f"{tuning_rule({split_key(base): [tuned_on(tuned_params(n, base, profile=profile).source) for n in methods]})}")
-
-# %%
-first = {n: runs[n] for n in ("fedavg", "fedsam", "fedswa")}
-save_curves(first, {"test_acc": ("global model, test accuracy", "test accuracy"),
-                    "train_loss": ("clients' mean local training loss", "train loss")},
-            "06_fedswa_vs_fedsam", notebook=NB, profile=profile,
-            suptitle=f"FedSWA (ρ={resolved['fedswa'].rho}, α={resolved['fedswa'].alpha}) vs FedSAM "
-                     f"(ρ={resolved['fedsam'].rho}): {dataset}, {split_key(base)}, {n_clients} clients, "
-                     f"K={local_steps}, {len(seeds)} seed(s)",
-            caption=f"Test accuracy and local training loss of FedAvg, FedSAM and FedSWA on {dataset} "
-                    f"({split_key(base)}, {n_clients} clients), mean over {len(seeds)} seed(s) (thick) and each "
-                    f"seed (thin); {made}.",
-            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params={n: main_params[n] for n in first},
-                            seeds=seeds))
-plt.show()
-
 # %% [markdown]
-# Our numbers, next to the paper's CIFAR-100 Dirichlet-0.1 column above (different data, model and
-# scale: compare the *order*, not the values).
-
-# %%
-est = {n: final_estimate(rs) for n, rs in runs.items()}
-ours = pd.DataFrame({
-    "ours: final acc % (mean ± 95 %)": {method_label(n): est[n].format(100, 1) if est[n] else "–" for n in runs},
-    "finished seeds": {method_label(n): f"{len(finished_runs(rs))}/{len(rs)}" for n, rs in runs.items()},
-})
-ours["paper: CIFAR-100 Dir-0.1 %"] = pd.Series({"FedAvg": 45.8, "FedSAM": 40.1, "FedSWA": 50.3, "FedMoSWA": 61.9})
-print(ours.to_string(float_format=lambda v: f"{v:.1f}", na_rep="–"))
-
-# %% [markdown]
-# **The cpu run.** The figure and the table above come from this execution (at the `ci` size a smoke test: one
-# seed, 10 rounds on 2 000 images). The committed cpu figure is the rerun's regime on Dirichlet 0.1, every method at
-# its tuned hyperparameters; its seeds and how its partitions were drawn are on its line, read from its records:
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure is the rerun's regime on Dirichlet 0.1, every method at its tuned hyperparameters; its
+# seeds and how its partitions were drawn are on its line, read from its records:
 
 # %%
 cpu.show("06_fedswa_vs_fedsam")
@@ -459,6 +394,71 @@ display(Markdown(
     f"reads the claim by seed pairs and classes it **{sws_l['claims_verdict']}**: it is not counted as holding or "
     f"failing, since its FedSWA arm is FedAvg."))
 
+# %%
+base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
+                     n_clients=n_clients, participation=participation, partition=partition, alpha=alpha,
+                     rounds=rounds, local_steps=local_steps, batch_size=batch_size, lr=lr,
+                     lr_schedule=lr_schedule, eval_every=eval_every, eval_subsample=eval_subsample,
+                     device=device, parallel_clients=parallel_clients, seed=seed, partition_seed=PARTITION_SEED,
+                     client_threads=client_threads)
+data = fedlab.engine.build_dataset(base)
+split = fedlab.engine.build_partition(base, data)
+print(data.describe())
+print(f"{split.n_clients} clients ({split_key(base)}), {base.clients_per_round} per round; mean effective "
+      f"classes per client {split.stats.summary()['mean_effective_classes']:.2f} of {data.n_classes}")
+
+overrides = {"fedsam": {"rho": sam_rho}, "fedswa": {"rho": swa_rho, "alpha": swa_alpha},
+             "fedmoswa": {"rho": swa_rho, "alpha": swa_alpha, "gamma": moswa_gamma}}
+methods = ["fedavg", "fedsam", "fedswa", "scaffold", "fedmoswa"]
+main_params, sources, own_params = {}, {}, {}
+for name in methods:
+    tuned = tuned_params(name, base, profile=profile)
+    forced = {k: v for k, v in overrides.get(name, {}).items() if v is not None}
+    main_params[name] = {**tuned.params, **forced}
+    own_params[name] = {k: v for k, v in forced.items() if tuned.params.get(k, object()) != v}  # on top of the tuning
+    sources[name] = tuned.source + (f"; set by the parameters: {forced}" if forced else "")
+print(pd.DataFrame({"params": {method_label(n): main_params[n] or "defaults" for n in methods},
+                    "source": {method_label(n): sources[n] for n in methods}}).to_string())
+resolved = {n: fedlab.get_algorithm(n, p).hp for n, p in main_params.items()}
+runs = {}
+for name, params in main_params.items():
+    cfg = base.replace(algorithm=name, algorithm_params=params)
+    runs[name] = run_seeds(cfg, plan_seeds(cfg, own_params[name], seeds, use_plan=rerun_plan),
+                           record=profile in CITABLE_PROFILES, paired=paired_partitions)
+print({method_label(name): [r.status for r in rs] for name, rs in runs.items()})
+# how these runs were made, read from their own configs and tuning sources (lab.evidence.facts), for the captions
+made = (f"partition {partition_rule(r.config for rs in runs.values() for r in rs)}, hyperparameters "
+        f"{tuning_rule({split_key(base): [tuned_on(tuned_params(n, base, profile=profile).source) for n in methods]})}")
+
+# %%
+first = {n: runs[n] for n in ("fedavg", "fedsam", "fedswa")}
+save_curves(first, {"test_acc": ("global model, test accuracy", "test accuracy"),
+                    "train_loss": ("clients' mean local training loss", "train loss")},
+            "06_fedswa_vs_fedsam", notebook=NB, profile=profile,
+            suptitle=f"FedSWA (ρ={resolved['fedswa'].rho}, α={resolved['fedswa'].alpha}) vs FedSAM "
+                     f"(ρ={resolved['fedsam'].rho}): {dataset}, {split_key(base)}, {n_clients} clients, "
+                     f"K={local_steps}, {len(seeds)} seed(s)",
+            caption=f"Test accuracy and local training loss of FedAvg, FedSAM and FedSWA on {dataset} "
+                    f"({split_key(base)}, {n_clients} clients), mean over {len(seeds)} seed(s) (thick) and each "
+                    f"seed (thin); {made}.",
+            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
+                            local_steps=local_steps, algorithm_params={n: main_params[n] for n in first},
+                            seeds=seeds))
+plt.show()
+
+# %% [markdown]
+# Our numbers, next to the paper's CIFAR-100 Dirichlet-0.1 column above (different data, model and
+# scale: compare the *order*, not the values).
+
+# %%
+est = {n: final_estimate(rs) for n, rs in runs.items()}
+ours = pd.DataFrame({
+    "ours: final acc % (mean ± 95 %)": {method_label(n): est[n].format(100, 1) if est[n] else "–" for n in runs},
+    "finished seeds": {method_label(n): f"{len(finished_runs(rs))}/{len(rs)}" for n, rs in runs.items()},
+})
+ours["paper: CIFAR-100 Dir-0.1 %"] = pd.Series({"FedAvg": 45.8, "FedSAM": 40.1, "FedSWA": 50.3, "FedMoSWA": 61.9})
+print(ours.to_string(float_format=lambda v: f"{v:.1f}", na_rep="–"))
+
 # %% [markdown]
 # ## 6. Ablation of ρ and α, and the FedAvg identity
 # A small grid of FedSWA runs: the in-round floor ρ (1 = no decay) against the server weight α
@@ -471,6 +471,61 @@ display(Markdown(
 # over the seeds that finished (small dots: each seed, ✕: a collapsed or diverged one); the y-axis
 # is zoomed to the data, so read the labels, not the distance from the bottom. Expect the `ci` cells
 # to differ by noise.
+
+# %% [markdown]
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure is the same grid in the rerun's regime (its seeds and partitions: its line, from its
+# records); which final accuracy its cells show is read from it in the paragraph below:
+
+# %%
+cpu.show("06_swa_ablation")
+
+# %%
+# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
+# read from the committed cpu data (whatever profile this run has), checked, then written out
+abl_seeds = committed_table("06_swa_ablation", "per_seed")
+abl_means = committed_table("06_swa_ablation", "mean")
+abl_cell = {(float(r_["rho"]), float(r_["alpha"])): 100 * float(r_["mean"]) for _, r_ in abl_means.iterrows()}
+abl_acc = abl_seeds.pivot_table(index="seed", columns=["rho", "alpha"], values="final_acc")
+abl_rhos = sorted({r_ for r_, _ in abl_cell})
+abl_cost = {r_: abl_cell[r_, 1.0] - abl_cell[r_, 1.5] for r_ in abl_rhos}
+abl_best = max(abl_cell, key=abl_cell.get)
+# what the committed cells are: the figure states it (final_how) since issue 41; a figure without it was made by the
+# code before, which plotted the accuracy of each run's last evaluation
+abl_how = committed_parameters("06_swa_ablation").get("final_how", "the last evaluation")
+assert abl_how.startswith("mean of the last"), "the identity check below compares the cells with §5's final metric"
+abl_claim = claims_row("fedswa_paper_best_cell")
+abl_pairs = sorted({c.difference.n for c in abl_claim.comparisons if c.difference is not None})
+cpu_lessons["ablation"] = abl_l = {
+    "seeds": int(len(abl_acc)), "cells": {f"{r_:g}": {f"{a_:g}": abl_cell[r_, a_] for a_ in (1.0, 1.5)} for r_ in abl_rhos},
+    "alpha_cost_min": float(min(abl_cost.values())), "alpha_cost_max": float(max(abl_cost.values())),
+    "alpha_lower": int(sum((abl_acc[r_, 1.5] < abl_acc[r_, 1.0]).sum() for r_ in abl_rhos)),
+    "pairs": int(len(abl_acc) * len(abl_rhos)),
+    "rho_spread": float(max(abl_cell[r_, 1.0] for r_ in abl_rhos) - min(abl_cell[r_, 1.0] for r_ in abl_rhos)),
+    "best_rho": float(abl_best[0]), "best_alpha": float(abl_best[1]),
+    "paper_gap": float(abl_cell[abl_best] - abl_cell[0.1, 1.5]),
+    "fedavg_same": int(sum(abs(100 * abl_acc[1.0, 1.0][k_] - sws_fin["fedavg"][k_]) < 1e-9 for k_ in abl_acc.index)),
+    "fedswa_same": int(sum(abs(100 * abl_acc[1.0, 1.0][k_] - sws_fin["fedswa"][k_]) < 1e-9 for k_ in abl_acc.index)),
+    "claims_verdict": abl_claim.verdict, "claims_pairs": abl_pairs}
+assert abl_l["claims_pairs"] and abl_claim.final_how.startswith("mean of the last"), "the claims row is paired, protocol"
+assert abl_l["alpha_lower"] == abl_l["pairs"], "the paragraph says α = 1.5 is below α = 1 in every pair"
+assert abl_l["rho_spread"] < 0.5 < abl_l["alpha_cost_min"], "the paragraph says ρ hardly matters, α does"
+assert abl_best == (1.0, 1.0) and abl_l["fedswa_same"] == abl_l["seeds"], "the paragraph says the best cell is §5's FedSWA"
+assert abl_l["fedavg_same"] == sws_l["same_seeds"], "the paragraph says it is FedAvg where §5's curves are"
+assert max(abl_cell[r_, 1.5] for r_ in abl_rhos) < min(abl_cell[r_, 1.0] for r_ in abl_rhos), "α = 1.5 below every α = 1"
+display(Markdown(
+    f"**No cell beats FedAvg, and every α = 1.5 cell, the paper's best included, is below every α = 1 cell.** At "
+    f"α = 1 the three ρ lie within {abl_l['rho_spread']:.2f} points of each other (ρ = 0.1: "
+    f"{abl_l['cells']['0.1']['1']:.2f} %, ρ = 0.5: {abl_l['cells']['0.5']['1']:.2f} %, ρ = 1: "
+    f"{abl_l['cells']['1']['1']:.2f} %): the in-round decay changes little here. The best cell is ρ = {abl_l['best_rho']:g}, α = {abl_l['best_alpha']:g}, FedAvg itself (its "
+    f"runs are §5's FedSWA runs, and their final accuracies are §5's FedAvg's exactly on {abl_l['fedavg_same']} of "
+    f"{abl_l['seeds']} seeds, the others parted by round-off as §5 shows). "
+    f"α = 1.5 costs {abl_l['alpha_cost_min']:.1f} to {abl_l['alpha_cost_max']:.1f} points at every ρ and is below α = 1 "
+    f"in {abl_l['alpha_lower']} of {abl_l['pairs']} paired seeds: extrapolating past the clients' average hurts at "
+    f"this scale. The paper's best cell (ρ = 0.1, α = 1.5) ends {abl_l['paper_gap']:.2f} points below the best. "
+    f"The figure's cells are {abl_how}; the claims row at the end judges the same runs on the protocol's final metric "
+    f"({abl_claim.final_how}), by seed pairs ({', '.join(map(str, abl_l['claims_pairs']))} per comparison), "
+    f"Holm-adjusted in its family: the paper's best cell above each other cell **{abl_l['claims_verdict']}**."))
 
 # %%
 grid = {}
@@ -542,61 +597,6 @@ print(cell_means.assign(**{"final acc %": [f"{100 * m:.1f} ± {100 * h:.1f}" if 
       [["rho", "alpha", "final acc %", "n"]].to_string(index=False))
 
 # %% [markdown]
-# **The cpu run.** The grid above comes from this execution (at the `ci` size a smoke test: its cells differ by
-# noise). The committed cpu figure is the same grid in the rerun's regime (its seeds and partitions: its line, from
-# its records); which final accuracy its cells show is read from it in the paragraph below:
-
-# %%
-cpu.show("06_swa_ablation")
-
-# %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-# read from the committed cpu data (whatever profile this run has), checked, then written out
-abl_seeds = committed_table("06_swa_ablation", "per_seed")
-abl_means = committed_table("06_swa_ablation", "mean")
-abl_cell = {(float(r_["rho"]), float(r_["alpha"])): 100 * float(r_["mean"]) for _, r_ in abl_means.iterrows()}
-abl_acc = abl_seeds.pivot_table(index="seed", columns=["rho", "alpha"], values="final_acc")
-abl_rhos = sorted({r_ for r_, _ in abl_cell})
-abl_cost = {r_: abl_cell[r_, 1.0] - abl_cell[r_, 1.5] for r_ in abl_rhos}
-abl_best = max(abl_cell, key=abl_cell.get)
-# what the committed cells are: the figure states it (final_how) since issue 41; a figure without it was made by the
-# code before, which plotted the accuracy of each run's last evaluation
-abl_how = committed_parameters("06_swa_ablation").get("final_how", "the last evaluation")
-assert abl_how.startswith("mean of the last"), "the identity check below compares the cells with §5's final metric"
-abl_claim = claims_row("fedswa_paper_best_cell")
-abl_pairs = sorted({c.difference.n for c in abl_claim.comparisons if c.difference is not None})
-cpu_lessons["ablation"] = abl_l = {
-    "seeds": int(len(abl_acc)), "cells": {f"{r_:g}": {f"{a_:g}": abl_cell[r_, a_] for a_ in (1.0, 1.5)} for r_ in abl_rhos},
-    "alpha_cost_min": float(min(abl_cost.values())), "alpha_cost_max": float(max(abl_cost.values())),
-    "alpha_lower": int(sum((abl_acc[r_, 1.5] < abl_acc[r_, 1.0]).sum() for r_ in abl_rhos)),
-    "pairs": int(len(abl_acc) * len(abl_rhos)),
-    "rho_spread": float(max(abl_cell[r_, 1.0] for r_ in abl_rhos) - min(abl_cell[r_, 1.0] for r_ in abl_rhos)),
-    "best_rho": float(abl_best[0]), "best_alpha": float(abl_best[1]),
-    "paper_gap": float(abl_cell[abl_best] - abl_cell[0.1, 1.5]),
-    "fedavg_same": int(sum(abs(100 * abl_acc[1.0, 1.0][k_] - sws_fin["fedavg"][k_]) < 1e-9 for k_ in abl_acc.index)),
-    "fedswa_same": int(sum(abs(100 * abl_acc[1.0, 1.0][k_] - sws_fin["fedswa"][k_]) < 1e-9 for k_ in abl_acc.index)),
-    "claims_verdict": abl_claim.verdict, "claims_pairs": abl_pairs}
-assert abl_l["claims_pairs"] and abl_claim.final_how.startswith("mean of the last"), "the claims row is paired, protocol"
-assert abl_l["alpha_lower"] == abl_l["pairs"], "the paragraph says α = 1.5 is below α = 1 in every pair"
-assert abl_l["rho_spread"] < 0.5 < abl_l["alpha_cost_min"], "the paragraph says ρ hardly matters, α does"
-assert abl_best == (1.0, 1.0) and abl_l["fedswa_same"] == abl_l["seeds"], "the paragraph says the best cell is §5's FedSWA"
-assert abl_l["fedavg_same"] == sws_l["same_seeds"], "the paragraph says it is FedAvg where §5's curves are"
-assert max(abl_cell[r_, 1.5] for r_ in abl_rhos) < min(abl_cell[r_, 1.0] for r_ in abl_rhos), "α = 1.5 below every α = 1"
-display(Markdown(
-    f"**No cell beats FedAvg, and every α = 1.5 cell, the paper's best included, is below every α = 1 cell.** At "
-    f"α = 1 the three ρ lie within {abl_l['rho_spread']:.2f} points of each other (ρ = 0.1: "
-    f"{abl_l['cells']['0.1']['1']:.2f} %, ρ = 0.5: {abl_l['cells']['0.5']['1']:.2f} %, ρ = 1: "
-    f"{abl_l['cells']['1']['1']:.2f} %): the in-round decay changes little here. The best cell is ρ = {abl_l['best_rho']:g}, α = {abl_l['best_alpha']:g}, FedAvg itself (its "
-    f"runs are §5's FedSWA runs, and their final accuracies are §5's FedAvg's exactly on {abl_l['fedavg_same']} of "
-    f"{abl_l['seeds']} seeds, the others parted by round-off as §5 shows). "
-    f"α = 1.5 costs {abl_l['alpha_cost_min']:.1f} to {abl_l['alpha_cost_max']:.1f} points at every ρ and is below α = 1 "
-    f"in {abl_l['alpha_lower']} of {abl_l['pairs']} paired seeds: extrapolating past the clients' average hurts at "
-    f"this scale. The paper's best cell (ρ = 0.1, α = 1.5) ends {abl_l['paper_gap']:.2f} points below the best. "
-    f"The figure's cells are {abl_how}; the claims row at the end judges the same runs on the protocol's final metric "
-    f"({abl_claim.final_how}), by seed pairs ({', '.join(map(str, abl_l['claims_pairs']))} per comparison), "
-    f"Holm-adjusted in its family: the paper's best cell above each other cell **{abl_l['claims_verdict']}**."))
-
-# %% [markdown]
 # The bit-for-bit check runs on a small federation (3 rounds, 4 clients, 3 steps), on the CPU, with
 # both runs computed afresh in this process (a temporary run directory): a run loaded from the cache
 # may come from a process with another thread count, and a GPU may use non-deterministic kernels —
@@ -643,22 +643,10 @@ if (1.0, 1.0) in grid:
 # One panel per method, its mean over seeds thick and each seed thin, SCAFFOLD's mean grey in every
 # panel; FedSWA and FedAvg (no control variates) for reference.
 
-# %%
-pair = {n: runs[n] for n in ("scaffold", "fedmoswa", "fedswa", "fedavg")}
-save_curves(pair, {"test_acc": (f"FedMoSWA (γ={resolved['fedmoswa'].gamma}) vs SCAFFOLD, {len(seeds)} seed(s)",
-                                "test accuracy")},
-            "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile, reference="scaffold",
-            caption=f"Test accuracy of FedMoSWA and SCAFFOLD, with FedSWA and FedAvg for reference, on {dataset} "
-                    f"({split_key(base)}, {n_clients} clients), one panel per method: mean over {len(seeds)} seed(s) "
-                    f"(thick) and each seed (thin), SCAFFOLD's mean in grey; {made}.",
-            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
-                            local_steps=local_steps, algorithm_params={n: main_params[n] for n in pair}, seeds=seeds))
-plt.show()
-
 # %% [markdown]
-# **The cpu run.** The panels above come from this execution (at the `ci` size a smoke test). The committed cpu
-# figure is the rerun's regime on Dirichlet 0.1, tuned hyperparameters (its seeds and partitions: its line, from its
-# records):
+# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
+# The committed cpu figure is the rerun's regime on Dirichlet 0.1, tuned hyperparameters (its seeds and partitions:
+# its line, from its records):
 
 # %%
 cpu.show("06_fedmoswa_vs_scaffold")
@@ -688,6 +676,18 @@ display(Markdown(
     f"{mo_l['ahead_scaffold']} of {mo_l['seeds']} seeds. The paper's 11.6 points over FedSWA, and a clear lead over "
     f"SCAFFOLD, do not appear at this scale; what does is about the gain that SCAFFOLD's drift correction brings "
     f"under Dirichlet 0.1 (final accuracy: the mean of the last {sws_l['k']} rounds)."))
+
+# %%
+pair = {n: runs[n] for n in ("scaffold", "fedmoswa", "fedswa", "fedavg")}
+save_curves(pair, {"test_acc": (f"FedMoSWA (γ={resolved['fedmoswa'].gamma}) vs SCAFFOLD, {len(seeds)} seed(s)",
+                                "test accuracy")},
+            "06_fedmoswa_vs_scaffold", notebook=NB, profile=profile, reference="scaffold",
+            caption=f"Test accuracy of FedMoSWA and SCAFFOLD, with FedSWA and FedAvg for reference, on {dataset} "
+                    f"({split_key(base)}, {n_clients} clients), one panel per method: mean over {len(seeds)} seed(s) "
+                    f"(thick) and each seed (thin), SCAFFOLD's mean in grey; {made}.",
+            parameters=dict(dataset=dataset, model=model, n_clients=n_clients, alpha=alpha, rounds=rounds,
+                            local_steps=local_steps, algorithm_params={n: main_params[n] for n in pair}, seeds=seeds))
+plt.show()
 
 # %% [markdown]
 # Communication per sampled client and round, measured by the engine in units of one model (exact):
