@@ -15,8 +15,9 @@ from lab.evidence.paired import paired_difference
 from lab.evidence.protocol import (K5_TUNING_DIR, PARTITION_SEED, Curve, final_metric, profile_federation,
                                    rerun_config, run_seeds, split_key, tuned_params, tuning_dir)
 from lab.evidence.records import figure_runs, recorded, run_or_load
-from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table, cpu_report
+from lab.evidence.report import committed_final_accuracy, committed_parameters, committed_table
 from lab.evidence.validity import NOT_TESTED_DEGENERATE, RecordPool, degenerate_arms
+from lab.lessons import cpu_report
 from lab.regime.params import plan_seeds
 from lab.repro import CITABLE_PROFILES, FIGURES_DIR
 from lab.sharpness import track_sharpness

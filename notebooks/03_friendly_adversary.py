@@ -112,9 +112,7 @@ from fedlab.analysis import (
 )
 from lab.course import PARTITION_SEED, final_metric, plan_seeds, run_or_load, run_seeds, tuned_params
 from fedlab.uncertainty import mean_interval
-from lab.course import (CITABLE_PROFILES, committed_parameters, committed_table, cpu_report, draw_band,
-                        lessons_line, method_color, save_figure, use_house_style)
-from IPython.display import Markdown, display
+from lab.course import CITABLE_PROFILES, cpu_report, draw_band, method_color, save_figure, use_house_style
 
 use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have
@@ -163,27 +161,8 @@ print(f"{len(clients)} of {n_clients} clients hold data; samples used per client
 # on the clients of its own partition:
 
 # %%
-cpu = cpu_report("03_friendly_adversary")
+cpu = cpu_report("03_friendly_adversary", remaking=profile in CITABLE_PROFILES)  # this run re-makes the figures
 cpu.show("03_decomposition")
-
-# %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-# read from the committed cpu data (whatever profile this run has), checked, then written out
-dec_cpu = committed_table("03_decomposition", "per_seed")
-cpu_lessons: dict = {}
-cpu_lessons["decomposition"] = les_dec = {
-    "seeds": int(len(dec_cpu)), "share": float(dec_cpu["heterogeneity_share"].mean()),
-    "share_min": float(dec_cpu["heterogeneity_share"].min()), "share_max": float(dec_cpu["heterogeneity_share"].max()),
-    "ratio": float((dec_cpu["delta_sq"] / dec_cpu["zeta_sq"]).mean()),
-    "cross_max": float(dec_cpu["cross_normalized"].abs().max())}
-assert les_dec["share_min"] > 0.75, "the paragraph says heterogeneity is most of the error in every seed"
-assert les_dec["cross_max"] < 0.02, "the paragraph says the cross term is negligible per seed"
-display(Markdown(
-    f"Under Dirichlet 0.1, at the end of FedAvg's runs, **heterogeneity is most of the error** of a client's SAM "
-    f"direction: ‖δ‖² is {les_dec['ratio']:.1f} times E‖ζ‖² on average, a heterogeneity share of {100 * les_dec['share']:.0f} % "
-    f"(from {100 * les_dec['share_min']:.0f} to {100 * les_dec['share_max']:.0f} % over the {les_dec['seeds']} seeds). Over all "
-    f"clients the cross term is a small part of the total (at its largest, over seeds, {100 * les_dec['cross_max']:.1f} %): δ and ζ are "
-    f"orthogonal, as the identity says they are in expectation."))
 
 # %%
 dec_grads = client_gradients(net, clients, theta, batches=decomposition_batches, batch_size=batch_size, seed=seed)
@@ -303,23 +282,6 @@ plt.show()
 cpu.show("03_friendly_pairs")
 
 # %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-pairs_cpu = committed_table("03_friendly_pairs")
-rates = {kind: {"pairs": int(len(g)), "friendly": int((g["loss_change"] < 0).sum())}
-         for kind, g in pairs_cpu.groupby("pair")}
-cpu_lessons["pairs"] = rates
-same, within, cross = rates["same batch (A = B)"], rates["same client, other batch"], rates["other client"]
-assert same["friendly"] == 0, "the paragraph says no batch's own perturbation lowers its own loss"
-assert within["friendly"] <= 0.02 * within["pairs"], "the paragraph says within-client friendly pairs are rare"
-assert cross["friendly"] >= 0.3 * cross["pairs"], "the paragraph says a large share of cross-client pairs is friendly"
-display(Markdown(
-    f"No batch's own perturbation lowers its own loss ({same['friendly']} of {same['pairs']} pairs). Another batch "
-    f"of the *same* client almost never finds the perturbation friendly ({within['friendly']} of "
-    f"{within['pairs']} pairs), but a batch of *another* client does in {100 * cross['friendly'] / cross['pairs']:.0f} % "
-    f"of {cross['pairs']} pairs. Under this heterogeneity the friendly adversary is the other clients' data: VaSSO's "
-    f"kind, the one batch noise makes, hardly occurs."))
-
-# %%
 f_clients_by_seed = {k: [c for c in cl if c[1].shape[0] >= batch_size][:friendly_clients]
                      for k, cl in clients_by_seed.items()}
 f_clients = f_clients_by_seed[seed]
@@ -392,40 +354,6 @@ plt.show()
 
 # %%
 cpu.show("03_friendly_rates")
-
-# %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-va, vb = committed_table("03_friendly_rates", "vs_alpha"), committed_table("03_friendly_rates", "vs_batch_size")
-by_a = va.groupby("alpha")[["cross_client_rate", "within_client_rate", "heterogeneity_share"]].mean()
-by_b = vb.groupby("batch_size")[["cross_client_rate", "within_client_rate", "heterogeneity_share"]].mean()
-strong = va[va["alpha"] <= 0.1]
-cpu_lessons["rates"] = les_rates = {
-    "alpha": {f"{k:g}": row.to_dict() for k, row in by_a.iterrows()},
-    "batch_size": {f"{k:g}": row.to_dict() for k, row in by_b.iterrows()},
-    "within_zero_strong": bool((strong["within_client_rate"] == 0).all()),
-    "within_max": float(pd.concat([va, vb])["within_client_rate"].max()),
-    "small_batch_seeds": int((vb[vb["batch_size"] == vb["batch_size"].min()]["within_client_rate"] > 0).sum()),
-    "seeds": int(vb["seed"].nunique())}
-cr, hs = by_a["cross_client_rate"].to_numpy(), by_a["heterogeneity_share"].to_numpy()
-assert (np.diff(cr) < 0).all() and (np.diff(hs) < 0).all(), "both fall with α, monotonically"
-assert (np.diff(by_b["heterogeneity_share"].to_numpy()) > 0).all(), "the share rises with the batch size"
-b_lo, b_hi = by_b.index.min(), by_b.index.max()
-assert abs(by_b.loc[b_lo, "cross_client_rate"] - by_b.loc[b_hi, "cross_client_rate"]) < 0.1, "cross rate ~ flat in B"
-assert les_rates["within_zero_strong"] and les_rates["within_max"] < 0.15, "within-client pairs: none at α ≤ 0.1, rare anywhere"
-a_lo, a_hi = by_a.index.min(), by_a.index.max()
-assert by_b.loc[b_lo, "within_client_rate"] > 0 and by_a.loc[a_hi, "within_client_rate"] > 0, "where they appear"
-display(Markdown(
-    f"**The cross-client rate follows heterogeneity**: it falls with every step of α, from "
-    f"{100 * by_a.loc[a_lo, 'cross_client_rate']:.0f} % at α = {a_lo:g} to "
-    f"{100 * by_a.loc[a_hi, 'cross_client_rate']:.0f} % at α = {a_hi:g}, as the heterogeneity share falls from "
-    f"{100 * by_a.loc[a_lo, 'heterogeneity_share']:.0f} % to {100 * by_a.loc[a_hi, 'heterogeneity_share']:.0f} %. "
-    f"**A larger batch does not remove it**: from B = {b_lo:g} to B = {b_hi:g} the heterogeneity share rises from "
-    f"{100 * by_b.loc[b_lo, 'heterogeneity_share']:.0f} % to {100 * by_b.loc[b_hi, 'heterogeneity_share']:.0f} %, "
-    f"while the cross-client rate moves only from {100 * by_b.loc[b_lo, 'cross_client_rate']:.0f} % to "
-    f"{100 * by_b.loc[b_hi, 'cross_client_rate']:.0f} %. Within a client the rate is 0 in every seed at α ≤ 0.1 and "
-    f"{100 * les_rates['within_max']:.0f} % at its largest; it appears with the smallest batch (B = {b_lo:g}, in "
-    f"{les_rates['small_batch_seeds']} of {les_rates['seeds']} seeds) and under milder heterogeneity, where batch noise is a larger "
-    f"part of the error, as VaSSO's argument predicts."))
 
 # %%
 run_configs = {r.config.seed: r.config for r in dec_runs}  # each model's own partition seed, re-split at every α
@@ -543,44 +471,6 @@ plt.show()
 
 # %%
 cpu.show("03_near_minimum")
-
-# %%
-# checked by its asserts; its numbers by the cpu_lessons line at the end (nbval)
-near = committed_table("03_near_minimum")
-near_steps = near.groupby("progress")[["grad_F_sq", "F", "noise_to_signal", "heterogeneity_share"]].mean()
-last = near[near["progress"] == near["progress"].max()]
-trained = near[near["round"] == near["round"].max()]
-trained = trained[trained["descent_steps"] == 0]
-cpu_lessons["near_minimum"] = les_near = {
-    "seeds": int(near["seed"].nunique()), "points": int(len(near_steps)),
-    "grad_trained": float(trained["grad_F_sq"].mean()), "grad_last": float(last["grad_F_sq"].mean()),
-    "F_trained": float(trained["F"].mean()), "F_last": float(last["F"].mean()),
-    "last_reached": int(last["reached"].astype(bool).sum()),
-    "noise_first": float(near_steps["noise_to_signal"].iloc[0]), "noise_last": float(near_steps["noise_to_signal"].iloc[-1]),
-    "noise_max": float(near["noise_to_signal"].max()),
-    "share_first": float(near_steps["heterogeneity_share"].iloc[0]),
-    "share_last": float(near_steps["heterogeneity_share"].iloc[-1]),
-    "within_max": float(near["within_client_rate"].max()), "cross_min": float(near["cross_client_rate"].min()),
-    "cross_max": float(near["cross_client_rate"].max())}
-assert (np.diff(near_steps["noise_to_signal"].to_numpy()) > 0).all(), "the noise-to-signal ratio rises at every step"
-assert (np.diff(near_steps["heterogeneity_share"].to_numpy()) < 0).all(), "the heterogeneity share falls at every step"
-assert les_near["noise_max"] < 1, "the paragraph says the noise never outweighs the client's own gradient"
-assert les_near["within_max"] < 0.02 and les_near["cross_min"] > 0.1, "within-client pairs stay rare, cross-client ones do not"
-assert les_near["grad_last"] < les_near["grad_trained"] / 100 and les_near["F_last"] < les_near["F_trained"] / 10, "the descent approached a minimum"
-display(Markdown(
-    f"The descent did approach a minimum of F: from the trained models (round {int(near['round'].max())}) "
-    f"‖∇F‖² falls from {les_near['grad_trained']:.2f} to {les_near['grad_last']:.4f} and F from {les_near['F_trained']:.2f} to "
-    f"{les_near['F_last']:.3f} (means over {les_near['seeds']} seeds; the last target, ‖∇F‖ ÷ {max(committed_parameters('03_near_minimum')['descent_factors']):g} of the "
-    f"trained model's, was reached in {les_near['last_reached']} of {les_near['seeds']} seeds within the step limit, so the last "
-    f"point is where the descent stopped). On the way **the batch noise grows against the signal**: the median "
-    f"noise-to-signal ratio E‖ζ‖²/‖∇F_i‖² rises at every point, from {les_near['noise_first']:.2f} to "
-    f"{les_near['noise_last']:.2f}, and the heterogeneity share of the direction error falls from "
-    f"{100 * les_near['share_first']:.0f} % to {100 * les_near['share_last']:.0f} %, the direction VaSSO's argument predicts. But "
-    f"the noise never outweighs a client's own gradient (the largest ratio, over points and seeds, is "
-    f"{les_near['noise_max']:.2f}), and the within-client friendly rate stays small (its largest value is "
-    f"{100 * les_near['within_max']:.1f} %), while the "
-    f"cross-client rate stays between {100 * les_near['cross_min']:.0f} % and {100 * les_near['cross_max']:.0f} %. Near this "
-    f"minimum, too, the friendly adversary is heterogeneity's."))
 
 # %%
 def replay_fedavg(run, stops):
@@ -950,20 +840,7 @@ plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-les_dec, pr, les_near = (cpu_lessons[k] for k in ("decomposition", "pairs", "near_minimum"))
-cross_rate = pr["other client"]["friendly"] / pr["other client"]["pairs"]
-display(Markdown(
-    f"* Under Dirichlet 0.1 heterogeneity is {100 * les_dec['share']:.0f} % of a client's SAM direction error at the end "
-    f"of FedAvg's runs, and it is what makes the adversary friendly: {100 * cross_rate:.0f} % of cross-client pairs, "
-    f"{pr['same client, other batch']['friendly']} of {pr['same client, other batch']['pairs']} within-client "
-    f"pairs.\n"
-    f"* The cross-client rate falls with every step of α; a larger batch leaves it nearly where it was. A bigger "
-    f"batch cures centralised SAM's friendly adversary, not this one.\n"
-    f"* Approaching a minimum raises the batch noise against the signal (noise-to-signal {les_near['noise_first']:.2f} → "
-    f"{les_near['noise_last']:.2f}) without making within-client pairs common (largest rate {100 * les_near['within_max']:.1f} %): at "
-    f"this scale VaSSO's friendly adversary stays rare, and a remedy aimed at it (FedVSSAM's mixing, section 6 and "
-    f"notebook 08) has only heterogeneity's to work on."))
-print(lessons_line(cpu_lessons, prefix="cpu_lessons"))
+cpu.summary()
 
 # %% [markdown]
 # ## Exercises

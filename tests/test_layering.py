@@ -42,6 +42,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("lab.tools", "lab.bench", "lab.sharpness"),  # figures and plots, benchmarks, a notebook's measurement
         ("lab.study",),  # pre-registered studies: designs, plans, workers, their analysis
         ("lab.regime",),  # the regime pilot and the rerun, run as studies
+        ("lab.lessons",),  # what each committed cpu figure teaches: its paragraph, numbers and checks
         ("lab.course",),  # the one lab module a notebook imports: the helpers above, re-exported
         ("lab.cli",),
         ("lab.__main__",),
