@@ -59,7 +59,7 @@ _READERS: dict[str, Reader] = {}
 _SUMMARIES: dict[str, Summary] = {}
 # the module of each notebook's readers (imported when the notebook first shows a figure)
 _MODULES = {"03_friendly_adversary": "lab.lessons.friendly_adversary", "08_fedvssam": "lab.lessons.fedvssam",
-            "09_sharpness_and_landscapes": "lab.lessons.sharpness"}
+            "09_sharpness_and_landscapes": "lab.lessons.sharpness", "10_benchmarks": "lab.lessons.benchmarks"}
 
 
 def reads(figure: str) -> Callable[[Reader], Reader]:
