@@ -59,7 +59,7 @@ _READERS: dict[str, Reader] = {}
 _SUMMARIES: dict[str, Summary] = {}
 # the module of each notebook's readers (imported when the notebook first shows a figure)
 _MODULES = {"03_friendly_adversary": "lab.lessons.friendly_adversary", "06_fedswa_fedmoswa": "lab.lessons.swa",
-            "08_fedvssam": "lab.lessons.fedvssam",
+            "07_fednsam": "lab.lessons.fednsam", "08_fedvssam": "lab.lessons.fedvssam",
             "09_sharpness_and_landscapes": "lab.lessons.sharpness", "10_benchmarks": "lab.lessons.benchmarks"}
 
 
@@ -156,6 +156,16 @@ class NotebookEvidence:
                     display(Markdown(self.lesson(figure).text))
         display(Markdown(_SUMMARIES[notebook](self.lessons)))
         print(self.line())
+
+    def read(self, name: str) -> None:
+        """The paragraph that reads the committed figure ``name``, without the figure: for a figure this notebook has
+        just drawn, the same at every size (a closed-form toy), so the figure above *is* the committed one."""
+        from IPython.display import Markdown, display
+
+        result = self.lesson(name)
+        if result is None:
+            raise KeyError(f"{name} has no reader in lab.lessons")
+        display(Markdown(result.text))
 
     def line(self) -> str:
         """The ``cpu_lessons: {...}`` line of every lesson shown so far (sorted keys, floats rounded)."""
