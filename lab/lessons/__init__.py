@@ -58,7 +58,8 @@ Summary = Callable[[dict[str, dict[str, Any]]], str]
 _READERS: dict[str, Reader] = {}
 _SUMMARIES: dict[str, Summary] = {}
 # the module of each notebook's readers (imported when the notebook first shows a figure)
-_MODULES = {"03_friendly_adversary": "lab.lessons.friendly_adversary", "05_fedsmoo": "lab.lessons.fedsmoo",
+_MODULES = {"03_friendly_adversary": "lab.lessons.friendly_adversary", "04_sam_baselines": "lab.lessons.baselines",
+            "05_fedsmoo": "lab.lessons.fedsmoo",
             "06_fedswa_fedmoswa": "lab.lessons.swa",
             "07_fednsam": "lab.lessons.fednsam", "08_fedvssam": "lab.lessons.fedvssam",
             "09_sharpness_and_landscapes": "lab.lessons.sharpness", "10_benchmarks": "lab.lessons.benchmarks"}
