@@ -58,7 +58,7 @@ Summary = Callable[[dict[str, dict[str, Any]]], str]
 _READERS: dict[str, Reader] = {}
 _SUMMARIES: dict[str, Summary] = {}
 # the module of each notebook's readers (imported when the notebook first shows a figure)
-_MODULES = {"03_friendly_adversary": "lab.lessons.friendly_adversary", "04_sam_baselines": "lab.lessons.baselines",
+_MODULES = {"02_flatness_incompatibility": "lab.lessons.flatness", "03_friendly_adversary": "lab.lessons.friendly_adversary", "04_sam_baselines": "lab.lessons.baselines",
             "05_fedsmoo": "lab.lessons.fedsmoo",
             "06_fedswa_fedmoswa": "lab.lessons.swa",
             "07_fednsam": "lab.lessons.fednsam", "08_fedvssam": "lab.lessons.fedvssam",
