@@ -127,3 +127,33 @@ def test_03_rates_paragraph_matches_the_committed_data(panel, key):
         assert all(_f(r, "within_client_rate") == 0 for k, rs in groups.items() if k <= 0.1 for r in rs)
     else:
         assert all(b > a for a, b in zip(share, share[1:]))
+
+
+def test_03_fedsam_trajectory_paragraph_matches_the_committed_data():
+    """Section 5b: FedSAM's own runs measured every few rounds, against section 3's rates at FedAvg's models."""
+    rows = _rows("03_friendly_fedsam_trajectory")
+    params = json.loads((FIGURES_DIR / "03_friendly_fedsam_trajectory.json").read_text())["parameters"]
+    by_round = defaultdict(list)
+    for r in rows:
+        by_round[int(float(r["round"]))].append(r)
+    mean = {t: {c: _mean(_f(r, c) for r in rs) for c in ("cross_client_rate", "within_client_rate")}
+            for t, rs in by_round.items()}
+    trained = {t: v for t, v in mean.items() if t > 0}
+    pairs = defaultdict(lambda: [0, 0])
+    for r in _rows("03_friendly_pairs"):
+        pairs[r["pair"]][0] += 1
+        pairs[r["pair"]][1] += _f(r, "loss_change") < 0
+    fa_cross = pairs["other client"][1] / pairs["other client"][0]
+    last = max(mean)
+    want = {"seeds": len({r["seed"] for r in rows}), "rho": float(params["rho"]), "every": params["fedsam_every"],
+            "points": len(trained), "last_round": last,
+            "cross_min": min(v["cross_client_rate"] for v in trained.values()),
+            "cross_max": max(v["cross_client_rate"] for v in trained.values()),
+            "cross_last": mean[last]["cross_client_rate"],
+            "within_max": max(_f(r, "within_client_rate") for r in rows if float(r["round"]) > 0),
+            "within_last": mean[last]["within_client_rate"], "fedavg_cross": fa_cross,
+            "fedavg_within": pairs["same client, other batch"][1] / pairs["same client, other batch"][0],
+            "cross_above_fedavg": sum(v["cross_client_rate"] > fa_cross for v in trained.values())}
+    _same(_line("03_friendly_adversary")["fedsam_trajectory"], want, "03 FedSAM trajectory")
+    assert want["seeds"] >= 3 and len(rows) == want["seeds"] * len(mean)
+    assert want["cross_min"] > want["within_max"]

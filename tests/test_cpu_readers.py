@@ -104,6 +104,6 @@ def test_a_run_that_remakes_the_figures_reads_every_lesson_at_the_end(capsys):
     assert evidence.lessons == {}, "no lesson read from a figure this run is about to replace"
     evidence.summary()
     printed = capsys.readouterr().out
-    assert set(evidence.lessons) == {"decomposition", "pairs", "rates", "near_minimum"}
+    assert set(evidence.lessons) == {"decomposition", "pairs", "rates", "near_minimum", "fedsam_trajectory"}
     assert printed.strip().splitlines()[-1] == evidence.line()
     same(line("03_friendly_adversary"), json.loads(evidence.line().split(": ", 1)[1]), "03 at the end of a remaking run")
