@@ -169,7 +169,7 @@ def fedsam_trajectory(ctx: Context) -> Lesson:
 
 @summarises("03_friendly_adversary")
 def summary(lessons: dict[str, dict[str, Any]]) -> str:
-    les_dec, pr, les_near = (lessons[k] for k in ("decomposition", "pairs", "near_minimum"))
+    les_dec, pr, les_near, fs = (lessons[k] for k in ("decomposition", "pairs", "near_minimum", "fedsam_trajectory"))
     cross_rate = pr["other client"]["friendly"] / pr["other client"]["pairs"]
     return (
         f"* Under Dirichlet 0.1 heterogeneity is {100 * les_dec['share']:.0f} % of a client's SAM direction error at the "
@@ -181,4 +181,9 @@ def summary(lessons: dict[str, dict[str, Any]]) -> str:
         f"* Approaching a minimum raises the batch noise against the signal (noise-to-signal "
         f"{les_near['noise_first']:.2f} → {les_near['noise_last']:.2f}) without making within-client pairs common "
         f"(largest rate {100 * les_near['within_max']:.1f} %): at this scale VaSSO's friendly adversary stays rare, and "
-        f"a remedy aimed at it (FedVSSAM's mixing, section 6 and notebook 08) has only heterogeneity's to work on.")
+        f"a remedy aimed at it (FedVSSAM's mixing, section 6 and notebook 08) has only heterogeneity's to work on.\n"
+        f"* Along FedSAM's own runs, the trajectory that uses these perturbations, the cross-client rate stays between "
+        f"{100 * fs['cross_min']:.0f} % and {100 * fs['cross_max']:.0f} % and within-client pairs reach "
+        f"{100 * fs['within_max']:.1f} % at most: "
+        + ("the same picture as at FedAvg's models." if fs["within_max"] < 0.05 else
+           "batch noise's friendly adversary appears there, beside heterogeneity's."))
