@@ -836,7 +836,7 @@ plt.show()
 #   by γ_l *when that direction is ∇F* — true by construction here; whether the real $h^t$ is close
 #   enough to ∇F is notebook `08`'s measurement.
 #
-# **And from the cpu run** (the committed data, read in sections 2 to 5):
+# **And from the cpu run** (the committed data, read in sections 2 to 5b):
 
 # %%
 # NBVAL_CHECK_OUTPUT
