@@ -832,9 +832,9 @@ print(report.to_frame().round(4).to_string(index=False))
 # measures the real $h^t$ along a run against ∇F.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is measured at the FedAvg models of the rerun's regime on Dirichlet 0.1, one per seed, each
-# on the clients of its own partition:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is
+# measured at the FedAvg models of the rerun's regime on Dirichlet 0.1, one per seed, each on the clients of its own
+# partition:
 
 # %%
 cpu = cpu_report("02_flatness_incompatibility", remaking=record)  # record: this run re-makes the figures
@@ -949,9 +949,9 @@ plt.show()
 # use the choice of the main split (Dir α = `alpha`), as the table says.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed figure: FedAvg and FedSAM at its tuned ρ in the rerun's regime, six seeds, each seed's two runs on one
-# partition, so the lower row compares them seed by seed.
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It shows
+# FedAvg and FedSAM at its tuned ρ in the rerun's regime, six seeds, each seed's two runs on one partition, so the lower row
+# compares them seed by seed.
 
 # %%
 cpu.show("02_sharpness_vs_alpha")

@@ -156,9 +156,9 @@ print(f"{len(clients)} of {n_clients} clients hold data; samples used per client
 # `total_sq` is computed directly from g − ∇F, so the identity is a real check, not a tautology of the code.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is measured at the FedAvg models of the rerun's regime on Dirichlet 0.1, one per seed, each
-# on the clients of its own partition:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is
+# measured at the FedAvg models of the rerun's regime on Dirichlet 0.1, one per seed, each on the clients of its own
+# partition:
 
 # %%
 cpu = cpu_report("03_friendly_adversary", remaking=profile in CITABLE_PROFILES)  # this run re-makes the figures
@@ -275,8 +275,8 @@ plt.show()
 # and **cross client** (different clients: heterogeneity and noise).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed figure, pairs pooled over the FedAvg models of every seed:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It pools
+# the pairs over the FedAvg models of every seed:
 
 # %%
 cpu.show("03_friendly_pairs")
@@ -349,8 +349,8 @@ plt.show()
 # report the decomposition, so we can see which error source drives the rate.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed figure, at the FedAvg models of every seed:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is
+# measured at the FedAvg models of every seed:
 
 # %%
 cpu.show("03_friendly_rates")
@@ -465,9 +465,8 @@ plt.show()
 # has a large first-order term to compete with, so it is not obvious which way the rates go.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed figure follows each seed's 100-round FedAvg run of the rerun's regime (replayed bit for bit) and then
-# the descent, on 100 clients:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It follows
+# each seed's 100-round FedAvg run of the rerun's regime (replayed bit for bit) and then the descent, on 100 clients:
 
 # %%
 cpu.show("03_near_minimum")
@@ -654,8 +653,8 @@ plt.show()
 # run's partition. The dashed lines are section 3's rates at FedAvg's final models (with the notebook's ρ).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed figure follows FedSAM's runs of the rerun's regime every 10 rounds:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It follows
+# FedSAM's runs of the rerun's regime every 10 rounds:
 
 # %%
 cpu.show("03_friendly_fedsam_trajectory")

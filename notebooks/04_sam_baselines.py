@@ -333,9 +333,9 @@ print(f"this execution: {len({r.config.seed for r in all_runs(runs)})} seed(s), 
 # read a ranking into them. Compare the `cpu`/`paper` figures (`figures/04_sam_curves.png`).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the rerun's: six paired seeds of every method (FedSpeed three), each seed its own
-# partition, shared by the methods of that seed:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# rerun's: six paired seeds of every method (FedSpeed three), each seed its own partition, shared by the methods of
+# that seed:
 
 # %%
 cpu.show("04_sam_curves")
@@ -369,10 +369,9 @@ plt.show()
 # * FedLESAM is the only SAM method at FedAvg's one gradient per step; it pays with one stored model.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure shows the rerun's six paired seeds (FedSpeed three); its final accuracy is the claims
-# table's (`lab.evidence.protocol.final_metric`, the mean of the last 20 % of rounds), read from the committed
-# records:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It shows the
+# rerun's six paired seeds (FedSpeed three); its final accuracy is the claims table's
+# (`lab.evidence.protocol.final_metric`, the mean of the last 20 % of rounds), read from the committed records:
 
 # %%
 cpu.show("04_sam_cost_accuracy")
@@ -493,8 +492,8 @@ plt.show()
 # server momentum, so the sampled clients move together by construction.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure, six paired seeds (FedSpeed three):
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It shows
+# six paired seeds (FedSpeed three):
 
 # %%
 cpu.show("04_flatness_distance")

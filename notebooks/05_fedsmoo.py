@@ -251,9 +251,9 @@ cpu.read("05_quadratic_drift")
 # variant's warm-up length is this notebook's choice (the blog's 3 rounds).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the rerun's: six paired seeds, three for FedSpeed and for the blog's variant (so what is
-# said of those two is descriptive, not a verdict), each seed its own partition:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# rerun's: six paired seeds, three for FedSpeed and for the blog's variant (so what is said of those two is
+# descriptive, not a verdict), each seed its own partition:
 
 # %%
 cpu.show("05_fedsmoo_curves")
@@ -380,8 +380,8 @@ for n, rs in runs.items():
 # constants; whether it does is printed under the figure, from the runs.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure, three seeds of the blog's variant (descriptive only):
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It shows
+# three seeds of the blog's variant (descriptive only):
 
 # %%
 cpu.show("05_adaptive_lambda_rho")

@@ -109,8 +109,8 @@ seeds = list(range(seed, seed + n_seeds))
 # decay is left out to show the cycle).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure draws the schedule of the rerun's regime, K = 50 local steps at η = 0.1:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It draws the
+# schedule of the rerun's regime, K = 50 local steps at η = 0.1:
 
 # %%
 cpu = cpu_report(NB, remaking=profile in CITABLE_PROFILES)  # this run re-makes the figures
@@ -276,9 +276,9 @@ print("30 % participation: SCAFFOLD reaches θ* (< 1e-4):", rel[0.3, "scaffold"]
 # little about the claim — see the `cpu` and `paper` figures.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the rerun's regime on Dirichlet 0.1, every method at its tuned hyperparameters; its
-# seeds and how its partitions were drawn are on its line, read from its records:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# rerun's regime on Dirichlet 0.1, every method at its tuned hyperparameters; its seeds and how its partitions were
+# drawn are on its line, read from its records:
 
 # %%
 cpu.show("06_fedswa_vs_fedsam")
@@ -363,9 +363,9 @@ print(ours.to_string(float_format=lambda v: f"{v:.1f}", na_rep="–"))
 # to differ by noise.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the same grid in the rerun's regime (its seeds and partitions: its line, from its
-# records); which final accuracy its cells show is read from it in the paragraph below:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# same grid in the rerun's regime (its seeds and partitions: its line, from its records); which final accuracy its
+# cells show is read from it in the paragraph below:
 
 # %%
 cpu.show("06_swa_ablation")
@@ -487,9 +487,8 @@ if (1.0, 1.0) in grid:
 # panel; FedSWA and FedAvg (no control variates) for reference.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the rerun's regime on Dirichlet 0.1, tuned hyperparameters (its seeds and partitions:
-# its line, from its records):
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# rerun's regime on Dirichlet 0.1, tuned hyperparameters (its seeds and partitions: its line, from its records):
 
 # %%
 cpu.show("06_fedmoswa_vs_scaffold")

@@ -325,9 +325,9 @@ print("same test accuracy in every round:",
 # ρ = 0 (its look-ahead and momentum without the SAM step) and FedACG at β = 0 (FedAvg with server momentum).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the rerun's regime on Dirichlet 0.1: six paired seeds, the official bug on three (a run
-# no claim judges, so read it as a description), tuned radii:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# rerun's regime on Dirichlet 0.1: six paired seeds, the official bug on three (a run no claim judges, so read it as a
+# description), tuned radii:
 
 # %%
 cpu.show("07_fednsam_accuracy_flatness")

@@ -142,9 +142,9 @@ print(pd.DataFrame([{"method": "FedVSSAM (full)", "params": ", ".join(f"{k}={v}"
 # instead; all switches off is FedSAM again.) Every row runs over the same seeds.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure trains the same rows in the rerun's regime on Dirichlet 0.1, every row on the same seeds,
-# each seed with its own partition, FedVSSAM at its tuned point and each switch turned off from there:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It trains the
+# same rows in the rerun's regime on Dirichlet 0.1, every row on the same seeds, each seed with its own partition,
+# FedVSSAM at its tuned point and each switch turned off from there:
 
 # %%
 cpu = cpu_report("08_fedvssam", remaking=record)  # record: this run re-makes the figures
@@ -380,9 +380,9 @@ print(f"cos(g, h) = {cos(g, h):.3f}   cos(h_i, h) = {cos(h_i, h):.3f}   cos(g~, 
 # $\|h^t - \nabla F\|^2 < \|\nabla F\|^2$, which holds exactly when $2\langle h^t, \nabla F\rangle > \|h^t\|^2$.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure measures $h^t$ at every round of full FedVSSAM runs in the rerun's regime (the line above
-# it names how many seeds), against the full-batch $\nabla F$ over all clients:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It measures
+# $h^t$ at every round of full FedVSSAM runs in the rerun's regime (the line above it names how many seeds), against
+# the full-batch $\nabla F$ over all clients:
 
 # %%
 cpu.show("08_fedvssam_h_tracking")
@@ -651,9 +651,9 @@ for row in variance_rows:
 # client's own gradient is not $\nabla F$.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure measures the same four directions at the final θ and h of the full FedVSSAM runs §3 tracked
-# in the rerun's regime, at every client sampled in each run's last round:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It measures
+# the same four directions at the final θ and h of the full FedVSSAM runs §3 tracked in the rerun's regime, at every
+# client sampled in each run's last round:
 
 # %%
 cpu.show("08_fedvssam_step_mse")
@@ -830,9 +830,9 @@ print(f"Of plain FedSAM's pooled error, the variance is {100 * fedsam_row['Var']
 # row). The paper picks 0.4 for moderate and 0.1 for high heterogeneity.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu sweep trains γ_l on the rerun's first seeds (a figure that no claim judges: fewer seeds than the
-# protocol's, so it describes and gives no verdict) and measures the variance at §4's clients, pooled:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It trains γ_l
+# on the rerun's first seeds (a figure that no claim judges: fewer seeds than the protocol's, so it describes and
+# gives no verdict) and measures the variance at §4's clients, pooled:
 
 # %%
 cpu.show("08_fedvssam_gamma_variance")

@@ -270,10 +270,10 @@ print("methods whose sharpness is tracked:", len({name for name, _ in tracked}))
 # between probes.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure measures the final models of every method in the rerun's regime on Dirichlet 0.1, each seed
-# on its own partition and with its own F; the claim it judges is FedVSSAM's (its paper's §1): a flatter global model,
-# a smaller λ_max, than FedSAM's and FedAvg's.
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It measures
+# the final models of every method in the rerun's regime on Dirichlet 0.1, each seed on its own partition and with its
+# own F; the claim it judges is FedVSSAM's (its paper's §1): a flatter global model, a smaller λ_max, than FedSAM's
+# and FedAvg's.
 
 # %%
 cpu = cpu_report("09_sharpness_and_landscapes", remaking=record)  # record: this run re-makes the figures
@@ -426,15 +426,15 @@ plt.show()
 # exchangeable, although seeds of the same method are not independent draws).
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu scatter puts every finished model of the rerun's regime in it, the unconverged λ_max estimates
-# hollow and left out of the correlation. One caveat for its accuracies: this notebook analyses the models themselves,
-# which the run records do not keep, so each model was retrained to get θ. The seed-0 records were trained on another
-# machine, and a run retrained on this CPU can differ from its record (float rounding differs, and a long training
-# amplifies the difference chaotically). This notebook now takes every accuracy from the run's record (its final
-# metric, `final_metric`) and only θ from the retrained run; the committed cpu figure predates that (and the shared
-# curvature sample: its λ_max is of F, by power iteration), so its accuracies are those of the analysed models, which
-# differ from the records by as much as the paragraph below computes, until the figure is made again.
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). The committed
+# cpu scatter puts every finished model of the rerun's regime in it, the unconverged λ_max estimates hollow and left
+# out of the correlation. One caveat for its accuracies: this notebook analyses the models themselves, which the run
+# records do not keep, so each model was retrained to get θ. The seed-0 records were trained on another machine, and a
+# run retrained on this CPU can differ from its record (float rounding differs, and a long training amplifies the
+# difference chaotically). This notebook now takes every accuracy from the run's record (its final metric,
+# `final_metric`) and only θ from the retrained run; the committed cpu figure predates that (and the shared curvature
+# sample: its λ_max is of F, by power iteration), so its accuracies are those of the analysed models, which differ
+# from the records by as much as the paragraph below computes, until the figure is made again.
 
 # %%
 cpu.show("09_flatness_vs_accuracy")
@@ -572,9 +572,9 @@ with torch.no_grad():
 # reference; a collapsed model is dotted with ✕ markers and "(collapsed)" in the legend.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure draws the line from FedAvg's to FedVSSAM's final model at every seed of the rerun's regime
-# and the slices of every method around its own models:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It draws the
+# line from FedAvg's to FedVSSAM's final model at every seed of the rerun's regime and the slices of every method
+# around its own models:
 
 # %%
 cpu.show("09_slices_1d")
@@ -702,8 +702,8 @@ print("filter normalisation preserves per-filter norms:", worst < 1e-4)
 # colour scale is shared, so a wider dark region means a flatter neighbourhood.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure draws FedAvg's and FedVSSAM's at every seed of the rerun's regime:
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It draws
+# FedAvg's and FedVSSAM's at every seed of the rerun's regime:
 
 # %%
 cpu.show("09_landscape_2d")
@@ -774,9 +774,9 @@ plt.show()
 # to hold it down.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure tracks FedAvg and FedSAM in the rerun's regime on two seeds only (tracking replays each
-# run): descriptive, no claim is judged on it.
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It tracks
+# FedAvg and FedSAM in the rerun's regime on two seeds only (tracking replays each run): descriptive, no claim is
+# judged on it.
 
 # %%
 cpu.show("09_sharpness_over_training")

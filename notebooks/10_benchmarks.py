@@ -274,11 +274,10 @@ print("uplink identical on every split:", bool((uplink["min"] == uplink["max"]).
 # differences of a few points are noise; the committed cpu figure after each one shows what the rerun found.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed cpu figure is the rerun's regime (its seeds and how its partitions were drawn are on its line, read
-# from its records; the paragraph below counts each method's seeds); within a seed every method shares the partition,
-# clients, batches and initial model, so that each method's difference from FedAvg can be read **seed by seed** (a
-# paired difference):
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It is the
+# rerun's regime (its seeds and how its partitions were drawn are on its line, read from its records; the paragraph
+# below counts each method's seeds); within a seed every method shares the partition, clients, batches and initial
+# model, so that each method's difference from FedAvg can be read **seed by seed** (a paired difference):
 
 # %%
 cpu = cpu_report("10_benchmarks", remaking=record)  # record: this run re-makes the figures
@@ -458,9 +457,9 @@ for ds in datasets:
 # often said to help the worst clients; the table shows whether they do here.
 
 # %% [markdown]
-# **What you should see**, from the committed cpu run (the cells after it redraw the figure at this execution's size).
-# The committed figure (Dir 0.1, mean over six seeds). Read it at the dotted target: who gets there with the fewest
-# gradients, and who with the fewest bytes.
+# **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It (Dir 0.1,
+# mean over six seeds). Read it at the dotted target: who gets there with the fewest gradients, and who with the
+# fewest bytes.
 
 # %%
 cpu.show("10_cost_accuracy_fmnist")
