@@ -154,9 +154,10 @@ def test_08_step_mse_paragraph_matches_the_committed_data():
                                 for v in by.values()),
             "momentum_gap_max": max(abs(v["vs_momentum"]["ratio"] - 1) for v in by.values())}
     _same(_line(STEM)["step_mse"], want, "08 step MSE")
-    assert want["seeds"] >= 3 and want["bias_share"] > 0.5 and want["gap_max"] < 0.005
+    assert want["seeds"] >= 3 and want["bias_share"] > 0.5 and want["gap_max"] < 0.02
     for v in by.values():
         assert v["rescaled"]["verdict"] == "lower" and v["rescaled"]["ratio"] < 1
+        assert v["vs_rescaled"]["ratio"] >= 1, "the paragraph says mixing h in never lowers the pooled error"
         assert v["snr"] <= want["snr_fedsam"]
     assert want["momentum_gap_max"] < 0.001
 

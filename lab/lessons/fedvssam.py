@@ -176,7 +176,10 @@ def step_mse(ctx: Context) -> Lesson:
     assert len(sm_plain_cells) == les_sm["cells"] and les_sm["seeds"] >= 3, "every sampled client of at least 3 seeds"
     assert les_sm["bias_share"] > 0.5, "bias is most of plain FedSAM's pooled error"
     assert all(v["rescaled"]["verdict"] == "lower" and v["rescaled"]["ratio"] < 1 for v in sm_by.values())
-    assert les_sm["gap_max"] < 0.005, "FedVSSAM's pooled error is the rescaled FedSAM's to within half a percent"
+    # over every sampled client (issue 47) the mixing adds a little error where at the one largest client it moved
+    # none (< 0.5 %): the paragraph says "never lower, higher by at most a percent or two" and prints the ratios
+    assert all(v["vs_rescaled"]["ratio"] >= 1 for v in sm_by.values()), "mixing h in never lowers the pooled error"
+    assert les_sm["gap_max"] < 0.02, "FedVSSAM's pooled error is the rescaled FedSAM's to within 2 %"
     # a practical bound, not the interval's verdict: the interval resolves 1e-4 (a retrained θ's last bits move it there)
     assert les_sm["momentum_gap_max"] < 0.001, "the momentum control's pooled error is FedVSSAM's to within 0.1 %"
     assert all(v["snr"] <= les_sm["snr_fedsam"] for v in sm_by.values()), "FedVSSAM's SNR is no higher than FedSAM's"
@@ -184,22 +187,27 @@ def step_mse(ctx: Context) -> Lesson:
     sm_vs = ", ".join(f"{v['vs_rescaled']['ratio']:.4f} ({v['vs_rescaled']['verdict']})" for v in sm_by.values())
     sm_snrs = ", ".join(f"{v['snr']:+.3f}" for v in sm_by.values())
     sm_gl = ", ".join(sm_by)
+    sm_low = sm_by[min(sm_by, key=float)]  # the smallest γ_l: the most mixing
     text = (
-        f"**Over every sampled client, FedVSSAM's step is the rescaled FedSAM step.** At the {les_sm['cells']} clients "
+        f"**Over every sampled client, FedVSSAM's step is the rescaled FedSAM step, slightly worse.** At the "
+        f"{les_sm['cells']} clients "
         f"sampled in the last round of {les_sm['seeds']} seeds' runs ({les_sm['batches']} minibatches each) plain FedSAM's "
         f"direction errs mostly by bias: {100 * les_sm['bias_share']:.0f} % of its pooled mean squared error against "
         f"$\\nabla F$ is the clients' mean directions being off $\\nabla F$ (bias is the larger part at "
         f"{les_sm['bias_most']} of {les_sm['cells']} clients, and the mean direction points against $\\nabla F$ at "
         f"{les_sm['against']}; mean SNR {les_sm['snr_fedsam']:+.3f}): the clients' data more than their minibatch noise set "
         f"the error. Scaling FedSAM's step by γ_l lowers that error by itself, towards the error of not stepping at all "
-        f"(pooled MSE relative to plain FedSAM {sm_list} at γ_l = {sm_gl}). FedVSSAM's pooled error is that of the "
-        f"rescaled FedSAM to within {100 * les_sm['gap_max']:.2f} % at every γ_l (ratios {sm_vs}; client by client within "
-        f"{100 * les_sm['cell_gap_max']:.2f} %) and the momentum control's (the rescaled step plus (1−γ_l)·h) to within "
-        f"{100 * les_sm['momentum_gap_max']:.2f} %. Nor does it raise the signal-to-noise ratio: FedVSSAM's mean SNR is "
+        f"(pooled MSE relative to plain FedSAM {sm_list} at γ_l = {sm_gl}). FedVSSAM's pooled error is never below that "
+        f"of the rescaled FedSAM and above it by at most {100 * les_sm['gap_max']:.2f} % (ratios {sm_vs}; higher at "
+        f"{sm_low['vs_rescaled']['cells_higher']} of {les_sm['cells']} clients at γ_l = {sm_gl.split(', ')[0]}; client by "
+        f"client within {100 * les_sm['cell_gap_max']:.2f} %), and it is the momentum control's (the rescaled step plus "
+        f"(1−γ_l)·h) to within {100 * les_sm['momentum_gap_max']:.2f} %: what little the mixing changes, it changes "
+        f"by mixing $h$ into the step, and for the worse. Nor does it raise the signal-to-noise ratio: FedVSSAM's mean SNR is "
         f"{sm_snrs} at those γ_l, none above plain FedSAM's. So the variance \"suppression\" "
         f"$\\mathrm{{Var}}[u] = \\gamma_l^2\\mathrm{{Var}}[\\tilde g]$ is here what the identity says it is, a "
-        f"rescaling: with $h$ close to zero (§3's cpu run) mixing it in shortens the step and changes nothing else that "
-        f"the error against $\\nabla F$ can see. Final models of {les_sm['seeds']} seeds: a measurement, not a verdict.")
+        f"rescaling: with $h$ close to zero and no guide to $\\nabla F$ (§3's cpu run) mixing it in shortens the step "
+        f"and adds nothing the error against $\\nabla F$ can credit. Final models of {les_sm['seeds']} seeds: a "
+        f"measurement, not a verdict.")
     return Lesson("step_mse", les_sm, text)
 
 
