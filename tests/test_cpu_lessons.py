@@ -151,6 +151,9 @@ def test_03_fedsam_trajectory_paragraph_matches_the_committed_data():
             "cross_max": max(v["cross_client_rate"] for v in trained.values()),
             "cross_last": mean[last]["cross_client_rate"],
             "within_max": max(_f(r, "within_client_rate") for r in rows if float(r["round"]) > 0),
+            "within_mean": _mean(_f(r, "within_client_rate") for r in rows if float(r["round"]) > 0),
+            "within_zero": sum(_f(r, "within_client_rate") == 0 for r in rows if float(r["round"]) > 0),
+            "measurements": sum(float(r["round"]) > 0 for r in rows),
             "within_last": mean[last]["within_client_rate"], "fedavg_cross": fa_cross,
             "fedavg_within": pairs["same client, other batch"][1] / pairs["same client, other batch"][0],
             "cross_above_fedavg": sum(v["cross_client_rate"] > fa_cross for v in trained.values())}

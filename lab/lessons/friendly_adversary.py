@@ -145,12 +145,18 @@ def fedsam_trajectory(ctx: Context) -> Lesson:
         "cross_min": float(trained["cross_client_rate"].min()), "cross_max": float(trained["cross_client_rate"].max()),
         "cross_last": float(by_round["cross_client_rate"].iloc[-1]),
         "within_max": float(traj.loc[traj["round"] > 0, "within_client_rate"].max()),
+        "within_mean": float(traj.loc[traj["round"] > 0, "within_client_rate"].mean()),
+        "within_zero": int((traj.loc[traj["round"] > 0, "within_client_rate"] == 0).sum()),
+        "measurements": int((traj["round"] > 0).sum()),
         "within_last": float(by_round["within_client_rate"].iloc[-1]),
         "fedavg_cross": float(fa["cross"]), "fedavg_within": float(fa["within"]),
         "cross_above_fedavg": int((trained["cross_client_rate"] > fa["cross"]).sum())}
     assert len(traj) == seeds * stops and seeds >= 3, "every FedSAM model of at least 3 seeds measured at every stop"
     assert numbers["cross_min"] > numbers["within_max"], "the paragraph says cross-client pairs are the friendly ones"
-    rare = numbers["within_max"] < 0.05  # the bound section 5's paragraph uses for "rare"
+    # "rare": under 1 % of the within-client pairs on average over the measurements (a single model's 5 % is 3 of
+    # 60 pairs; the paragraph prints the count of measurements with none, the largest and the mean)
+    rare = numbers["within_mean"] < 0.01
+    worst = traj[traj["round"] > 0].sort_values("within_client_rate").iloc[-1]
     text = (
         f"**Along FedSAM's own runs the friendly adversary is still the other clients' data.** At FedSAM's global "
         f"model every {numbers['every']} rounds of its Dirichlet-0.1 runs ({seeds} seeds, perturbed with its tuned "
@@ -158,8 +164,10 @@ def fedsam_trajectory(ctx: Context) -> Lesson:
         f"{100 * numbers['cross_max']:.0f} % of pairs (round {numbers['last_round']}: "
         f"{100 * numbers['cross_last']:.0f} %), above the {100 * numbers['fedavg_cross']:.0f} % of section 3 at "
         f"FedAvg's final models in {numbers['cross_above_fedavg']} of {numbers['points']} measured rounds. Within a "
-        f"client the rate is at most {100 * numbers['within_max']:.1f} % at any round and seed "
-        f"({100 * numbers['fedavg_within']:.1f} % at FedAvg's models): "
+        f"client no pair is friendly in {numbers['within_zero']} of the {numbers['measurements']} measurements (a seed's "
+        f"model at a round); the largest rate is {100 * numbers['within_max']:.1f} % (seed {int(worst['seed'])}, round "
+        f"{int(worst['round'])}), the mean {100 * numbers['within_mean']:.2f} % ({100 * numbers['fedavg_within']:.1f} % "
+        f"at FedAvg's final models): "
         + ("VaSSO's kind stays rare on the trajectory that uses the perturbations too, so what FedSAM's clients meet "
            "is heterogeneity's friendly adversary, not batch noise's." if rare else
            "within-client friendly pairs do appear along FedSAM's trajectory, unlike at FedAvg's final models; batch "
@@ -184,6 +192,6 @@ def summary(lessons: dict[str, dict[str, Any]]) -> str:
         f"a remedy aimed at it (FedVSSAM's mixing, section 6 and notebook 08) has only heterogeneity's to work on.\n"
         f"* Along FedSAM's own runs, the trajectory that uses these perturbations, the cross-client rate stays between "
         f"{100 * fs['cross_min']:.0f} % and {100 * fs['cross_max']:.0f} % and within-client pairs reach "
-        f"{100 * fs['within_max']:.1f} % at most: "
-        + ("the same picture as at FedAvg's models." if fs["within_max"] < 0.05 else
+        f"{100 * fs['within_max']:.1f} % at most ({100 * fs['within_mean']:.2f} % on average): "
+        + ("the same picture as at FedAvg's models." if fs["within_mean"] < 0.01 else
            "batch noise's friendly adversary appears there, beside heterogeneity's."))
