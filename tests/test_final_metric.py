@@ -20,6 +20,9 @@ from lab.evidence.protocol import Curve, final_metric, final_rounds
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 
+_SEED_MEANS = ("means over seeds of the committed figure's per-seed final accuracies, which its notebook wrote "
+               "through final_metric (the CSV's final_acc / test_acc column): a paragraph's average, not a run's own "
+               "final accuracy")
 ALLOWED: dict[tuple[str, str], str] = {
     ("evidence/protocol.py", "Curve.of"): "reads a run's accuracies by round and its last evaluation (the fallback)",
     ("evidence/protocol.py", "final_metric"): "the one definition",
@@ -29,6 +32,10 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("evidence/record_load.py", "check_run"): "checks a record's summary (its last and best accuracy) against its "
                                               "own metrics on load; it reports no accuracy",
     ("regime/rerun_plan.py", "evaluation_seconds"): "times the evaluated rounds (wall seconds), reads no accuracy",
+    ("lessons/benchmarks.py", "bars.against_fedavg"): _SEED_MEANS,
+    ("lessons/fednsam.py", "accuracy_flatness"): _SEED_MEANS,
+    ("lessons/fedvssam.py", "gamma_sweep"): _SEED_MEANS,
+    ("lessons/sharpness.py", "flatness_accuracy"): _SEED_MEANS,
 }
 """(module under lab/, function) → why it may touch a run's last accuracies itself."""
 
