@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from lab.evidence.report import CpuReport, committed_parameters, committed_table
+from lab.evidence.report import CpuReport, committed_final_accuracy, committed_parameters, committed_table
 from lab.evidence.report import cpu_report as _cpu_report
 from lab.tools.lessons import lessons_line
 
@@ -47,6 +47,11 @@ class Context:
     def table(self, name: str, panel: str | None = None) -> Any:
         """The committed data of figure ``name`` (its rows of ``panel``), as :func:`committed_table`."""
         return committed_table(name, panel, self.report.figures_dir)
+
+    def seed_accuracies(self, name: str) -> Any:
+        """Seeds × methods: the protocol's final accuracy (%) from figure ``name``'s per-seed curves, as
+        :func:`committed_final_accuracy` (through ``final_metric``)."""
+        return committed_final_accuracy(name, figures_dir=self.report.figures_dir)
 
     def parameters(self, name: str) -> dict[str, Any]:
         """The parameters the committed figure ``name`` was made with, as :func:`committed_parameters`."""

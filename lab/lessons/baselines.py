@@ -16,7 +16,6 @@ from lab.evidence.collapse import chance_threshold
 from lab.evidence.facts import DRAWN_PER_SEED, partition_rule
 from lab.evidence.protocol import K5_TUNING_DIR, tuning_dir
 from lab.evidence.records import figure_runs
-from lab.evidence.report import committed_final_accuracy
 from lab.lessons import Context, Lesson, reads, summarises
 from lab.style import method_label
 
@@ -30,11 +29,6 @@ def k5_sweeps() -> dict[str, tuple[Any, dict[str, Any]]]:
         stem = K5_TUNING_DIR / f"04_rho_sweep_fedsam_{arch}"
         out[arch] = (pd.read_csv(stem.with_suffix(".csv")), json.loads(stem.with_suffix(".json").read_text()))
     return out
-
-
-def final_accuracy(ctx: Context) -> Any:
-    """Seeds × methods: the claims table's final accuracy (%) of the committed six-seed runs of §2."""
-    return committed_final_accuracy("04_sam_curves", figures_dir=ctx.report.figures_dir)
 
 
 def paired_cpu(table: Any, left: str, right: str) -> dict[str, Any]:
@@ -113,7 +107,7 @@ def rho(ctx: Context) -> Lesson:
 def curves(ctx: Context) -> Lesson:
     rho_runs = ctx.parameters("04_sam_curves")["algorithm_params"]
     # the final accuracy of the claims table (lab.evidence.protocol.final_metric): the mean of the last 20 % of rounds
-    fin_cpu = committed_final_accuracy("04_sam_curves", figures_dir=ctx.report.figures_dir)  # seeds × methods, %
+    fin_cpu = ctx.seed_accuracies("04_sam_curves")  # seeds × methods, %
     assert partition_rule(r.config for r in figure_runs("04_sam_curves")) == DRAWN_PER_SEED, \
         "the paragraph above says each seed of the committed runs has its own partition"
 
@@ -146,7 +140,7 @@ def curves(ctx: Context) -> Lesson:
 
 @reads("04_sam_cost_accuracy")
 def cost(ctx: Context) -> Lesson:
-    fin_cpu = final_accuracy(ctx)
+    fin_cpu = ctx.seed_accuracies("04_sam_curves")
     rho_les = ctx.earlier["rho"]["methods"]  # §1b's lesson, shown before
     cost_seed = ctx.table("04_sam_cost_accuracy", "per_seed")
     cost_mean = ctx.table("04_sam_cost_accuracy", "mean").set_index("method")
@@ -207,7 +201,7 @@ def cost(ctx: Context) -> Lesson:
 
 @reads("04_flatness_distance")
 def flatness(ctx: Context) -> Lesson:
-    fin_cpu = final_accuracy(ctx)
+    fin_cpu = ctx.seed_accuracies("04_sam_curves")
     rho_runs = ctx.parameters("04_sam_curves")["algorithm_params"]
     # the claims table's Δ_D of a run: its mean over the last quarter of the rounds
     dd_cpu = ctx.table("04_flatness_distance", "flatness_distance_per_seed")

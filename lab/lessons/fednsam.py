@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.evidence.report import committed_final_accuracy
 from lab.lessons import Context, Lesson, reads, summarises
 
 NF_RHO0, NF_ACG = "FedNSAM (code), ρ = 0", "FedACG, β = 0"  # the controls' labels in the figure
@@ -51,7 +50,7 @@ def accuracy_flatness(ctx: Context) -> Lesson:
     nf_acc = ctx.table("07_fednsam_accuracy_flatness", "test_acc_pct_per_seed")
     nf_dd = ctx.table("07_fednsam_accuracy_flatness", "flatness_distance_per_seed")
     nf_T = int(nf_acc["round"].max())
-    nf_fin = committed_final_accuracy("07_fednsam_accuracy_flatness", figures_dir=ctx.report.figures_dir)  # the protocol's final accuracy, %
+    nf_fin = ctx.seed_accuracies("07_fednsam_accuracy_flatness")  # the protocol's final accuracy, %
     nf_flat = nf_dd[nf_dd["round"] > nf_T - -(-nf_T // 4)].pivot_table(
         index="seed", columns="method", values="flatness_distance", aggfunc="mean")  # Δ_D over the last quarter
     nf_methods = ctx.parameters("07_fednsam_accuracy_flatness")["methods"]

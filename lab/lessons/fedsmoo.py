@@ -14,7 +14,6 @@ import fedlab
 from lab.evidence.facts import DRAWN_PER_SEED, partition_rule
 from lab.evidence.protocol import tuning_dir
 from lab.evidence.records import figure_runs
-from lab.evidence.report import committed_final_accuracy
 from lab.lessons import Context, Lesson, reads, summarises
 
 
@@ -40,7 +39,7 @@ def quadratic(ctx: Context) -> Lesson:
 @reads("05_fedsmoo_curves")
 def curves(ctx: Context) -> Lesson:
     # the final accuracy of the claims table (lab.evidence.protocol.final_metric): the mean of the last 20 % of rounds
-    smoo_fin = committed_final_accuracy("05_fedsmoo_curves", figures_dir=ctx.report.figures_dir)  # seeds × methods, %
+    smoo_fin = ctx.seed_accuracies("05_fedsmoo_curves")  # seeds × methods, %
     assert partition_rule(r.config for r in figure_runs("05_fedsmoo_curves")) == DRAWN_PER_SEED, \
         "the paragraph above says each seed of the committed runs has its own partition"
     smoo_params = ctx.parameters("05_fedsmoo_curves")["algorithm_params"]

@@ -11,15 +11,8 @@ import pandas as pd
 
 from lab.evidence.claims import evaluate_claim_paired, load_claims
 from lab.evidence.records import figure_runs
-from lab.evidence.report import committed_final_accuracy
 from lab.evidence.validity import NOT_TESTED_DEGENERATE
 from lab.lessons import Context, Lesson, reads, summarises
-
-
-def cpu_final_acc(ctx: Context, name: str) -> Any:
-    """Per seed (rows) and method (columns): the protocol's final accuracy in % (lab.evidence.protocol.final_metric,
-    the mean test accuracy over the last 20 % of rounds), from the per-seed curves of the committed cpu figure."""
-    return committed_final_accuracy(name, figures_dir=ctx.report.figures_dir)
 
 
 def by_seed_round(curves: Any, method: str, value: str) -> Any:
@@ -81,7 +74,7 @@ def cyclic_lr(ctx: Context) -> Lesson:
 @reads("06_fedswa_vs_fedsam")
 def fedswa_vs_fedsam(ctx: Context) -> Lesson:
     sws_par = ctx.parameters("06_fedswa_vs_fedsam")["algorithm_params"]
-    sws_fin = cpu_final_acc(ctx, "06_fedswa_vs_fedsam")
+    sws_fin = ctx.seed_accuracies("06_fedswa_vs_fedsam")
     sws_curves = {p_: ctx.table("06_fedswa_vs_fedsam", f"{p_}_per_seed") for p_ in ("test_acc_pct", "train_loss")}
     sws_gap = sws_fin["fedsam"] - sws_fin["fedswa"]
     sws_l = {
@@ -126,7 +119,7 @@ def fedswa_vs_fedsam(ctx: Context) -> Lesson:
 @reads("06_swa_ablation")
 def ablation(ctx: Context) -> Lesson:
     sws_l = ctx.earlier["fedswa_vs_fedsam"]  # §5's lesson, shown before
-    sws_fin = cpu_final_acc(ctx, "06_fedswa_vs_fedsam")
+    sws_fin = ctx.seed_accuracies("06_fedswa_vs_fedsam")
     abl_seeds = ctx.table("06_swa_ablation", "per_seed")
     abl_means = ctx.table("06_swa_ablation", "mean")
     abl_cell = {(float(r_["rho"]), float(r_["alpha"])): 100 * float(r_["mean"]) for _, r_ in abl_means.iterrows()}
@@ -177,7 +170,7 @@ def ablation(ctx: Context) -> Lesson:
 def fedmoswa(ctx: Context) -> Lesson:
     sws_l = ctx.earlier["fedswa_vs_fedsam"]  # §5's lesson, shown before
     mo_par = ctx.parameters("06_fedmoswa_vs_scaffold")["algorithm_params"]["fedmoswa"]
-    mo_fin = cpu_final_acc(ctx, "06_fedmoswa_vs_scaffold")
+    mo_fin = ctx.seed_accuracies("06_fedmoswa_vs_scaffold")
     mo_vs_swa, mo_vs_scaffold = mo_fin["fedmoswa"] - mo_fin["fedswa"], mo_fin["fedmoswa"] - mo_fin["scaffold"]
     mo_l = {
         "seeds": int(len(mo_fin)), "rho": float(mo_par["rho"]), "gamma": float(mo_par["gamma"]),
