@@ -88,6 +88,7 @@ grid_points = 9  # the 2-D slices are grid_points × grid_points (odd)
 track_methods = ["fedavg", "fedsam"]  # methods whose sharpness is tracked during training (every seed)
 track_every = 4  # measure λ_max every this many rounds
 track_seeds = None  # how many of the seeds are tracked (None: every seed; a run trained untracked is replayed)
+analysis_seeds = None  # how many of the seeds are trained again for their models and analysed (None: every seed)
 device = "cpu"  # cpu | cuda (the paper profile needs a GPU)
 
 # %%
@@ -128,7 +129,7 @@ use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have
 # no F_i) and announce it with a UserWarning. The number of clients used is printed below instead.
 warnings.filterwarnings("ignore", message="client_data: left out", category=UserWarning)
-seeds = list(range(seed, seed + n_seeds))
+seeds = list(range(seed, seed + n_seeds))[:analysis_seeds]  # the models analysed: their θ is trained again here
 record = profile in CITABLE_PROFILES  # commit each run's record as soon as it finishes
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
@@ -944,7 +945,7 @@ report.show_figures(skip=("09_curvature", "09_flatness_vs_accuracy", "09_slices_
 # | size | parameters | federation | what it is for |
 # |---|---|---|---|
 # | `ci` | the parameters cell's defaults, what the outputs above show | Fashion-MNIST, the cnn model, 2,000 training images, 10 clients, 30% per round, Dirichlet α = 0.1, 8 rounds of K = 5 local steps at η = 0.05, 1 seed | a smoke test: every figure it draws is marked *smoke test* and goes to the scratch folder, never cited; its numbers say the code runs, not which method wins |
-# | `cpu` | `notebooks/params/09_sharpness_and_landscapes.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
+# | `cpu` | `notebooks/params/09_sharpness_and_landscapes.cpu.yaml` over the defaults | Fashion-MNIST, the mlp model, 10,000 training images, 100 clients, 10% per round, Dirichlet α = 0.1, 100 rounds of K = 50 local steps at η = 0.1, 6 seeds (3 of them trained again and analysed) | the evidence: its 5 figures, shown beside the text and listed above with what stands behind each |
 # | `paper` | `notebooks/params/09_sharpness_and_landscapes.paper.yaml` over the defaults | CIFAR-10, the resnet18_gn model, all training images, 100 clients, 10% per round, Dirichlet α = 0.1, 800 rounds of K = 50 local steps at η = 0.1, 3 seeds, on a GPU | closer to the papers' scale; not run in this repository |
 #
 # Run a size with `papermill notebooks/09_sharpness_and_landscapes.ipynb out.ipynb -f notebooks/params/09_sharpness_and_landscapes.cpu.yaml` (the JSON file beside each figure holds the exact command that made it); the words are explained once, on the running page named at the top.
