@@ -96,12 +96,12 @@ def environment() -> dict[str, object]:
     import sys
 
     return {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
-            "os": platform.platform(), "machine": platform.machine(), "cpu": _cpu_name(),
+            "os": platform.platform(), "machine": platform.machine(), "cpu": cpu_name(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     import platform
 
     try:

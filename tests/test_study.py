@@ -84,6 +84,11 @@ def test_a_resumed_study_trains_nothing_twice(tmp_path: Path, monkeypatch: pytes
     records = tmp_path / "records"
     first = train(study, workers=1, records=records, repository=path.parents[1], out=io.StringIO())
     assert first == 1 and len(list(records.glob("*.json.gz"))) == 1
+    from lab.evidence.records import record_meta
+    from lab.repro import cpu_name
+
+    meta = record_meta(next(records.glob("*.json.gz")).name.removesuffix(".json.gz"), records)
+    assert meta["cpu"] == cpu_name() and meta["cpu"] != "unknown", "the record names the CPU its run ran on"
     # the run folder is gone too: only the committed record can say the run is done
     import shutil
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Generic, TextIO, TypeVar
 
 from fedlab.config import Config
+from lab.repro import cpu_name
 
 __all__ = ["Progress", "bar", "clock", "session", "train_many", "write_run"]
 
@@ -56,13 +57,14 @@ def write_run(result: Mapping[str, Any], meta: Mapping[str, Any],
               directory: Path | None = None) -> tuple[Any, Path, dict[str, Any]]:
     """Write the record of a run :func:`train_config` finished to ``directory`` (default ``figures/records``):
     ``meta`` (what the study planned it as) plus what it cost where it ran — wall seconds, load at start, host,
-    cores, when it finished — since the next plan's budget is estimated from measured seconds, not guessed.
+    CPU model (a run trained again matches its record's last bits only on the same kind of CPU), cores, when it
+    finished — since the next plan's budget is estimated from measured seconds, not guessed.
     Returns the run as a :class:`fedlab.results.RunResult`, the record's path and the meta written."""
     from fedlab.results import RunResult
     from lab.evidence.records import write_record
 
     full = {**meta, "wall_seconds": float(result["wall_seconds"]), "load_at_start": float(result["load_at_start"]),
-            "host": platform.node(), "cpu_count": os.cpu_count(),
+            "host": platform.node(), "cpu": cpu_name(), "cpu_count": os.cpu_count(),
             "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     res = RunResult(result["config"], result["metrics"], None, result["status"], Path(result["run_dir"]),
                     result["summary"], None)
