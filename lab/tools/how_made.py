@@ -99,10 +99,7 @@ def federation_words(p: dict[str, Any]) -> str:
         parts.append(f"{p['rounds']} rounds{steps}")
     seeds = p.get("n_seeds")
     if seeds is not None:
-        analysed = p.get("analysis_seeds")  # 09: the models retrained for analysis, a prefix of the seeds
-        parts.append(f"{seeds} seed{'s' if seeds != 1 else ''}"
-                     + (f" ({analysed} of them trained again and analysed)" if analysed is not None
-                        and analysed < seeds else ""))
+        parts.append(f"{seeds} seed{'s' if seeds != 1 else ''}")
     if p.get("device") == "cuda":
         parts.append("on a GPU")
     return ", ".join(parts) if parts else "the toy problems of its parameters cell"
