@@ -88,7 +88,8 @@ grid_points = 9  # the 2-D slices are grid_points × grid_points (odd)
 track_methods = ["fedavg", "fedsam"]  # methods whose sharpness is tracked during training (every seed)
 track_every = 4  # measure λ_max every this many rounds
 track_seeds = None  # how many of the seeds are tracked (None: every seed; a run trained untracked is replayed)
-analysis_seeds = None  # how many of the seeds are trained again for their models and analysed (None: every seed)
+analysis_seeds = None  # how many of the seeds each method is trained again on and analysed at (None: every seed)
+every_seed_methods = []  # methods analysed at every seed whatever analysis_seeds (a claim's arms need them all)
 device = "cpu"  # cpu | cuda (the paper profile needs a GPU)
 
 # %%
@@ -129,7 +130,7 @@ use_house_style()
 # A Dirichlet split can leave a client without data; the analyses leave such clients out of F (they have
 # no F_i) and announce it with a UserWarning. The number of clients used is printed below instead.
 warnings.filterwarnings("ignore", message="client_data: left out", category=UserWarning)
-seeds = list(range(seed, seed + n_seeds))[:analysis_seeds]  # the models analysed: their θ is trained again here
+seeds = list(range(seed, seed + n_seeds))
 record = profile in CITABLE_PROFILES  # commit each run's record as soon as it finishes
 base = fedlab.Config(dataset=dataset, model=model, train_size=train_size, test_size=test_size,
                      n_clients=n_clients, participation=participation, partition="dirichlet", alpha=alpha,
@@ -162,6 +163,13 @@ if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does
     assert all(method_seeds[name] == seeds for name in ["fedavg"] + track_methods if name in method_seeds), \
         "the rerun plan does not train FedAvg or a tracked method on every seed"
     methods = [name for name in methods if method_seeds[name]]
+# each model analysed is trained again for its θ: the methods outside every_seed_methods on their first seeds only
+method_seeds = {name: ss if name in every_seed_methods else ss[:analysis_seeds] for name, ss in method_seeds.items()}
+seed_counts = sorted({len(method_seeds[n]) for n in methods})
+seeds_text = (f"{seed_counts[0]} seed(s)" if len(seed_counts) == 1 else  # the captions' words for how many seeds
+              f"{len(seeds)} seeds for {', '.join(method_label(n) for n in methods if method_seeds[n] == seeds)} "
+              f"and the first {analysis_seeds} for every other method")
+print("seeds analysed:", seeds_text)
 
 
 print(pd.DataFrame([{"method": method_label(n), "params": ", ".join(f"{k}={v}" for k, v in
@@ -254,7 +262,7 @@ print(f"λ_max and the trace are measured on S: {L_S.n_samples} training images,
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("methods analysed:", len(runs), "| seeds per method:", len(seeds))
+print("methods analysed:", len(runs), "| seeds per method:", " or ".join(str(c) for c in seed_counts))
 print("every run has its final model (need_theta):", all(r.theta is not None for rs in runs.values() for r in rs))
 print("methods whose sharpness is tracked:", len({name for name, _ in tracked}))
 
@@ -392,13 +400,14 @@ save_figure(fig, "09_curvature", notebook="09_sharpness_and_landscapes", profile
                     f"± standard error) of L_S, the training loss on one class-balanced sample of {curvature_size} "
                     f"training images (the same as notebook 02's), at each method's final model ({dataset}, "
                     f"Dirichlet α={alpha}, {n_clients} clients, {rounds} rounds, tuned hyperparameters; mean over "
-                    f"the finished of {len(seeds)} seed(s) ± 95 % interval). "
+                    f"the finished of {seeds_text} ± 95 % interval). "
                     + convergence_line(curv.loc[curv["status"] == "finished", "converged"], eig_tol, eig_max_iter)
                     + ". Collapsed models are grey ✕, not averaged: a model that learned nothing can look flat."
                     + (f" {note}" if note else ""),
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, methods=methods,
                             curvature_size=curvature_size, eig_tol=eig_tol, eig_max_iter=eig_max_iter,
-                            trace_samples=trace_samples, seed=seed, seeds=seeds,
+                            trace_samples=trace_samples, seed=seed, seeds=seeds, analysis_seeds=analysis_seeds,
+                            every_seed_methods=every_seed_methods,
                             partition_seed=partition_seed_note),
             data={"per_seed": curv, "summary": curv_summary}, runs=all_runs)
 plt.show()
@@ -511,7 +520,8 @@ save_figure(fig, "09_flatness_vs_accuracy", notebook="09_sharpness_and_landscape
                             curvature_size=curvature_size, eig_tol=eig_tol, eig_max_iter=eig_max_iter,
                             degenerate=sorted(disguised),
                             trace_samples=trace_samples, spearman_permutations=spearman_permutations, seed=seed,
-                            seeds=seeds, partition_seed=partition_seed_note),
+                            seeds=seeds, analysis_seeds=analysis_seeds, every_seed_methods=every_seed_methods,
+                            partition_seed=partition_seed_note),
             data={"per_seed": curv, "rank_correlation": rank_table}, runs=all_runs)
 plt.show()
 
@@ -663,10 +673,11 @@ save_figure(fig, "09_slices_1d", notebook="09_sharpness_and_landscapes", profile
             caption=f"First panel: F along the line between FedAvg's and {method_label(name_b)}'s final models. Other "
                     f"panels, one per family: F along one filter-normalised random direction around each method's "
                     f"final model ({dataset}, Dirichlet α={alpha}, tuned hyperparameters); every curve is the mean "
-                    f"over the finished of {len(seeds)} seed(s) with a 95 % band, FedAvg grey as the reference; "
+                    f"over the finished of {seeds_text} with a 95 % band, FedAvg grey as the reference; "
                     "collapsed models dotted with ✕, never averaged." + (f" {note}" if note else ""),
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, methods=methods,
                             slice_points=slice_points, slice_span=slice_span, seed=seed, seeds=seeds,
+                            analysis_seeds=analysis_seeds, every_seed_methods=every_seed_methods,
                             partition_seed=partition_seed_note),
             data=pd.DataFrame(slice_rows), runs=all_slice_runs)
 plt.show()
@@ -757,7 +768,8 @@ grid_rows = [{"method": n, "seed": k, "status": run_of[(n, k)].status, "coef_1":
              for i, b in enumerate(s.betas) for j, a in enumerate(s.alphas)]
 save_figure(fig, "09_landscape_2d", notebook="09_sharpness_and_landscapes", profile=profile,
             caption=f"log10 of F on a plane of two filter-normalised directions around FedAvg's and "
-                    f"{method_label(name_b)}'s final models: contours at each of {len(seeds)} seed(s) on one shared "
+                    f"{method_label(name_b)}'s final models: contours at each of {len({k for _, k in landscapes})} "
+                    f"seed(s) on one shared "
                     f"colour scale, and the first seed's as a surface ({dataset}, Dirichlet α={alpha}, tuned "
                     "hyperparameters).",
             parameters=dict(dataset=dataset, n_clients=n_clients, alpha=alpha, rounds=rounds, grid_points=grid_points,
