@@ -21,6 +21,8 @@ PROSE = [
     ("MoFedSAM ends below FedSAM", {"mofedsam_above_fedsam_dir01": "fails"}),
     ("FedSAM's global model is flatter (smaller λ_max) than FedAvg's at Dirichlet 0.1 and 1",
      {"fedsam_flatter_lambda_max_dir01": "holds", "fedsam_flatter_lambda_max_dir1": "holds"}),
+    ("FedVSSAM's is sharper than\nboth FedSAM's and FedAvg's, so its flatness claim fails",
+     {"fedvssam_flatter_lambda_max": "fails"}),
     ("(not testable — headroom)",
      {"fednsam_much_above_fedsam": "not testable — headroom", "fednsam_paper_much_above_fedsam": "not testable — headroom"}),
     ("the paper variant's Δ_D is smaller than both,\nthe code variant's only than FedSAM at the matched radius, so its "
