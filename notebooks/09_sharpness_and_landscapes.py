@@ -45,7 +45,9 @@
 # seeds, and the 2-D landscapes are drawn for every seed side by side. A model that **collapsed** (stayed at
 # chance) is marked on every figure and never averaged in: a network that learned nothing can look very flat.
 # At the smoke-test size (the default) a few methods train for a few rounds; at the cpu size all 16, the same runs
-# as notebook 10's Dir-0.1 benchmark. The table at the end lists what each size trains.
+# as notebook 10's Dir-0.1 benchmark, each trained again for its model (the records keep no θ): FedAvg, FedSAM and
+# FedVSSAM, the arms of the flatness claim, at all six seeds, the others at the first three. The table at the end
+# lists what each size trains.
 #
 # Symbols: the notation page, `notebooks/book/notation.md`. How the evidence behind the figures is made, and
 # the words for it: `notebooks/book/guide/running.md`.
@@ -839,8 +841,8 @@ plt.show()
 # %% [markdown]
 # **Honest caveat.** In the `ci` size a few rounds on 2 000 images with F measured on a couple of hundred
 # samples cannot separate the methods: the numbers above are a smoke test of the pipeline, and nothing
-# but exact facts is checked. The `cpu` profile trains all 16 methods in the rerun's regime (the MLP on
-# 10 000 images, six seeds): its figures and what they show are beside each section above; the papers'
+# but exact facts is checked. The `cpu` profile analyses all 16 methods in the rerun's regime (the MLP on
+# 10 000 images; FedAvg, FedSAM and FedVSSAM at six seeds, the others at three): its figures and what they show are beside each section above; the papers'
 # own landscape figures are for CIFAR-10/100 with ResNet-18 after hundreds of rounds (`paper` profile).
 #
 # ## Summary

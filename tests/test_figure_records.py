@@ -43,12 +43,7 @@ FINAL = {"final_acc": 1.0, "final_acc_pct": 100.0, "final_test_acc": 1.0, "test_
 """CSV column of a per-run final accuracy → scale (100: in %)."""
 REL_TOL = 5e-6  # half a unit of the 6th significant digit of the CSV's %.6g
 
-KNOWN = {
-    "09_curvature": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
-                    "(need_theta), not final_metric of the record",
-    "09_flatness_vs_accuracy": "notebook 09's committed cpu figure: test_acc is the last evaluation of a retrained θ "
-                               "(need_theta), not final_metric of the record",
-}
+KNOWN: dict[str, str] = {}
 """Committed figures that break the rule today, each with why; strict: a fixed figure fails here until its entry
 is removed."""
 

@@ -5,13 +5,10 @@ Each reader quotes the committed data of one figure and asserts every direction 
 """
 from __future__ import annotations
 
-import gzip
-import json
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from lab.evidence.claims import evaluate_claim_paired, load_claims
 from lab.evidence.paired import paired_difference
@@ -19,6 +16,13 @@ from lab.evidence.records import figure_runs
 from lab.evidence.validity import RecordPool, degenerate_arms
 from lab.lessons import Context, Lesson, reads, summarises
 from lab.style import method_label
+
+
+def _paired(a: pd.Series, b: pd.Series) -> dict[str, Any]:
+    """``a`` − ``b`` paired by seed (their common seeds): mean, 95 % interval and how many differences are > 0."""
+    d = paired_difference(a.to_dict(), b.to_dict())
+    return {"n": len(d.values), "mean": d.mean, "low": d.mean - d.half_width, "high": d.mean + d.half_width,
+            "positive": int(sum(v > 0 for v in d.values))}
 
 
 @reads("09_curvature")
@@ -29,85 +33,70 @@ def curvature(ctx: Context) -> Lesson:
     curv_by = {m: g.set_index("seed") for m, g in curv_cpu.groupby("method")}
 
     def curv_compare(left, right):
-        """``left`` against ``right`` seed by seed: λ_max (a power iteration's Rayleigh quotient never exceeds the top
-        eigenvalue, so an estimate above the other model's *converged* one settles the order even unconverged) and
-        the trace (paired difference, 95 % interval)."""
+        """``left`` against ``right`` seed by seed: how often its λ_max is the higher, and the paired differences of
+        λ_max and of the trace."""
         a, b = curv_by[left], curv_by[right]
         both = sorted(set(a.index) & set(b.index))
-        lam_a, lam_b, ok_a, ok_b = a["lambda_max"], b["lambda_max"], a["converged"], b["converged"]
-        tr = paired_difference(a["trace"].to_dict(), b["trace"].to_dict())
-        return {"n": len(both), "higher": int(sum(lam_a[s] > lam_b[s] for s in both)),
-                "both_converged": int(sum(ok_a[s] and ok_b[s] for s in both)),
-                "settled_sharper": int(sum(lam_a[s] > lam_b[s] and ok_b[s] for s in both)),
-                "settled_flatter": int(sum(lam_a[s] < lam_b[s] and ok_a[s] for s in both)),
-                "both_converged_higher": int(sum(lam_a[s] > lam_b[s] and ok_a[s] and ok_b[s] for s in both)),
-                "trace": {"mean": tr.mean, "low": tr.mean - tr.half_width, "high": tr.mean + tr.half_width,
-                          "positive": int(sum(v > 0 for v in tr.values))}}
+        return {"n": len(both), "higher": int(sum(a.loc[s, "lambda_max"] > b.loc[s, "lambda_max"] for s in both)),
+                "lambda_max": _paired(a["lambda_max"], b["lambda_max"]), "trace": _paired(a["trace"], b["trace"])}
 
     curv_claim = next(evaluate_claim_paired(c) for c in load_claims(ctx.report.figures_dir / "claims.yaml")
                       if c.id == "fedvssam_flatter_lambda_max")
     curv_seeds = sorted(curv_by["fedvssam"].index)
-    curv_trace_min = {s_: curv_cpu[curv_cpu["seed"] == s_].set_index("method")["trace"].idxmin() for s_ in curv_seeds}
+    nsam_seeds = sorted(curv_by["fednsam"].index)
+    lowest = {col: {s_: str(curv_cpu[curv_cpu["seed"] == s_].set_index("method")[col].idxmin()) for s_ in nsam_seeds}
+              for col in ("lambda_max", "trace")}
+    means = curv_cpu.groupby("method")["lambda_max"].mean()
+    runner_up = str(means.drop("fednsam").idxmin())
     les_curv = {
-        "seeds": len(curv_seeds), "eig_iters": int(curv_par["eig_iters"]), "trace_probes": int(curv_par["trace_samples"]),
-        "measure_clients": int(curv_par["measure_clients"]), "measure_batches": int(curv_par["measure_batches"]),
+        "seeds": len(curv_seeds), "models": len(curv_cpu), "converged": int(curv_cpu["converged"].sum()),
+        "steps_max": int(curv_cpu["lanczos_steps"].max()), "eig_tol": float(curv_par["eig_tol"]),
+        "eig_max_iter": int(curv_par["eig_max_iter"]), "curvature_size": int(curv_par["curvature_size"]),
+        "trace_probes": int(curv_par["trace_samples"]),
         "lambda_max": {m: {str(s_): float(curv_by[m].loc[s_, "lambda_max"]) for s_ in curv_seeds}
                        for m in ("fedvssam", "fedsam", "fedavg")},
-        "converged": {m: {str(s_): bool(curv_by[m].loc[s_, "converged"]) for s_ in curv_seeds}
-                      for m in ("fedvssam", "fedsam", "fedavg")},
         "vs_fedsam": curv_compare("fedvssam", "fedsam"), "vs_fedavg": curv_compare("fedvssam", "fedavg"),
         "fedsam_vs_fedavg": curv_compare("fedsam", "fedavg"),
         "verdict": curv_claim.verdict, "verdict_pairs": [c.difference.n for c in curv_claim.comparisons],
-        "nsam_lowest_trace": int(sum(m == "fednsam" for m in curv_trace_min.values())),
-        "nsam_lambda_mean": float(curv_by["fednsam"]["lambda_max"].mean()),
-        "nsam_unconverged": int((~curv_by["fednsam"]["converged"]).sum()),
-        "lambda_mean_min_other": float(min(g["lambda_max"].mean() for m, g in curv_by.items() if m != "fednsam"))}
+        "nsam_seeds": len(nsam_seeds),
+        "nsam_lowest_lambda": int(sum(m == "fednsam" for m in lowest["lambda_max"].values())),
+        "nsam_lowest_trace": int(sum(m == "fednsam" for m in lowest["trace"].values())),
+        "nsam_lambda_mean": float(means["fednsam"]), "runner_up": runner_up,
+        "runner_up_lambda_mean": float(means[runner_up])}
     lc_s, lc_a, lc_sa = les_curv["vs_fedsam"], les_curv["vs_fedavg"], les_curv["fedsam_vs_fedavg"]
     assert [c.right for c in curv_claim.comparisons] == [{"algorithm": "fedsam"}, {"algorithm": "fedavg"}]
-    assert les_curv["verdict"] == "too few seeds" and les_curv["verdict_pairs"] == [lc_s["both_converged"],
-                                                                                     lc_a["both_converged"]]
-    assert lc_s["higher"] == lc_s["n"] == les_curv["seeds"], "FedVSSAM's estimate above FedSAM's in every seed"
-    assert lc_s["settled_flatter"] == 0 and lc_s["settled_sharper"] > lc_s["n"] / 2, "settled sharper in most, flatter in none"
-    assert lc_a["higher"] > lc_a["n"] / 2 and lc_a["settled_flatter"] == 0 < lc_a["settled_sharper"]
-    assert lc_s["trace"]["low"] > 0, "FedVSSAM's trace above FedSAM's, the interval excluding 0"
-    assert lc_a["trace"]["low"] < 0 < lc_a["trace"]["mean"] and lc_a["trace"]["positive"] > lc_a["n"] / 2
-    assert lc_s["both_converged_higher"] == lc_s["both_converged"] and lc_a["both_converged_higher"] == lc_a["both_converged"]
-    assert lc_sa["higher"] == 0 and lc_sa["trace"]["positive"] == 0 and lc_sa["trace"]["high"] < 0, "FedSAM flatter"
-    assert les_curv["nsam_lowest_trace"] == les_curv["seeds"], "FedNSAM's trace the smallest at every seed"
-    assert les_curv["nsam_lambda_mean"] < les_curv["lambda_mean_min_other"]
+    assert les_curv["converged"] == les_curv["models"] and les_curv["steps_max"] < les_curv["eig_max_iter"], \
+        "every Lanczos estimate converged"
+    assert les_curv["verdict"] == "fails" and les_curv["verdict_pairs"] == [les_curv["seeds"]] * 2
+    for vs in (lc_s, lc_a):
+        assert vs["n"] == vs["higher"] == les_curv["seeds"], "FedVSSAM's λ_max the higher at every seed"
+        assert vs["lambda_max"]["low"] > 0 and vs["trace"]["low"] > 0, "both intervals above 0"
+    assert lc_sa["n"] == les_curv["seeds"] and lc_sa["higher"] == 0 and lc_sa["trace"]["positive"] == 0
+    assert lc_sa["lambda_max"]["high"] < 0 and lc_sa["trace"]["high"] < 0, "FedSAM flatter than FedAvg"
+    assert les_curv["nsam_lowest_lambda"] == les_curv["nsam_lowest_trace"] == les_curv["nsam_seeds"], \
+        "FedNSAM the flattest at every seed it has, by both measures"
 
-    def curv_cell(m, s_):
-        return f"{les_curv['lambda_max'][m][str(s_)]:.1f}" + ("" if les_curv["converged"][m][str(s_)] else " \\*")
-
-    def curv_trace(x):
-        return f"{x['mean']:+.0f} [{x['low']:+.0f}, {x['high']:+.0f}]"
+    def diff(x):
+        return f"{x['mean']:+.1f} [{x['low']:+.1f}, {x['high']:+.1f}]"
 
     text = (
-        f"**The claim does not hold at this scale: FedVSSAM's global model is not flatter than FedSAM's, it is "
-        f"sharper.** λ_max per seed (\\* : the power iteration had not converged in {les_curv['eig_iters']} iterations, "
-        f"a lower estimate):\n\n"
+        f"**The claim fails at this scale: FedVSSAM's global model is not flatter than FedSAM's or FedAvg's, it is the "
+        f"sharpest of the three at every seed.** λ_max per seed, by Lanczos on $L_S$ (the training loss on the fixed "
+        f"class-balanced sample of {les_curv['curvature_size']:,} images); every one of the {les_curv['models']} "
+        f"estimates converged to a relative residual of {les_curv['eig_tol']:g} within {les_curv['steps_max']} steps:\n\n"
         "| seed | FedVSSAM | FedSAM | FedAvg |\n|---|---|---|---|\n"
-        + "".join(f"| {s_} | {curv_cell('fedvssam', s_)} | {curv_cell('fedsam', s_)} | {curv_cell('fedavg', s_)} |\n"
-                  for s_ in curv_seeds)
-        + f"\nBoth curvatures are of F, the function of §2: {les_curv['measure_batches']} minibatch from each of "
-        f"{les_curv['measure_clients']} clients of the seed's partition, a sample of the training loss, as the figure's "
-        f"caption says. "
-        f"FedVSSAM's estimate is above FedSAM's in {lc_s['higher']} of {lc_s['n']} seeds and above FedAvg's in "
-        f"{lc_a['higher']} of {lc_a['n']}. fedlab's verdict on the claim leaves the unconverged estimates out, which leaves "
-        f"{lc_s['both_converged']} seeds where both estimates converged against either arm: *{les_curv['verdict']}*. "
-        f"The unconverged estimates still say something, because a power iteration's Rayleigh quotient never exceeds "
-        f"the top eigenvalue: where FedVSSAM's estimate is above the other model's converged one, FedVSSAM is the "
-        f"sharper whatever its own would converge to. Counted so, FedVSSAM is sharper than FedSAM in "
-        f"{lc_s['settled_sharper']} seeds and flatter in none (the other seeds open), sharper than FedAvg in "
-        f"{lc_a['settled_sharper']} and flatter in none. The Hessian trace ({les_curv['trace_probes']} probes), which "
-        f"has no convergence question, points the same way: FedVSSAM − FedSAM {curv_trace(lc_s['trace'])} (paired over "
-        f"the seeds, mean and 95 % interval), FedVSSAM − FedAvg {curv_trace(lc_a['trace'])}, positive in "
-        f"{lc_a['trace']['positive']} of {lc_a['n']} seeds but with an interval that reaches below 0.\n\n"
-        f"What is flatter than FedAvg here is FedSAM itself (a lower λ_max estimate in every seed, settled in "
-        f"{lc_sa['settled_flatter']}; trace {curv_trace(lc_sa['trace'])}), and most of all FedNSAM: the smallest trace "
-        f"of all methods at each of the {les_curv['nsam_lowest_trace']} seeds and the smallest mean λ_max estimate "
-        f"({les_curv['nsam_lambda_mean']:.1f}, the next {les_curv['lambda_mean_min_other']:.1f}; {les_curv['nsam_unconverged']} "
-        f"of its {les_curv['seeds']} estimates unconverged, so lower estimates).")
+        + "".join(f"| {s_} | " + " | ".join(f"{les_curv['lambda_max'][m][str(s_)]:.1f}" for m in
+                                             ("fedvssam", "fedsam", "fedavg")) + " |\n" for s_ in curv_seeds)
+        + f"\nPaired over the {les_curv['seeds']} seeds (mean and 95 % interval), FedVSSAM − FedSAM is "
+        f"{diff(lc_s['lambda_max'])} in λ_max and {diff(lc_s['trace'])} in the Hessian trace "
+        f"({les_curv['trace_probes']} probes); FedVSSAM − FedAvg is {diff(lc_a['lambda_max'])} and "
+        f"{diff(lc_a['trace'])}. fedlab's verdict on the claim, Holm-adjusted within FedVSSAM's family of claims: "
+        f"*{les_curv['verdict']}*.\n\n"
+        f"What is flatter than FedAvg here is FedSAM itself (a lower λ_max at every seed; FedSAM − FedAvg "
+        f"{diff(lc_sa['lambda_max'])}, trace {diff(lc_sa['trace'])}), and most of all FedNSAM: the smallest λ_max and "
+        f"the smallest trace of all methods at each of its {les_curv['nsam_seeds']} seeds (mean λ_max "
+        f"{les_curv['nsam_lambda_mean']:.1f}; the next method, {method_label(les_curv['runner_up'])}, "
+        f"{les_curv['runner_up_lambda_mean']:.1f}).")
     return Lesson("curvature", les_curv, text)
 
 
@@ -123,60 +112,38 @@ def flatness_accuracy(ctx: Context) -> Lesson:
         fa_arms.setdefault(r.config.algorithm, []).append(r)
     fa_copies = sorted(degenerate_arms(fa_arms, RecordPool(ctx.report.figures_dir / "records")))
     fa_distinct = fa_pts[(fa_pts["status"] == "finished") & ~fa_pts["method"].isin(fa_copies)]
-    fa_lam_d = fa_distinct[fa_distinct["converged"]]
-    fa_sp_lam = stats.spearmanr(fa_lam_d["lambda_max"], fa_lam_d["test_acc"])
-    fa_sp_tr = stats.spearmanr(fa_distinct["trace"], fa_distinct["test_acc"])
-    fa_mean_acc = fa_pts.groupby("method")["test_acc"].mean()
-    # the analysed models' accuracy against their run records' (the records of the figure's sidecar)
-    fa_side = json.loads((ctx.report.figures_dir / "09_flatness_vs_accuracy.json").read_text())
-    fa_acc = fa_pts.set_index(["method", "seed"])["test_acc"]
-    fa_diff = pd.DataFrame([{"seed": int(fa_side["configs"][k]["seed"]), "diff": 100 * (
-        fa_acc[(fa_side["configs"][k]["algorithm"], int(fa_side["configs"][k]["seed"]))]
-        - json.loads(gzip.open(ctx.report.figures_dir / "records" / f"{k}.json.gz", "rt").read())["summary"]["final_test_acc"])}
-        for k in fa_side["records"]])
-    fa_moved = fa_diff[fa_diff["diff"].abs() > 1e-9]
+    fa_mean_acc = fa_distinct.groupby("method")["test_acc"].mean()
+    # each point's accuracy is its run record's; θ was trained again here: how far the retrained runs' own final
+    # metric is from their records'
+    fa_gap = 100 * (fa_pts["retrained_acc"] - fa_pts["test_acc"]).abs()
     les_fa = {
-        "models": int((fa_pts["status"] == "finished").sum()),
-        "unconverged": int((~fa_pts["converged"]).sum()),
-        "lambda": {"points": int(fa_rank.loc["lambda_max", "points"]), "spearman": float(fa_rank.loc["lambda_max", "spearman"]),
-                   "p": float(fa_rank.loc["lambda_max", "p_permutation"])},
-        "trace": {"points": int(fa_rank.loc["trace", "points"]), "spearman": float(fa_rank.loc["trace", "spearman"]),
-                  "p": float(fa_rank.loc["trace", "p_permutation"])},
-        "lambda_all": {"points": int(fa_rank.loc["lambda_max incl. unconverged", "points"]),
-                       "spearman": float(fa_rank.loc["lambda_max incl. unconverged", "spearman"])},
-        "copies": fa_copies,
-        "distinct_lambda": {"points": len(fa_lam_d), "spearman": float(fa_sp_lam.statistic), "p": float(fa_sp_lam.pvalue)},
-        "distinct_trace": {"points": len(fa_distinct), "spearman": float(fa_sp_tr.statistic), "p": float(fa_sp_tr.pvalue)},
+        "models": int((fa_pts["status"] == "finished").sum()), "copies": fa_copies, "distinct": len(fa_distinct),
+        **{key: {"points": int(fa_rank.loc[key, "points"]), "spearman": float(fa_rank.loc[key, "spearman"]),
+                 "p": float(fa_rank.loc[key, "p_permutation"])} for key in ("lambda_max", "trace")},
         "nsam_acc": 100 * float(fa_mean_acc["fednsam"]), "best": str(fa_mean_acc.idxmax()),
         "best_acc": 100 * float(fa_mean_acc.max()),
-        "record_models": len(fa_diff), "record_moved": len(fa_moved),
-        "record_moved_seeds": sorted(int(s_) for s_ in set(fa_moved["seed"])),
-        "record_max_diff": float(fa_diff["diff"].abs().max())}
-    assert les_fa["lambda"]["spearman"] < 0 and les_fa["lambda"]["p"] < 0.05, "weak, negative, told from chance as drawn"
+        "retrained_same": int((fa_gap < 1e-9).sum()), "retrained_max_gap": float(fa_gap.max()),
+        "retrained_mean_gap": float(fa_gap.mean())}
     assert les_fa["copies"] == ["fedlesam", "fedswa"], "FedLESAM and FedSWA are FedAvg at their tuned hyperparameters"
-    assert les_fa["distinct_lambda"]["spearman"] < 0 and les_fa["distinct_lambda"]["p"] > 0.05
-    assert abs(les_fa["distinct_lambda"]["spearman"]) < abs(les_fa["lambda"]["spearman"])
-    assert les_fa["trace"]["p"] > 0.05 and les_fa["distinct_trace"]["p"] > 0.05
-    assert abs(les_fa["distinct_trace"]["spearman"]) < abs(les_fa["trace"]["spearman"]) < abs(les_fa["lambda"]["spearman"])
+    assert les_fa["lambda_max"]["points"] == les_fa["trace"]["points"] == les_fa["distinct"], \
+        "the correlations are over the distinct models, every λ_max converged"
+    assert les_fa["lambda_max"]["p"] > 0.05 and les_fa["trace"]["p"] > 0.05, "neither told from chance"
     assert les_fa["best"] != "fednsam" and les_fa["nsam_acc"] < les_fa["best_acc"]
-    assert les_fa["record_moved_seeds"] == [0] and 0 < les_fa["record_max_diff"] < 2, "only seed 0 moved, by under 2 points"
+    assert les_fa["retrained_max_gap"] < 1, "a retrained run within a point of its record"
     text = (
-        f"**Flatness does not clearly track accuracy at this scale.** Over the {les_fa['lambda']['points']} finished "
-        f"models with a converged λ_max estimate, the rank correlation of λ_max with test accuracy is "
-        f"{les_fa['lambda']['spearman']:.2f} (permutation p = {les_fa['lambda']['p']:.3f}): weak, and in the direction of "
-        f"\"flatter is more accurate\". But FedLESAM and FedSWA are degenerate arms (`lab.evidence.validity`: their "
-        f"tuned hyperparameters, ρ = 0 and ρ = α = 1, reduce them to FedAvg), so FedAvg's models count three times among "
-        f"the points. Over the {les_fa['distinct_lambda']['points']} distinct models the correlation is "
-        f"{les_fa['distinct_lambda']['spearman']:.2f} (p = {les_fa['distinct_lambda']['p']:.2f}, scipy's asymptotic "
-        f"test), which cannot be told from chance at the 5 % level. The trace, estimated at every model, tracks "
-        f"accuracy less still: {les_fa['trace']['spearman']:.2f} over {les_fa['trace']['points']} points "
-        f"(p = {les_fa['trace']['p']:.2f}), {les_fa['distinct_trace']['spearman']:.2f} over the distinct ones. "
-        f"Including the {les_fa['unconverged']} unconverged estimates gives {les_fa['lambda_all']['spearman']:.2f}. The "
-        f"flattest method is not the most accurate: FedNSAM, the smallest trace at every seed, averages "
-        f"{les_fa['nsam_acc']:.1f} % against the {les_fa['best_acc']:.1f} % of {method_label(les_fa['best'])}.\n\n"
-        f"The caveat, in numbers: of the {les_fa['record_models']} analysed models, {les_fa['record_moved']} (all at seed "
-        f"{', '.join(map(str, les_fa['record_moved_seeds']))}) have a final accuracy other than their run record's, by at "
-        f"most {les_fa['record_max_diff']:.2f} points; every other model reproduced its record exactly.")
+        f"**Flatness does not track accuracy at this scale.** FedLESAM and FedSWA are degenerate arms "
+        f"(`lab.evidence.validity`: their tuned hyperparameters, ρ = 0 and ρ = α = 1, make them FedAvg), so their "
+        f"models are left out and FedAvg's count once: {les_fa['distinct']} distinct models. Over them the rank "
+        f"correlation of λ_max with test accuracy is {les_fa['lambda_max']['spearman']:+.2f} (permutation p = "
+        f"{les_fa['lambda_max']['p']:.2f}) and that of the trace {les_fa['trace']['spearman']:+.2f} (p = "
+        f"{les_fa['trace']['p']:.2f}): neither can be told from chance. The flattest method is not the most accurate: "
+        f"FedNSAM, the smallest λ_max and trace at every seed it was analysed at, averages {les_fa['nsam_acc']:.1f} % against the "
+        f"{les_fa['best_acc']:.1f} % of {method_label(les_fa['best'])}.\n\n"
+        f"The caveat, in numbers: each point's accuracy is its run record's (the protocol's final metric), while its "
+        f"curvature is that of θ trained again on this CPU. {les_fa['retrained_same']} of the {les_fa['models']} "
+        f"retrained runs reproduced their record's final accuracy exactly; on average they differ from it by "
+        f"{les_fa['retrained_mean_gap']:.2f} points, at most {les_fa['retrained_max_gap']:.2f}: the same run in "
+        f"everything but the last bits of its floating-point arithmetic.")
     return Lesson("flatness_accuracy", les_fa, text)
 
 
@@ -278,18 +245,15 @@ def tracking(ctx: Context) -> Lesson:
 def summary(lessons: dict[str, dict[str, Any]]) -> str:
     les_curv, les_fa, les_sl, les_tk = (lessons[k] for k in ("curvature", "flatness_accuracy", "slices", "tracking"))
     return (
-        f"* FedVSSAM's global model is not flatter than FedSAM's: its λ_max estimate is the higher in "
-        f"{les_curv['vs_fedsam']['higher']} of {les_curv['vs_fedsam']['n']} seeds, settled so in "
-        f"{les_curv['vs_fedsam']['settled_sharper']} and the other way in none, and its trace is higher by "
-        f"{les_curv['vs_fedsam']['trace']['mean']:.0f} on average. fedlab's verdict is *{les_curv['verdict']}* only because "
-        f"the power iteration converged for both models in {les_curv['vs_fedsam']['both_converged']} seeds, and in those "
-        f"FedVSSAM is the sharper against either arm. Against FedAvg it is settled sharper in "
-        f"{les_curv['vs_fedavg']['settled_sharper']} seeds, flatter in none, the rest open.\n"
-        f"* FedSAM's λ_max estimate and trace are below FedAvg's at every seed, and its λ_max along both tracked runs; "
-        f"FedNSAM is the flattest by its trace.\n"
-        f"* Flatness does not clearly track accuracy: a rank correlation of {les_fa['lambda']['spearman']:.2f} for "
-        f"λ_max, {les_fa['distinct_lambda']['spearman']:.2f} once FedAvg's models are counted once (not told from "
-        f"chance), and {les_fa['trace']['spearman']:.2f} for the trace. The flattest method is not the most accurate.\n"
+        f"* FedVSSAM's global model is not flatter than FedSAM's or FedAvg's: its λ_max (Lanczos, every estimate "
+        f"converged) is the higher at all {les_curv['seeds']} seeds against each, by "
+        f"{les_curv['vs_fedsam']['lambda_max']['mean']:.1f} and {les_curv['vs_fedavg']['lambda_max']['mean']:.1f} on "
+        f"average, and its trace too. fedlab's verdict on its paper's claim: *{les_curv['verdict']}*.\n"
+        f"* FedSAM's λ_max and trace are below FedAvg's at every seed, and its λ_max along both tracked runs; "
+        f"FedNSAM is the flattest by both measures.\n"
+        f"* Flatness does not track accuracy: rank correlations of {les_fa['lambda_max']['spearman']:+.2f} (λ_max) "
+        f"and {les_fa['trace']['spearman']:+.2f} (trace) over {les_fa['distinct']} distinct models, neither told from "
+        f"chance; the flattest method is not the most accurate.\n"
         f"* Random filter-normalised slices and planes show FedVSSAM slightly flatter than FedAvg "
         f"({les_sl['rise_fedvssam_smaller']} of {les_sl['seeds']} seeds on the line), against λ_max and the trace: a "
         f"landscape picture is one measure of flatness among several, and they disagree here.")
