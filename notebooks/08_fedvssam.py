@@ -833,8 +833,8 @@ print(f"Of plain FedSAM's pooled error, the variance is {100 * fedsam_row['Var']
 # %% [markdown]
 # **What you should see**, at full size (the cells after it redraw the figure at this execution's size). It trains γ_l
 # on the rerun's first seeds (a figure that no claim judges: fewer seeds than the protocol's, so it describes and
-# gives no verdict) and measures the perturbed gradient's variance at the final model (its caption says at which
-# clients: the committed figure predates §4's pooling over every sampled client):
+# gives no verdict) and measures the perturbed gradient's variance at the final models, pooled over the clients
+# sampled in the last round of §3's tracked runs, as §4 pools its step errors:
 
 # %%
 cpu.show("08_fedvssam_gamma_variance")
