@@ -165,6 +165,12 @@ if rerun_plan:  # the cpu profile reads the rerun's records: a run the plan does
     assert all(method_seeds[name] == seeds for name in ["fedavg"] + track_methods if name in method_seeds), \
         "the rerun plan does not train FedAvg or a tracked method on every seed"
     methods = [name for name in methods if method_seeds[name]]
+if analysis_seeds is not None and (isinstance(analysis_seeds, bool) or not isinstance(analysis_seeds, int)
+                                   or not 1 <= analysis_seeds <= n_seeds):
+    raise ValueError(f"analysis_seeds must be None or an integer from 1 to n_seeds = {n_seeds}, got {analysis_seeds!r}")
+if set(every_seed_methods) - set(methods):
+    raise ValueError(f"every_seed_methods names {sorted(set(every_seed_methods) - set(methods))}, which are not in "
+                     f"methods; allowed: {methods}")
 # each model analysed is trained again for its θ: the methods outside every_seed_methods on their first seeds only
 method_seeds = {name: ss if name in every_seed_methods else ss[:analysis_seeds] for name, ss in method_seeds.items()}
 seed_counts = sorted({len(method_seeds[n]) for n in methods})

@@ -58,6 +58,13 @@ class Context:
         return committed_parameters(name, self.report.figures_dir)
 
 
+def paired_numbers(d: Any, scale: float = 1.0) -> dict[str, Any]:
+    """A paired difference (:class:`lab.evidence.paired.PairedDifference`) as a paragraph quotes it: mean, 95 %
+    interval, how many seeds are positive and how many are paired, each difference times ``scale``."""
+    return {"mean": scale * d.mean, "low": scale * (d.mean - d.half_width), "high": scale * (d.mean + d.half_width),
+            "positive": int(sum(v > 0 for v in d.values)), "n": d.n}
+
+
 Reader = Callable[[Context], Lesson]
 Summary = Callable[[dict[str, dict[str, Any]]], str]
 _READERS: dict[str, Reader] = {}

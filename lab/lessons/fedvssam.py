@@ -10,7 +10,7 @@ from typing import Any
 from lab.evidence.claims import evaluate_claim_paired, load_claims
 from lab.evidence.claims.unpaired import unpaired_verdict
 from lab.evidence.paired import paired_difference
-from lab.lessons import Context, Lesson, reads, summarises
+from lab.lessons import Context, Lesson, paired_numbers, reads, summarises
 
 ABL_FULL, ABL_BASE, ABL_GU = "full (LF + LU + GU)", "base (= FedSAM)", "GU only"
 ABL_VS = {"gu_only": ABL_GU, "lu_gu": "LU + GU", "lf_lu": "LF + LU", "base": ABL_BASE}
@@ -20,12 +20,6 @@ def ablation_accuracy(ctx: Context) -> Any:
     """The committed ablation's final accuracy (%), one row per seed, one column per row of the ablation."""
     per_seed = ctx.table("08_fedvssam_ablation", "per_seed")
     return 100 * per_seed[per_seed["status"] == "finished"].pivot(index="seed", columns="row", values="final_acc")
-
-
-def _numbers(d: Any, scale: float = 1.0) -> dict[str, Any]:
-    """A paired difference as the paragraph quotes it: mean, 95 % interval, how many seeds are positive."""
-    return {"mean": scale * d.mean, "low": scale * (d.mean - d.half_width), "high": scale * (d.mean + d.half_width),
-            "positive": int(sum(v > 0 for v in d.values)), "n": d.n}
 
 
 def _text(x: dict[str, Any]) -> str:
@@ -39,17 +33,17 @@ def ablation(ctx: Context) -> Lesson:
     abl_acc = ablation_accuracy(ctx)
 
     def abl_paired(left: str, right: str) -> dict[str, Any]:
-        return _numbers(paired_difference(abl_acc[left].to_dict(), abl_acc[right].to_dict()))
+        return paired_numbers(paired_difference(abl_acc[left].to_dict(), abl_acc[right].to_dict()))
 
     abl_fig = {k: abl_paired(ABL_FULL, row) for k, row in ABL_VS.items()}  # the figure's values
     abl_fig["gu_only_vs_base"] = abl_paired(ABL_GU, ABL_BASE)
     # the protocol's final metric (lab.evidence.protocol.final_metric), paired by seed, from the committed records
     abl_claims = {c.id: evaluate_claim_paired(c) for c in load_claims(ctx.report.figures_dir / "claims.yaml")
                   if c.id in ("fedvssam_full_above_ablations", "fedvssam_full_above_base", "fedvssam_gu_only_above_base")}
-    abl_pro = {k: _numbers(cmp.difference, 100.0)
+    abl_pro = {k: paired_numbers(cmp.difference, 100.0)
                for k, cmp in zip(["gu_only", "lu_gu", "lf_lu"], abl_claims["fedvssam_full_above_ablations"].comparisons)}
-    abl_pro["base"] = _numbers(abl_claims["fedvssam_full_above_base"].comparisons[0].difference, 100.0)
-    abl_pro["gu_only_vs_base"] = _numbers(abl_claims["fedvssam_gu_only_above_base"].comparisons[0].difference, 100.0)
+    abl_pro["base"] = paired_numbers(abl_claims["fedvssam_full_above_base"].comparisons[0].difference, 100.0)
+    abl_pro["gu_only_vs_base"] = paired_numbers(abl_claims["fedvssam_gu_only_above_base"].comparisons[0].difference, 100.0)
     assert [c.right["params"] for c in abl_claims["fedvssam_full_above_ablations"].comparisons] == [
         {"lf": False, "lu": False, "gu": True}, {"lf": False, "lu": True, "gu": True}, {"lf": True, "lu": True, "gu": False}]
     abl_final_how = abl_claims["fedvssam_full_above_base"].final_how  # how the protocol's final metric is computed

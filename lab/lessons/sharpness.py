@@ -8,21 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from lab.evidence.claims import evaluate_claim_paired, load_claims
 from lab.evidence.paired import paired_difference
 from lab.evidence.records import figure_runs
 from lab.evidence.validity import RecordPool, degenerate_arms
-from lab.lessons import Context, Lesson, reads, summarises
+from lab.lessons import Context, Lesson, paired_numbers, reads, summarises
 from lab.style import method_label
-
-
-def _paired(a: pd.Series, b: pd.Series) -> dict[str, Any]:
-    """``a`` − ``b`` paired by seed (their common seeds): mean, 95 % interval and how many differences are > 0."""
-    d = paired_difference(a.to_dict(), b.to_dict())
-    return {"n": len(d.values), "mean": d.mean, "low": d.mean - d.half_width, "high": d.mean + d.half_width,
-            "positive": int(sum(v > 0 for v in d.values))}
 
 
 @reads("09_curvature")
@@ -38,7 +30,8 @@ def curvature(ctx: Context) -> Lesson:
         a, b = curv_by[left], curv_by[right]
         both = sorted(set(a.index) & set(b.index))
         return {"n": len(both), "higher": int(sum(a.loc[s, "lambda_max"] > b.loc[s, "lambda_max"] for s in both)),
-                "lambda_max": _paired(a["lambda_max"], b["lambda_max"]), "trace": _paired(a["trace"], b["trace"])}
+                "lambda_max": paired_numbers(paired_difference(a["lambda_max"].to_dict(), b["lambda_max"].to_dict())),
+                "trace": paired_numbers(paired_difference(a["trace"].to_dict(), b["trace"].to_dict()))}
 
     curv_claim = next(evaluate_claim_paired(c) for c in load_claims(ctx.report.figures_dir / "claims.yaml")
                       if c.id == "fedvssam_flatter_lambda_max")
